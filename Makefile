@@ -1,0 +1,54 @@
+# Thin entry points; everything real lives in tools/ (python -m tools.<step>).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+WHEELS_DIR ?= wheelhouse
+INDEX_DIR  ?= site
+BASE_URL   ?= http://127.0.0.1:8765/files
+YANKED     ?= index/yanked.yaml
+LEDGER     ?= index/ledger.json
+PORT       ?= 8765
+
+.PHONY: setup test test-slow demo index serve recipes lint clean
+
+## setup: create .venv with the project's pinned tools (pyproject.toml)
+setup: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## test: the test suite (what CI runs)
+test: setup
+	$(PY) -m pytest
+
+## test-slow: real builds of real recipes (minutes to hours)
+test-slow: setup
+	$(PY) -m pytest -m slow
+
+## demo: build causal_conv1d for this machine, index it, serve it, pip install it, import it
+demo: setup
+	$(PY) -m tools.demo
+
+## index: emit the package index from WHEELS_DIR into INDEX_DIR
+index: setup
+	$(PY) -m tools.index --wheels-dir $(WHEELS_DIR) --output-dir $(INDEX_DIR) \
+	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED)
+
+## serve: serve INDEX_DIR (and WHEELS_DIR under /files/) on 127.0.0.1:PORT
+serve: setup
+	$(PY) -m tools.serve --site $(INDEX_DIR) --files $(WHEELS_DIR) --port $(PORT)
+
+## recipes: validate every recipe
+recipes: setup
+	$(PY) -m tools.recipe
+
+## lint: actionlint + zizmor on .github/workflows
+lint: setup
+	$(PY) -m tools.lint_workflows
+
+clean:
+	rm -rf build-cells wheelhouse site .nox

@@ -1,0 +1,154 @@
+"""Recipe loading and validation: the good recipe loads; each bad one is named precisely."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tools import ROOT
+from tools.errors import RecipeError
+from tools.recipe import load_all, load_recipe, recipe_folders
+
+
+def test_good_recipe_loads(write_recipe, good_recipe, mini_table):
+    r = load_recipe(write_recipe(good_recipe), mini_table)
+    assert r.package == "demo_ext"
+    assert [t.cuda for t in r.cuda] == ["12.9", "13.0"]
+    assert r.target("13.0").torch == ("2.10", "2.9")  # default first, as written
+    assert r.archs_for("12.9", mini_table) == ("80", "90", "120")
+    assert r.archs_for("13.0", mini_table) == ("80", "90")  # from "*"
+    assert r.pythons_for("2.8", mini_table) == ["3.10", "3.11", "3.12", "3.13"]
+    assert r.patches[0].path.is_file()
+
+
+def test_inherit_takes_the_table_default(write_recipe, good_recipe, mini_table):
+    good_recipe["archs"] = "inherit"
+    r = load_recipe(write_recipe(good_recipe), mini_table)
+    assert r.archs_for("13.0", mini_table) == ("75", "80", "86", "90", "100", "110", "120")
+
+
+def _set(data, path, value):
+    *parents, last = path.split("/")
+    for key in parents:
+        data = data[key]
+    if value is _DELETE:
+        del data[last]
+    else:
+        data[last] = value
+
+
+_DELETE = object()
+
+# (id, key path to change, new value, substrings the message must contain)
+BAD = [
+    # an unknown top-level key is probably a typo of a real one
+    ("unknown-key", "enviroment", {"X": 1}, ["enviroment: unknown key", "use one of"]),
+    # a nested unknown key, in source
+    ("unknown-nested-key", "source/md5", "abc", ["source.md5: unknown key"]),
+    # the sha256 is what makes the build reproducible
+    ("missing-sha256", "source/sha256", _DELETE, ["source.sha256: required key is missing"]),
+    ("missing-imports", "imports", _DELETE, ["imports: required key is missing"]),
+    # YAML turns an unquoted 12.8 into a float
+    ("wrong-type-version", "source/version", 1.0, ["source.version: must be a string",
+                                                   "quote version numbers"]),
+    ("wrong-type-isolation", "build/isolation", "no", ["build.isolation: must be true or false"]),
+    ("bad-sha256", "source/sha256", "abc123", ["source.sha256", "not 64 lowercase hex"]),
+    ("sdist-name-mismatch", "source/sdist", "other-1.0.0.tar.gz",
+     ["source.sdist", "not the sdist of demo-ext 1.0.0"]),
+    ("cuda-not-in-table", "cuda/11.8", {"torch": ["2.8"], "reason": "old GPUs need it"},
+     ["cuda.11.8", "not in the compatibility table"]),
+    ("torch-not-in-table", "cuda/12.9/torch", ["2.5"], ["cuda.12.9.torch",
+                                                       "torch '2.5' is not in the compatibility"]),
+    # torch 2.9 has no CUDA 12.9 build in the table
+    ("torch-cuda-combination", "cuda/12.9/torch", ["2.9"],
+     ["torch 2.9 is not published for CUDA 12.9", "torch series built for CUDA 12.9: 2.8"]),
+    # torch 2.8 supports 3.9-3.13 only
+    ("torch-python-combination", "python", ">=3.14",
+     ["no Python version of torch 2.8", "satisfies python '>=3.14'"]),
+    # CUDA 13 dropped Volta
+    ("arch-too-old-for-cuda", "archs", {"*": ["70", "80"]},
+     ["archs.*", "sm_70 cannot be compiled by CUDA 13.0"]),
+    # CUDA 12.6 predates Blackwell; here via a CUDA-specific list
+    ("arch-too-new-for-cuda", "archs", {"*": ["80"], "13.0": ["80", "121"]},
+     ["archs.13.0", "sm_121 cannot be compiled by CUDA 13.0"]),
+    ("archs-bad-string", "archs", "all", ["archs", "neither 'inherit' nor a mapping"]),
+    ("bad-specifier", "python", "3.10+", ["python", "not a PEP 440 specifier"]),
+    ("reserved-env", "env/MAX_JOBS", {"value": "4", "reason": "the runner has 4 cores"},
+     ["env.MAX_JOBS", "set by the pipeline", "job_memory_gib"]),
+    ("env-without-reason", "env/DEMO_FORCE_BUILD", {"value": "TRUE"},
+     ["env.DEMO_FORCE_BUILD.reason: required key is missing"]),
+    ("reason-too-short", "cuda/12.9/reason", "yes", ["cuda.12.9.reason", "too short"]),
+    ("arch-env-style", "arch_env/style", "cmake", ["arch_env.style", "not one of plain, torch"]),
+    ("torch-in-build-requires", "build/requires",
+     [{"requirement": "torch>=2.8", "reason": "it needs torch to build"}],
+     ["build.requires[0]", "torch comes from the cell"]),
+    ("package-folder-mismatch", "package", "other_ext", ["package", "differs from the folder"]),
+    ("schema-version", "schema", 2, ["schema: version 2 is not understood"]),
+    ("patch-bad-name", "patches", [{"file": "fix.patch", "reason": "fixes the build",
+                                    "upstream": "not submitted"}],
+     ["patches[0].file", "not named NNNN-Subject.patch"]),
+]
+
+
+@pytest.mark.parametrize("case_id,path,value,expect", BAD, ids=[b[0] for b in BAD])
+def test_bad_recipe_is_named(case_id, path, value, expect, write_recipe, good_recipe, mini_table):
+    _set(good_recipe, path, value)
+    folder = write_recipe(good_recipe, name="demo_ext")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(folder, mini_table)
+    message = str(info.value)
+    assert str(folder / "recipe.yaml") in message  # the file is named
+    for part in expect:
+        assert part in message, f"{part!r} not in:\n{message}"
+
+
+def test_patch_listed_but_missing(write_recipe, good_recipe, mini_table):
+    folder = write_recipe(good_recipe, patches=False)
+    with pytest.raises(RecipeError, match=r"patches\[0\]\.file: 0001-Read-arch-list.patch is "
+                                          r"listed but patches/0001-Read-arch-list.patch does not"):
+        load_recipe(folder, mini_table)
+
+
+def test_patch_present_but_unlisted(write_recipe, good_recipe, mini_table):
+    folder = write_recipe(good_recipe, extra_files=("0002-Stray.patch",))
+    with pytest.raises(RecipeError, match=r"patches/0002-Stray.patch is in the folder but not "
+                                          r"listed"):
+        load_recipe(folder, mini_table)
+
+
+def test_every_problem_is_reported_at_once(write_recipe, good_recipe, mini_table):
+    good_recipe["source"]["sha256"] = "nope"
+    good_recipe["python"] = "3.10+"
+    good_recipe["typo"] = 1
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write_recipe(good_recipe), mini_table)
+    assert "3 problems" in str(info.value)
+
+
+def test_not_yaml(tmp_path, mini_table):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "recipe.yaml").write_text("package: [unclosed\n")
+    with pytest.raises(RecipeError, match=r"recipe.yaml \(line \d+, column \d+\): not valid YAML"):
+        load_recipe(folder, mini_table)
+
+
+def test_cli_exits_non_zero_and_names_the_problem(write_recipe, good_recipe):
+    good_recipe["cuda"]["12.9"]["torch"] = ["1.0"]
+    folder = write_recipe(good_recipe)
+    proc = subprocess.run([sys.executable, "-m", "tools.recipe", str(folder)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == RecipeError.exit_code
+    assert "cuda.12.9.torch" in proc.stderr and "1 of 1 recipe(s) invalid" in proc.stderr
+
+
+def test_repository_recipes_are_valid():
+    recipes = load_all()
+    names = {r.package for r in recipes}
+    assert {"flash_attn", "xformers", "causal_conv1d", "mamba_ssm"} <= names
+    assert len(recipe_folders()) == len(recipes)
+    for r in recipes:
+        for t in r.cuda:
+            assert t.torch, r.package

@@ -1,0 +1,55 @@
+"""The compatibility table: the repository's table is valid and sane; bad tables are named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import MINI_TABLE
+from tools.errors import TableError
+from tools.table import load_table, parse_table, version_key
+
+
+def test_repository_table_is_valid_and_cites_sources():
+    table = load_table()
+    assert table.torch and table.cuda
+    for entry in [*table.torch.values(), *table.cuda.values()]:
+        assert len(entry.source) > 10, entry  # every entry says where it was checked
+    # ordered numerically, never as text
+    series = list(table.torch)
+    assert series == sorted(series, key=version_key)
+
+
+def test_repository_table_facts_checked_elsewhere():
+    table = load_table()
+    # FACTS.md: the registry's torch 2.13.0 is built with CUDA 13.0, torch 2.9.1 with 12.8
+    assert table.torch["2.13"].pypi_cuda == "13.0"
+    assert table.torch["2.9"].pypi_cuda == "12.8"
+    # CUDA 13 dropped Volta (sm_70); CUDA 12.8 added Blackwell sm_100/sm_120
+    assert "70" not in table.cuda["13.0"].archs
+    assert {"100", "120"} <= set(table.cuda["12.8"].archs)
+    # torch >= 2.7 wheels are manylinux_2_28 with the C++11 ABI
+    for s, t in table.torch.items():
+        if version_key(s) >= (2, 7):
+            assert t.manylinux == "2_28" and t.cxx11_abi, s
+
+
+@pytest.mark.parametrize("mutate,expect", [
+    # an unquoted CUDA version key
+    (lambda t: t["cuda"].__setitem__(12.8, t["cuda"]["12.6"]), "quoted major.minor"),
+    # a default arch the toolkit can't compile
+    (lambda t: t["cuda"]["13.0"]["default_archs"].append("70"), "sm_70 is not in this CUDA"),
+    # a torch entry pointing at a CUDA version with no entry
+    (lambda t: t["torch"]["2.9"]["cuda"].append("11.8"), "CUDA 11.8 has no entry under cuda:"),
+    # release of another series
+    (lambda t: t["torch"]["2.9"].__setitem__("release", "2.8.1"), "2.8.1 is not a 2.9.x release"),
+    (lambda t: t["torch"]["2.9"].pop("source"), "torch.2.9.source: required key is missing"),
+    (lambda t: t["torch"]["2.9"].__setitem__("cxx11_abi", "yes"), "must be true or false"),
+])
+def test_bad_table_is_named(tmp_path, mutate, expect):
+    data = copy.deepcopy(MINI_TABLE)
+    mutate(data)
+    with pytest.raises(TableError) as info:
+        parse_table(data, tmp_path / "table.yaml")
+    assert expect in str(info.value) and "table.yaml" in str(info.value)
