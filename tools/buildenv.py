@@ -1,0 +1,117 @@
+"""Build environment: the recipe's variables, the arch list, job sizing, reproducibility.
+
+``MAX_JOBS`` and ``NVCC_THREADS`` are sized from the cores and the memory actually available
+(including a container's cgroup limit) and the recipe's per-job memory estimate, so a build is
+not OOM-killed (exit 137) yet doesn't crawl at one job when the machine can take more.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .matrix import Cell
+from .recipe import Recipe
+
+#: Leave this share of available memory to the linker, the page cache and everything else.
+MEMORY_HEADROOM = 0.85
+#: 2019-12-31T00:00:00Z: a fixed timestamp so that two builds of a cell give identical wheels.
+DEFAULT_SOURCE_DATE_EPOCH = 1577750400
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How many compile jobs and nvcc threads a build gets, and why."""
+
+    max_jobs: int
+    nvcc_threads: int
+    cores: int
+    available_gib: float
+    job_memory_gib: float
+    note: str
+
+
+def available_memory_gib(meminfo: Path = Path("/proc/meminfo"),
+                         cgroup: Path = Path("/sys/fs/cgroup/memory.max")) -> float:
+    """MemAvailable, capped by a cgroup v2 memory limit when one is set (containers)."""
+    avail = None
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    try:
+        limit = cgroup.read_text().strip()
+        if limit != "max":
+            avail = min(avail, int(limit))
+    except (OSError, ValueError):
+        pass
+    return avail / 2**30
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def size_jobs(*, cores: int, available_gib: float, job_memory_gib: float,
+              nvcc_threads: int | None) -> Sizing:
+    """Choose MAX_JOBS and NVCC_THREADS.
+
+    One job with ``t`` nvcc threads peaks at about ``job_memory_gib * t``. Threads are given up
+    before jobs (a job is the larger unit of parallel work); when even one single-threaded job
+    doesn't fit, the build still runs with one job and the note says it may be killed.
+    """
+    budget = available_gib * MEMORY_HEADROOM
+    threads = max(1, nvcc_threads or 1)
+    while threads > 1 and budget < job_memory_gib * threads:
+        threads -= 1
+    jobs = int(budget // (job_memory_gib * threads)) if job_memory_gib > 0 else cores
+    jobs = max(1, min(cores, jobs))
+    if budget < job_memory_gib:
+        note = (f"only {available_gib:.1f} GiB available but one compile job needs about "
+                f"{job_memory_gib:.1f} GiB: the build may be OOM-killed; free memory or use a "
+                "bigger machine")
+    else:
+        note = (f"{jobs} job(s) x {threads} nvcc thread(s) x ~{job_memory_gib:.1f} GiB within "
+                f"{budget:.1f} GiB of {available_gib:.1f} GiB available, {cores} core(s)")
+    return Sizing(jobs, threads, cores, round(available_gib, 1), job_memory_gib, note)
+
+
+def format_archs(archs: tuple[str, ...], style: str) -> str:
+    """``("80", "90a")`` as ``80;90a`` (plain) or ``8.0;9.0a`` (TORCH_CUDA_ARCH_LIST)."""
+    if style == "plain":
+        return ";".join(archs)
+    out = []
+    for arch in archs:
+        digits = arch.rstrip("af")
+        out.append(f"{digits[:-1]}.{digits[-1]}{arch[len(digits):]}")
+    return ";".join(out)
+
+
+def build_env(recipe: Recipe, cell: Cell, sizing: Sizing, *, archs: tuple[str, ...],
+              cuda_home: str | None, source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+              ) -> dict[str, str]:
+    """The variables a cell's build sets (on top of the inherited environment).
+
+    The arch list goes both to TORCH_CUDA_ARCH_LIST (torch's cpp_extension reads it when the
+    package adds no -gencode flags of its own; without it, a GPU-less builder compiles torch's
+    whole default list) and to the package's own variable when it has one.
+    """
+    env = {v.name: v.value for v in recipe.env}
+    env["TORCH_CUDA_ARCH_LIST"] = format_archs(archs, "torch")
+    env[recipe.arch_env.name] = format_archs(archs, recipe.arch_env.style)
+    env["MAX_JOBS"] = str(sizing.max_jobs)
+    if recipe.build.nvcc_threads is not None:
+        env["NVCC_THREADS"] = str(sizing.nvcc_threads)
+    env["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+    if cuda_home:
+        env["CUDA_HOME"] = cuda_home
+    return env
