@@ -196,7 +196,7 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
 def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
-               torch_index: str | None, skip_smoke: bool = False) -> Path:
+               torch_index: str | None) -> Path:
     """The host backend: every step on this machine; returns the published wheel."""
     from .verify import smoke_test
 
@@ -260,9 +260,6 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                                           f"{platform.libc_ver()[1]}"})
 
     def verify(step: Step) -> None:
-        if skip_smoke:
-            step.detail["smoke_test"] = "skipped (--skip-smoke-test)"
-            return
         extra = (torch_index,) if torch_index else ()
         if not torch_index and (url := host.torch_index(cell, table)):
             extra = (url,)
@@ -330,7 +327,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                torch_index: str | None = None, out_dir: Path = DEFAULT_OUT,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                engine: str | None = None, dry_run: bool = False,
-               skip_smoke: bool = False, stream=sys.stderr) -> dict[str, Any]:
+               stream=sys.stderr) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     Raises the step's CuwheelsError on failure, after writing the report.
@@ -361,8 +358,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     try:
         wheel = build_host(cell, recipe, table, archs=cell_archs, work=work, out_dir=out_dir,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
-                           wheelhouse=wheelhouse, offline=offline, torch_index=torch_index,
-                           skip_smoke=skip_smoke)
+                           wheelhouse=wheelhouse, offline=offline, torch_index=torch_index)
         report.update(verdict="passed", wheel=str(wheel))
         return report
     except CuwheelsError as exc:
