@@ -65,9 +65,10 @@ def size_jobs(*, cores: int, available_gib: float, job_memory_gib: float,
               nvcc_threads: int | None) -> Sizing:
     """Choose MAX_JOBS and NVCC_THREADS.
 
-    One job with ``t`` nvcc threads peaks at about ``job_memory_gib * t``. Threads are given up
-    before jobs (a job is the larger unit of parallel work); when even one single-threaded job
-    doesn't fit, the build still runs with one job and the note says it may be killed.
+    One job with ``t`` nvcc threads peaks at about ``job_memory_gib * t``. The recipe's thread
+    count is lowered only until one job fits; jobs then fill the memory budget up to the core
+    count. When even one single-threaded job doesn't fit, the build still runs with one job and
+    the note says it may be killed.
     """
     budget = available_gib * MEMORY_HEADROOM
     threads = max(1, nvcc_threads or 1)

@@ -1,0 +1,51 @@
+"""Job sizing and the build environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.buildenv import available_memory_gib, build_env, format_archs, size_jobs
+from tools.matrix import cells_for
+from tools.recipe import load_recipe
+
+
+@pytest.mark.parametrize("cores,avail,job,threads,expect", [
+    (2, 24.0, 4.0, None, (2, 1)),     # this machine: cores are the limit
+    (64, 24.0, 4.0, None, (5, 1)),    # big CPU, little memory: 24*0.85/4 = 5 jobs
+    (16, 64.0, 4.0, 4, (3, 4)),       # flash-attn style: jobs x threads x 4 GiB fit 54 GiB
+    (16, 10.0, 4.0, 4, (1, 2)),       # threads are given up only until one job fits
+    (8, 2.0, 4.0, 2, (1, 1)),         # too little memory: one job, with a warning
+])
+def test_size_jobs(cores, avail, job, threads, expect):
+    s = size_jobs(cores=cores, available_gib=avail, job_memory_gib=job, nvcc_threads=threads)
+    assert (s.max_jobs, s.nvcc_threads) == expect
+    assert s.max_jobs * s.nvcc_threads * job <= max(avail * 0.85, job)
+    if expect == (1, 1) and avail * 0.85 < job:
+        assert "may be OOM-killed" in s.note
+
+
+def test_cgroup_limit_caps_available_memory(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 33554432 kB\nMemAvailable: 25165824 kB\n")
+    cgroup = tmp_path / "memory.max"
+    cgroup.write_text(str(8 * 2**30))
+    assert available_memory_gib(meminfo, cgroup) == pytest.approx(8.0)
+    cgroup.write_text("max\n")
+    assert available_memory_gib(meminfo, cgroup) == pytest.approx(24.0)
+
+
+def test_format_archs():
+    assert format_archs(("80", "90a", "100"), "plain") == "80;90a;100"
+    assert format_archs(("80", "90a", "100"), "torch") == "8.0;9.0a;10.0"
+
+
+def test_build_env(write_recipe, good_recipe, mini_table):
+    good_recipe["build"]["nvcc_threads"] = 4
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+    cell = cells_for(recipe, mini_table)[0]
+    sizing = size_jobs(cores=2, available_gib=24, job_memory_gib=2.0, nvcc_threads=4)
+    env = build_env(recipe, cell, sizing, archs=("90",), cuda_home="/usr/local/cuda")
+    assert env["DEMO_CUDA_ARCHS"] == "90" and env["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert env["DEMO_FORCE_BUILD"] == "TRUE"
+    assert env["MAX_JOBS"] == "2" and env["NVCC_THREADS"] == "4"
+    assert env["SOURCE_DATE_EPOCH"].isdigit() and env["CUDA_HOME"] == "/usr/local/cuda"

@@ -1,0 +1,146 @@
+"""Source step: hash verification, hostile archives, patches; and the real sdists' patches."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tools.errors import PatchError, SourceError
+from tools.recipe import load_all, load_recipe
+from tools.source import apply_patches, extract_sdist, fetch_sdist, prepare_source
+
+SETUP_PY = "ARCHS = ['80', '90']\nprint(ARCHS)\n"
+PATCH = """From: cuwheels <cuwheels@example.invalid>
+Subject: [PATCH] Read the arch list from the environment
+
+Why: the test patch.
+---
+--- a/setup.py
++++ b/setup.py
+@@ -1,2 +1,3 @@
+-ARCHS = ['80', '90']
++import os
++ARCHS = os.environ.get('DEMO_CUDA_ARCHS', '80;90').split(';')
+ print(ARCHS)
+"""
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def _sdist(tmp_path: Path) -> Path:
+    return _tar(tmp_path / "demo_ext-1.0.0.tar.gz", [
+        _file("demo_ext-1.0.0/setup.py", SETUP_PY.encode()),
+        _file("demo_ext-1.0.0/PKG-INFO", b"Metadata-Version: 2.1\nName: demo-ext\n"),
+    ])
+
+
+@pytest.fixture
+def demo(tmp_path, write_recipe, good_recipe, mini_table):
+    sdist = _sdist(tmp_path)
+    good_recipe["source"]["sha256"] = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    folder = write_recipe(good_recipe)
+    (folder / "patches" / "0001-Read-arch-list.patch").write_text(PATCH)
+    return load_recipe(folder, mini_table), sdist
+
+
+def test_prepare_source_verifies_extracts_and_patches(demo, tmp_path):
+    recipe, sdist = demo
+    prepared = prepare_source(recipe, tmp_path / "work", sdist=sdist)
+    assert prepared.patches == ("0001-Read-arch-list.patch",)
+    assert "DEMO_CUDA_ARCHS" in (prepared.tree / "setup.py").read_text()
+    assert prepared.tree.name == "demo_ext-1.0.0"
+
+
+def test_sdist_dir(demo, tmp_path):
+    recipe, sdist = demo
+    assert fetch_sdist(recipe, tmp_path / "w", sdist_dir=sdist.parent).is_file()
+    with pytest.raises(SourceError, match="is not in --sdist-dir"):
+        fetch_sdist(recipe, tmp_path / "w2", sdist_dir=tmp_path / "nowhere")
+
+
+def test_wrong_hash_is_refused_naming_both(demo, tmp_path):
+    recipe, _ = demo
+    other = _tar(tmp_path / "other.tar.gz", [_file("demo_ext-1.0.0/setup.py", b"evil\n")])
+    with pytest.raises(SourceError) as info:
+        fetch_sdist(recipe, tmp_path / "w", sdist=other)
+    msg = str(info.value)
+    assert recipe.source.sha256 in msg
+    assert hashlib.sha256(other.read_bytes()).hexdigest() in msg
+    assert "source.sha256" in msg
+    assert not (tmp_path / "w" / recipe.source.sdist).exists()  # nothing unverified is kept
+
+
+def _link(name, target, kind=tarfile.SYMTYPE):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info, None
+
+
+def _dev(name):
+    info = tarfile.TarInfo(name)
+    info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+    return info, None
+
+
+@pytest.mark.parametrize("member,expect", [
+    (_file("/etc/cron.d/x", b"x"), "absolute path"),                       # absolute
+    (_file("demo/../../escape.txt", b"x"), "contains '..'"),               # traversal
+    (_link("demo/link", "../../../etc/passwd"), "points outside"),          # symlink out
+    (_link("demo/abs", "/etc/passwd"), "points outside"),                   # absolute symlink
+    (_link("demo/hard", "/etc/passwd", tarfile.LNKTYPE), "points outside"),  # hardlink out
+    (_dev("demo/null"), "device or FIFO"),                                  # device node
+])
+def test_hostile_archives_are_refused_before_writing(tmp_path, member, expect):
+    archive = _tar(tmp_path / "bad.tar.gz", [_file("demo/ok.txt", b"fine"), member])
+    with pytest.raises(SourceError, match=expect):
+        extract_sdist(archive, tmp_path / "out")
+    assert not (tmp_path / "out" / "demo" / "ok.txt").exists()  # checked before any write
+
+
+def test_link_inside_the_tree_is_fine(tmp_path):
+    archive = _tar(tmp_path / "ok.tar.gz", [_file("demo/a.txt", b"a"),
+                                            _link("demo/b.txt", "a.txt")])
+    assert (extract_sdist(archive, tmp_path / "out") / "b.txt").read_text() == "a"
+
+
+def test_unreadable_archive(tmp_path):
+    bad = tmp_path / "x.tar.gz"
+    bad.write_bytes(b"this is not gzip")
+    with pytest.raises(SourceError, match="not a readable .tar.gz"):
+        extract_sdist(bad, tmp_path / "out")
+
+
+def test_patch_that_does_not_apply_names_patch_and_hunk(demo, tmp_path):
+    recipe, sdist = demo
+    tree = extract_sdist(sdist, tmp_path / "src")
+    (tree / "setup.py").write_text("ARCHS = ['70']\nprint(ARCHS)\n")
+    with pytest.raises(PatchError) as info:
+        apply_patches(tree, recipe.patches)
+    msg = str(info.value)
+    assert "0001-Read-arch-list.patch does not apply" in msg
+    assert "Hunk #1 FAILED" in msg and "setup.py" in msg
+    assert (tree / "setup.py").read_text().startswith("ARCHS = ['70']")  # untouched
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("recipe", load_all(), ids=lambda r: r.package)
+def test_real_sdist_hash_and_patches(recipe, tmp_path):
+    """Download each recipe's sdist from the registry, verify it, apply its patches."""
+    prepared = prepare_source(recipe, tmp_path)
+    assert prepared.patches == tuple(p.file for p in recipe.patches)
+    assert (prepared.tree / "setup.py").is_file()
