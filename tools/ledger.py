@@ -1,0 +1,202 @@
+"""The ledger: the record of every file the index has ever published.
+
+The index is rebuilt from the ledger, not from whatever wheels happen to be on disk, so a run fed
+only a new batch keeps everything published before, and a page can be rendered without the old
+wheel files. Files are immutable: an entry, once written, is never changed by a build (the same
+filename with another sha256 is refused by tools.index), and an entry only leaves the ledger when
+someone names it (``python -m tools.index --remove FILENAME``), in a commit that shows the deletion.
+
+Location: ``index/ledger.json`` in the repository (``--ledger``), so its history is the history
+of the index; the build also publishes a copy at ``<site>/ledger.json``.
+
+Format (JSON, schema 1), one file per line so that a diff shows exactly what was published::
+
+    {"schema": 1, "files": {
+    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    }}
+
+``url`` is where the file was published (the wheel's ``.metadata`` is at the same URL plus
+``.metadata``); it is fixed when the file is first published, so a later batch may live elsewhere.
+``variant`` is null for a wheel with no CUDA/torch identity.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import IndexBuildError
+from .variant import Variant
+
+#: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
+LEDGER_SCHEMA = 1
+
+_KEYS = {
+    "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
+    "metadata_sha256", "variant",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One published file: everything the index pages say about it."""
+
+    filename: str
+    name: str
+    version: str
+    url: str
+    sha256: str
+    size: int
+    upload_time: str
+    requires_python: str | None
+    metadata_sha256: str
+    variant: Variant | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as its ledger object (the filename is the key, not a field)."""
+        variant = None
+        if self.variant is not None:
+            variant = {
+                "cuda": self.variant.cuda,
+                "torch": self.variant.torch,
+                "cxx11_abi": self.variant.cxx11_abi,
+            }
+        return {
+            "name": self.name,
+            "version": self.version,
+            "url": self.url,
+            "sha256": self.sha256,
+            "size": self.size,
+            "upload_time": self.upload_time,
+            "requires_python": self.requires_python,
+            "metadata_sha256": self.metadata_sha256,
+            "variant": variant,
+        }
+
+
+def entry_from_json(filename: str, data: Any, *, source: str = "ledger") -> Entry:
+    """Parse one ledger object, naming ``source`` and the file in every complaint."""
+    where = f"{source}: entry {filename!r}"
+    if not isinstance(data, dict):
+        raise IndexBuildError(f"{where} is not an object")
+    missing = _KEYS - data.keys()
+    unknown = data.keys() - _KEYS
+    if missing or unknown:
+        raise IndexBuildError(
+            f"{where} has missing keys {sorted(missing)} / unknown keys {sorted(unknown)}",
+            hint=f"schema {LEDGER_SCHEMA} entries have exactly: {', '.join(sorted(_KEYS))}",
+        )
+    for key in ("name", "version", "url", "sha256", "upload_time", "metadata_sha256"):
+        if not isinstance(data[key], str) or not data[key]:
+            raise IndexBuildError(f"{where}: {key!r} must be a non-empty string, got {data[key]!r}")
+    for key in ("sha256", "metadata_sha256"):
+        if len(data[key]) != 64 or data[key].strip("0123456789abcdef"):
+            raise IndexBuildError(f"{where}: {key!r} is not a lowercase hex sha256: {data[key]!r}")
+    if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
+        raise IndexBuildError(f"{where}: 'size' must be a byte count, got {data['size']!r}")
+    if data["requires_python"] is not None and not isinstance(data["requires_python"], str):
+        raise IndexBuildError(f"{where}: 'requires_python' must be a string or null")
+    variant = None
+    raw = data["variant"]
+    if raw is not None:
+        if (
+            not isinstance(raw, dict)
+            or set(raw) != {"cuda", "torch", "cxx11_abi"}
+            or not isinstance(raw["cuda"], str)
+            or not isinstance(raw["torch"], str)
+            or raw["cxx11_abi"] not in (True, False, None)
+        ):
+            raise IndexBuildError(
+                f"{where}: 'variant' must be null or {{cuda: str, torch: str, cxx11_abi: bool|null}}, "
+                f"got {raw!r}"
+            )
+        variant = Variant(raw["cuda"], raw["torch"], raw["cxx11_abi"])
+    return Entry(
+        filename=filename,
+        name=data["name"],
+        version=data["version"],
+        url=data["url"],
+        sha256=data["sha256"],
+        size=data["size"],
+        upload_time=data["upload_time"],
+        requires_python=data["requires_python"],
+        metadata_sha256=data["metadata_sha256"],
+        variant=variant,
+    )
+
+
+def parse_ledger(text: str, *, source: str = "ledger") -> dict[str, Entry]:
+    """Parse a ledger document into ``{filename: Entry}``."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IndexBuildError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != LEDGER_SCHEMA or not isinstance(doc.get("files"), dict):
+        raise IndexBuildError(
+            f"{source} is not a schema-{LEDGER_SCHEMA} ledger (want {{\"schema\": 1, \"files\": {{...}}}})"
+        )
+    return {name: entry_from_json(name, data, source=source) for name, data in doc["files"].items()}
+
+
+def load_ledger(path: Path, *, init: bool = False) -> dict[str, Entry]:
+    """Read the ledger at ``path``; a missing one is an error unless ``init`` asks for a new one.
+
+    Refusing a missing ledger is what keeps a wrong ``--ledger`` path from silently publishing an
+    index without everything published before.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if init:
+            return {}
+        raise IndexBuildError(
+            f"ledger {path} does not exist",
+            hint="pass the right --ledger, or --init-ledger to start a new, empty index",
+        ) from None
+    return parse_ledger(text, source=str(path))
+
+
+def dump_ledger(entries: dict[str, Entry]) -> str:
+    """The ledger document: sorted by filename, one entry per line (readable diffs, fast to write)."""
+    lines = [
+        json.dumps(name) + ": " + json.dumps(entries[name].to_json(), sort_keys=True, ensure_ascii=False)
+        for name in sorted(entries)
+    ]
+    body = ",\n".join(lines)
+    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{\n{body}\n}}}}\n' if lines else (
+        f'{{"schema": {LEDGER_SCHEMA}, "files": {{}}}}\n'
+    )
+
+
+def write_ledger(path: Path, entries: dict[str, Entry]) -> None:
+    """Write the ledger atomically: a killed run leaves the old ledger or the new one, never half."""
+    atomic_write(path, dump_ledger(entries).encode("utf-8"), durable=True)
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and os.replace.
+
+    ``durable`` also fsyncs the file before the rename, for records that must survive a crash
+    of the machine, not just of the process.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp creates 0600; the file is meant to be read by others (a web server, git).
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
