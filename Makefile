@@ -10,6 +10,7 @@ BASE_URL   ?= http://127.0.0.1:8765/files
 YANKED     ?= index/yanked.yaml
 LEDGER     ?= index/ledger.json
 PORT       ?= 8765
+INDEX_FLAGS ?=
 
 .PHONY: setup test test-slow demo index serve recipes lint clean
 
@@ -36,7 +37,7 @@ demo: setup
 ## index: emit the package index from WHEELS_DIR into INDEX_DIR
 index: setup
 	$(PY) -m tools.index --wheels-dir $(WHEELS_DIR) --output-dir $(INDEX_DIR) \
-	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED)
+	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED) $(INDEX_FLAGS)
 
 ## serve: serve INDEX_DIR (and WHEELS_DIR under /files/) on 127.0.0.1:PORT
 serve: setup
