@@ -116,7 +116,9 @@ class IndexHandler(BaseHTTPRequestHandler):
             html, js = target / "index.html", target / "index.json"
             if js.is_file() and html.is_file() and self.server.negotiate:
                 vary = True
-                wanted = parse_qs(url.query).get("format", [None])[0] or self.headers.get("Accept")
+                # "+" stays a plus: a content type has no spaces, and ?format=...v1+json is how people type it.
+                query = parse_qs(url.query.replace("+", "%2B"))
+                wanted = query.get("format", [None])[0] or self.headers.get("Accept")
                 ctype = negotiate(wanted)
                 if ctype is None:
                     self._error(HTTPStatus.NOT_ACCEPTABLE, f"serves {TEXT_HTML}, {HTML_V1}, {JSON_V1}")

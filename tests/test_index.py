@@ -1,0 +1,618 @@
+"""tools.index: the pages, the variant indexes, the ledger rules, validation and atomic output.
+
+Clients (pip, uv) installing from the served index are in test_serve.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+from pypi_simple import IndexPage, ProjectPage, RepositoryPage
+from wheelfactory import make_wheel
+
+from tools import ROOT
+from tools import index as idx
+from tools.errors import IndexBuildError
+from tools.ledger import load_ledger
+from tools.variant import Variant
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+BASE = "https://files.example/v1"
+ANY = "py3-none-any"
+
+
+def build(tmp_path: Path, **kwargs) -> idx.BuildReport:
+    """Build with this test's defaults: wheels in tmp/wheels, site in tmp/site, a fresh ledger."""
+    args = dict(
+        wheels_dir=tmp_path / "wheels",
+        output_dir=tmp_path / "site",
+        base_url=BASE,
+        ledger_path=tmp_path / "ledger.json",
+        init_ledger=True,
+        now=NOW,
+    )
+    args.update(kwargs)
+    Path(args["wheels_dir"]).mkdir(parents=True, exist_ok=True)
+    return idx.build_index(**args)
+
+
+def page(site: Path, rel: str) -> str:
+    return (site / rel).read_text(encoding="utf-8")
+
+
+def project_json(site: Path, rel: str) -> dict:
+    return json.loads(page(site, rel))
+
+
+def listed(site: Path, prefix: str, project: str) -> list[str]:
+    """File names on ``<prefix>simple/<project>/`` (empty when the page doesn't exist)."""
+    path = site / prefix / "simple" / project / "index.json"
+    if not path.exists():
+        return []
+    return [f["filename"] for f in json.loads(path.read_text())["files"]]
+
+
+def assert_site_valid(site: Path) -> None:
+    """Every page of the site parses with pypi-simple and agrees with its JSON twin."""
+    roots = [p for p in site.rglob("simple/index.html")]
+    assert roots, f"no simple/ index under {site}"
+    for root_html in roots:
+        base = f"https://site.example/{root_html.parent.relative_to(site).as_posix()}/"
+        repo = RepositoryPage.from_html(root_html.read_text(), base_url=base)
+        assert repo.repository_version == "1.1"
+        names = IndexPage.from_html(root_html.read_text()).projects
+        names_json = IndexPage.from_json_data(json.loads((root_html.parent / "index.json").read_text())).projects
+        assert names == names_json and len(names) == len(repo.links)
+        for link in repo.links:
+            href = link.attrs["href"]
+            assert href.endswith("/") and href[:-1] == canonicalize_name(href[:-1])
+            html = root_html.parent / href / "index.html"
+            proj = ProjectPage.from_html(href[:-1], html.read_text(), base_url=base + href)
+            proj_json = ProjectPage.from_json_data(json.loads((html.parent / "index.json").read_text()), base_url=base + href)
+            assert proj.repository_version == proj_json.repository_version == "1.1"
+            assert [p.filename for p in proj.packages] == [p.filename for p in proj_json.packages]
+            for a, b in zip(proj.packages, proj_json.packages):
+                assert a.digests == b.digests and a.digests["sha256"]
+                assert a.metadata_digests == b.metadata_digests and a.has_metadata
+                assert a.requires_python == b.requires_python
+                assert a.is_yanked == b.is_yanked and a.yanked_reason == b.yanked_reason
+                assert b.size and b.upload_time
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@pytest.fixture
+def basic(tmp_path):
+    w = tmp_path / "wheels"
+    make_wheel(w, "Foo.Bar_baz", "1.0", tag=ANY, requires_python=">=3.9,<4")
+    make_wheel(w, "Foo.Bar_baz", "1.1", tag=ANY, requires_python=">=3.9,<4")
+    make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8", requires_python=">=3.9")
+    report = build(tmp_path, yanked_path=_yank(tmp_path, {"foo_bar_baz-1.1-py3-none-any.whl": "broken <b>"}))
+    return tmp_path / "site", report
+
+
+def _yank(tmp_path: Path, mapping: dict) -> Path:
+    path = tmp_path / "yanked.yaml"
+    path.write_text("\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in mapping.items()) + "\n")
+    return path
+
+
+def test_root_page_lists_normalized_names_with_trailing_slashes(basic):
+    site, report = basic
+    html = page(site, "simple/index.html")
+    assert '<a href="foo-bar-baz/">Foo.Bar_baz</a>' in html
+    assert '<a href="flash-attn/">flash-attn</a>' in html
+    assert '<meta name="pypi:repository-version" content="1.1">' in html
+    assert report.projects == 2 and report.files == 3
+
+
+def test_project_page_links(basic):
+    site, _ = basic
+    html = page(site, "simple/foo-bar-baz/index.html")
+    wheel = site.parent / "wheels" / "foo_bar_baz-1.0-py3-none-any.whl"
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    meta_sha = hashlib.sha256((wheel.parent / (wheel.name + ".metadata")).read_bytes()).hexdigest()
+    assert (
+        f'<a href="{BASE}/foo_bar_baz-1.0-py3-none-any.whl#sha256={sha}" '
+        f'data-requires-python="&gt;=3.9,&lt;4" data-core-metadata="sha256={meta_sha}" '
+        f'data-dist-info-metadata="sha256={meta_sha}">foo_bar_baz-1.0-py3-none-any.whl</a>'
+    ) in html
+    # The yank reason is escaped like any attribute value.
+    assert 'data-yanked="broken &lt;b&gt;"' in html
+
+
+def test_local_version_plus_is_percent_encoded_in_urls(basic):
+    site, _ = basic
+    data = project_json(site, "simple/flash-attn/index.json")
+    assert data["files"][0]["url"] == f"{BASE}/flash_attn-2.8.3%2Bcu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+def test_metadata_file_is_the_wheels_metadata_beside_it(basic):
+    site, _ = basic
+    wheel = site.parent / "wheels" / "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read("flash_attn-2.8.3+cu128.torch2.8.dist-info/METADATA")
+    assert (wheel.parent / (wheel.name + ".metadata")).read_bytes() == metadata
+    entry = project_json(site, "simple/flash-attn/index.json")["files"][0]
+    assert entry["core-metadata"] == entry["dist-info-metadata"] == {"sha256": hashlib.sha256(metadata).hexdigest()}
+
+
+def test_json_pages_are_pep691_api_1_1(basic):
+    site, _ = basic
+    root = project_json(site, "simple/index.json")
+    assert root == {"meta": {"api-version": "1.1"}, "projects": [{"name": "flash-attn"}, {"name": "Foo.Bar_baz"}]}
+    data = project_json(site, "simple/foo-bar-baz/index.json")
+    assert data["meta"] == {"api-version": "1.1"} and data["name"] == "foo-bar-baz"
+    assert sorted(data["versions"]) == ["1.0", "1.1"]
+    wheel = site.parent / "wheels" / "foo_bar_baz-1.0-py3-none-any.whl"
+    first, second = data["files"]
+    assert first["size"] == wheel.stat().st_size
+    assert first["upload-time"] == "2026-01-02T03:04:05.678901Z"
+    assert first["hashes"] == {"sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    assert first["requires-python"] == ">=3.9,<4"
+    assert first["yanked"] is False and second["yanked"] == "broken <b>"
+
+
+def test_every_page_parses_with_an_independent_client(basic):
+    assert_site_valid(basic[0])
+
+
+def test_no_requires_python_attribute_when_the_wheel_has_none(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    assert "data-requires-python" not in page(tmp_path / "site", "simple/demo/index.html")
+    assert "requires-python" not in project_json(tmp_path / "site", "simple/demo/index.json")["files"][0]
+
+
+# --------------------------------------------------------------------------- variant indexes
+
+
+@pytest.mark.parametrize(
+    "local, manifest, index",
+    [
+        ("cu130.torch2.13", None, "cu130/torch2.13"),  # our label
+        ("cu128torch2.8", None, "cu128/torch2.8"),  # no separator
+        ("cu.12.8.torch.2.10", None, "cu128/torch2.10"),  # dotted
+        ("pt28cu126", None, "cu126/torch2.8"),  # PyG
+        ("cu12torch2.8cxx11abiTRUE", None, "cu12/torch2.8"),  # Dao-AILab: any CUDA 12.x
+        (None, {"cuda": "12.9", "torch": "2.8.0"}, "cu129/torch2.8"),  # manifest only
+        ("cu129.torch2.8", {"cuda": "12.9", "torch": "2.8.0", "cxx11_abi": True}, "cu129/torch2.8"),
+    ],
+)
+def test_variant_comes_from_manifest_or_label(tmp_path, local, manifest, index):
+    fn = make_wheel(tmp_path / "wheels", "ext", "1.0", local=local, manifest=manifest).name
+    report = build(tmp_path)
+    assert report.variant_indexes == (index,)
+    assert listed(tmp_path / "site", index + "/", "ext") == [fn]
+    assert listed(tmp_path / "site", "", "ext") == [fn]
+
+
+@pytest.mark.parametrize("local", [None, "cpu", "post1"])
+def test_wheels_without_cuda_identity_are_only_in_the_combined_index(tmp_path, local):
+    make_wheel(tmp_path / "wheels", "pure", "1.0", local=local, tag=ANY)
+    report = build(tmp_path)
+    assert report.variant_indexes == ()
+    assert len(listed(tmp_path / "site", "", "pure")) == 1
+
+
+def test_manifest_wins_over_an_unparsable_label(tmp_path):
+    make_wheel(tmp_path / "wheels", "ext", "1.0", local="build7", manifest={"cuda": "13.0", "torch": "2.13.0"})
+    assert build(tmp_path).variant_indexes == ("cu130/torch2.13",)
+
+
+def test_each_torch_gets_its_own_index(tmp_path):
+    w = tmp_path / "wheels"
+    for label in ("cu128.torch2.8", "cu128.torch2.9", "cu128.torch2.10"):
+        make_wheel(w, "ext", "1.0", local=label)
+    report = build(tmp_path)
+    # Numeric order: torch2.10 after torch2.9.
+    assert report.variant_indexes == ("cu128/torch2.8", "cu128/torch2.9", "cu128/torch2.10")
+    for label in ("2.8", "2.9", "2.10"):
+        assert listed(tmp_path / "site", f"cu128/torch{label}/", "ext") == [
+            f"ext-1.0+cu128.torch{label}-cp311-cp311-manylinux_2_28_x86_64.whl"
+        ]
+
+
+def test_any_cuda12_wheels_join_the_exact_12x_indexes_of_their_torch(tmp_path):
+    w = tmp_path / "wheels"
+    dao = make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiTRUE").name
+    dao312 = make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiTRUE", tag="cp312-cp312-linux_x86_64").name
+    ours = make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8").name  # exact build, cp311 only
+    other = make_wheel(w, "causal-conv1d", "1.6", local="cu126.torch2.8").name  # makes cu126/torch2.8 exist
+    make_wheel(w, "flash-attn", "2.8.3", local="cu130.torch2.8")  # CUDA 13: not a 12.x index
+    report = build(tmp_path)
+    site = tmp_path / "site"
+    assert report.variant_indexes == ("cu12/torch2.8", "cu126/torch2.8", "cu128/torch2.8", "cu130/torch2.8")
+    assert listed(site, "cu12/torch2.8/", "flash-attn") == [dao, dao312]
+    assert listed(site, "cu126/torch2.8/", "flash-attn") == [dao, dao312]
+    assert listed(site, "cu126/torch2.8/", "causal-conv1d") == [other]
+    # cu128 has an exact cp311 build: that one wins; cp312 only exists as the generic wheel.
+    assert sorted(listed(site, "cu128/torch2.8/", "flash-attn")) == sorted([ours, dao312])
+    assert dao not in listed(site, "cu130/torch2.8/", "flash-attn")
+    assert not (site / "cu129").exists()  # no index is invented for a CUDA nothing was built for
+
+
+@pytest.mark.parametrize(
+    "local, index",
+    [
+        ("cu12torch2.8cxx11abiTRUE", "cu12/torch2.8"),  # torch >= 2.7: C++11 ABI
+        ("cu12torch2.8cxx11abiFALSE", None),
+        ("cu12torch2.6cxx11abiFALSE", "cu12/torch2.6"),  # torch 2.6 on PyPI: pre-C++11 ABI
+        ("cu12torch2.6cxx11abiTRUE", None),
+        ("cu124.torch2.6.cxx11abi0", "cu124/torch2.6"),
+        ("cu126.torch2.6", "cu126/torch2.6"),  # no ABI stated: trusted
+    ],
+)
+def test_cxx11_abi_must_match_the_official_torch(tmp_path, local, index):
+    fn = make_wheel(tmp_path / "wheels", "ext", "1.0", local=local).name
+    report = build(tmp_path)
+    assert report.variant_indexes == ((index,) if index else ())
+    assert listed(tmp_path / "site", "", "ext") == [fn]
+
+
+def test_official_abi_table():
+    assert idx.official_cxx11_abi("12.8", "2.7") and idx.official_cxx11_abi("13.0", "2.13")
+    assert idx.official_cxx11_abi("12.6", "2.6") and not idx.official_cxx11_abi("12.4", "2.6")
+    assert not idx.official_cxx11_abi("12", "2.6")
+
+
+def test_place_variants_is_pure():
+    e = load_entry("ext-1.0+cu128.torch2.8-py3-none-any.whl", Variant("12.8", "2.8"))
+    assert idx.place_variants([e]) == {Variant("12.8", "2.8"): [e]}
+
+
+def load_entry(filename: str, variant: Variant | None):
+    from tools.ledger import Entry
+
+    return Entry(filename, "ext", filename.split("-")[1], f"{BASE}/{filename}", "0" * 64, 1, "t", None, "1" * 64, variant)
+
+
+# --------------------------------------------------------------------------- ledger, incremental
+
+
+def test_a_new_batch_keeps_everything_published_before(tmp_path):
+    w1, w2 = tmp_path / "batch1", tmp_path / "batch2"
+    old = make_wheel(w1, "demo", "1.0", tag=ANY).name
+    build(tmp_path, wheels_dir=w1)
+    later = datetime(2026, 2, 1, tzinfo=timezone.utc)
+    new = make_wheel(w2, "demo", "2.0", tag=ANY).name
+    report = build(tmp_path, wheels_dir=w2, base_url="https://elsewhere/v2", init_ledger=False, now=later)
+    assert report.added == (new,) and report.files == 2
+    files = {f["filename"]: f for f in project_json(tmp_path / "site", "simple/demo/index.json")["files"]}
+    assert files[old]["url"] == f"{BASE}/{old}"  # where it was published, not the new base URL
+    assert files[old]["upload-time"] == "2026-01-02T03:04:05.678901Z"
+    assert files[new]["url"] == f"https://elsewhere/v2/{new}"
+    assert files[new]["upload-time"] == "2026-02-01T00:00:00.000000Z"
+    assert sorted(load_ledger(tmp_path / "ledger.json")) == sorted([old, new])
+    assert_site_valid(tmp_path / "site")
+
+
+def test_ledger_holds_everything_needed_to_render(tmp_path):
+    make_wheel(tmp_path / "wheels", "ext", "1.0", local="cu128.torch2.8", requires_python=">=3.10")
+    build(tmp_path)
+    site_before = {p.relative_to(tmp_path / "site"): p.read_bytes() for p in (tmp_path / "site").rglob("*") if p.is_file()}
+    shutil.rmtree(tmp_path / "wheels")
+    build(tmp_path, init_ledger=False)  # no wheel files at all now
+    site_after = {p.relative_to(tmp_path / "site"): p.read_bytes() for p in (tmp_path / "site").rglob("*") if p.is_file()}
+    assert site_after == site_before
+
+
+def test_same_name_other_bytes_is_refused_and_nothing_changes(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    before = {p: p.read_bytes() for p in [tmp_path / "ledger.json", *(tmp_path / "site").rglob("*.html")]}
+    (w / fn).unlink()
+    (w / (fn + ".metadata")).unlink()
+    make_wheel(w, "demo", "1.0", tag=ANY, requires_dist=["numpy"])  # rebuilt, same name
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    with pytest.raises(IndexBuildError, match="files are immutable") as exc:
+        build(tmp_path, init_ledger=False)
+    assert fn in str(exc.value) and "published with" in str(exc.value)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (w / "demo-2.0-py3-none-any.whl.metadata").exists()  # nothing written for the batch
+
+
+def test_known_files_are_not_hashed_again(tmp_path, monkeypatch):
+    w = tmp_path / "wheels"
+    for v in ("1.0", "1.1", "1.2"):
+        make_wheel(w, "demo", v, tag=ANY)
+    assert build(tmp_path).hashed == 3
+    reads = []
+    real_inspect, real_hash = idx.inspect_wheel, idx.hash_file
+    monkeypatch.setattr(idx, "inspect_wheel", lambda p, **kw: reads.append(p.name) or real_inspect(p, **kw))
+    monkeypatch.setattr(idx, "hash_file", lambda p: reads.append(p.name) or real_hash(p))
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    report = build(tmp_path, init_ledger=False)
+    assert report.hashed == 1 and reads == ["demo-2.0-py3-none-any.whl"]
+    # A touched file is hashed again, found unchanged, and stays published as it was.
+    os.utime(w / "demo-1.0-py3-none-any.whl", ns=(1, 1))
+    reads.clear()
+    report = build(tmp_path, init_ledger=False)
+    assert reads == ["demo-1.0-py3-none-any.whl"] and report.added == () and report.files == 4
+
+
+def test_missing_metadata_file_of_a_known_wheel_is_restored(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    content = (w / (fn + ".metadata")).read_bytes()
+    (w / (fn + ".metadata")).unlink()
+    build(tmp_path, init_ledger=False)
+    assert (w / (fn + ".metadata")).read_bytes() == content
+
+
+def test_yanked_files_are_marked_on_every_page_listing_them(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "ext", "1.0", local="cu128.torch2.8").name
+    make_wheel(w, "ext", "1.1", local="cu128.torch2.8")
+    build(tmp_path, yanked_path=_yank(tmp_path, {fn: ""}))
+    for prefix in ("", "cu128/torch2.8/"):
+        html = page(tmp_path / "site", f"{prefix}simple/ext/index.html")
+        assert html.count("data-yanked") == 1 and 'data-yanked=""' in html
+        yanked = {f["filename"]: f["yanked"] for f in project_json(tmp_path / "site", f"{prefix}simple/ext/index.json")["files"]}
+        assert yanked[fn] is True  # no reason: JSON says true
+        assert sum(1 for v in yanked.values() if v) == 1
+
+
+def test_yank_list_errors(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    with pytest.raises(IndexBuildError, match="never published: demo-9.0"):
+        build(tmp_path, yanked_path=_yank(tmp_path, {"demo-9.0-py3-none-any.whl": "typo"}))
+    (tmp_path / "yanked.yaml").write_text("- a list\n")
+    with pytest.raises(IndexBuildError, match="must be a mapping"):
+        build(tmp_path, yanked_path=tmp_path / "yanked.yaml")
+
+
+def test_the_repository_yank_list_and_ledger_start_empty():
+    assert idx.load_yanked(ROOT / "index" / "yanked.yaml") == {}
+    assert load_ledger(ROOT / "index" / "ledger.json") == {}
+
+
+def test_removal_is_explicit(tmp_path):
+    w = tmp_path / "wheels"
+    gone = make_wheel(w, "demo", "1.0", tag=ANY).name
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    build(tmp_path)
+    # A ledger that lost an entry (a wrong --ledger, a bad merge) can't shrink the site.
+    shutil.rmtree(w)
+    with pytest.raises(IndexBuildError, match="publishes 2 file.*the ledger doesn.t have: demo-1.0") as exc:
+        build(tmp_path, ledger_path=tmp_path / "other.json")
+    assert "--remove" in str(exc.value)
+    report = build(tmp_path, init_ledger=False, remove=[gone])
+    assert report.removed == (gone,) and report.files == 1
+    assert gone not in load_ledger(tmp_path / "ledger.json")
+    assert listed(tmp_path / "site", "", "demo") == ["demo-2.0-py3-none-any.whl"]
+    with pytest.raises(IndexBuildError, match="no such file"):
+        build(tmp_path, init_ledger=False, remove=["nope-1.0-py3-none-any.whl"])
+
+
+def test_missing_ledger_is_refused_without_init(tmp_path):
+    with pytest.raises(IndexBuildError, match="does not exist"):
+        build(tmp_path, init_ledger=False)
+    assert not (tmp_path / "site").exists()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    good = make_wheel(w, "good", "1.0", tag=ANY).name
+    make_wheel(w, "renamed", "1.0", tag=ANY, metadata_name="other")
+    make_wheel(w, "relabelled", "1.0", local="cu128.torch2.8", tag=ANY, metadata_version="1.0")
+    make_wheel(w, "nometa", "1.0", tag=ANY, omit_metadata=True)
+    make_wheel(w, "liar", "1.0", local="cu128.torch2.8", tag=ANY, manifest={"cuda": "13.0", "torch": "2.13"})
+    (w / "broken-1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 not really a zip")
+    (w / "not_a_wheel.whl").write_bytes(b"")
+    (w / "demo-1.0.tar.gz").write_bytes(b"")
+    rc = idx.main([
+        "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+        "--ledger", str(tmp_path / "ledger.json"), "--init-ledger", "--yanked", str(tmp_path / "none.yaml"),
+    ])
+    err = capsys.readouterr().err
+    assert rc == 11
+    reasons = dict(re.findall(r"^  (\S+): (.*)$", err, re.M))
+    assert reasons == {
+        "broken-1.0-py3-none-any.whl": reasons["broken-1.0-py3-none-any.whl"],
+        "demo-1.0.tar.gz": "not a wheel: only .whl files are indexed",
+        "liar-1.0+cu128.torch2.8-py3-none-any.whl": reasons["liar-1.0+cu128.torch2.8-py3-none-any.whl"],
+        "nometa-1.0-py3-none-any.whl": reasons["nometa-1.0-py3-none-any.whl"],
+        "not_a_wheel.whl": reasons["not_a_wheel.whl"],
+        "relabelled-1.0+cu128.torch2.8-py3-none-any.whl": reasons["relabelled-1.0+cu128.torch2.8-py3-none-any.whl"],
+        "renamed-1.0-py3-none-any.whl": reasons["renamed-1.0-py3-none-any.whl"],
+    }
+    assert reasons["broken-1.0-py3-none-any.whl"].startswith("unreadable zip")
+    assert "build manifest says CUDA 13.0" in reasons["liar-1.0+cu128.torch2.8-py3-none-any.whl"]
+    assert reasons["nometa-1.0-py3-none-any.whl"].startswith("no METADATA")
+    assert reasons["not_a_wheel.whl"].startswith("invalid wheel filename")
+    assert "METADATA Version '1.0' disagrees" in reasons["relabelled-1.0+cu128.torch2.8-py3-none-any.whl"]
+    assert "METADATA Name 'other' disagrees" in reasons["renamed-1.0-py3-none-any.whl"]
+    assert sorted(load_ledger(tmp_path / "ledger.json")) == [good]
+    assert listed(tmp_path / "site", "", "good") == [good]
+    assert_site_valid(tmp_path / "site")
+
+
+def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
+    make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
+    rc = idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+                   "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger",
+                   "--yanked", str(tmp_path / "none.yaml")])
+    assert rc == 0
+    assert "1 files in 1 projects" in capsys.readouterr().out
+
+
+def test_metadata_header_parser():
+    text = b"Metadata-Version: 2.1\nName: a\nVersion: 1\nRequires-Python: >=3.9\nDescription: x\n  more\n\nbody: no"
+    assert idx.parse_metadata_headers(text) == {
+        "metadata-version": "2.1", "name": "a", "version": "1", "requires-python": ">=3.9", "description": "x",
+    }
+
+
+# --------------------------------------------------------------------------- atomic output
+
+
+def _snapshot(site: Path) -> dict:
+    return {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+
+
+def test_a_failed_write_leaves_the_previous_site(tmp_path, monkeypatch):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    before = _snapshot(tmp_path / "site")
+    make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY)
+
+    real = idx.write_tree
+
+    def half_then_die(root, pages):
+        items = list(pages.items())
+        real(root, dict(items[: len(items) // 2]))
+        raise KeyboardInterrupt  # as if killed halfway through writing
+
+    monkeypatch.setattr(idx, "write_tree", half_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        build(tmp_path, init_ledger=False)
+    assert _snapshot(tmp_path / "site") == before
+    assert [p.name for p in tmp_path.iterdir() if ".new-" in p.name] == []
+
+
+def test_fallback_swap_without_renameat2_and_recovery(tmp_path, monkeypatch):
+    monkeypatch.setattr(idx, "_exchange", lambda a, b: False)
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY)
+    build(tmp_path, init_ledger=False)
+    assert len(listed(tmp_path / "site", "", "demo")) == 2
+    # A run killed between the two renames leaves the old site at .site.old: the next run restores it.
+    os.rename(tmp_path / "site", tmp_path / ".site.old")
+    (tmp_path / ".site.new-x").mkdir()
+    idx.recover(tmp_path / "site")
+    assert len(listed(tmp_path / "site", "", "demo")) == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [
+        ".site.hashcache.json", ".site.lock",
+    ]
+
+
+def test_refuses_to_replace_a_directory_it_did_not_make(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "precious.txt").write_text("keep me")
+    with pytest.raises(IndexBuildError, match="refusing to replace"):
+        build(tmp_path)
+    assert (tmp_path / "site" / "precious.txt").read_text() == "keep me"
+
+
+def test_a_second_concurrent_build_is_refused(tmp_path):
+    import fcntl
+
+    with open(tmp_path / ".site.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(IndexBuildError, match="another index build"):
+            build(tmp_path)
+
+
+def test_site_survives_being_killed_at_any_moment(tmp_path):
+    """SIGKILL a real build at several moments: the site is always the old one or the new one."""
+    w = tmp_path / "wheels"
+    for i in range(60):
+        make_wheel(w, f"proj{i % 6}", f"1.{i}", local=f"cu12{i % 3}.torch2.{7 + i % 2}", tag=ANY)
+    cmd = [sys.executable, "-m", "tools.index", "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"),
+           "--base-url", BASE, "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
+           "--yanked", str(tmp_path / "none.yaml")]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=60, capture_output=True)
+    extra = 0
+    for delay in (0.05, 0.15, 0.25, 0.35, 0.45, 0.6):
+        make_wheel(w, "late", f"1.{extra}", tag=ANY)
+        extra += 1
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert_site_valid(tmp_path / "site")
+        published = set(json.loads((tmp_path / "site" / "ledger.json").read_text())["files"])
+        assert published <= set(load_ledger(tmp_path / "ledger.json"))  # the site never lists what the ledger lacks
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=60, capture_output=True)
+    assert len(listed(tmp_path / "site", "", "late")) == extra
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [
+        ".site.hashcache.json", ".site.lock",
+    ]
+
+
+# --------------------------------------------------------------------------- the page for people
+
+
+def test_home_page_has_matrix_and_commands(tmp_path):
+    w = tmp_path / "wheels"
+    make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8")
+    make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_28_x86_64")
+    make_wheel(w, "flash-attn", "2.8.2", local="cu128.torch2.8")
+    make_wheel(w, "flash-attn", "2.8.3", local="cu130.torch2.13")
+    build(tmp_path, site_url="https://wheels.example/")
+    html = page(tmp_path / "site", "index.html")
+    url = "https://wheels.example/cu128/torch2.8/simple/"
+    assert f'pip install flash-attn --extra-index-url <span class="site">https://wheels.example/</span>cu128/torch2.8/simple/' in html
+    assert "uv pip install flash-attn --extra-index-url" in html
+    assert '[[tool.uv.index]]\nname = "cuwheels-cu128-torch2.8"' in html
+    assert 'flash-attn = { index = "cuwheels-cu128-torch2.8" }' in html
+    assert "explicit = true" in html and url.split("/cu")[0] in html
+    # 2.8.2 exists for cu128/torch2.8 on 3.11 only; for cu130/torch2.13 not at all.
+    row = re.search(r"<tr><td>2\.8\.2</td>(.*?)</tr>", html).group(1)
+    assert row == ('<td><span class="py yes">3.11</span><span class="py no">3.12</span></td>'
+                   '<td class="none">—</td>')
+    assert "<script>" not in html  # the site URL was given: nothing to fill in
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+def test_home_page_in_a_headless_browser(tmp_path):
+    from tools.serve import make_server
+    import threading
+
+    w = tmp_path / "wheels"
+    for label in ("cu128.torch2.8", "cu130.torch2.13", "cu12torch2.8cxx11abiTRUE"):
+        make_wheel(w, "flash-attn", "2.8.3", local=label)
+    make_wheel(w, "pure", "1.0", tag=ANY)
+    build(tmp_path, base_url="/files")
+    server = make_server(tmp_path / "site", w)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    try:
+        dom = subprocess.run(
+            [_chromium(), *flags, f"--user-data-dir={tmp_path / 'profile1'}", "--dump-dom", server.url + "/"],
+            capture_output=True, text=True, timeout=60,
+        ).stdout
+        shot = tmp_path / "home.png"
+        subprocess.run(
+            [_chromium(), *flags, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1280,1400",
+             f"--screenshot={shot}", server.url + "/"],
+            capture_output=True, timeout=60,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Built without --site-url: the page's script fills in its own address.
+    assert f"pip install flash-attn --extra-index-url <span class=\"site\">{server.url}/</span>cu128/torch2.8/simple/" in dom
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (1280, 1400)
+    assert len(png) > 20_000  # a blank page compresses to a few KB

@@ -1,0 +1,114 @@
+"""tools.ledger: the record of everything published, its format and its atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from tools.errors import IndexBuildError
+from tools.ledger import (
+    Entry,
+    atomic_write,
+    dump_ledger,
+    entry_from_json,
+    load_ledger,
+    parse_ledger,
+    write_ledger,
+)
+from tools.variant import Variant
+
+SHA = "a" * 64
+
+
+def entry(filename: str = "demo-1.0-py3-none-any.whl", **changes) -> Entry:
+    fields = dict(
+        filename=filename, name="demo", version="1.0", url=f"https://h/{filename}", sha256=SHA,
+        size=10, upload_time="2026-01-02T03:04:05.000000Z", requires_python=">=3.9",
+        metadata_sha256="b" * 64, variant=Variant("12.8", "2.8", True),
+    )
+    fields.update(changes)
+    return Entry(**fields)
+
+
+def test_round_trip_keeps_every_field():
+    entries = {e.filename: e for e in (entry(), entry("demo-2.0-py3-none-any.whl", variant=None, requires_python=None))}
+    assert parse_ledger(dump_ledger(entries)) == entries
+
+
+def test_one_line_per_file_sorted_by_filename():
+    # A diff of the ledger must show exactly which files were published or deleted.
+    entries = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl")}
+    lines = dump_ledger(entries).splitlines()
+    assert lines[0] == '{"schema": 1, "files": {'
+    assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
+    assert lines[3] == "}}"
+    assert json.loads(dump_ledger(entries))["schema"] == 1
+
+
+def test_empty_ledger_is_valid_json():
+    assert parse_ledger(dump_ledger({})) == {}
+
+
+def test_missing_ledger_is_refused_unless_asked_for(tmp_path):
+    with pytest.raises(IndexBuildError, match="does not exist") as exc:
+        load_ledger(tmp_path / "nope.json")
+    assert "--init-ledger" in str(exc.value)
+    assert load_ledger(tmp_path / "nope.json", init=True) == {}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sha256": "ABC"}, "not a lowercase hex sha256"),  # hashes are compared as text
+        ({"size": -1}, "byte count"),
+        ({"size": True}, "byte count"),  # bool is an int in Python
+        ({"url": ""}, "non-empty string"),
+        ({"variant": {"cuda": "12.8"}}, "'variant' must be null or"),
+        ({"extra": 1}, "unknown keys"),
+        ({"requires_python": 3}, "string or null"),
+    ],
+)
+def test_bad_entries_name_the_file_and_the_field(change, message):
+    data = entry().to_json() | change
+    with pytest.raises(IndexBuildError, match=message) as exc:
+        entry_from_json("demo-1.0-py3-none-any.whl", data, source="index/ledger.json")
+    assert "index/ledger.json: entry 'demo-1.0-py3-none-any.whl'" in str(exc.value)
+
+
+def test_missing_key_is_named():
+    data = entry().to_json()
+    del data["metadata_sha256"]
+    with pytest.raises(IndexBuildError, match=r"missing keys \['metadata_sha256'\]"):
+        entry_from_json("x.whl", data)
+
+
+@pytest.mark.parametrize("text", ["[]", '{"schema": 2, "files": {}}', '{"schema": 1}', "{"])
+def test_other_documents_are_refused(text):
+    with pytest.raises(IndexBuildError):
+        parse_ledger(text, source="L")
+
+
+def test_write_ledger_replaces_atomically(tmp_path):
+    path = tmp_path / "index" / "ledger.json"
+    write_ledger(path, {"demo-1.0-py3-none-any.whl": entry()})
+    write_ledger(path, {})
+    assert load_ledger(path) == {}
+    assert [p.name for p in path.parent.iterdir()] == ["ledger.json"]  # no temporary left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(b"old")
+
+    def fail(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]

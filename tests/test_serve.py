@@ -1,0 +1,345 @@
+"""tools.serve, and the real clients (pip, uv, pypi-simple) installing from the served index.
+
+Every server here runs in a thread of the test process and is shut down by its fixture; every
+client runs with a timeout, an isolated configuration and no cache.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from pypi_simple import ACCEPT_HTML_ONLY, ACCEPT_JSON_ONLY, PyPISimple
+from wheelfactory import make_wheel
+
+from tools import ROOT
+from tools.index import build_index
+from tools.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
+
+ANY = "py3-none-any"
+CLIENT_TIMEOUT = 120
+
+
+# --------------------------------------------------------------------------- negotiation
+
+
+@pytest.mark.parametrize(
+    "accept, expected",
+    [
+        (None, TEXT_HTML),  # no header: HTML, as a static host would answer
+        ("*/*", TEXT_HTML),  # curl: ties go to HTML
+        # pip 26's header
+        (f"{JSON_V1}, {HTML_V1}; q=0.1, text/html; q=0.01", JSON_V1),
+        # uv's header
+        (f"{JSON_V1}, {HTML_V1};q=0.2, text/html;q=0.01", JSON_V1),
+        ("application/vnd.pypi.simple.latest+json", JSON_V1),  # PyPI's alias
+        (HTML_V1, HTML_V1),
+        (f"{JSON_V1};q=0.5, text/html", TEXT_HTML),
+        ("text/html,application/xhtml+xml,*/*;q=0.8", TEXT_HTML),  # a browser
+        (f"{JSON_V1};q=0, */*;q=0.1", TEXT_HTML),  # q=0 means "not this one"
+        ("image/png", None),  # nothing we serve: 406
+        (f"{JSON_V1};q=zz", None),  # a broken q-value counts as 0
+    ],
+)
+def test_negotiate(accept, expected):
+    assert negotiate(accept) == expected
+
+
+# --------------------------------------------------------------------------- the server
+
+
+@pytest.fixture(scope="module")
+def demo_index(tmp_path_factory) -> Path:
+    """An index exercising what the clients must handle: dependencies, yanks, variants."""
+    root = tmp_path_factory.mktemp("index")
+    w = root / "wheels"
+    for v in ("1.0", "1.5", "2.0"):
+        make_wheel(w, "demo-lib", v, tag=ANY)
+    make_wheel(w, "demo-app", "1.0", tag=ANY, requires_dist=["demo-lib"])
+    make_wheel(w, "demo-app", "2.0", tag=ANY, requires_dist=["demo-lib<2"])
+    # Unsatisfiable: the resolver must read its metadata and go back to 2.0.
+    make_wheel(w, "demo-app", "3.0", tag=ANY, requires_dist=["demo-lib>=9"])
+    make_wheel(w, "demo-yank", "1.0", tag=ANY)
+    make_wheel(w, "demo-yank", "1.1", tag=ANY)
+    for label in ("cu128.torch2.8", "cu128.torch2.9", "cu130.torch2.13", "cu12torch2.9cxx11abiTRUE"):
+        make_wheel(w, "demo-ext", "1.0", local=label, tag=ANY)
+    make_wheel(w, "demo-py", "1.0", tag=ANY, requires_python=">=3.99")  # never installable
+    (root / "yanked.yaml").write_text('demo_yank-1.1-py3-none-any.whl: "broken <build>"\n')
+    build_index(
+        wheels_dir=w, output_dir=root / "site", base_url="/files", ledger_path=root / "ledger.json",
+        yanked_path=root / "yanked.yaml", init_ledger=True,
+    )
+    return root
+
+
+class Running:
+    """A server in a thread, with its request log."""
+
+    def __init__(self, root: Path, *, negotiate: bool = True):
+        self.log = root / f"requests-{time.monotonic_ns()}.log"
+        self.server = make_server(root / "site", root / "wheels", negotiate=negotiate, log_path=self.log)
+        self.url = self.server.url
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+    def requests(self) -> list[str]:
+        """``METHOD PATH STATUS`` lines logged so far; each call only returns the new ones."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        new, self._seen = lines[getattr(self, "_seen", 0):], len(lines)
+        return new
+
+
+@pytest.fixture(scope="module", params=["negotiating", "static"])
+def server(request, demo_index) -> Iterator[Running]:
+    """The demo index served with content negotiation (JSON to pip/uv) and like a static host (HTML)."""
+    running = Running(demo_index, negotiate=request.param == "negotiating")
+    running.mode = request.param
+    yield running
+    running.stop()
+
+
+def get(url: str, path: str, headers: dict | None = None, method: str = "GET") -> http.client.HTTPResponse:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request(method, path, headers=headers or {})
+    resp = conn.getresponse()
+    resp.body = resp.read()
+    conn.close()
+    return resp
+
+
+@pytest.fixture(scope="module")
+def negotiating(demo_index) -> Iterator[Running]:
+    running = Running(demo_index)
+    yield running
+    running.stop()
+
+
+def test_json_for_json_clients_html_for_others(negotiating):
+    resp = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1})
+    assert resp.status == 200 and resp.getheader("Content-Type") == JSON_V1
+    assert resp.getheader("Vary") == "Accept"
+    assert json.loads(resp.body)["meta"]["api-version"] == "1.1"
+    resp = get(negotiating.url, "/simple/demo-lib/")
+    assert resp.getheader("Content-Type") == "text/html; charset=utf-8" and b"<html>" in resp.body
+    resp = get(negotiating.url, "/simple/demo-lib/", {"Accept": HTML_V1})
+    assert resp.getheader("Content-Type") == HTML_V1
+    resp = get(negotiating.url, f"/simple/?format={JSON_V1}")
+    assert json.loads(resp.body)["projects"]
+    assert get(negotiating.url, "/simple/", {"Accept": "image/png"}).status == 406
+    head = get(negotiating.url, "/simple/", {"Accept": JSON_V1}, method="HEAD")
+    assert head.status == 200 and head.body == b"" and int(head.getheader("Content-Length")) > 0
+
+
+def test_static_mode_always_answers_html(demo_index):
+    running = Running(demo_index, negotiate=False)
+    try:
+        resp = get(running.url, "/simple/", {"Accept": JSON_V1})
+        assert resp.getheader("Content-Type") == "text/html; charset=utf-8"
+        # The JSON is still there, at its documented path.
+        resp = get(running.url, "/simple/demo-lib/index.json")
+        assert resp.getheader("Content-Type") == JSON_V1
+    finally:
+        running.stop()
+
+
+def test_paths(negotiating):
+    resp = get(negotiating.url, "/simple/demo-lib")
+    assert resp.status == 301 and resp.getheader("Location") == "/simple/demo-lib/"
+    wheel = get(negotiating.url, "/files/demo_lib-1.0-py3-none-any.whl")
+    assert wheel.status == 200 and wheel.body[:2] == b"PK"
+    meta = get(negotiating.url, "/files/demo_lib-1.0-py3-none-any.whl.metadata")
+    assert meta.status == 200 and meta.body.startswith(b"Metadata-Version")
+    plus = get(negotiating.url, "/files/demo_ext-1.0%2Bcu128.torch2.8-py3-none-any.whl")
+    assert plus.status == 200
+    assert get(negotiating.url, "/files/").status == 404  # no listing of the wheels directory
+    assert get(negotiating.url, "/files/../ledger.json").status == 404  # not the site through /files/
+    assert get(negotiating.url, "/../../etc/passwd").status == 404
+    assert get(negotiating.url, "/simple/nope/").status == 404
+    home = get(negotiating.url, "/")
+    assert home.status == 200 and b"Coverage" in home.body
+    log = negotiating.requests()
+    assert "GET /files/demo_lib-1.0-py3-none-any.whl 200" in log
+    assert "GET /simple/demo-lib 301" in log
+
+
+def test_pypi_simple_client_reads_both_forms_and_verifies_metadata(server):
+    accept = ACCEPT_JSON_ONLY if server.mode == "negotiating" else ACCEPT_HTML_ONLY
+    with PyPISimple(endpoint=server.url + "/simple/", accept=accept) as client:
+        assert "demo-ext" in client.get_index_page().projects
+        page = client.get_project_page("demo_lib")  # normalized by the client
+        assert [p.version for p in page.packages] == ["1.0", "1.5", "2.0"]
+        for pkg in page.packages:
+            assert pkg.has_metadata
+            # Downloads <wheel>.metadata and checks it against data-core-metadata.
+            assert "Name: demo-lib" in client.get_package_metadata(pkg)
+        yank = client.get_project_page("demo-yank").packages[1]
+        assert yank.is_yanked and yank.yanked_reason == "broken <build>"
+
+
+def test_serve_command_stops_by_itself(demo_index, tmp_path):
+    log = tmp_path / "req.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--files",
+         str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--quiet", "--exit-after", "20"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:")
+        url = line.split()[1].rstrip("/")
+        assert get(url, "/simple/", {"Accept": JSON_V1}).getheader("Content-Type") == JSON_V1
+        proc.terminate()
+        assert proc.wait(timeout=20) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+    assert log.read_text().startswith("GET /simple/ 200")
+
+
+def test_serve_command_refuses_a_missing_site(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tools.serve", "--site", str(tmp_path / "nope")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "does not exist" in proc.stderr
+
+
+# --------------------------------------------------------------------------- pip and uv
+
+
+def _clean_env() -> dict[str, str]:
+    # The machine's pip configuration (find-links, extra index URLs) must not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _uv() -> str:
+    candidate = Path(sys.executable).parent / "uv"
+    if candidate.exists():
+        return str(candidate)
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+@pytest.fixture
+def venv(tmp_path) -> Path:
+    """A fresh virtual environment without pip (pip runs from outside with --python)."""
+    path = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
+    return path
+
+
+def installed(venv: Path) -> dict[str, str]:
+    """``{distribution: version}`` installed in ``venv``."""
+    found = {}
+    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
+        name, version = info.name[: -len(".dist-info")].split("-", 1)
+        found[name] = version
+    return found
+
+
+def install(client: str, venv: Path, index_url: str, *requirements: str) -> subprocess.CompletedProcess:
+    if client == "pip":
+        cmd = [sys.executable, "-m", "pip", "--isolated", "--python", str(venv / "bin" / "python"), "install",
+               "--no-cache-dir", "--no-input", "--index-url", index_url, *requirements]
+    else:
+        cmd = [_uv(), "pip", "install", "--no-config", "--no-cache", "--python", str(venv / "bin" / "python"),
+               "--index-url", index_url, *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=_clean_env(), cwd=venv)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def downloaded_wheels(log: list[str]) -> list[str]:
+    """Wheel file names fetched, according to the server's request log."""
+    paths = (unquote(line.split()[1]) for line in log)
+    return sorted(p.rsplit("/", 1)[1] for p in paths if p.endswith(".whl"))
+
+
+CLIENTS = ["pip", "uv"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_dependency_resolution_reads_metadata_files_not_wheels(client, server, venv):
+    """demo-app 3.0 is unsatisfiable: its metadata is read from .metadata, its wheel never fetched."""
+    server.requests()
+    install(client, venv, server.url + "/simple/", "demo-app")
+    assert installed(venv) == {"demo_app": "2.0", "demo_lib": "1.5"}
+    log = server.requests()
+    assert downloaded_wheels(log) == ["demo_app-2.0-py3-none-any.whl", "demo_lib-1.5-py3-none-any.whl"]
+    assert any("demo_app-3.0-py3-none-any.whl.metadata 200" in line for line in log)
+    assert not [line for line in log if not line.endswith(" 200")]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_yanked_file_is_skipped_for_a_range(client, server, venv):
+    install(client, venv, server.url + "/simple/", "demo-yank>=1.0")
+    assert installed(venv) == {"demo_yank": "1.0"}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_yanked_file_is_installed_for_an_exact_pin(client, server, venv):
+    install(client, venv, server.url + "/simple/", "demo-yank==1.1")
+    assert installed(venv) == {"demo_yank": "1.1"}
+
+
+@pytest.mark.parametrize(
+    "client, index, version",
+    [
+        ("pip", "cu128/torch2.9/simple/", "1.0+cu128.torch2.9"),
+        ("uv", "cu128/torch2.9/simple/", "1.0+cu128.torch2.9"),
+        ("pip", "cu128/torch2.8/simple/", "1.0+cu128.torch2.8"),
+        ("uv", "cu130/torch2.13/simple/", "1.0+cu130.torch2.13"),
+        # The combined index holds every torch build: the highest label wins, whatever torch is installed.
+        ("pip", "simple/", "1.0+cu130.torch2.13"),
+    ],
+)
+def test_a_variant_index_picks_the_build_for_its_torch(client, index, version, server, venv):
+    server.requests()
+    install(client, venv, f"{server.url}/{index}", "demo-ext")
+    assert installed(venv) == {"demo_ext": version}
+    assert downloaded_wheels(server.requests()) == [f"demo_ext-{version}-py3-none-any.whl"]
+
+
+def test_uv_project_snippet_from_the_front_page_works(demo_index, negotiating, tmp_path):
+    """The [tool.uv.index] + [tool.uv.sources] text on index.html, pasted into a project, resolves."""
+    import html
+    import re
+
+    page = (demo_index / "site" / "index.html").read_text()
+    section = re.search(r'<details[^>]*id="cuwheels-cu128-torch2.9">(.*?)</details>', page, re.S).group(1)
+    snippet = html.unescape(re.sub(r"<[^>]+>", "", re.findall(r"<pre>(.*?)</pre>", section, re.S)[-1]))
+    snippet = snippet.replace('url = "', f'url = "{negotiating.url}/', 1)  # the page's script does this in a browser
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "consumer"\nversion = "0"\nrequires-python = ">=3.10"\n'
+        'dependencies = ["demo-ext"]\n\n' + snippet
+    )
+    env = _clean_env()
+    proc = subprocess.run(
+        [_uv(), "lock", "--no-cache", "--default-index", f"{negotiating.url}/simple/", "--python", sys.executable],
+        cwd=project, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lock = (project / "uv.lock").read_text()
+    assert 'version = "1.0+cu128.torch2.9"' in lock
+    assert f'registry = "{negotiating.url}/cu128/torch2.9/simple/"' in lock
