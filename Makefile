@@ -32,7 +32,7 @@ test-slow: setup
 
 ## demo: build causal_conv1d for this machine, index it, serve it, pip install it, import it
 demo: setup
-	$(PY) -m tools.demo
+	$(PY) -m tools.demo $(ARGS)
 
 ## index: emit the package index from WHEELS_DIR into INDEX_DIR
 index: setup

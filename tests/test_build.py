@@ -1,0 +1,245 @@
+"""End to end: a real sdist through every pipeline step with the host backend and real nvcc.
+
+The fixture is tinyext (tests/fixtures/tinyext), a real torch CUDA extension small enough to
+compile in a few minutes on two cores; its recipe lives in a temporary recipes folder checked
+against the real compatibility table. Bad inputs are checked through the same command line a
+person uses (``python -m tools.build``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.make_tinyext_sdist import make_sdist
+from tools import ROOT
+from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
+from tools.manifest import read_manifest
+from tools.source import sha256_file
+from tools.table import load_table
+
+PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: cuwheels <cuwheels@example.invalid>
+Subject: [PATCH] Mark the package as built from a patched tree
+
+Why: exercises the patch step of the pipeline end to end.
+Upstream: not applicable (test fixture).
+---
+ tinyext/__init__.py | 1 +
+ 1 file changed, 1 insertion(+)
+
+--- a/tinyext/__init__.py
++++ b/tinyext/__init__.py
+@@ -8,3 +8,4 @@ add_one = tinyext_cuda.add_one
+
+ __all__ = ["add_one"]
+ __version__ = "0.1.0"
++PATCHED_BY_RECIPE = True
+"""
+
+BREAK_PATCH = """From: cuwheels <cuwheels@example.invalid>
+Subject: [PATCH] Break the kernel (test of compile failures)
+
+---
+--- a/csrc/add_one.cu
++++ b/csrc/add_one.cu
+@@ -1,1 +1,2 @@
++#error "deliberately broken by the test recipe"
+"""
+
+
+def _recipe(sdist: Path, **changes) -> dict:
+    table = load_table()
+    cuda = next(c for c in reversed(table.cuda) if "90" in table.cuda[c].archs
+                and any(table.torch[s].pypi_cuda == c for s in table.torch_for_cuda(c)))
+    torch = next(s for s in reversed(table.torch_for_cuda(cuda))
+                 if table.torch[s].pypi_cuda == cuda)
+    data = {
+        "schema": 1,
+        "package": "tinyext",
+        "summary": "Test fixture: a tiny torch CUDA extension",
+        "source": {"pypi": "tinyext", "version": "0.1.0", "sdist": sdist.name,
+                   "sha256": sha256_file(sdist),
+                   "url": f"https://files.example.invalid/{sdist.name}"},
+        "imports": ["tinyext_cuda", "tinyext"],
+        "python": ">=3.9",
+        "cuda": {cuda: {"torch": [torch], "reason": "the registry's torch is built for it"}},
+        "archs": {"*": ["90"]},
+        "arch_env": {"name": "TINYEXT_CUDA_ARCHS", "style": "plain",
+                     "reason": "setup.py turns it into -gencode flags"},
+        "env": {},
+        "build": {"isolation": False,
+                  "requires": [{"requirement": "ninja", "reason": "parallel compiles"},
+                               {"requirement": "setuptools", "reason": "the build backend"},
+                               {"requirement": "wheel", "reason": "bdist_wheel"}],
+                  "job_memory_gib": 1.5, "job_memory_reason": "measured: ~1.2 GiB per job"},
+        "patches": [{"file": "0001-Mark-patched.patch", "reason": "exercise the patch step",
+                     "upstream": "not applicable"}],
+    }
+    data.update(changes)
+    return data
+
+
+def _write(root: Path, data: dict, patches: dict[str, str]) -> Path:
+    folder = root / data["package"]
+    (folder / "patches").mkdir(parents=True, exist_ok=True)
+    (folder / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    for name, text in patches.items():
+        (folder / "patches" / name).write_text(text)
+    return root
+
+
+def _cell(data: dict) -> str:
+    cuda = next(iter(data["cuda"]))
+    return f"tinyext-3.11-cu{cuda.replace('.', '')}"
+
+
+def _build(recipes: Path, cell: str, out: Path, work: Path, *extra: str, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "tools.build", cell, "--backend", "host",
+                           "--recipes", str(recipes), "--out", str(out), "--work", str(work),
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    return make_sdist(tmp_path_factory.mktemp("sdist"))
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_fixture_builds_through_every_step(sdist, tmp_path):
+    data = _recipe(sdist)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    cell = _cell(data)
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    proc = _build(recipes, cell, out, work, "--sdist", str(sdist))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    # progress names each step with the time so far
+    for step in ("toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
+                 "verify", "publish"):
+        assert f": {step} ok (" in proc.stderr, step
+    wheels = list(out.glob("*.whl"))
+    assert len(wheels) == 1
+    wheel = wheels[0]
+    torch_series = next(iter(data["cuda"].values()))["torch"][0]
+    cuda_nodot = next(iter(data["cuda"])).replace(".", "")
+    assert f"tinyext-0.1.0+cu{cuda_nodot}.torch{torch_series}-cp311-cp311-manylinux_" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read(f"tinyext-0.1.0+cu{cuda_nodot}.torch{torch_series}.dist-info/METADATA")
+        manifest = read_manifest(zf)
+        names = zf.namelist()
+        init = zf.read("tinyext/__init__.py").decode()
+    assert f"Requires-Dist: torch=={torch_series}.*".encode() in meta
+    assert "PATCHED_BY_RECIPE = True" in init                      # the patch was applied
+    assert not any("libtorch" in n or "libc10" in n for n in names)  # torch not grafted
+    assert manifest["cell"] == cell and manifest["archs"]["requested"] == ["90"]
+    found = manifest["archs"]["found"]
+    assert [v["sass"] for v in found.values()] == [["90"]]
+    assert manifest["source"]["sha256"] == sha256_file(sdist)
+    assert manifest["patches"] == ["0001-Mark-patched.patch"]
+    assert manifest["compiler"]["nvcc"].startswith("Build cuda_") or "cuda" in \
+        manifest["compiler"]["nvcc"].lower()
+
+    report = json.loads((work / cell / "report.json").read_text())
+    assert report["verdict"] == "passed"
+    steps = {s["name"]: s for s in report["steps"]}
+    assert all(s["status"] == "ok" and s["seconds"] >= 0 for s in steps.values())
+    assert steps["repair"]["detail"]["size_before"] > 0 < steps["repair"]["detail"]["size_after"]
+    assert steps["verify"]["detail"]["smoke_test"] == "passed"
+    assert steps["inspect"]["detail"]["abi_symbols_checked"] > 0
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_failed_check_leaves_no_wheel(sdist, tmp_path):
+    """The smoke test fails (a module the wheel doesn't have): nothing reaches the wheelhouse,
+    the report says which step failed."""
+    data = _recipe(sdist, imports=["tinyext_cuda", "tinyext.not_there"])
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    proc = _build(recipes, _cell(data), out, work, "--sdist", str(sdist))
+    assert proc.returncode == VerifyError.exit_code, proc.stderr[-3000:]
+    assert "tinyext.not_there" in proc.stderr
+    assert not list(out.glob("*.whl")) if out.exists() else True
+    report = json.loads((work / _cell(data) / "report.json").read_text())
+    assert report["verdict"] == "failed"
+    assert [s["name"] for s in report["steps"] if s["status"] == "failed"] == ["verify"]
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_compile_failure_names_the_file_and_keeps_the_log(sdist, tmp_path):
+    data = _recipe(sdist)
+    data["patches"].append({"file": "0002-Break-the-kernel.patch", "reason": "a compile error",
+                            "upstream": "not applicable"})
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH,
+                                                  "0002-Break-the-kernel.patch": BREAK_PATCH})
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    proc = _build(recipes, _cell(data), out, work, "--sdist", str(sdist))
+    assert proc.returncode == CompileError.exit_code, proc.stderr[-3000:]
+    assert "add_one.cu" in proc.stderr and "compile.log" in proc.stderr
+    assert "deliberately broken" in (work / _cell(data) / "compile.log").read_text()
+    assert not out.exists() or not list(out.glob("*.whl"))
+
+
+def test_wrong_sha256_stops_before_compiling(sdist, tmp_path):
+    data = _recipe(sdist)
+    data["source"]["sha256"] = "0" * 64
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    proc = _build(recipes, _cell(data), tmp_path / "out", tmp_path / "work", "--sdist",
+                  str(sdist), timeout=300)
+    assert proc.returncode == SourceError.exit_code
+    assert "0" * 64 in proc.stderr and sha256_file(sdist) in proc.stderr
+    report = json.loads((tmp_path / "work" / _cell(data) / "report.json").read_text())
+    assert [s["name"] for s in report["steps"]] == ["toolchain", "source"]
+
+
+def test_nvcc_of_another_major_is_refused(sdist, tmp_path):
+    table = load_table()
+    nvcc_major = next(c for c in reversed(table.cuda) if any(
+        table.torch[s].pypi_cuda == c for s in table.torch_for_cuda(c))).split(".")[0]
+    other = next((c for c in table.cuda if c.split(".")[0] != nvcc_major), None)
+    if other is None:
+        pytest.fail("the table has a single CUDA major; this test needs two")
+    torch = table.torch_for_cuda(other)[-1]
+    data = _recipe(sdist, cuda={other: {"torch": [torch], "reason": "another CUDA major"}},
+                   archs={"*": ["80"]})
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    proc = _build(recipes, _cell(data), tmp_path / "out", tmp_path / "work", timeout=300)
+    assert proc.returncode == ToolchainError.exit_code
+    assert f"needs CUDA {other}" in proc.stderr and "refuses a different major" in proc.stderr
+
+
+def test_python_not_installed(sdist, tmp_path):
+    data = _recipe(sdist)
+    cuda = next(iter(data["cuda"]))
+    torch = data["cuda"][cuda]["torch"][0]
+    missing = [py for py in load_table().torch[torch].python
+               if shutil.which(f"python{py}") is None]
+    if not missing:
+        pytest.fail(f"every Python torch {torch} supports is installed; pick another case")
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    cell = f"tinyext-{missing[-1]}-cu{cuda.replace('.', '')}"
+    proc = _build(recipes, cell, tmp_path / "out", tmp_path / "work", "--sdist", str(sdist),
+                  timeout=300)
+    assert proc.returncode == ToolchainError.exit_code, proc.stderr[-2000:]
+    assert f"Python {missing[-1]} is not installed" in proc.stderr
+
+
+def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
+    data = _recipe(sdist)
+    data["source"]["sha256"] = "0" * 64   # stop right after the backend choice is printed
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    proc = subprocess.run([sys.executable, "-m", "tools.build", _cell(data), "--recipes",
+                           str(recipes), "--out", str(tmp_path / "o"), "--work",
+                           str(tmp_path / "w"), "--sdist", str(sdist)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert "backend: host (auto: no container engine answers" in proc.stderr
