@@ -46,6 +46,14 @@ def test_repository_table_facts_checked_elsewhere():
     (lambda t: t["torch"]["2.9"].__setitem__("release", "2.8.1"), "2.8.1 is not a 2.9.x release"),
     (lambda t: t["torch"]["2.9"].pop("source"), "torch.2.9.source: required key is missing"),
     (lambda t: t["torch"]["2.9"].__setitem__("cxx11_abi", "yes"), "must be true or false"),
+    # relaxing the nvcc check for a CUDA version this torch has no cells for
+    (lambda t: t["torch"]["2.9"].__setitem__("relax_nvcc_check", {"12.9": "a long enough why"}),
+     "torch.2.9.relax_nvcc_check.12.9: CUDA '12.9' is not in this torch's cuda list"),
+    # ... or without saying why
+    (lambda t: t["torch"]["2.9"].__setitem__("relax_nvcc_check", {"13.0": "needed"}),
+     "relax_nvcc_check.13.0: reason is too short"),
+    (lambda t: t["torch"]["2.9"].__setitem__("relax_nvcc_check", ["13.0"]),
+     "torch.2.9.relax_nvcc_check: must be a mapping"),
 ])
 def test_bad_table_is_named(tmp_path, mutate, expect):
     data = copy.deepcopy(MINI_TABLE)
@@ -53,3 +61,13 @@ def test_bad_table_is_named(tmp_path, mutate, expect):
     with pytest.raises(TableError) as info:
         parse_table(data, tmp_path / "table.yaml")
     assert expect in str(info.value) and "table.yaml" in str(info.value)
+
+
+def test_relax_nvcc_check_is_optional_and_per_cuda(tmp_path):
+    data = copy.deepcopy(MINI_TABLE)
+    data["torch"]["2.9"]["relax_nvcc_check"] = {
+        "13.0": "the cu130 build was compiled with CUDA 12 (upstream issue #0)"}
+    table = parse_table(data, tmp_path / "table.yaml")
+    assert table.torch["2.9"].nvcc_check_relaxed("13.0").startswith("the cu130 build")
+    assert table.torch["2.9"].nvcc_check_relaxed("12.6") is None
+    assert table.torch["2.8"].relax_nvcc_check == ()   # absent: nothing relaxed

@@ -4,6 +4,12 @@ Which torch series exist, for which Python and CUDA versions, with which manylin
 C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch list for it, the
 oldest driver that runs it and the builder image that ships it. Recipes narrow this table; they
 never restate it.
+
+A torch entry may carry ``relax_nvcc_check: {"<cuda>": "<reason>"}``: for cells of those CUDA
+versions the builder image's nvcc is a newer major than the CUDA that torch build was compiled
+with, so torch's ``cpp_extension`` refuses to build until its nvcc version check is relaxed (the
+container backend does it and reports it). Only where the table says so: anywhere else a major
+mismatch is a real error.
 """
 
 from __future__ import annotations
@@ -59,6 +65,12 @@ class TorchEntry:
     cxx11_abi: bool
     source: str
     note: str = ""
+    #: (CUDA version, reason) pairs whose builds need torch's nvcc version check relaxed.
+    relax_nvcc_check: tuple[tuple[str, str], ...] = ()
+
+    def nvcc_check_relaxed(self, cuda: str) -> str | None:
+        """Why torch's nvcc version check is relaxed for ``cuda`` cells, or None (it isn't)."""
+        return dict(self.relax_nvcc_check).get(cuda)
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,7 @@ def parse_table(data: object, path: Path) -> Table:
             continue
         m = p.mapping(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
                                    "manylinux": str, "cxx11_abi": bool, "source": str},
-                      {"note": str})
+                      {"note": str, "relax_nvcc_check": dict})
         if m is None or len(m) < 7:
             continue
         pythons = p.strings(m["python"], f"{where}.python")
@@ -143,9 +155,19 @@ def parse_table(data: object, path: Path) -> Table:
                 p.add(f"{where}.cuda", f"CUDA {c} has no entry under cuda:", f'add "{c}" to cuda:')
         if not re.fullmatch(r"\d+_\d+", m["manylinux"]):
             p.add(f"{where}.manylinux", f"{m['manylinux']!r} is not a glibc baseline like \"2_28\"")
+        relax = []
+        for cuda, reason in (m.get("relax_nvcc_check") or {}).items():
+            at = f"{where}.relax_nvcc_check.{cuda}"
+            if cuda not in cuda_list:
+                p.add(at, f"CUDA {cuda!r} is not in this torch's cuda list, so no cell builds it",
+                      f"use one of {', '.join(cuda_list)} (quoted), or remove the entry")
+            elif p.typed(reason, at, str):
+                p.reason(reason, at)
+                relax.append((cuda, reason))
         torches[series] = TorchEntry(series, m["release"], pythons,
                                      tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
-                                     m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""))
+                                     m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""),
+                                     tuple(sorted(relax, key=lambda r: version_key(r[0]))))
     p.raise_if_any()
     return Table(path,
                  dict(sorted(cudas.items(), key=lambda kv: version_key(kv[0]))),
