@@ -1,0 +1,481 @@
+"""The GitHub workflows: linted for real, their plan step run for real, their safety rules checked.
+
+The plan step's own script (taken from wheels.yml) runs in a scratch git repository holding a copy
+of tools/ and a test recipe, and the publish job's ledger step runs against a local web server
+standing in for the Pages site, so a change to a script, the planner or the ledger is caught here.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import MINI_TABLE
+from tools import ROOT
+from tools.lint_workflows import Finding, lint, npm_integrity, workflow_files
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+VERSION_COMMENT = re.compile(r"uses:\s*(\S+)\s+#\s*v\d+\.\d+\.\d+\s*$")
+WRITE_GUARDS = ("github.event_name != 'pull_request'", "github.ref == 'refs/heads/main'")
+
+
+def _load(path: Path) -> dict:
+    doc = yaml.safe_load(path.read_text())
+    # YAML 1.1 reads the key `on` as True.
+    doc["on"] = doc.pop(True, doc.get("on"))
+    return doc
+
+
+@pytest.fixture(scope="module")
+def workflows() -> dict[str, dict]:
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert files, "no workflows"
+    return {f.name: _load(f) for f in files}
+
+
+def _jobs(workflows):
+    for name, wf in workflows.items():
+        for job_id, job in wf["jobs"].items():
+            yield f"{name}:{job_id}", job
+
+
+def _steps(workflows):
+    for where, job in _jobs(workflows):
+        for i, step in enumerate(job.get("steps", [])):
+            yield f"{where}:{step.get('name', i)}", job, step
+
+
+def _step(job: dict, name_part: str) -> tuple[int, dict]:
+    hits = [(i, s) for i, s in enumerate(job["steps"]) if name_part in s.get("name", "")]
+    assert len(hits) == 1, f"expected one step named like {name_part!r}, found {len(hits)}"
+    return hits[0]
+
+
+# --------------------------------------------------------------------------- lint, for real
+
+
+def test_workflows_are_clean():
+    proc = subprocess.run([sys.executable, "-m", "tools.lint_workflows"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "workflows clean" in proc.stdout
+    assert {p.name for p in workflow_files()} >= {"checks.yml", "wheels.yml"}
+
+
+def test_lint_reports_each_tool(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "name: bad\n"
+        "on: pull_request\n"
+        "jobs:\n"
+        "  a:\n"
+        "    runs-on: ubuntu-24.04\n"
+        "    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
+        "  b:\n"
+        "    runs-on: ubuntu-24.04\n"
+        "    permissions: {contents: maybe}\n"
+        "    steps: [{run: echo}]\n")
+    injection = tmp_path / "injection.yml"
+    injection.write_text(bad.read_text().split("  b:\n")[0])  # valid, but unsafe
+    findings = lint([bad, injection])
+    rules = {(f.tool, f.rule) for f in findings if f.file.endswith("bad.yml")}
+    assert ("actionlint", "expression") in rules            # untrusted title in a script
+    assert ("zizmor", "error") in rules                       # zizmor refuses the invalid file
+    assert any(f.tool == "schema" and "permissions" in f.rule
+               for f in findings if f.file.endswith("bad.yml"))
+    rules = {(f.tool, f.rule) for f in findings if f.file.endswith("injection.yml")}
+    assert {("zizmor", "template-injection"), ("zizmor", "unpinned-uses"),
+            ("zizmor", "artipacked"), ("zizmor", "excessive-permissions")} <= rules
+
+
+@pytest.mark.parametrize("data,expect", [
+    # the empty input
+    (b"", "sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBe"
+          "oGlODJ6+SfaPg=="),
+    # the FIPS 180-2 test vector
+    (b"abc", "sha512-3a81oZNherrMQXNJriBBMRLm+k6JqX6iCp7u5ktV05ohkpkqJ0/BqDa6PCOj/uu9RU1EI2"
+             "Q86A4qmslPpUyknw=="),
+])
+def test_npm_integrity(data, expect):
+    assert npm_integrity(data) == expect
+
+
+def test_finding_format():
+    f = Finding("zizmor", ".github/workflows/x.yml", 3, 5, "template-injection", "high: boom")
+    assert str(f) == ".github/workflows/x.yml:3:5: zizmor[template-injection] high: boom"
+
+
+# --------------------------------------------------------------------------- safety rules
+
+
+def test_no_pull_request_target(workflows):
+    for name, wf in workflows.items():
+        triggers = wf["on"] if isinstance(wf["on"], (dict, list)) else [wf["on"]]
+        assert "pull_request_target" not in triggers, name
+        assert "workflow_run" not in triggers, name  # runs with write access after a PR's run
+
+
+def test_top_level_permissions_are_empty(workflows):
+    for name, wf in workflows.items():
+        assert wf.get("permissions") == {}, f"{name}: set `permissions: {{}}` at the top"
+
+
+def test_every_job_sets_its_permissions(workflows):
+    for where, job in _jobs(workflows):
+        assert "permissions" in job, f"{where}: no permissions block"
+        assert isinstance(job["permissions"], dict), f"{where}: name each permission"
+
+
+def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflows):
+    writers = []
+    for where, job in _jobs(workflows):
+        writes = sorted(k for k, v in job["permissions"].items() if v == "write")
+        if not writes:
+            assert set(job["permissions"].values()) <= {"read", "none"}, where
+            continue
+        writers.append((where, writes))
+        cond = " ".join(str(job.get("if", "")).split())
+        for guard in WRITE_GUARDS:
+            assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
+    assert writers == [("wheels.yml:attest", ["attestations", "id-token"]),
+                       ("wheels.yml:publish", ["contents", "id-token", "pages"])]
+
+
+def test_actions_pinned_to_full_commit_shas(workflows):
+    pins: dict[str, set[str]] = {}
+    for where, _job, step in _steps(workflows):
+        if "uses" in step:
+            ref = step["uses"]
+            assert SHA_PIN.match(ref), f"{where}: {ref} is not pinned to a 40-hex commit"
+            action, sha = ref.split("@")
+            pins.setdefault(action, set()).add(sha)
+    assert all(len(shas) == 1 for shas in pins.values()), pins  # one version of each action
+    for path in WORKFLOWS.glob("*.yml"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*(- )?uses:", line):
+                assert VERSION_COMMENT.search(line), f"{path.name}:{n}: add a `# vX.Y.Z` comment"
+
+
+def test_no_expressions_inside_run_scripts(workflows):
+    # Inputs, branch names, matrix values and step outputs reach scripts through `env:` only.
+    for where, _job, step in _steps(workflows):
+        assert "${{" not in step.get("run", ""), f"{where}: pass the value through env:"
+
+
+def test_checkouts_keep_no_credentials(workflows):
+    for where, _job, step in _steps(workflows):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, where
+
+
+def test_no_secrets_and_the_token_only_where_publishing(workflows):
+    for path in WORKFLOWS.glob("*.yml"):
+        assert not re.search(r"\$\{\{[^}]*\bsecrets\b", path.read_text()), path.name
+    for where, job in _jobs(workflows):
+        if "github.token" in yaml.safe_dump(job):
+            assert where == "wheels.yml:publish", where
+
+
+def test_every_job_has_a_timeout(workflows):
+    for where, job in _jobs(workflows):
+        assert isinstance(job.get("timeout-minutes"), int), where
+
+
+def test_build_job_runs_the_local_nox_session(workflows):
+    job = workflows["wheels.yml"]["jobs"]["build"]
+    assert job["name"] == "build-${{ matrix.id }}"          # the nox session name
+    assert job["strategy"]["fail-fast"] is False
+    assert job["strategy"]["max-parallel"] >= 1
+    assert job["if"] == "needs.plan.outputs.count != '0'"  # no cells: skipped, not failed
+    names = [s.get("name", "") for s in job["steps"]]
+    free, _ = _step(job, "Free disk space")
+    pull, pull_step = _step(job, "Pull the builder image")
+    build, build_step = _step(job, "Build the cell")
+    assert free < pull < build
+    assert pull_step["env"]["IMAGE"] == "${{ matrix.image }}"
+    assert "for attempt in" in pull_step["run"]
+    assert 'docker pull --quiet "$IMAGE"' in pull_step["run"]
+    assert build_step["run"] == \
+        '.venv/bin/nox -s "build-$CELL_ID" -- --backend container --engine docker'
+    assert build_step["timeout-minutes"] < job["timeout-minutes"]  # the report still uploads
+    uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert {u["with"]["name"] for u in uploads} == {"report-${{ matrix.id }}",
+                                                    "wheels-${{ matrix.id }}"}
+    assert names.index("Upload the build report") > build
+    assert next(u for u in uploads if "report" in u["with"]["name"])["if"] == "always()"
+
+
+def test_one_attestation_per_wheel(workflows):
+    job = workflows["wheels.yml"]["jobs"]["attest"]
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    attests = [s for s in job["steps"]
+               if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+    assert len(attests) == 1
+    subject = attests[0]["with"]
+    assert set(subject) == {"subject-path"}
+    assert subject["subject-path"] == "${{ steps.wheel.outputs.path }}"  # one file, no glob
+    _, find = _step(job, "Find the wheel")
+    assert "expected one wheel" in find["run"]
+
+
+def test_publish_builds_the_index_before_publishing_anything(workflows):
+    job = workflows["wheels.yml"]["jobs"]["publish"]
+    assert set(job["needs"]) == {"build", "attest"}
+    assert job["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
+    assert job["environment"]["name"] == "github-pages"
+    ledger, _ = _step(job, "Fetch the current ledger")
+    index, index_step = _step(job, "Build the index")
+    release, release_step = _step(job, "Create the release")
+    check, _ = _step(job, "Check the release")
+    upload, upload_step = _step(job, "Upload the site")
+    deploy, deploy_step = _step(job, "Deploy the site")
+    assert ledger < index < release < check < upload < deploy
+    assert index_step["run"].startswith("make index ")
+    assert 'BASE_URL="$BASE_URL"' in index_step["run"]
+    assert "continue-on-error" not in index_step
+    assert upload_step["uses"].startswith("actions/upload-pages-artifact@")
+    assert deploy_step["uses"].startswith("actions/deploy-pages@")
+    assert "wheelhouse/*.whl.metadata" in release_step["run"]
+    _, name_step = _step(job, "Name the release")
+    assert 'tag="wheels-$(date -u +%Y%m%d)-$GITHUB_RUN_ID"' in name_step["run"]
+    assert "/releases/download/$tag" in name_step["run"]
+
+
+def test_checks_run_the_make_targets(workflows):
+    runs = [r for r in (s.get("run") for j in workflows["checks.yml"]["jobs"].values()
+                        for s in j["steps"]) if r]
+    assert runs == ["make test", "make recipes", "make lint"]
+    assert workflows["checks.yml"]["on"] == {"pull_request": None, "push": {"branches": ["main"]}}
+
+
+# --------------------------------------------------------------------------- the plan step
+
+
+@pytest.fixture
+def scratch_repo(tmp_path, write_recipe, good_recipe):
+    """A git repository with a copy of tools/ and the test table; returns (repo, add_recipe)."""
+    repo = tmp_path
+    shutil.copytree(ROOT / "tools", repo / "tools",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (repo / "recipes").mkdir()
+    (repo / "recipes" / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE, sort_keys=False))
+    git(repo, "init", "--quiet", "--initial-branch=main")
+    commit(repo, "base")
+
+    def add_recipe() -> None:
+        write_recipe(good_recipe)  # tmp_path/recipes/demo_ext/
+        commit(repo, "add demo_ext")
+    return repo, add_recipe
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_planner_reads_a_fake_diff_of_a_changed_recipe(scratch_repo):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.matrix", "--format", "github", "--changed-files", "-"],
+        cwd=repo, input="recipes/demo_ext/recipe.yaml\nREADME.md\n",
+        capture_output=True, text=True, check=True)
+    cells = json.loads(proc.stdout)["include"]
+    assert len(cells) == 14 and {c["package"] for c in cells} == {"demo_ext"}
+    assert {"id", "image", "python", "cuda", "torch"} <= set(cells[0])
+    assert "changed recipes: demo_ext" in proc.stderr
+
+
+def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, str]:
+    """Run wheels.yml's plan script as Actions does; returns (outputs, summary, log)."""
+    _, step = _step(workflows["wheels.yml"]["jobs"]["plan"], "Plan the cells")
+    runner_temp = repo / ".runner-temp"
+    runner_temp.mkdir(exist_ok=True)
+    out, summary = runner_temp / "output", runner_temp / "summary"
+    out.write_text("")
+    summary.write_text("")
+    full_env = {**os.environ, **GIT_ENV, "RUNNER_TEMP": str(runner_temp),
+                "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
+                "PR_CELL_CAP": str(workflows["wheels.yml"]["env"]["PR_CELL_CAP"]),
+                "PY": sys.executable, "PUSH_BEFORE": "", "IN_PACKAGE": "", "IN_PYTHON": "",
+                "IN_CUDA": "", "IN_TORCH": "", "IN_CAP": "", **env}
+    # `shell: bash` runs a step as `bash --noprofile --norc -eo pipefail {0}`.
+    script = runner_temp / "plan.sh"
+    script.write_text(step["run"])
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=repo, env=full_env, capture_output=True, text=True, timeout=120)
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    outputs["rc"] = proc.returncode
+    return outputs, summary.read_text(), proc.stdout + proc.stderr
+
+
+def test_plan_step_push_builds_the_changed_recipe(scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    before = git(repo, "rev-parse", "HEAD")
+    add_recipe()
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    assert outputs["rc"] == 0, log
+    cells = json.loads(outputs["matrix"])["include"]
+    assert outputs["count"] == "14" == str(len(cells))
+    assert "`demo_ext-3.12-cu130-torch2.9`" in summary
+    assert "::warning" not in log
+
+
+def test_plan_step_pull_request_is_capped_with_a_warning(scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    add_recipe()  # HEAD^1 is the base, as in the merge commit Actions checks out
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="pull_request")
+    assert outputs["rc"] == 0, log
+    cap = workflows["wheels.yml"]["env"]["PR_CELL_CAP"]
+    assert outputs["count"] == str(cap) == str(len(json.loads(outputs["matrix"])["include"]))
+    assert f"::warning title=matrix capped::capped: 14 cells planned, building the first {cap}" \
+        in log
+    assert "**Warning**: capped: 14 cells planned" in summary
+
+
+def test_plan_step_without_a_recipe_change_plans_nothing(scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    before = git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("docs only\n")
+    commit(repo, "docs")
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    assert outputs["rc"] == 0, log
+    assert (outputs["count"], outputs["matrix"]) == ("0", '{"include":[]}')
+    assert "No cells to build" in summary
+
+
+def test_plan_step_push_with_unknown_previous_commit_falls_back_to_head_parent(
+        scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE="0" * 40)
+    assert outputs["rc"] == 0, log
+    assert outputs["count"] == "14"
+    assert "::warning title=plan::the commit before this push is unknown" in log
+
+
+def test_plan_step_dispatch_filters(scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
+                                    IN_PACKAGE="demo_ext", IN_PYTHON="3.12", IN_CUDA="13.0",
+                                    IN_CAP="256")
+    assert outputs["rc"] == 0, log
+    ids = [c["id"] for c in json.loads(outputs["matrix"])["include"]]
+    assert ids == ["demo_ext-3.12-cu130", "demo_ext-3.12-cu130-torch2.9"]
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 256"),           # below the range
+    ({"IN_CAP": "300"}, "cap must be a whole number from 1 to 256"),         # GitHub's matrix limit
+    ({"IN_PACKAGE": "$(touch pwned)"}, "unknown package(s): $(touch pwned)"),  # stays a string
+])
+def test_plan_step_dispatch_rejects_bad_inputs(scratch_repo, workflows, env, message):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch", **env)
+    assert outputs["rc"] != 0
+    assert message in log
+    assert "matrix" not in outputs
+    assert not (repo / "pwned").exists()
+
+
+# --------------------------------------------------------------------------- the ledger step
+
+
+@pytest.fixture
+def pages_site(tmp_path):
+    """A local web server standing in for the Pages site; returns (site folder, base URL)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield site, f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+def run_ledger_step(workdir: Path, workflows: dict, site_url: str) -> tuple[int, str, str]:
+    """Run wheels.yml's ledger step; returns (exit status, log, the ledger it left)."""
+    _, step = _step(workflows["wheels.yml"]["jobs"]["publish"], "Fetch the current ledger")
+    runner_temp = workdir / ".runner-temp"
+    runner_temp.mkdir(exist_ok=True)
+    script = runner_temp / "ledger.sh"
+    script.write_text(step["run"])
+    env = {**os.environ, "RUNNER_TEMP": str(runner_temp), "SITE_URL": site_url,
+           "PY": sys.executable, "GITHUB_RUN_ID": "1", "GITHUB_RUN_ATTEMPT": "1",
+           "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    ledger = runner_temp / "ledger.json"
+    return proc.returncode, proc.stdout + proc.stderr, ledger.read_text() if ledger.exists() else ""
+
+
+LIVE = '{"schema": 1, "files": {\n"a-1.0-py3-none-any.whl": {}\n}}\n'
+
+
+def test_ledger_step_takes_the_live_sites_ledger(tmp_path, pages_site, workflows):
+    site, url = pages_site
+    (site / "ledger.json").write_text(LIVE)
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "ledger.json").write_text('{"schema": 1, "files": {}}\n')
+    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
+    assert rc == 0, log
+    assert ledger == LIVE  # the live copy wins over the repository's
+
+
+def test_ledger_step_first_deployment_starts_from_the_repository(tmp_path, pages_site, workflows):
+    _, url = pages_site
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "ledger.json").write_text(LIVE)
+    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
+    assert rc == 0, log
+    assert ledger == LIVE and "first deployment" in log
+
+
+def test_ledger_step_first_deployment_without_any_ledger_starts_empty(tmp_path, pages_site,
+                                                                       workflows):
+    _, url = pages_site
+    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
+    assert rc == 0, log
+    assert json.loads(ledger) == {"schema": 1, "files": {}}
+
+
+def test_ledger_step_refuses_a_site_without_its_ledger(tmp_path, pages_site, workflows):
+    site, url = pages_site
+    (site / "simple").mkdir()
+    (site / "simple" / "index.html").write_text("<html></html>")
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "ledger.json").write_text(LIVE)
+    rc, log, _ = run_ledger_step(tmp_path, workflows, url)
+    assert rc != 0
+    assert "serves an index but no ledger.json" in log
