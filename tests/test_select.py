@@ -1,0 +1,852 @@
+"""tools.select: detection, answers from a real index, the printed pip/uv commands, and the doctor.
+
+The index is built by tools.index from wheelfactory wheels (with build manifests and our labels)
+and served by tools.serve in a thread of this process; a second served index stands in for PyPI
+with a decoy ``demo-ext 99.0`` and an unlabelled ``1.2.0``, which the printed commands must never
+pick. Fake torch installs (``torch/version.py``, dist-info, ``libc10.so``) and a fake
+``nvidia-smi`` give the detection real files and processes to read; every server is shut down by
+its fixture and every subprocess has a timeout.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.metadata
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from wheelfactory import make_wheel
+
+from tools import ROOT
+from tools import select as sel
+from tools.index import build_index
+from tools.serve import make_server
+from tools.variant import parse_label as tools_parse_label
+
+CLIENT_TIMEOUT = 120
+X86 = "manylinux_2_28_x86_64"
+SO = "demo_ext_cuda.cpython-311-x86_64-linux-gnu.so"
+C10_SYMBOL = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
+
+
+# --------------------------------------------------------------------------- the small parsers
+
+
+def test_version_order_matches_packaging():
+    versions = ["1.0.dev1", "1.0a1", "1.0a2.dev1", "1.0b1", "1.0rc1", "1.0", "1.0.post1", "1.0+cu128.torch2.8",
+                "1.0+cu128.torch2.10", "1.0+cu128.torch2.9", "1.0+abc", "1.0.0.1", "2.8.3", "2.10", "2.9.post2",
+                "1!0.1", "1.0+cu12torch2.8cxx11abiTRUE"]
+    assert sorted(versions, key=sel.version_key) == sorted(versions, key=Version)
+
+
+@pytest.mark.parametrize("spec", [">=3.9", ">=3.9,<3.12", "!=3.10.*", "==3.11.*", "~=3.10", "~=3.11.2", ">3.11",
+                                  "<=3.11", "==3.11", ">=3.12", "", ">=3.8, !=3.11.0"])
+@pytest.mark.parametrize("python", [(3, 9, 0), (3, 10, 4), (3, 11, 0), (3, 11, 7), (3, 12, 1), (3, 13, 0)])
+def test_requires_python_matches_packaging(spec, python):
+    assert sel.python_allowed(spec, python) == SpecifierSet(spec).contains(".".join(map(str, python)))
+
+
+@pytest.mark.parametrize("label", [
+    "cu130.torch2.13", "cu124.torch2.6.cxx11abi0", "cu124.torch2.6.cxx11abi1",  # ours
+    "cu12torch2.8cxx11abiTRUE", "cu12torch2.10cxx11abiFALSE", "cu128torch2.8",   # Dao-AILab style
+    "cu.12.8.torch.2.10", "pt28cu128", "pt210cu126",                             # dotted, PyG
+    "cpu", "cu128", "torch2.8", "",                                              # not a variant
+])
+def test_parse_label_is_a_faithful_copy(label):
+    ours, theirs = sel.parse_label(label), tools_parse_label(label)
+    assert (ours is None) == (theirs is None)
+    if ours is not None:
+        assert (ours.cuda, ours.torch, ours.cxx11_abi) == (theirs.cuda, theirs.torch, theirs.cxx11_abi)
+        assert ours.index_path == theirs.index_path
+
+
+@pytest.mark.parametrize("arch, cc, sass, ptx", [
+    ("80", (8, 0), True, True),
+    ("80", (8, 6), True, True),     # same major, newer minor: the sm_80 SASS runs
+    ("86", (8, 0), False, False),   # never on an older minor
+    ("80", (9, 0), False, True),    # other major: only PTX, JIT-compiled
+    ("90a", (9, 0), True, True),
+    ("90a", (10, 0), False, False), # arch-specific code runs on exactly that GPU
+    ("100f", (10, 3), True, True),  # family code on the family
+    ("100f", (12, 0), False, False),
+    ("120", (12, 1), True, True),   # a DGX Spark runs sm_120 SASS
+    ("90", (12, 0), False, True),   # an RTX 5090 can JIT sm_90 PTX, not run its SASS
+])
+def test_arch_compatibility(arch, cc, sass, ptx):
+    assert sel.sass_runs(arch, cc) is sass
+    assert sel.ptx_runs(arch, cc) is ptx
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("8.0", (8, 0)), ("sm_90", (9, 0)), ("90a", (9, 0)), ("120", (12, 0)), ("12.1", (12, 1)), ("x", None),
+])
+def test_parse_sm(text, expected):
+    assert sel.parse_sm(text) == expected
+
+
+def test_min_driver_copy_equals_the_table():
+    """select.py embeds the table's min_driver (it must run alone); the copy must not drift."""
+    table_path = ROOT / "recipes" / "table.yaml"
+    if not table_path.exists():
+        pytest.skip("recipes/table.yaml has not landed yet")
+    from tools.table import load_table
+
+    table = load_table(table_path)
+    by_major: dict[str, set[str]] = {}
+    for version, entry in table.cuda.items():
+        by_major.setdefault(version.split(".")[0], set()).add(entry.min_driver)
+    assert {major: values.pop() if len(values) == 1 else sorted(values) for major, values in by_major.items()} \
+        == sel.MIN_DRIVER
+
+
+def test_uses_only_the_standard_library():
+    tree = ast.parse((ROOT / "tools" / "select.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "no relative imports: the file must run alone"
+            imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == {"__future__"} - set(sys.stdlib_module_names)
+
+
+# --------------------------------------------------------------------------- fake environments
+
+
+def fake_torch(site: Path, version: str, *, cuda: str | None, hip: str | None = None, cxx11_abi: bool = True) -> Path:
+    """A torch install as detection sees it: dist-info, torch/version.py, torch/lib/libc10.so."""
+    pkg = site / "torch"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (pkg / "version.py").write_text(
+        "from typing import Optional\n\n"
+        f"__version__ = {version!r}\ndebug = False\ncuda: Optional[str] = {cuda!r}\n"
+        f"git_version = 'abc'\nhip: Optional[str] = {hip!r}\n"
+    )
+    # c10::Error's constructor takes a std::string: mangled with __cxx11 under the C++11 ABI only.
+    symbol = b"_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE" \
+        if cxx11_abi else b"_ZN3c105ErrorC2ENS_14SourceLocationESs"
+    (pkg / "lib" / "libc10.so").write_bytes(b"\x7fELF" + b"\0" * 200_000 + symbol)
+    info = site / f"torch-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\n")
+    (info / "RECORD").write_text("")
+    return info
+
+
+def fake_nvidia_smi(bin_dir: Path, lines: list[str]) -> Path:
+    """An ``nvidia-smi`` that prints ``lines`` for the query detection makes."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    body = "\n".join(f"echo {shlex.quote(line)}" for line in lines)
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+ENVIRONMENTS = [
+    # id, nvidia-smi lines (None: not installed), libcuda probe, torch (version, cuda, hip, abi), glibc
+    ("no-gpu-no-torch", None, None, None, "2.36"),
+    ("a100-cuda12-torch", ["8.0, 535.104.05, NVIDIA A100-SXM4-80GB"], None, ("2.8.0+cu128", "12.8", None, True),
+     "2.36"),
+    ("h100-cuda13-torch", ["9.0, 580.65.06, NVIDIA H100 80GB HBM3"], {"driver_cuda": 13000, "gpus": []},
+     ("2.13.0", "13.0", None, True), "2.39"),
+    ("rtx5090-and-a100", ["12.0, 575.51.03, NVIDIA GeForce RTX 5090", "8.0, 575.51.03, NVIDIA A100"], None,
+     ("2.9.1+cu128", "12.8", None, True), "2.35"),
+    ("libcuda-only", None, {"driver_cuda": 12080, "gpus": [[[8, 6], "NVIDIA RTX A6000"]]},
+     ("2.8.0+cu128", "12.8", None, True), "2.31"),
+    ("old-glibc-old-abi", ["7.0, 470.57.02, Tesla V100"], None, ("2.4.1+cu118", "11.8", None, False), "2.17"),
+    ("cpu-only-torch", None, None, ("2.13.0+cpu", None, None, True), "2.36"),
+    ("rocm-torch", None, None, ("2.8.0+rocm6.3", None, "6.3.42131", True), "2.36"),
+]
+
+EXPECTED = {
+    # id: (torch, build, cuda, abi, driver, driver_cuda, sms, glibc, undetected)
+    "no-gpu-no-torch": (None, None, None, None, None, None, [], (2, 36), {"torch", "driver", "gpus"}),
+    "a100-cuda12-torch": ("2.8.0+cu128", "cuda", "12.8", True, "535.104.05", None, ["80"], (2, 36), set()),
+    "h100-cuda13-torch": ("2.13.0", "cuda", "13.0", True, "580.65.06", "13.0", ["90"], (2, 39), set()),
+    "rtx5090-and-a100": ("2.9.1+cu128", "cuda", "12.8", True, "575.51.03", None, ["120", "80"], (2, 35), set()),
+    "libcuda-only": ("2.8.0+cu128", "cuda", "12.8", True, None, "12.8", ["86"], (2, 31), set()),
+    "old-glibc-old-abi": ("2.4.1+cu118", "cuda", "11.8", False, "470.57.02", None, ["70"], (2, 17), set()),
+    "cpu-only-torch": ("2.13.0+cpu", "cpu", None, True, None, None, [], (2, 36), {"driver", "gpus"}),
+    "rocm-torch": ("2.8.0+rocm6.3", "rocm", None, True, None, None, [], (2, 36), {"driver", "gpus"}),
+}
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS, ids=[e[0] for e in ENVIRONMENTS])
+def test_detection(env, tmp_path, monkeypatch):
+    name, smi, libcuda, torch, glibc = env
+    smi_path = fake_nvidia_smi(tmp_path / "bin", smi) if smi is not None else None
+    monkeypatch.setattr(sel, "_which", lambda prog: str(smi_path) if prog == "nvidia-smi" and smi_path else
+                        shutil.which(prog) if prog != "nvidia-smi" else None)
+    monkeypatch.setattr(sel, "_libcuda_probe", lambda: libcuda)
+    monkeypatch.setattr(sel, "_proc_driver_version", lambda: None)
+    monkeypatch.setattr(sel, "_libc_version", lambda: ("glibc", glibc))
+    monkeypatch.setattr(sel, "_import_torch_probe", lambda: pytest.fail("torch must be read, not imported"))
+    dist = None
+    if torch is not None:
+        version, cuda, hip, abi = torch
+        dist = importlib.metadata.PathDistribution(fake_torch(tmp_path / "site", version, cuda=cuda, hip=hip,
+                                                              cxx11_abi=abi))
+    monkeypatch.setattr(sel, "_torch_distribution", lambda: dist)
+
+    m = sel.detect_machine({})
+    torch_v, build, cuda, abi, driver, driver_cuda, sms, glibc_t, undetected = EXPECTED[name]
+    assert (m.torch, m.torch_build, m.torch_cuda, m.cxx11_abi) == (torch_v, build, cuda, abi)
+    assert (m.driver, m.driver_cuda) == (driver, driver_cuda)
+    assert [g.sm for g in m.gpus] == sms
+    assert m.glibc == glibc_t
+    assert set(m.unknown) == undetected
+    assert m.python_tag == f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    json.dumps(m.to_json())  # always serializable
+    assert sel.format_machine(m)
+
+
+def test_overrides_replace_every_fact(monkeypatch):
+    monkeypatch.setattr(sel, "_which", lambda prog: None)
+    monkeypatch.setattr(sel, "_libcuda_probe", lambda: None)
+    monkeypatch.setattr(sel, "_torch_distribution", lambda: pytest.fail("torch given: not looked up"))
+    m = sel.detect_machine({"python_version": "3.12", "machine": "aarch64", "glibc": "2.28",
+                            "torch_version": "2.8.0+cu128", "cxx11_abi": "1", "cuda_driver": "580.65.06",
+                            "sm": "9.0,120"})
+    assert (m.python[:2], m.arch, m.glibc, m.torch, m.torch_build, m.torch_cuda, m.cxx11_abi, m.driver) == \
+        ((3, 12), "aarch64", (2, 28), "2.8.0+cu128", "cuda", "12.8", True, "580.65.06")
+    assert [g.sm for g in m.gpus] == ["90", "120"]
+    assert m.unknown == {}
+    m = sel.detect_machine({"torch_version": "2.9.1", "torch_cuda": "12.8", "cuda_driver": "12.4", "sm": "none"})
+    assert (m.torch_cuda, m.driver, m.driver_cuda, m.gpus) == ("12.8", None, "12.4", [])
+    m = sel.detect_machine({"torch_version": "2.9.1", "sm": "none", "cuda_driver": "13.0"})
+    assert m.torch_build is None and "torch_cuda" in m.unknown
+
+
+def test_torch_is_imported_only_when_its_files_say_nothing(tmp_path, monkeypatch):
+    info = fake_torch(tmp_path, "2.8.0", cuda="12.8")
+    (tmp_path / "torch" / "version.py").unlink()
+    (tmp_path / "torch" / "lib" / "libc10.so").unlink()
+    monkeypatch.setattr(sel, "_torch_distribution", lambda: importlib.metadata.PathDistribution(info))
+    monkeypatch.setattr(sel, "_import_torch_probe", lambda: {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True,
+                                                             "gpus": [[[9, 0], "NVIDIA H100"]]})
+    m = sel.Machine(python=(3, 11, 7))
+    sel.detect_torch(m)
+    assert (m.torch_build, m.torch_cuda, m.cxx11_abi, [g.sm for g in m.gpus]) == ("cuda", "12.8", True, ["90"])
+    assert m.sources["cxx11_abi"] == "import torch (subprocess)"
+
+
+def test_nvidia_smi_parsing():
+    driver, gpus = sel.parse_nvidia_smi("8.0, 535.104.05, NVIDIA A100-SXM4-80GB\n9.0, 535.104.05, NVIDIA H100\n\n"
+                                        "[N/A], 535.104.05, odd\n")
+    assert driver == "535.104.05"
+    assert [(g.sm, g.name) for g in gpus] == [("80", "NVIDIA A100-SXM4-80GB"), ("90", "NVIDIA H100")]
+
+
+def test_detection_here_never_crashes():
+    """The real command on this machine (maybe no GPU, no nvidia-smi, no torch) answers and exits 0."""
+    proc = subprocess.run([sys.executable, "-m", "tools.select", "--detect", "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["python"].startswith(f"{sys.version_info[0]}.{sys.version_info[1]}.")
+    if not shutil.which("nvidia-smi"):
+        assert "no nvidia-smi on PATH" in facts["undetected"].get("gpus", "no nvidia-smi on PATH")
+
+
+# --------------------------------------------------------------------------- the index
+
+
+def manifest(cuda: str, torch: str, sass: list[str], ptx: list[str] = ()) -> dict:
+    """A build manifest as tools.build writes it (the keys the selector and the index read)."""
+    return {"schema": 1, "cell": f"demo_ext-3.11-cu{cuda.replace('.', '')}", "package": "demo_ext",
+            "version": "1.2.0", "python": "3.11", "cuda": cuda, "torch": torch, "cxx11_abi": True,
+            "archs": {"requested": list(sass), "found": {SO: {"sass": list(sass), "ptx": list(ptx)}}}}
+
+
+#: (name, version, label, tag, manifest): what our index publishes.
+OUR_WHEELS = [
+    ("demo-ext", "1.2.0", "cu128.torch2.8", f"cp311-cp311-{X86}", manifest("12.8", "2.8.0", ["80", "90"])),
+    ("demo-ext", "1.2.0", "cu128.torch2.8", f"cp312-cp312-{X86}", manifest("12.8", "2.8.0", ["80", "90"])),
+    ("demo-ext", "1.2.0", "cu128.torch2.8", "cp311-cp311-manylinux_2_28_aarch64", manifest("12.8", "2.8.0", ["90"])),
+    ("demo-ext", "1.1.0", "cu128.torch2.8", f"cp311-cp311-{X86}", manifest("12.8", "2.8.0", ["80", "90", "120"])),
+    ("demo-ext", "1.0.0", "cu128.torch2.8", f"cp311-cp311-{X86}", manifest("12.8", "2.8.0", ["80", "90", "120"])),
+    ("demo-ext", "1.2.0", "cu128.torch2.9", f"cp311-cp311-{X86}", manifest("12.8", "2.9.1", ["80", "90"])),
+    ("demo-ext", "1.2.0", "cu130.torch2.13", f"cp311-cp311-{X86}",
+     manifest("13.0", "2.13.0", ["80", "90", "120"], ["120"])),
+    ("demo-ext", "1.2.0", "cu130.torch2.10", "cp311-cp311-manylinux_2_39_x86_64", manifest("13.0", "2.10.0", ["90"])),
+    # Built elsewhere: no manifest, Dao-AILab's "any CUDA 12.x" label.
+    ("other-ext", "0.5", "cu12torch2.8cxx11abiTRUE", f"cp311-cp311-{X86}", None),
+]
+YANKED = "demo_ext-1.0.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+#: What the stand-in for PyPI has: a newer release and an unlabelled build of the same version.
+DECOYS = [("demo-ext", "99.0"), ("demo-ext", "1.2.0"), ("other-ext", "99.0")]
+
+
+class Served:
+    """A served site: ``url`` is its root, without a trailing slash."""
+
+    def __init__(self, server):
+        self.server = server
+        self.url = server.url
+        self.thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def _site(root: Path, wheels: list[tuple], *, yanked: str | None = None) -> Served:
+    files, site = root / "files", root / "site"
+    files.mkdir(parents=True)
+    site.mkdir()
+    for name, version, label, tag, man in wheels:
+        make_wheel(files, name, version, local=label, tag=tag, manifest=man, requires_python=">=3.9")
+    yanked_path = None
+    if yanked:
+        yanked_path = root / "yanked.yaml"
+        yanked_path.write_text(f"{yanked}: broken build\n")
+    # "/files" is resolved against each page's URL: the pages don't need to know the port.
+    report = build_index(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=root / "ledger.json",
+                         init_ledger=True, yanked_path=yanked_path)
+    assert not report.rejected
+    return Served(make_server(site, files))
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Iterator[Served]:
+    """Our index, built by tools.index and served by tools.serve."""
+    served = _site(tmp_path_factory.mktemp("ours"), OUR_WHEELS, yanked=YANKED)
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def decoy(tmp_path_factory) -> Iterator[Served]:
+    """The stand-in for the default index (PyPI)."""
+    served = _site(tmp_path_factory.mktemp("decoy"), [(n, v, None, "py3-none-any", None) for n, v in DECOYS])
+    yield served
+    served.stop()
+
+
+def machine(**overrides: str) -> sel.Machine:
+    """A machine from overrides only (nothing detected: the same answer on any test host)."""
+    base = {"python_version": "3.11", "machine": "x86_64", "glibc": "2.36", "torch_version": "2.8.0+cu128",
+            "cxx11_abi": "1", "cuda_driver": "570.86.10", "sm": "90"}
+    base.update(overrides)
+    return sel.detect_machine({k: v for k, v in base.items() if v is not None}, allow_import=False)
+
+
+SELECT_CASES = [
+    # (id, machine overrides, version, fits, expected index or reason fragment, expected version/filename part)
+    ("h100-torch2.8", {}, None, True, "cu128/torch2.8", "1.2.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64"),
+    ("python3.12", {"python_version": "3.12"}, None, True, "cu128/torch2.8", "cp312-cp312"),
+    ("a100-sm80", {"sm": "80"}, None, True, "cu128/torch2.8", "1.2.0+cu128.torch2.8-cp311"),
+    ("a6000-sm86-runs-sm80-sass", {"sm": "86"}, None, True, "cu128/torch2.8", "1.2.0+cu128.torch2.8-cp311"),
+    # 1.2.0 has no sm_120 kernels: the newest that fits is 1.1.0.
+    ("rtx5090-sm120", {"sm": "120"}, None, True, "cu128/torch2.8", "1.1.0+cu128.torch2.8"),
+    ("no-gpu", {"sm": "none"}, None, True, "cu128/torch2.8", "1.2.0+cu128.torch2.8-cp311"),
+    ("aarch64", {"machine": "aarch64"}, None, True, "cu128/torch2.8", "manylinux_2_28_aarch64"),
+    ("torch2.9", {"torch_version": "2.9.1+cu128"}, None, True, "cu128/torch2.9", "1.2.0+cu128.torch2.9"),
+    ("torch2.13-driver580", {"torch_version": "2.13.0+cu130", "cuda_driver": "580.65.06", "sm": "120"}, None, True,
+     "cu130/torch2.13", "1.2.0+cu130.torch2.13"),
+    ("torch2.13-driver-cuda-13.0", {"torch_version": "2.13.0", "torch_cuda": "13.0", "cuda_driver": "13.0"}, None,
+     True, "cu130/torch2.13", "1.2.0+cu130.torch2.13"),
+    ("torch2.10-new-glibc", {"torch_version": "2.10.0+cu130", "cuda_driver": "580.65.06", "glibc": "2.39"}, None, True,
+     "cu130/torch2.10", "manylinux_2_39"),
+    ("other-ext-cu126-uses-any-12x", {"torch_version": "2.8.0+cu126"}, None, True, "cu12/torch2.8",
+     "other_ext-0.5+cu12torch2.8cxx11abiTRUE"),
+    ("pinned-older-version", {}, "1.1.0", True, "cu128/torch2.8", "1.1.0+cu128.torch2.8"),
+    # Nothing fits, and why.
+    ("python3.10", {"python_version": "3.10"}, None, False, "cp311-cp311, cp312-cp312 only, this is Python 3.10", None),
+    ("sm120-pinned", {"sm": "120"}, "1.2.0", False, "has no kernels for sm_120", None),
+    ("torch2.13-driver570", {"torch_version": "2.13.0+cu130"}, None, False, "needs NVIDIA driver >= 580;", None),
+    ("torch2.10-old-glibc", {"torch_version": "2.10.0+cu130", "cuda_driver": "580.65.06", "glibc": "2.35"}, None,
+     False, "needs glibc >= 2.39 (manylinux_2_39_x86_64), this machine has glibc 2.35", None),
+    ("torch2.11-no-variant", {"torch_version": "2.11.0+cu128"}, None, False,
+     "no demo-ext wheel for torch 2.11 + CUDA 12.8 (the variant index cu128/torch2.11/simple/ has none)", None),
+    ("cpu-torch", {"torch_version": "2.13.0+cpu"}, None, False, "is a CPU-only build", None),
+    ("rocm-torch", {"torch_version": "2.8.0+rocm6.3"}, None, False, "is a ROCm build", None),
+    ("old-abi-torch", {"cxx11_abi": "0", "torch_version": "2.8.0+cu126"}, None, False, "C++ ABI", None),
+    ("yanked", {}, "1.0.0", False, "is yanked (broken build)", None),
+    ("no-such-version", {}, "3.0", False, "the index has no demo-ext 3.0", None),
+    ("windows", {"machine": "AMD64"}, None, False, "is built for x86_64", None),
+]
+
+
+@pytest.mark.parametrize("case", SELECT_CASES, ids=[c[0] for c in SELECT_CASES])
+def test_select(case, index):
+    name, overrides, version, fits, where, what = case
+    package = "other-ext" if name.startswith("other-ext") else "demo-ext"
+    if name == "old-abi-torch":
+        package = "other-ext"  # its label says cxx11abiTRUE; this torch uses the old ABI
+    answer = sel.select(sel.Index(index.url), package, machine(**overrides), version=version)
+    assert answer.fits is fits, (answer.reason, answer.reasons)
+    if fits:
+        assert answer.index_path == where
+        assert answer.index_url == f"{index.url}/{where}/simple/"
+        assert what in answer.filename
+        assert answer.pip == f'pip install "{package}=={answer.version}" --extra-index-url {answer.index_url}'
+        assert f'{package} = {{ index = "cuwheels-{where.replace("/", "-")}" }}' in answer.uv["pyproject"]
+        assert answer.build is None
+    else:
+        assert where in answer.reason + " ".join(answer.reasons)
+        assert answer.build and "--backend host" in answer.build
+    json.dumps(answer.to_json())
+    assert sel.format_answer(answer)
+
+
+def test_arch_failure_suggests_a_build_for_the_gpu_and_the_version_that_fits(index):
+    answer = sel.select(sel.Index(index.url), "demo-ext", machine(sm="120"), version="1.2.0")
+    assert "nox -s build-demo_ext-3.11-cu128-torch2.8 -- --backend host --archs 120" in answer.build
+    assert answer.alternatives[0]["versions"] == ["1.1.0"]
+    assert "demo-ext==1.1.0+cu128.torch2.8" in answer.alternatives[0]["pip"]
+
+
+def test_alternatives_name_the_torch_versions_that_have_wheels(index):
+    answer = sel.select(sel.Index(index.url), "demo-ext", machine(torch_version="2.11.0+cu128"))
+    assert [a["index"] for a in answer.alternatives][:2] == ["cu128/torch2.9", "cu128/torch2.8"]  # nearest torch first
+    assert answer.alternatives[0]["torch_install"] == \
+        'pip install "torch==2.9.*" --index-url https://download.pytorch.org/whl/cu128'
+    by_index = {a["index"]: a for a in answer.alternatives}
+    assert by_index["cu130/torch2.13"]["fits_otherwise"] is False  # driver 570 is too old for CUDA 13
+
+
+def test_no_torch_lists_what_exists(index, monkeypatch):
+    monkeypatch.setattr(sel, "_torch_distribution", lambda: None)
+    m = sel.detect_machine({"glibc": "2.36", "cuda_driver": "580.65.06", "sm": "90", "python_version": "3.11"})
+    answer = sel.select(sel.Index(index.url), "demo-ext", m)
+    assert not answer.fits and "torch is not installed" in answer.reason
+    assert {a["index"] for a in answer.alternatives} >= {"cu128/torch2.8", "cu130/torch2.13"}
+
+
+def test_unknown_project(index):
+    answer = sel.select(sel.Index(index.url), "demo", machine())
+    assert not answer.fits and "demo is not in the index" in answer.reason
+    assert [a["project"] for a in answer.alternatives] == ["demo-ext"]  # names that contain it first
+    answer = sel.select(sel.Index(index.url), "flash-attn", machine())
+    assert [a["project"] for a in answer.alternatives] == ["demo-ext", "other-ext"]  # else all of them
+
+
+def test_arch_is_read_from_the_wheel_with_range_requests(tmp_path):
+    """A 2 MiB wheel: the manifest comes from its last block and one member, not the whole file."""
+    make_wheel(tmp_path, "demo-ext", "1.2.0", local="cu128.torch2.8", tag=f"cp311-cp311-{X86}",
+               manifest=manifest("12.8", "2.8.0", ["80"]), payload=os.urandom(2 << 20))
+    wheel = next(tmp_path.glob("*.whl"))
+    data = wheel.read_bytes()
+    sent = []
+
+    class Ranges(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            lo, hi = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+            chunk = data[lo: hi + 1]
+            sent.append(len(chunk))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {lo}-{lo + len(chunk) - 1}/{len(data)}")
+            self.send_header("Content-Length", str(len(chunk)))
+            self.end_headers()
+            self.wfile.write(chunk)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ranges)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{wheel.name}"
+        found, how = sel.read_wheel_manifest(url, len(data))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert found["archs"]["found"][SO]["sass"] == ["80"]
+    assert sum(sent) < 200_000 < len(data), how
+
+
+def test_arch_check_is_skipped_when_the_server_ignores_ranges(tmp_path, monkeypatch):
+    monkeypatch.setattr(sel, "PEEK_FULL_LIMIT", 1 << 20)
+    files, site = tmp_path / "files", tmp_path / "site"
+    make_wheel(files, "demo-ext", "1.2.0", local="cu128.torch2.8", tag=f"cp311-cp311-{X86}",
+               manifest=manifest("12.8", "2.8.0", ["80"]), payload=os.urandom(2 << 20))
+    site.mkdir()
+    build_index(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=tmp_path / "l.json", init_ledger=True)
+    served = Served(make_server(site, files))  # tools.serve answers every request with the whole file
+    try:
+        answer = sel.select(sel.Index(served.url), "demo-ext", machine(sm="120"))
+    finally:
+        served.stop()
+    assert answer.fits  # unchecked is not a failure...
+    assert any("couldn't check the GPU arch" in n and "range requests" in n for n in answer.notes)  # ...but is said
+
+
+def test_arch_data_from_the_index_itself_is_used_first(index, tmp_path):
+    """An index may add a private ``_cuwheels`` key per file (PEP 691 reserves ``_`` keys): no wheel read."""
+    site = tmp_path / "site"
+    shutil.copytree(index.server.site_dir, site)
+    page = site / "cu128" / "torch2.8" / "simple" / "demo-ext" / "index.json"
+    doc = json.loads(page.read_text())
+    for f in doc["files"]:
+        f["_cuwheels"] = {"cuda": "12.8", "torch": "2.8", "cxx11_abi": True,
+                          "archs": {SO: {"sass": ["80"], "ptx": []}}}
+    page.write_text(json.dumps(doc))
+    answer = sel.select(sel.Index(str(site)), "demo-ext", machine(sm="90"), peek=False)
+    assert not answer.fits and "has no kernels for sm_90" in answer.reason
+    assert sel.select(sel.Index(str(site)), "demo-ext", machine(sm="86"), peek=False).fits
+
+
+def test_html_only_index(index, tmp_path):
+    """A PEP 503 index without the JSON pages (another host's mirror) is read from its HTML."""
+    site = tmp_path / "site"
+    shutil.copytree(index.server.site_dir, site)
+    for page in site.rglob("index.json"):
+        page.unlink()
+    answer = sel.select(sel.Index(str(site)), "demo-ext", machine(sm="none"))
+    assert answer.fits and answer.filename == "demo_ext-1.2.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert sel.select(sel.Index(str(site)), "demo-ext", machine(), version="1.0.0").reasons[0].endswith(
+        "is yanked (broken build)")
+
+
+def test_local_site_directory_and_its_public_url(index, tmp_path):
+    site = Path(index.server.site_dir)
+    answer = sel.select(sel.Index(str(site / "cu128" / "torch2.8" / "simple"), site_url="https://w.example/cuwheels"),
+                        "demo-ext", machine(sm="none"))
+    assert answer.fits and answer.index_url == "https://w.example/cuwheels/cu128/torch2.8/simple/"
+
+
+# --------------------------------------------------------------------------- the command, pip and uv
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    # The machine's pip and uv configuration (find-links, extra index URLs) must not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_PYTHON_DOWNLOADS="never", **extra)
+    return env
+
+
+def _uv() -> str:
+    candidate = Path(sys.executable).parent / "uv"
+    if candidate.exists():
+        return str(candidate)
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+def _venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
+    return path / "bin" / "python"
+
+
+def installed(site_packages_root: Path) -> dict[str, str]:
+    """``{distribution: version}`` installed under a venv."""
+    found = {}
+    for info in site_packages_root.glob("lib/python*/site-packages/*.dist-info"):
+        name, version = info.name[: -len(".dist-info")].split("-", 1)
+        found[name] = version
+    return found
+
+
+def run_select(*args: str, pythonpath: Path | None = None, path_prefix: Path | None = None,
+               python: str = sys.executable, cwd: Path = ROOT, module: bool = True) -> subprocess.CompletedProcess:
+    env = _clean_env()
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [python, "-m", "tools.select", *args] if module else [python, *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=env)
+
+
+@pytest.fixture(scope="module")
+def h100_env(tmp_path_factory) -> tuple[Path, Path]:
+    """(PYTHONPATH with torch 2.8.0+cu128, a bin dir with an nvidia-smi for one H100 on driver 570)."""
+    root = tmp_path_factory.mktemp("h100")
+    fake_torch(root / "site", "2.8.0+cu128", cuda="12.8")
+    fake_nvidia_smi(root / "bin", ["9.0, 570.86.10, NVIDIA H100 80GB HBM3"])
+    return root / "site", root / "bin"
+
+
+@pytest.fixture(scope="module")
+def answer(index, h100_env) -> dict:
+    """The command's JSON answer, everything detected (no override) in an environment with a CUDA torch."""
+    site, bin_dir = h100_env
+    proc = run_select("demo-ext", "--index", index.url + "/", "--json", pythonpath=site, path_prefix=bin_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_command_names_the_variant_index(answer, index):
+    assert answer["fits"] is True
+    assert answer["index_url"] == f"{index.url}/cu128/torch2.8/simple/"
+    assert answer["filename"] == "demo_ext-1.2.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert answer["machine"]["torch"] == {"version": "2.8.0+cu128", "build": "cuda", "cuda": "12.8", "cxx11_abi": True}
+    assert answer["machine"]["gpus"] == [{"sm": "90", "name": "NVIDIA H100 80GB HBM3"}]
+    assert any("GPU arch checked against the wheel's cuwheels.json" in n for n in answer["notes"])
+    assert set(answer["uv"]) == {"command", "requirement", "index_name", "pyproject"}
+
+
+def test_printed_pip_command_installs_the_wheel(answer, decoy, tmp_path):
+    """pip --isolated, the default index being the decoy: the exact pin can only come from ours."""
+    printed = shlex.split(answer["pip"])
+    assert printed[:2] == ["pip", "install"]
+    venv = _venv(tmp_path / "venv")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--python", str(venv), "install", "--no-cache-dir", "--no-input",
+         "--index-url", decoy.url + "/simple/", *printed[2:]],
+        capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=_clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed(tmp_path / "venv") == {"demo_ext": "1.2.0+cu128.torch2.8"}
+
+
+def test_without_the_local_label_pip_would_take_the_decoy(answer, decoy, tmp_path):
+    """Why the printed pin carries the label: pip merges indexes, and an unpinned name goes to the
+    highest version anywhere (here the decoy's 99.0; on PyPI, any newer release or its sdist)."""
+    venv = _venv(tmp_path / "venv")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--python", str(venv), "install", "--no-cache-dir", "--no-input",
+         "--index-url", decoy.url + "/simple/", "demo-ext", "--extra-index-url", answer["index_url"]],
+        capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=_clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed(tmp_path / "venv") == {"demo_ext": "99.0"}
+
+
+def test_printed_uv_command_installs_the_wheel(answer, decoy, tmp_path):
+    printed = shlex.split(answer["uv"]["command"])
+    assert printed[:3] == ["uv", "pip", "install"]
+    venv = _venv(tmp_path / "venv")
+    proc = subprocess.run(
+        [_uv(), "pip", "install", "--no-config", "--no-cache", "--python", str(venv),
+         "--index-url", decoy.url + "/simple/", *printed[3:]],
+        capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=_clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed(tmp_path / "venv") == {"demo_ext": "1.2.0+cu128.torch2.8"}
+
+
+def test_printed_uv_project_configuration_syncs(answer, decoy, tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "consumer"\nversion = "0"\nrequires-python = ">=3.11,<3.12"\n'
+        f'dependencies = ["{answer["uv"]["requirement"]}"]\n\n' + answer["uv"]["pyproject"])
+    proc = subprocess.run(
+        [_uv(), "sync", "--no-cache", "--default-index", decoy.url + "/simple/", "--python", sys.executable],
+        cwd=project, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=_clean_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed(project / ".venv") == {"demo_ext": "1.2.0+cu128.torch2.8"}
+
+
+def test_the_command_explains_a_miss_in_json(index, h100_env):
+    site, bin_dir = h100_env
+    proc = run_select("demo-ext", "--index", index.url, "--json", "--python-version", "3.10",
+                      pythonpath=site, path_prefix=bin_dir)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] is False and "Python 3.10" in doc["reason"]
+    assert {"index", "index_url", "versions", "pythons"} <= set(doc["alternatives"][0])
+    assert "pip" not in doc and "uv" not in doc
+
+
+def test_real_run_here_does_not_crash(index):
+    """Nothing faked: this machine's Python, glibc, torch (if any), driver (if any)."""
+    proc = run_select("demo-ext", "--index", index.url, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] or doc["reason"]
+
+
+def test_unreachable_index_is_exit_3():
+    proc = run_select("demo-ext", "--index", "http://127.0.0.1:9/", "--timeout", "5", "--torch-version",
+                      "2.8.0+cu128", "--sm", "none", "--cuda-driver", "12.8")
+    assert proc.returncode == 3 and "index error" in proc.stderr
+
+
+def test_single_file_runs_alone(index, tmp_path):
+    """Copied out of the repository and run as ``python select.py`` by the oldest Python at hand,
+    isolated (-I): no tools package, no packaging, and its name must not shadow the select module."""
+    shutil.copy(ROOT / "tools" / "select.py", tmp_path / "select.py")
+    pythons = sorted(Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")).glob("versions/3.8*/bin/python3.8"))
+    python = str(pythons[0]) if pythons else sys.executable
+    proc = run_select("-I", "select.py", "demo-ext", "--index", index.url, "--json", "--python-version", "3.11",
+                      "--torch-version", "2.9.1+cu128", "--cuda-driver", "570.86.10", "--sm", "8.0",
+                      python=python, cwd=tmp_path, module=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["index_url"] == f"{index.url}/cu128/torch2.9/simple/"
+
+
+# --------------------------------------------------------------------------- the doctor
+
+
+def installed_dist(site: Path, *, with_module: bool, undefined: str | None = None) -> None:
+    """demo-ext 1.2.0+cu128.torch2.8 installed in ``site``: its package imports ``demo_ext_cuda``,
+    a compiled module that is absent, or present and needing ``undefined`` from torch."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "demo_ext").mkdir()
+    (site / "demo_ext" / "__init__.py").write_text("import demo_ext_cuda\n")
+    info = site / "demo_ext-1.2.0+cu128.torch2.8.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-ext\nVersion: 1.2.0+cu128.torch2.8\n\n")
+    (info / "cuwheels.json").write_text(json.dumps(manifest("12.8", "2.8.0", ["80", "90"])))
+    (info / "top_level.txt").write_text("demo_ext\n")
+    record = ["demo_ext/__init__.py,,", f"{info.name}/METADATA,,", f"{info.name}/cuwheels.json,,"]
+    if with_module:
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        source = site / "ext.c"
+        source.write_text(f"extern void {undefined}(void);\n"
+                          f"void *PyInit_demo_ext_cuda(void) {{ {undefined}(); return 0; }}\n")
+        subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(site / f"demo_ext_cuda{suffix}"),
+                        str(source)], check=True, timeout=60)
+        source.unlink()
+        record.append(f"demo_ext_cuda{suffix},,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+needs_cc = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="needs a C compiler")
+
+
+@needs_cc
+def test_doctor_reproduces_and_explains_an_undefined_torch_symbol(index, tmp_path):
+    """A real ImportError: the compiled module needs a c10 symbol; torch 2.9 here, built for 2.8."""
+    site = tmp_path / "site"
+    fake_torch(site, "2.9.1+cu128", cuda="12.8")
+    installed_dist(site, with_module=True, undefined=C10_SYMBOL)
+    proc = run_select("--doctor", "demo-ext", "--index", index.url, "--json", "--sm", "90", "--cuda-driver",
+                      "570.86.10", pythonpath=site)
+    assert proc.returncode == 1, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["kind"] == "undefined-symbol"
+    assert f"undefined symbol: {C10_SYMBOL}" in d["error"]
+    assert d["summary"].startswith("demo-ext 1.2.0+cu128.torch2.8 was built for torch 2.8, this environment has "
+                                   "torch 2.9.1+cu128")
+    assert any("c10::cuda::c10_cuda_check_implementation" in line for line in d["details"])
+    assert d["fixes"][0] == 'install the torch it was built for: pip install "torch==2.8.*" --index-url ' \
+                            "https://download.pytorch.org/whl/cu128"
+    assert "torch2.9 variant index" in d["fixes"][1]
+    assert f'pip install "demo-ext==1.2.0+cu128.torch2.9" --extra-index-url {index.url}/cu128/torch2.9/simple/' \
+        in d["fixes"][1]
+
+
+def test_doctor_reproduces_a_missing_compiled_module(tmp_path):
+    site = tmp_path / "site"
+    fake_torch(site, "2.8.0+cu128", cuda="12.8")
+    installed_dist(site, with_module=False)
+    proc = run_select("--doctor", "demo-ext", "--sm", "none", "--cuda-driver", "12.8", pythonpath=site)
+    assert proc.returncode == 1, proc.stderr
+    assert "Diagnosis (missing-extension): demo-ext 1.2.0+cu128.torch2.8 is installed without its compiled CUDA " \
+           "extension demo_ext_cuda: a source-only or CPU-only install" in proc.stdout
+    assert "pip uninstall -y demo-ext" in proc.stdout
+
+
+def test_doctor_when_the_import_works(tmp_path):
+    """No error to explain: the import succeeds; the GPU is still checked against the manifest."""
+    site = tmp_path / "site"
+    fake_torch(site, "2.8.0+cu128", cuda="12.8")
+    installed_dist(site, with_module=False)
+    (site / "demo_ext" / "__init__.py").write_text("")
+    ok = run_select("--doctor", "demo-ext", "--sm", "90", "--cuda-driver", "12.8", pythonpath=site)
+    assert ok.returncode == 0, ok.stderr
+    assert "Diagnosis (ok): demo-ext 1.2.0+cu128.torch2.8 imports fine here" in ok.stdout
+    bad = run_select("--doctor", "demo-ext", "--sm", "120", "--cuda-driver", "12.8", "--json", pythonpath=site)
+    assert bad.returncode == 1, bad.stderr
+    assert json.loads(bad.stdout)["kind"] == "no-kernel-image"
+
+
+def test_doctor_reads_the_error_from_a_file(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("Traceback (most recent call last):\n  ...\nImportError: /lib/x86_64-linux-gnu/libc.so.6: version "
+                   "`GLIBC_2.39' not found (required by /venv/demo_ext_cuda.so)\n")
+    proc = run_select("--doctor", "demo-ext", "--error-file", str(log), "--glibc", "2.35", "--json",
+                      "--torch-version", "2.8.0+cu128", "--sm", "none", "--cuda-driver", "12.8")
+    assert proc.returncode == 1, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["kind"] == "glibc"
+    assert d["summary"] == ("the module needs glibc 2.39 (required by /venv/demo_ext_cuda.so), this machine has "
+                            "glibc 2.35")
+
+
+def _installed(**manifest_overrides) -> sel.Installed:
+    man = manifest("12.8", "2.8.0", ["80", "90"])
+    man.update(manifest_overrides)
+    return sel.Installed("demo-ext", "1.2.0+cu128.torch2.8", man, ["demo_ext_cuda"], ["demo_ext"], "/venv")
+
+
+DOCTOR_CASES = [
+    # (id, error text, machine overrides, installed, kind, fragments of summary + details + fixes)
+    ("undefined-symbol-torch-2.9", f"ImportError: /v/{SO}: undefined symbol: {C10_SYMBOL}",
+     {"torch_version": "2.9.1+cu128"}, _installed(),
+     "undefined-symbol", ["built for torch 2.8", "torch 2.9.1+cu128", 'torch==2.8.*', "torch2.9 variant index",
+                          "c10::cuda::c10_cuda_check_implementation"]),
+    ("undefined-symbol-abi", f"ImportError: /v/{SO}: undefined symbol: "
+     "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+     {"torch_version": "2.8.0+cu128", "cxx11_abi": "0"}, _installed(),
+     "undefined-symbol", ["C++11 ABI", "pre-C++11"]),
+    ("undefined-symbol-cuda-major", f"ImportError: /v/{SO}: undefined symbol: {C10_SYMBOL}",
+     {"torch_version": "2.8.0+cu130"}, _installed(cuda="12.8"), "undefined-symbol", ["built for CUDA 12.8",
+                                                                                     "CUDA 13.0"]),
+    ("undefined-symbol-no-manifest", f"ImportError: /v/x.so: undefined symbol: {C10_SYMBOL}",
+     {"torch_version": "2.9.1+cu128"}, sel.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     "undefined-symbol", ["manifest is missing"]),
+    ("undefined-symbol-not-torch", "ImportError: /v/x.so: undefined symbol: _ZN5flash12run_mha_fwd_EPv",
+     {}, _installed(), "undefined-symbol", ["isn't torch's", "flash::run_mha_fwd_"]),
+    ("missing-cuda-module", "ModuleNotFoundError: No module named 'flash_attn_2_cuda'", {},
+     sel.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
+     "missing-extension", ["without its compiled CUDA extension flash_attn_2_cuda", "source-only or CPU-only",
+                           "pip uninstall -y demo-ext"]),
+    ("torch-missing", "ModuleNotFoundError: No module named 'torch'", {}, _installed(), "torch-missing",
+     ["torch is not installed"]),
+    ("glibc", "OSError: /lib64/libc.so.6: version `GLIBC_2.32' not found (required by /v/x.so)", {"glibc": "2.28"},
+     _installed(), "glibc", ["needs glibc 2.32", "has glibc 2.28", "manylinux_2_X with X <= 28", "--backend host"]),
+    ("glibcxx", "ImportError: /opt/conda/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found", {}, _installed(),
+     "glibcxx", ["GLIBCXX_3.4.32", "libstdcxx-ng"]),
+    ("no-kernel-image-sm120", "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+     {"sm": "120"}, _installed(), "no-kernel-image",
+     ["GPU sm_120", "SASS for sm_80, sm_90; PTX for none", "--backend host --archs 120"]),
+    ("no-kernel-image-but-we-have-it", "CUDA error: no kernel image is available for execution on the device",
+     {"sm": "90"}, _installed(), "no-kernel-image", ["has kernels for GPU sm_90", "another library"]),
+    ("cpu-torch-cuda-lib", "ImportError: libc10_cuda.so: cannot open shared object file: No such file or directory",
+     {"torch_version": "2.13.0+cpu"}, _installed(), "missing-library", ["needs a CUDA build of torch"]),
+    ("cudart-major", "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+     {"torch_version": "2.13.0+cu130"}, _installed(), "missing-library", ["libcudart.so.12 (CUDA 12)",
+                                                                          "CUDA 13.0"]),
+    ("unknown", "Segmentation fault", {}, _installed(), "unknown", ["not one of the errors"]),
+]
+
+
+@pytest.mark.parametrize("case", DOCTOR_CASES, ids=[c[0] for c in DOCTOR_CASES])
+def test_doctor_explains(case, index):
+    name, error, overrides, inst, kind, fragments = case
+    m = machine(**overrides)
+    idx = sel.Index(index.url)
+    answer = sel.select(idx, "demo-ext", m)
+    d = sel.diagnose(error, "demo-ext", m, inst, index=idx, answer=answer)
+    assert d.kind == kind
+    text = "\n".join([d.summary, *d.details, *d.fixes])
+    for fragment in fragments:
+        assert fragment in text, text
+    assert sel.format_diagnosis(d, m)
+
+
+def test_demangling_without_cxxfilt(monkeypatch):
+    monkeypatch.setattr(sel, "_which", lambda prog: None)
+    assert sel.demangle(C10_SYMBOL) == "c10::cuda::c10_cuda_check_implementation(...)"
+    assert sel.demangle("_ZNK3c1010TensorImpl4sizeEl") == "c10::TensorImpl::size(...)"
+    assert sel.demangle("not_mangled") == "not_mangled"
+
+
+def test_module_names_from_installed_files():
+    assert sel.module_name("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so") == "flash_attn_2_cuda"
+    assert sel.module_name("causal_conv1d/_C.abi3.so") == "causal_conv1d._C"
+    assert sel.module_name("flash_attn.libs/libgomp-a34b3233.so.1.0.0") is None
+    assert sel.module_name("demo_ext/__init__.py") is None
