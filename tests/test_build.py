@@ -20,6 +20,7 @@ import yaml
 
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tools import ROOT
+from tools.host import find_nvcc
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
 from tools.source import sha256_file
@@ -56,11 +57,12 @@ Subject: [PATCH] Break the kernel (test of compile failures)
 
 
 def _recipe(sdist: Path, **changes) -> dict:
+    """The fixture recipe for the local nvcc's CUDA and the newest torch the registry serves
+    built for exactly that CUDA (so the registry is all the build needs)."""
     table = load_table()
-    cuda = next(c for c in reversed(table.cuda) if "90" in table.cuda[c].archs
-                and any(table.torch[s].pypi_cuda == c for s in table.torch_for_cuda(c)))
+    cuda = find_nvcc().version
     torch = next(s for s in reversed(table.torch_for_cuda(cuda))
-                 if table.torch[s].pypi_cuda == cuda)
+                 if table.torch[s].pypi_cuda == cuda and "3.11" in table.torch[s].python)
     data = {
         "schema": 1,
         "package": "tinyext",
@@ -204,8 +206,7 @@ def test_wrong_sha256_stops_before_compiling(sdist, tmp_path):
 
 def test_nvcc_of_another_major_is_refused(sdist, tmp_path):
     table = load_table()
-    nvcc_major = next(c for c in reversed(table.cuda) if any(
-        table.torch[s].pypi_cuda == c for s in table.torch_for_cuda(c))).split(".")[0]
+    nvcc_major = find_nvcc().version.split(".")[0]
     other = next((c for c in table.cuda if c.split(".")[0] != nvcc_major), None)
     if other is None:
         pytest.fail("the table has a single CUDA major; this test needs two")

@@ -24,6 +24,8 @@ from .table import Table
 from .variant import cuda_nodot
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
+#: Where CUDA installers put the toolkit when CUDA_HOME is not set.
+DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
 
 
 @dataclass(frozen=True)
@@ -47,23 +49,31 @@ class BuildPython:
 
 
 def find_nvcc(env: dict[str, str] | None = None) -> Nvcc:
-    """nvcc from $CUDA_HOME/bin, else PATH, else /usr/local/cuda; ToolchainError if none."""
+    """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; ToolchainError if none.
+
+    The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
+    ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
+    """
     env = env if env is not None else dict(os.environ)
     candidates = []
     if env.get("CUDA_HOME"):
         candidates.append(Path(env["CUDA_HOME"]) / "bin" / "nvcc")
+    candidates.append(DEFAULT_CUDA_HOME / "bin" / "nvcc")
     if found := shutil.which("nvcc", path=env.get("PATH")):
         candidates.append(Path(found))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
     for nvcc in candidates:
-        if nvcc.is_file():
-            proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                                  timeout=60)
-            m = re.search(r"release (\d+\.\d+)", proc.stdout)
-            if proc.returncode == 0 and m:
-                real = nvcc.resolve()
-                return Nvcc(str(nvcc), m.group(1), str(real.parent.parent))
-    raise ToolchainError("nvcc was not found (looked in $CUDA_HOME/bin, PATH, /usr/local/cuda)",
+        if not nvcc.is_file():
+            continue
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                              timeout=60)
+        m = re.search(r"release (\d+\.\d+)", proc.stdout)
+        if proc.returncode != 0 or not m:
+            continue
+        for root in (nvcc.parent.parent, nvcc.resolve().parent.parent, DEFAULT_CUDA_HOME):
+            if (root / "include" / "cuda_runtime.h").is_file():
+                return Nvcc(str(nvcc), m.group(1), str(root))
+    raise ToolchainError("nvcc was not found with its toolkit (looked in $CUDA_HOME, "
+                         "/usr/local/cuda, PATH; the toolkit must have include/cuda_runtime.h)",
                          hint="install the CUDA toolkit matching the cell's CUDA major version "
                               "and set CUDA_HOME, or use --backend container")
 
@@ -133,20 +143,25 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
 
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-_ERROR_PATTERNS = [
-    re.compile(r"^FAILED: (\S+)"),                                   # ninja
-    re.compile(r"^(\S+\.(?:cu|cuh|cpp|cc|cxx|h|hpp))\((\d+)\): (?:catastrophic )?error"),  # nvcc
-    re.compile(r"^(\S+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp)):(\d+):(?:\d+:)? (?:fatal )?error"),  # gcc
-]
+_NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(\S+)")
+_COMPILER_ERROR = re.compile(
+    r"^(\S+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp))(?:\((\d+)\)|:(\d+)(?::\d+)?):? "
+    r"(?:catastrophic |fatal )?error\b:?\s*(.*)")
 
 
 def failing_file(log_text: str) -> str | None:
-    """The first source or object file a compile log blames, if it names one."""
+    """What a compile log blames: the target ninja says failed and the first compiler error
+    (file:line: message), when the log names them."""
+    target = error = None
     for line in log_text.splitlines():
-        for pattern in _ERROR_PATTERNS:
-            if m := pattern.search(line.strip()):
-                return m.group(1) + (f":{m.group(2)}" if m.lastindex and m.lastindex > 1 else "")
-    return None
+        line = line.strip()
+        if target is None and (m := _NINJA_FAILED.match(line)):
+            target = Path(m.group(1)).name
+        if error is None and (m := _COMPILER_ERROR.match(line)):
+            error = f"{m.group(1)}:{m.group(2) or m.group(3)}: {m.group(4)[:160]}"
+    if target and error:
+        return f"{target} (first error: {error})"
+    return target or error
 
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
