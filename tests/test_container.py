@@ -565,6 +565,10 @@ def test_limits_come_from_the_environment_or_the_machine(monkeypatch):
      ToolchainError, "setting up the container's build environment failed (before-build"),
     ("Repairing wheel...\nTraceback...\n", RepairError, "the repair step failed"),
     ("Testing wheel...\nImportError: undefined symbol: _ZN3c10\n", VerifyError, "smoke test"),
+    # the image has no interpreter for the cell's Python (e.g. 3.15 in an older image)
+    ("Starting container image pytorch/x...\ncibuildwheel: error:   '/opt/python/cp315-cp315/"
+     "bin/python' executable doesn't exist in image 'pytorch/x' to build 'cp315-manylinux_x86_64'"
+     ".\n", ToolchainError, "the image lacks the cell's Python"),
     # the image never started
     ("Starting container image pytorch/x...\nError: pull access denied\n", ToolchainError,
      "cibuildwheel failed before building"),

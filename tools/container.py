@@ -445,6 +445,11 @@ def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> 
             rest = [l.strip() for l in lines[i + 1:i + 4] if l.strip().startswith("fix:")]
             return kinds[m.group(1)](f"in the container: {m.group(2)}; log: {log}",
                                      hint=rest[0].removeprefix("fix:").strip() if rest else None)
+    for line in lines:
+        if "executable doesn't exist in image" in line or "needed to build" in line:
+            return ToolchainError(f"the image lacks the cell's Python: {line.strip()}; log: {log}",
+                                  hint="point the table's image for this CUDA at a tag that "
+                                       "has it, or leave this Python out of the recipe")
     step = None
     for line in lines:
         for marker, name in _CIBW_STEPS:
