@@ -308,10 +308,8 @@ def test_a_rejected_configuration_is_a_toolchain_error(world, tmp_path):
 # --- dry run: the printed script is the plan, and it runs ----------------------------------------
 
 def _use_table(monkeypatch, table):
-    """tools.build reads the repository's table; these tests use the mini table. Progress lines
-    go to the sys.stderr of the test (build_cell binds its default stream at import)."""
+    """tools.build reads the repository's table; these tests use the mini table."""
     monkeypatch.setattr(build, "load_table", lambda: table)
-    monkeypatch.setitem(build.build_cell.__kwdefaults__, "stream", sys.stderr)
 
 
 def _dry_run(monkeypatch, tmp_path, table, cell_id, capsys, *extra):

@@ -86,7 +86,7 @@ HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "
               "verify", "publish"]
 
 
-def recipe_revision(recipe: Recipe) -> str:
+def recipe_git_revision(recipe: Recipe) -> str:
     """The git commit of the recipe folder (with ``-dirty`` when it has local changes)."""
     def git(*args: str) -> str:
         proc = subprocess.run(["git", *args], cwd=recipe.folder, capture_output=True, text=True)
@@ -126,6 +126,7 @@ def compiler_versions(nvcc: str | None) -> dict[str, str]:
 def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...],
                  torch_lib: Path, torch_version: str, work: Path, progress: Progress,
                  plat: str, manifest_extra: dict[str, Any],
+                 recipe_revision: str | None = None,
                  epoch: int = DEFAULT_SOURCE_DATE_EPOCH) -> tuple[Path, dict[str, Any]]:
     """The steps both backends share after the compile: repair, inspect (ABI and archs), set
     version/pin/manifest, check tags. Returns the finished wheel and the manifest."""
@@ -177,7 +178,7 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         "source": {"sdist": recipe.source.sdist, "sha256": recipe.source.sha256,
                    "url": recipe.source.url},
         "patches": [p.file for p in recipe.patches],
-        "recipe_revision": recipe_revision(recipe),
+        "recipe_revision": recipe_revision or recipe_git_revision(recipe),
         **manifest_extra,
     }
 
@@ -222,10 +223,6 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                                  offline=offline, index_url=torch_index, log=work / "python.log")
         step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
                            cxx11_abi=bp.cxx11_abi)
-        if bp.cxx11_abi != cell.cxx11_abi:
-            raise ToolchainError(f"torch {bp.torch_version} uses cxx11_abi={bp.cxx11_abi}, the "
-                                 f"table says {cell.cxx11_abi} for torch {cell.torch}",
-                                 hint="fix recipes/table.yaml or the torch source")
         return bp
 
     bp = progress.run("python", python)
@@ -327,7 +324,8 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                torch_index: str | None = None, out_dir: Path = DEFAULT_OUT,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                engine: str | None = None, dry_run: bool = False,
-               stream=sys.stderr) -> dict[str, Any]:
+               memory_gib: int | None = None, cpus: int | None = None,
+               stream=None) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     Raises the step's CuwheelsError on failure, after writing the report.
@@ -337,14 +335,19 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     cell = find_cell(cell_id, plan(recipes, table))
     recipe = next(r for r in recipes if r.package == cell.package)
     chosen, why = choose_backend(backend, engine)
-    progress = Progress(cell.id, HOST_STEPS, stream)
-    progress.say(f"backend: {chosen} ({why})")
     cell_archs = resolve_archs(cell, archs, table)
     if chosen == "container":
-        from .container import build_container
-        return build_container(cell, recipe, table, archs=cell_archs, engine=engine,
-                               dry_run=dry_run, out_dir=out_dir, work_root=work_root,
-                               progress=progress, sdist=sdist, sdist_dir=sdist_dir)
+        from .container import CONTAINER_STEPS, build_container
+        progress = Progress(cell.id, CONTAINER_STEPS, stream or sys.stderr)
+        progress.say(f"backend: container ({why})")
+        report = build_container(cell, recipe, table, archs=cell_archs, engine=engine,
+                                 dry_run=dry_run, out_dir=out_dir, work_root=work_root,
+                                 progress=progress, sdist=sdist, sdist_dir=sdist_dir,
+                                 memory_gib=memory_gib, cpus=cpus)
+        report.setdefault("why", why)
+        return report
+    progress = Progress(cell.id, HOST_STEPS, stream or sys.stderr)
+    progress.say(f"backend: host ({why})")
     if dry_run:
         raise ToolchainError("--dry-run is for the container backend (it prints the "
                              "cibuildwheel command)", hint="add --backend container")
@@ -392,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
     ap.add_argument("--dry-run", action="store_true",
                     help="container backend: print the cibuildwheel command and stop")
+    ap.add_argument("--memory", type=int, metavar="GIB",
+                    help="container backend: memory limit (default: available memory - 1 GiB)")
+    ap.add_argument("--cpus", type=int, help="container backend: CPU limit (default: all)")
     args = ap.parse_args(argv)
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
@@ -399,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                         sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
                         offline=args.offline, torch_index=args.torch_index, out_dir=args.out,
                         work_root=args.work, recipes_root=args.recipes, engine=args.engine,
-                        dry_run=args.dry_run)
+                        dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus)
     if report.get("wheel"):
         print(report["wheel"])
     return 0

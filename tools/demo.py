@@ -10,7 +10,6 @@ server.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import threading

@@ -7,6 +7,7 @@ manylinux_2_28 wheels CI publishes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -112,12 +113,36 @@ _PROBE = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
           "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
 
 
+def probe_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
+    """The torch that ``python`` imports (version, CUDA, lib dir, ABI), checked against the
+    cell: a CPU build, another CUDA major (unless the table relaxes it) or another C++ ABI than
+    the table's is a ToolchainError."""
+    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}")
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info["cuda"]:
+        raise ToolchainError(
+            f"the torch installed for {cell.id} ({info['v']}) is a CPU build",
+            hint="a machine-wide pip find-links or index may be serving a CPU torch; pass "
+                 "--torch-index with the CUDA index or a --wheelhouse holding the CUDA build")
+    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
+    if info["cuda"].split(".")[0] != cell.cuda.split(".")[0] and not relaxed:
+        raise ToolchainError(f"torch {info['v']} is built with CUDA {info['cuda']}, the cell "
+                             f"needs CUDA {cell.cuda}",
+                             hint="pass --torch-index for the cell's CUDA version")
+    if info["abi"] != cell.cxx11_abi:
+        raise ToolchainError(f"torch {info['v']} uses cxx11_abi={info['abi']}, the table says "
+                             f"{cell.cxx11_abi} for torch {cell.torch}",
+                             hint="fix recipes/table.yaml or the torch source")
+    return BuildPython(Path(python), info["v"], info["cuda"], Path(info["lib"]), info["abi"])
+
+
 def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
                    wheelhouse: Path | None, offline: bool, index_url: str | None,
                    log: Path) -> BuildPython:
     """A fresh venv for the cell's Python with its torch and the recipe's build requirements."""
-    import json
-
     python = pyenv.create_venv(workdir / "venv", cell.python, seed=True)
     extra = (index_url,) if index_url else ()
     if not index_url and (url := torch_index(cell, table)):
@@ -126,20 +151,7 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
     pyenv.install(python, reqs, extra_index_urls=extra, offline=offline,
                   find_links=(wheelhouse,) if wheelhouse else (), log=log,
                   what=f"the build requirements of {cell.id}")
-    probe = pyenv.run_python(python, _PROBE, timeout=300)
-    if probe.returncode != 0:
-        raise ToolchainError(f"torch does not import in the build venv: {probe.stderr[-800:]}")
-    info = json.loads(probe.stdout.strip().splitlines()[-1])
-    if not info["cuda"]:
-        raise ToolchainError(
-            f"the torch installed for {cell.id} ({info['v']}) is a CPU build",
-            hint="a machine-wide pip find-links or index may be serving a CPU torch; pass "
-                 "--torch-index with the CUDA index or a --wheelhouse holding the CUDA build")
-    if info["cuda"].split(".")[0] != cell.cuda.split(".")[0]:
-        raise ToolchainError(f"torch {info['v']} is built with CUDA {info['cuda']}, the cell "
-                             f"needs CUDA {cell.cuda}",
-                             hint="pass --torch-index for the cell's CUDA version")
-    return BuildPython(python, info["v"], info["cuda"], Path(info["lib"]), info["abi"])
+    return probe_torch(python, cell, table)
 
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
