@@ -336,8 +336,8 @@ def test_known_files_are_not_hashed_again(tmp_path, monkeypatch):
     assert build(tmp_path).hashed == 3
     reads = []
     real_inspect, real_hash = idx.inspect_wheel, idx.hash_file
-    monkeypatch.setattr(idx, "inspect_wheel", lambda p, **kw: reads.append(p.name) or real_inspect(p, **kw))
-    monkeypatch.setattr(idx, "hash_file", lambda p: reads.append(p.name) or real_hash(p))
+    monkeypatch.setattr(idx, "inspect_wheel", lambda p, **kw: reads.append(os.path.basename(p)) or real_inspect(p, **kw))
+    monkeypatch.setattr(idx, "hash_file", lambda p: reads.append(os.path.basename(p)) or real_hash(p))
     make_wheel(w, "demo", "2.0", tag=ANY)
     report = build(tmp_path, init_ledger=False)
     assert report.hashed == 1 and reads == ["demo-2.0-py3-none-any.whl"]
@@ -375,6 +375,8 @@ def test_yank_list_errors(tmp_path):
     make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
     with pytest.raises(IndexBuildError, match="never published: demo-9.0"):
         build(tmp_path, yanked_path=_yank(tmp_path, {"demo-9.0-py3-none-any.whl": "typo"}))
+    with pytest.raises(IndexBuildError, match="yank list .*nope.yaml does not exist"):
+        build(tmp_path, yanked_path=tmp_path / "nope.yaml")
     (tmp_path / "yanked.yaml").write_text("- a list\n")
     with pytest.raises(IndexBuildError, match="must be a mapping"):
         build(tmp_path, yanked_path=tmp_path / "yanked.yaml")
@@ -424,7 +426,7 @@ def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, cap
     (w / "demo-1.0.tar.gz").write_bytes(b"")
     rc = idx.main([
         "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
-        "--ledger", str(tmp_path / "ledger.json"), "--init-ledger", "--yanked", str(tmp_path / "none.yaml"),
+        "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
     ])
     err = capsys.readouterr().err
     assert rc == 11
@@ -449,11 +451,37 @@ def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, cap
     assert_site_valid(tmp_path / "site")
 
 
+def test_unusual_zips_go_through_the_zipfile_module(tmp_path):
+    w = tmp_path / "wheels"
+    prefixed = make_wheel(w, "prefixed", "1.0", tag=ANY)
+    prefixed.write_bytes(b"#!/bin/sh\n" + prefixed.read_bytes())  # data before the archive: still a zip
+    corrupt = make_wheel(w, "corrupt", "1.0", tag=ANY)
+    data = bytearray(corrupt.read_bytes())
+    # The first occurrence of the name is METADATA's local header; its deflated bytes follow.
+    meta_at = data.index(b"corrupt-1.0.dist-info/METADATA") + len("corrupt-1.0.dist-info/METADATA")
+    data[meta_at + 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    report = build(tmp_path)
+    assert [r.filename for r in report.rejected] == [corrupt.name]
+    assert report.rejected[0].reason.startswith("unreadable zip")
+    assert listed(tmp_path / "site", "", "prefixed") == [prefixed.name]
+
+
+def test_zip_directory_agrees_with_zipfile(tmp_path):
+    import zipfile
+
+    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"},
+                      payload=b"x" * 1000)
+    with open(path, "rb") as f, zipfile.ZipFile(path) as zf:
+        fast = idx.ZipDirectory(f.fileno(), path.stat().st_size)
+        assert fast.namelist() == zf.namelist()
+        assert all(fast.read(n) == zf.read(n) for n in zf.namelist())
+
+
 def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     rc = idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
-                   "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger",
-                   "--yanked", str(tmp_path / "none.yaml")])
+                   "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger"])
     assert rc == 0
     assert "1 files in 1 projects" in capsys.readouterr().out
 
@@ -478,14 +506,16 @@ def test_a_failed_write_leaves_the_previous_site(tmp_path, monkeypatch):
     before = _snapshot(tmp_path / "site")
     make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY)
 
-    real = idx.write_tree
+    real = idx._WrittenPages.__setitem__
+    written = []
 
-    def half_then_die(root, pages):
-        items = list(pages.items())
-        real(root, dict(items[: len(items) // 2]))
-        raise KeyboardInterrupt  # as if killed halfway through writing
+    def die_at_the_fifth_page(self, rel, data):
+        if len(written) == 5:
+            raise KeyboardInterrupt  # as if killed halfway through writing the new site
+        written.append(rel)
+        real(self, rel, data)
 
-    monkeypatch.setattr(idx, "write_tree", half_then_die)
+    monkeypatch.setattr(idx._WrittenPages, "__setitem__", die_at_the_fifth_page)
     with pytest.raises(KeyboardInterrupt):
         build(tmp_path, init_ledger=False)
     assert _snapshot(tmp_path / "site") == before
@@ -499,14 +529,30 @@ def test_fallback_swap_without_renameat2_and_recovery(tmp_path, monkeypatch):
     make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY)
     build(tmp_path, init_ledger=False)
     assert len(listed(tmp_path / "site", "", "demo")) == 2
-    # A run killed between the two renames leaves the old site at .site.old: the next run restores it.
-    os.rename(tmp_path / "site", tmp_path / ".site.old")
+    assert len(listed(tmp_path / ".site.prev", "", "demo")) == 1  # the previous site, kept for a rollback
+    # A run killed between the two renames leaves the old site at .site.prev: the next run restores it.
+    shutil.rmtree(tmp_path / ".site.prev")
+    (tmp_path / ".site.swapping").touch()
+    os.rename(tmp_path / "site", tmp_path / ".site.prev")
     (tmp_path / ".site.new-x").mkdir()
-    idx.recover(tmp_path / "site")
+    trash = idx.recover(tmp_path / "site")
     assert len(listed(tmp_path / "site", "", "demo")) == 2
+    assert [p.name for p in trash] == [".site.new-x"]
+    build(tmp_path, init_ledger=False)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [
-        ".site.hashcache.json", ".site.lock",
+        ".site.hashcache.json", ".site.lock", ".site.prev",
     ]
+
+
+def test_a_site_deleted_by_hand_is_not_resurrected(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    build(tmp_path, init_ledger=False)  # leaves the previous site at .site.prev
+    shutil.rmtree(tmp_path / "site")
+    (tmp_path / "ledger.json").unlink()
+    shutil.rmtree(tmp_path / "wheels")
+    report = build(tmp_path)  # from scratch, on purpose
+    assert report.files == 0 and listed(tmp_path / "site", "", "demo") == []
 
 
 def test_refuses_to_replace_a_directory_it_did_not_make(tmp_path):
@@ -533,7 +579,7 @@ def test_site_survives_being_killed_at_any_moment(tmp_path):
         make_wheel(w, f"proj{i % 6}", f"1.{i}", local=f"cu12{i % 3}.torch2.{7 + i % 2}", tag=ANY)
     cmd = [sys.executable, "-m", "tools.index", "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"),
            "--base-url", BASE, "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
-           "--yanked", str(tmp_path / "none.yaml")]
+]
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=60, capture_output=True)
     extra = 0
     for delay in (0.05, 0.15, 0.25, 0.35, 0.45, 0.6):
@@ -549,7 +595,7 @@ def test_site_survives_being_killed_at_any_moment(tmp_path):
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=60, capture_output=True)
     assert len(listed(tmp_path / "site", "", "late")) == extra
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")) == [
-        ".site.hashcache.json", ".site.lock",
+        ".site.hashcache.json", ".site.lock", ".site.prev",
     ]
 
 

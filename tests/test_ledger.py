@@ -13,6 +13,7 @@ from tools.ledger import (
     Entry,
     atomic_write,
     dump_ledger,
+    encode_entry,
     entry_from_json,
     load_ledger,
     parse_ledger,
@@ -46,6 +47,13 @@ def test_one_line_per_file_sorted_by_filename():
     assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
     assert lines[3] == "}}"
     assert json.loads(dump_ledger(entries))["schema"] == 1
+
+
+@pytest.mark.parametrize("variant", [None, Variant("12", "2.8", None), Variant("13.0", "2.13", False)])
+def test_hand_written_encoder_matches_json_dumps(variant):
+    e = entry("dé-1.0-py3-none-any.whl", variant=variant, requires_python=None, name='quote"d')
+    expected = json.dumps(e.filename) + ": " + json.dumps(e.to_json(), sort_keys=True)
+    assert encode_entry(e) == expected
 
 
 def test_empty_ledger_is_valid_json():

@@ -54,9 +54,11 @@ Incremental: a wheel already in the ledger whose size and mtime match the hash c
 
 Atomic output: the new site is written into a temporary directory beside INDEX_DIR and swapped in
 with one ``renameat2(RENAME_EXCHANGE)``; where the kernel or file system lacks it, two renames are
-used and a run killed between them leaves the old site at ``.<name>.old``, put back by the next
-run. The ledger and every ``.metadata`` file are written to a temporary file and ``os.replace``-d.
-A lock file (``.<name>.lock``) keeps two runs off the same site.
+used and a run killed between them leaves the old site at ``.<name>.prev``, put back by the next
+run. The previous site stays at ``.<name>.prev`` until the next run (a rollback is one ``mv``).
+The ledger is written to a temporary file, fsynced and ``os.replace``-d; a new wheel's
+``.metadata`` is written before the ledger records the wheel (see build_index). A lock file
+(``.<name>.lock``) keeps two runs off the same site.
 
 Exit status: 0 when every wheel was indexed; 11 (IndexBuildError) when the index could not be
 built (nothing changed) or when some wheels were left out (each named with its reason; the rest
@@ -69,27 +71,32 @@ import argparse
 import ctypes
 import errno
 import hashlib
-import io
 import json
 import os
+import queue
+import re
 import shutil
+import struct
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 import zlib
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import jinja2
 import yaml
+from markupsafe import Markup
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -101,12 +108,13 @@ from .variant import Variant, parse_label
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
 API_VERSION = "1.1"
-#: Wheels up to this size are read into memory once, hashed and opened as zips from that buffer;
-#: larger ones are hashed in chunks and their zip directory read from disk.
-SLURP_LIMIT = 64 << 20
-_CHUNK = 1 << 20
+#: Read size when hashing: small enough to stay in the CPU cache between read and hash.
+_CHUNK = 256 << 10
 
 TEMPLATES = Path(__file__).parent / "templates"
+#: Defaults of the command line, relative to where it runs (the repository root).
+DEFAULT_LEDGER = Path("index/ledger.json")
+DEFAULT_YANKED = Path("index/yanked.yaml")
 
 
 # --------------------------------------------------------------------------- reading wheels
@@ -137,12 +145,19 @@ class WheelFacts:
     variant: Variant | None
 
 
+_FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
+
+
 def check_filename(filename: str) -> tuple[str, Version]:
     """The (normalized name, version) a wheel filename states, or WheelRejected naming the rule."""
     try:
         name, version, _build, _tags = parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise WheelRejected(f"invalid wheel filename: {exc}") from None
+    if not _FILENAME_CHARS.fullmatch(filename):
+        # packaging checks the name and version parts but not the tags; a URL-safe name also
+        # keeps one link per line on the pages.
+        raise WheelRejected(f"invalid wheel filename: characters outside [A-Za-z0-9._+!-]: {filename!r}")
     return name, version
 
 
@@ -165,7 +180,83 @@ def parse_metadata_headers(data: bytes) -> dict[str, str]:
     return headers
 
 
-def _find_metadata(zf: zipfile.ZipFile, dist: str, version: str) -> str:
+class _Unsupported(Exception):
+    """A zip layout the fast reader leaves to the zipfile module (zip64, prepended data...)."""
+
+
+class ZipDirectory:
+    """A wheel's zip central directory, with ``namelist()`` and ``read()`` like zipfile.ZipFile.
+
+    It reads only the directory and the members asked for, with ``os.pread`` (the bytes were
+    just hashed, so they come from the page cache), and builds no object per member: with
+    zipfile.ZipFile, opening a small wheel costs about as much as hashing it. Anything unusual
+    raises _Unsupported, and the caller falls back to zipfile, the authority on what a valid zip is.
+    """
+
+    _EOCD = struct.Struct("<4s4H2LH")
+    _CENTRAL = struct.Struct("<4s6H3L5H2L")
+    _LOCAL = struct.Struct("<4s5H3L2H")
+
+    def __init__(self, fd: int, size: int):
+        self._fd = fd
+        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB): a
+        # small read finds it in a wheel; the largest possible one is read only when needed.
+        for span in (8192, self._EOCD.size + 0xFFFF):
+            tail_start = max(0, size - span)
+            tail = os.pread(fd, size - tail_start, tail_start)
+            end = tail.rfind(b"PK\x05\x06")
+            if end >= 0 or tail_start == 0:
+                break
+        if end < 0 or end + self._EOCD.size > len(tail):
+            raise _Unsupported("no end of central directory record")
+        _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _comment = self._EOCD.unpack_from(tail, end)
+        if count == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != tail_start + end:
+            raise _Unsupported("zip64 or data before the archive")
+        if cd_offset >= tail_start:
+            data, pos = tail, cd_offset - tail_start
+        else:  # a directory larger than 64 KiB: read it whole
+            data, pos = os.pread(fd, cd_size, cd_offset), 0
+        stop = pos + cd_size
+        self._members: dict[str, tuple[int, int, int, int, int]] = {}
+        for _ in range(count):
+            if pos + self._CENTRAL.size > stop:
+                raise _Unsupported("truncated central directory")
+            (sig, _made, _need, flags, method, _time, _date, crc, csize, _usize,
+             nlen, xlen, clen, _dstart, _iattr, _eattr, offset) = self._CENTRAL.unpack_from(data, pos)
+            if sig != b"PK\x01\x02":
+                raise _Unsupported("bad central directory entry")
+            raw = data[pos + self._CENTRAL.size: pos + self._CENTRAL.size + nlen]
+            self._members[raw.decode("utf-8" if flags & 0x800 else "cp437")] = (flags, method, crc, csize, offset)
+            pos += self._CENTRAL.size + nlen + xlen + clen
+
+    def namelist(self) -> list[str]:
+        """Member names, in archive order."""
+        return list(self._members)
+
+    def read(self, name: str) -> bytes:
+        """A member's bytes, CRC-checked."""
+        flags, method, crc, csize, offset = self._members[name]
+        if flags & 0x1:
+            raise _Unsupported("encrypted member")
+        header = os.pread(self._fd, self._LOCAL.size, offset)
+        if len(header) < self._LOCAL.size:
+            raise _Unsupported("truncated local header")
+        sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
+        if sig != b"PK\x03\x04":
+            raise _Unsupported("bad local header")
+        raw = os.pread(self._fd, csize, offset + self._LOCAL.size + nlen + xlen)
+        if method == zipfile.ZIP_STORED:
+            out = raw
+        elif method == zipfile.ZIP_DEFLATED:
+            out = zlib.decompress(raw, -15)
+        else:
+            raise _Unsupported(f"compression method {method}")
+        if zlib.crc32(out) != crc:
+            raise _Unsupported("CRC mismatch")
+        return out
+
+
+def _find_metadata(zf: Any, dist: str, version: str) -> str:
     """The archive name of the wheel's METADATA (``<name>-<version>.dist-info/METADATA``)."""
     candidates = [
         n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
@@ -180,62 +271,76 @@ def _find_metadata(zf: zipfile.ZipFile, dist: str, version: str) -> str:
     return candidates[0]
 
 
-def inspect_wheel(path: Path, *, size: int | None = None) -> WheelFacts:
+def inspect_wheel(path: str | os.PathLike, *, size: int | None = None) -> WheelFacts:
     """Hash a wheel and read what the index needs from it, reading its bytes from disk once.
 
     Raises WheelRejected for an invalid filename, an unreadable zip, a missing METADATA, a METADATA
     whose Name or Version disagrees with the filename, or a build manifest that contradicts the
     local label.
     """
+    path = Path(path)
     filename = path.name
     dist, file_version = check_filename(filename)
-    if size is None:
-        size = path.stat().st_size
-    with open(path, "rb") as f:
-        if size <= SLURP_LIMIT:
-            data = f.read()
-            sha256 = hashlib.sha256(data).hexdigest()
-            facts = _read_zip(io.BytesIO(data), filename, dist, file_version)
-        else:
-            sha256 = _hash_stream(f)
-            f.seek(0)
-            facts = _read_zip(f, filename, dist, file_version)
+    with open(path, "rb", buffering=0) as f:
+        sha256, size = _hash_stream(f)
+        facts = _read_zip(f, filename, dist, file_version, size=size)
     metadata, name, version, requires_python, variant = facts
     return WheelFacts(sha256, size, metadata, name, version, requires_python, variant)
 
 
-def hash_file(path: Path) -> str:
-    """The sha256 of a file, read in chunks."""
-    with open(path, "rb") as f:
-        return _hash_stream(f)
+def hash_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file."""
+    with open(path, "rb", buffering=0) as f:
+        return _hash_stream(f)[0]
 
 
-def _hash_stream(f: Any) -> str:
-    digest = hashlib.sha256()
-    buf = bytearray(_CHUNK)
+_buffers = threading.local()
+
+
+def _hash_stream(f: Any) -> tuple[str, int]:
+    """(sha256, size) of what is left in ``f``, read in chunks into a buffer reused per thread.
+
+    A small reused buffer stays in the CPU cache while it is hashed; reading a wheel into a fresh
+    ``bytes`` of its size costs about as much again as hashing it.
+    """
+    buf = getattr(_buffers, "buf", None)
+    if buf is None:
+        buf = _buffers.buf = bytearray(_CHUNK)
     view = memoryview(buf)
+    digest = hashlib.sha256()
+    size = 0
     while n := f.readinto(buf):
         digest.update(view[:n])
-    return digest.hexdigest()
+        size += n
+    return digest.hexdigest(), size
 
 
 def read_wheel_metadata(path: Path) -> bytes:
     """The METADATA bytes of a wheel (no hashing), to restore a missing ``.metadata`` file."""
     dist, version = check_filename(path.name)
-    with open(path, "rb") as f:
-        return _read_zip(f, path.name, dist, version)[0]
+    with open(path, "rb", buffering=0) as f:
+        return _read_zip(f, path.name, dist, version, size=os.fstat(f.fileno()).st_size)[0]
 
 
-def _read_zip(source: Any, filename: str, dist: str, file_version: Version):
+def _read_members(zf: Any, raw_dist: str, raw_version: str) -> tuple[bytes, dict | None]:
+    metadata = zf.read(_find_metadata(zf, raw_dist, raw_version))
+    try:
+        manifest = read_manifest(zf)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
+    return metadata, manifest
+
+
+def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: int):
+    """Read and check METADATA (and the manifest) from an open wheel file of ``size`` bytes."""
     raw_dist, raw_version = filename[:-4].split("-")[:2]
     try:
-        with zipfile.ZipFile(source) as zf:
-            member = _find_metadata(zf, raw_dist, raw_version)
-            metadata = zf.read(member)
-            try:
-                manifest = read_manifest(zf)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
+        try:
+            metadata, manifest = _read_members(ZipDirectory(f.fileno(), size), raw_dist, raw_version)
+        except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+            f.seek(0)
+            with zipfile.ZipFile(f) as zf:
+                metadata, manifest = _read_members(zf, raw_dist, raw_version)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
@@ -249,7 +354,8 @@ def _read_zip(source: Any, filename: str, dist: str, file_version: Version):
     if canonicalize_name(name) != dist:
         raise WheelRejected(f"METADATA Name {name!r} disagrees with the filename ({dist!r})")
     try:
-        if Version(version) != file_version:
+        # The same spelling is the same version: parse only when they differ.
+        if version != raw_version and Version(version) != file_version:
             raise WheelRejected(
                 f"METADATA Version {version!r} disagrees with the filename ({str(file_version)!r}); "
                 "pip refuses such a wheel (a renamed file: set the local label at build time)"
@@ -257,11 +363,8 @@ def _read_zip(source: Any, filename: str, dist: str, file_version: Version):
     except InvalidVersion:
         raise WheelRejected(f"METADATA Version {version!r} is not a valid version") from None
     requires_python = headers.get("requires-python") or None
-    if requires_python is not None:
-        try:
-            SpecifierSet(requires_python)
-        except InvalidSpecifier:
-            raise WheelRejected(f"METADATA Requires-Python {requires_python!r} is invalid") from None
+    if requires_python is not None and not _valid_specifier(requires_python):
+        raise WheelRejected(f"METADATA Requires-Python {requires_python!r} is invalid")
 
     label = raw_version.partition("+")[2]
     label_variant = parse_label(label) if label else None
@@ -279,6 +382,15 @@ def _read_zip(source: Any, filename: str, dist: str, file_version: Version):
                 )
             variant = manifest_variant
     return metadata, name, version, requires_python, variant
+
+
+@lru_cache(maxsize=1024)
+def _valid_specifier(text: str) -> bool:
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        return False
+    return True
 
 
 def _agrees(manifest: Variant, label: Variant) -> bool:
@@ -300,18 +412,65 @@ class Scan:
     added: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     hashed: int = 0
-    metadata_writes: dict[Path, bytes] = field(default_factory=dict)
+    #: wheel filename -> its METADATA, to write as ``<wheel>.metadata`` beside it
+    metadata_writes: dict[str, bytes] = field(default_factory=dict)
+    metadata_restores: dict[str, bytes] = field(default_factory=dict)
     cache: dict[str, list] = field(default_factory=dict)
 
 
 def file_url(base_url: str, filename: str) -> str:
     """Where ``filename`` is published: ``+`` is percent-encoded (some hosts read it as a space)."""
-    return f"{base_url.rstrip('/')}/{quote(filename)}"
+    if _FILENAME_CHARS.fullmatch(filename):
+        # What quote() gives for these characters, without its per-character Python loop.
+        quoted = filename.replace("!", "%21").replace("+", "%2B")
+    else:
+        quoted = quote(filename)
+    return f"{base_url.rstrip('/')}/{quoted}"
 
 
 def utc_timestamp(moment: datetime) -> str:
     """PEP 700's upload-time format: ISO 8601, UTC, microseconds, ``Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+#: Wheels read at once by default: hashing releases the GIL, so a second thread reads and hashes
+#: one wheel while the first parses another; more than 2 gains little on a 2-core machine.
+DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _ordered_map(func: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> Iterator[Any]:
+    """``map(func, items)`` on ``jobs`` threads, in order, with a bounded number in flight.
+
+    ``func`` must not raise (wrap errors into its result): results are yielded as they come.
+    """
+    if jobs <= 1 or len(items) <= 1:
+        yield from map(func, items)
+        return
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="index-read") as pool:
+        window: deque = deque()
+        for item in items:
+            window.append(pool.submit(func, item))
+            if len(window) >= 4 * jobs:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+
+
+def _inspect_or_reason(item: tuple[str, str, os.stat_result]) -> WheelFacts | str:
+    _fn, key, _st = item
+    try:
+        return inspect_wheel(key)
+    except WheelRejected as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"unreadable file: {exc}"
+
+
+def _hash_or_error(item: tuple[str, str, os.stat_result, Entry]) -> str | OSError:
+    try:
+        return hash_file(item[1])
+    except OSError as exc:
+        return exc
 
 
 def scan_wheels(
@@ -321,11 +480,16 @@ def scan_wheels(
     *,
     base_url: str,
     now: datetime,
+    on_metadata: Callable[[str, bytes], None] | None = None,
+    jobs: int = 1,
 ) -> Scan:
-    """Merge the wheels in ``wheels_dir`` into the ledger; nothing is written here.
+    """Merge the wheels in ``wheels_dir`` into the ledger.
 
     A wheel known to the ledger is not hashed again when the hash cache has its path with the same
-    size and mtime. Raises IndexBuildError when a known file name has other contents.
+    size and mtime. Known wheels are checked first: a known file name with other contents raises
+    IndexBuildError before any new wheel is read. Each new wheel's METADATA then goes to
+    ``on_metadata(filename, bytes)`` as soon as it is read (so writing it can overlap with reading
+    the next wheel), or to ``scan.metadata_writes`` without one. Nothing else is written here.
     """
     scan = Scan(entries=dict(ledger))
     conflicts: list[str] = []
@@ -333,6 +497,9 @@ def scan_wheels(
     with os.scandir(wheels_dir) as it:
         dirents = sorted(it, key=lambda d: d.name)
     names = {d.name for d in dirents}
+    directory = os.path.abspath(wheels_dir)
+    new: list[tuple[str, str, os.stat_result]] = []
+    unsure: list[tuple[str, str, os.stat_result, Entry]] = []
     for d in dirents:
         fn = d.name
         if fn.startswith(".") or fn.endswith(".metadata"):
@@ -344,42 +511,41 @@ def scan_wheels(
             scan.rejected.append(Rejected(fn, "not a wheel: only .whl files are indexed"))
             continue
         st = d.stat()
-        path = Path(d.path)
-        key = str(path.absolute())
+        key = os.path.join(directory, fn)  # the hash cache is keyed by absolute path
         known = ledger.get(fn)
-        cached = cache.get(key)
-        if (
-            known is not None
-            and cached is not None
-            and cached[:2] == [st.st_size, st.st_mtime_ns]
-            and cached[2] == known.sha256
-            and st.st_size == known.size
-        ):
-            scan.cache[key] = cached
+        if known is None:
+            new.append((fn, key, st))
+        elif st.st_size != known.size:
+            conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
+        elif cache.get(key) == [st.st_size, st.st_mtime_ns, known.sha256]:
+            scan.cache[key] = [st.st_size, st.st_mtime_ns, known.sha256]
             if fn + ".metadata" not in names:
-                _restore_metadata(path, known, scan)
+                _restore_metadata(Path(key), known, scan)
+        else:
+            unsure.append((fn, key, st, known))
+    # Published before but not in the hash cache: only the bytes are compared (the wheel was
+    # validated when it was published).
+    for (fn, key, st, known), sha256 in zip(unsure, _ordered_map(_hash_or_error, unsure, jobs)):
+        if isinstance(sha256, OSError):
+            conflicts.append(f"{fn}: published, but this copy can't be read: {sha256}")
             continue
-        if known is not None:
-            # Published before: only the bytes are compared; the wheel was validated back then.
-            if st.st_size != known.size:
-                conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
-                continue
-            sha256 = hash_file(path)
-            scan.hashed += 1
-            if sha256 != known.sha256:
-                conflicts.append(f"{fn}: sha256 {sha256}, published with {known.sha256}")
-                continue
-            scan.cache[key] = [st.st_size, st.st_mtime_ns, sha256]
-            if fn + ".metadata" not in names:
-                _restore_metadata(path, known, scan)
+        scan.hashed += 1
+        if sha256 != known.sha256:
+            conflicts.append(f"{fn}: sha256 {sha256}, published with {known.sha256}")
             continue
-        try:
-            facts = inspect_wheel(path, size=st.st_size)
-        except WheelRejected as exc:
-            scan.rejected.append(Rejected(fn, str(exc)))
-            continue
-        except OSError as exc:
-            scan.rejected.append(Rejected(fn, f"unreadable file: {exc}"))
+        scan.cache[key] = [st.st_size, st.st_mtime_ns, sha256]
+        if fn + ".metadata" not in names:
+            _restore_metadata(Path(key), known, scan)
+    if conflicts:
+        raise IndexBuildError(
+            "files are immutable, and these differ from what was published under the same name:\n  "
+            + "\n  ".join(conflicts),
+            hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
+            "nothing was changed",
+        )
+    for (fn, key, st), facts in zip(new, _ordered_map(_inspect_or_reason, new, jobs)):
+        if isinstance(facts, str):
+            scan.rejected.append(Rejected(fn, facts))
             continue
         scan.hashed += 1
         scan.entries[fn] = Entry(
@@ -395,15 +561,12 @@ def scan_wheels(
             variant=facts.variant,
         )
         scan.added.append(fn)
+        # The size and mtime listed before reading: a file changed since is read again next time.
         scan.cache[key] = [st.st_size, st.st_mtime_ns, facts.sha256]
-        scan.metadata_writes[path.with_name(fn + ".metadata")] = facts.metadata
-    if conflicts:
-        raise IndexBuildError(
-            "files are immutable, and these differ from what was published under the same name:\n  "
-            + "\n  ".join(conflicts),
-            hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
-            "nothing was changed",
-        )
+        if on_metadata is not None:
+            on_metadata(fn, facts.metadata)
+        else:
+            scan.metadata_writes[fn] = facts.metadata
     return scan
 
 
@@ -418,18 +581,20 @@ def _restore_metadata(path: Path, known: Entry, scan: Scan) -> None:
             f"{path.name}: its METADATA no longer matches the published metadata sha256",
             hint="the file on disk is not the one published: restore it",
         )
-    scan.metadata_writes[path.with_name(path.name + ".metadata")] = metadata
+    scan.metadata_restores[path.name] = metadata
 
 
 # --------------------------------------------------------------------------- yanks and removals
 
 
 def load_yanked(path: Path | None) -> dict[str, str]:
-    """The yank list: ``{filename: reason}`` (an empty reason yanks without one)."""
-    if path is None or not path.exists():
+    """The yank list: ``{filename: reason}`` (an empty reason yanks without one); None: no list."""
+    if path is None:
         return {}
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexBuildError(f"yank list {path} does not exist") from None
     except yaml.YAMLError as exc:
         raise IndexBuildError(f"yank list {path} is not valid YAML: {exc}") from None
     if doc is None:
@@ -444,6 +609,8 @@ def load_yanked(path: Path | None) -> dict[str, str]:
             raise IndexBuildError(
                 f"yank list {path}: entry {filename!r}: {reason!r} is not 'filename: reason'"
             )
+        if reason and not reason.isprintable():
+            raise IndexBuildError(f"yank list {path}: the reason for {filename} must be one line of text")
         yanked[filename] = reason or ""
     return yanked
 
@@ -506,6 +673,11 @@ def _tags(filename: str) -> str:
     return "-".join(filename[:-4].rsplit("-", 3)[-3:])
 
 
+def _identity(e: Entry) -> tuple[str, str, str]:
+    """(project, public version, wheel tags): what an exact build and a generic one share."""
+    return (_canonical(e.name), e.version.partition("+")[0], _tags(e.filename))
+
+
 def _abi_fits(variant: Variant, cuda: str) -> bool:
     """A wheel fits a (cuda, torch) index when it states no C++ ABI or the official torch's one."""
     return variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(cuda, variant.torch)
@@ -529,22 +701,19 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
         if not v.exact_cuda:
             generic.append(e)
     if generic:
-        exact = [k for k in placed if k.exact_cuda]
-        built_exactly = {
-            (k, _canonical(e.name), e.version.split("+")[0], _tags(e.filename))
-            for k in exact
-            for e in placed[k]
-        }
+        # Exact indexes by (CUDA major, torch): where a generic wheel of that pair may also go.
+        targets: dict[tuple[str, str], list[Variant]] = defaultdict(list)
+        for k in list(placed):
+            if k.exact_cuda:
+                targets[(k.cuda.split(".")[0], k.torch)].append(k)
+        built_exactly = {k: {_identity(e) for e in placed[k]} for ks in targets.values() for k in ks}
         for e in generic:
             v = e.variant
-            for k in exact:
-                if k.torch != v.torch or k.cuda.split(".")[0] != v.cuda:
-                    continue
-                if not _abi_fits(v, k.cuda):
-                    continue
-                if (k, _canonical(e.name), e.version.split("+")[0], _tags(e.filename)) in built_exactly:
-                    continue
-                placed[k].append(e)
+            ident = None
+            for k in targets.get((v.cuda, v.torch), ()):
+                ident = ident or _identity(e)
+                if _abi_fits(v, k.cuda) and ident not in built_exactly[k]:
+                    placed[k].append(e)
     return dict(sorted(placed.items(), key=lambda kv: variant_sort_key(kv[0])))
 
 
@@ -564,13 +733,9 @@ def _env() -> jinja2.Environment:
 
 
 @lru_cache(maxsize=None)
-def _parsed_version(text: str) -> Version:
-    return Version(text)
-
-
-def _python_labels(filename: str) -> list[str]:
-    """``cp311`` -> ``3.11``; ``py3`` -> ``py3``; ``cp39-abi3`` -> ``3.9+`` (for the matrix)."""
-    py, abi, _plat = filename[:-4].rsplit("-", 3)[-3:]
+def _python_labels(tags: str) -> tuple[str, ...]:
+    """``cp311-...`` -> ``3.11``; ``py3`` -> ``py3``; ``cp39-abi3-...`` -> ``3.9+`` (for the matrix)."""
+    py, abi, _plat = tags.split("-")
     labels = []
     for tag in py.split("."):
         if tag.startswith("cp") and tag[2:].isdigit() and len(tag) >= 4:
@@ -578,7 +743,7 @@ def _python_labels(filename: str) -> list[str]:
             labels.append(label + "+" if abi == "abi3" else label)
         else:
             labels.append(tag)
-    return labels
+    return tuple(labels)
 
 
 def _python_sort_key(label: str) -> tuple:
@@ -588,82 +753,116 @@ def _python_sort_key(label: str) -> tuple:
     return (1, (), label)
 
 
-@dataclass(frozen=True)
+class _Link(NamedTuple):
+    """What a project page's link says about a file (attributes: Jinja's fastest lookup)."""
+
+    filename: str
+    url: str
+    sha256: str
+    requires_python: str | None
+    metadata_sha256: str
+    yanked: str | None
+
+
+@dataclass
 class _File:
-    """One file as every page shows it (computed once, shared by all the pages listing it)."""
+    """One file as every page shows it; its HTML and JSON are rendered once, when first needed."""
 
     entry: Entry
-    link: dict[str, Any]
-    json: dict[str, Any]
+    project: str
+    yanked: str | None
     sort_key: tuple
+    html: str | None = None
+    json: str | None = None
 
 
 def _file_views(entries: Mapping[str, Entry], yanked: Mapping[str, str]) -> dict[str, _File]:
-    views = {}
-    for fn, e in entries.items():
-        reason = yanked.get(fn)
-        link = {
-            "filename": fn,
-            "url": e.url,
-            "sha256": e.sha256,
-            "requires_python": e.requires_python,
-            "metadata_sha256": e.metadata_sha256,
-            "yanked": reason,
-        }
-        doc: dict[str, Any] = {
-            "filename": fn,
-            "url": e.url,
-            "hashes": {"sha256": e.sha256},
-        }
-        if e.requires_python:
-            doc["requires-python"] = e.requires_python
-        doc["core-metadata"] = {"sha256": e.metadata_sha256}
-        doc["dist-info-metadata"] = {"sha256": e.metadata_sha256}
-        doc["yanked"] = (reason or True) if reason is not None else False
-        doc["size"] = e.size
-        doc["upload-time"] = e.upload_time
-        views[fn] = _File(e, link, doc, (_parsed_version(e.version), fn))
-    return views
+    """Every file with its project and sort key, in page order (nothing rendered yet)."""
+    ordered = list(entries.values())
+    # Versions are compared as PEP 440 versions, once per distinct version, not once per file.
+    rank = {v: i for i, v in enumerate(sorted({e.version for e in ordered}, key=Version))}
+    views = [
+        _File(e, _canonical(e.name), yanked.get(e.filename), (rank[e.version], e.filename)) for e in ordered
+    ]
+    # Sorted once here; every page lists its files in this order (a stable subset of it).
+    views.sort(key=_sort_key)
+    return {f.entry.filename: f for f in views}
 
 
-def _json(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+def _render_files(files: Iterable[_File]) -> None:
+    """Render the link and JSON object of every file not rendered yet: one template pass."""
+    todo = list({id(f): f for f in files if f.html is None}.values())
+    links = [
+        _Link(f.entry.filename, f.entry.url, f.entry.sha256, f.entry.requires_python,
+              f.entry.metadata_sha256, f.yanked)
+        for f in todo
+    ]
+    lines = _env().get_template("simple_links.html").render(files=links).split("\n")[:-1]
+    if len(lines) != len(todo):
+        raise AssertionError("a link spans lines: a file name or yank reason has a line break")
+    for f, line in zip(todo, lines):
+        f.html = line
+        f.json = _file_json(f.entry, f.yanked)
 
 
-def _render_simple(
-    prefix: str, files: Sequence[_File], pages: dict[str, bytes], *, variant_title: str | None
-) -> list[dict[str, str]]:
-    """Render one simple index (root + project pages, HTML + JSON) under ``prefix`` into ``pages``."""
-    env = _env()
-    project_tpl = env.get_template("simple_project.html")
-    by_project: dict[str, list[_File]] = defaultdict(list)
-    for f in files:
-        by_project[_canonical(f.entry.name)].append(f)
-    projects = []
-    for normalized in sorted(by_project):
-        group = sorted(by_project[normalized], key=lambda f: f.sort_key)
-        # The display name is the one the newest release spells (a project may rename itself).
-        name = group[-1].entry.name
-        projects.append({"name": name, "normalized": normalized})
-        base = f"{prefix}simple/{normalized}/"
-        pages[base + "index.html"] = project_tpl.render(
-            api_version=API_VERSION, name=name, files=[f.link for f in group]
-        ).encode("utf-8")
-        versions = sorted({f.sort_key[0] for f in group})
-        pages[base + "index.json"] = _json({
-            "meta": {"api-version": API_VERSION},
-            "name": normalized,
-            "versions": [str(v) for v in versions],
-            "files": [f.json for f in group],
-        })
-    pages[f"{prefix}simple/index.html"] = env.get_template("simple_root.html").render(
-        api_version=API_VERSION, projects=projects, variant_title=variant_title
-    ).encode("utf-8")
-    pages[f"{prefix}simple/index.json"] = _json({
-        "meta": {"api-version": API_VERSION},
-        "projects": [{"name": p["name"]} for p in projects],
-    })
-    return projects
+def _file_json(e: Entry, reason: str | None) -> str:
+    """A file's PEP 691/700 object, encoded by hand: json.dumps per file dominates an incremental
+    run (test_index checks the output against json.loads)."""
+    s = _encode_str
+    yanked = "false" if reason is None else (s(reason) if reason else "true")
+    requires = f'"requires-python":{s(e.requires_python)},' if e.requires_python else ""
+    meta = f'{{"sha256":{s(e.metadata_sha256)}}}'
+    return (
+        f'{{"filename":{s(e.filename)},"url":{s(e.url)},"hashes":{{"sha256":{s(e.sha256)}}},{requires}'
+        f'"core-metadata":{meta},"dist-info-metadata":{meta},"yanked":{yanked},"size":{int(e.size)},'
+        f'"upload-time":{s(e.upload_time)}}}'
+    )
+
+
+_encode_str = json.encoder.encode_basestring_ascii
+
+
+@lru_cache(maxsize=None)
+def _normalized_version(text: str) -> str:
+    return str(Version(text))
+
+
+def _sort_key(f: _File) -> tuple:
+    return f.sort_key
+
+
+def _json_text(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+
+@lru_cache(maxsize=1)
+def render_identity() -> str:
+    """A hash of everything that shapes a page besides its files: this module and the templates.
+
+    Part of every page fingerprint, so a change to either renders every page again.
+    """
+    digest = hashlib.sha256(API_VERSION.encode())
+    for path in [Path(__file__), *sorted(TEMPLATES.glob("*.html"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def page_fingerprint(path: str, files: Sequence[_File]) -> str:
+    """What a project page depends on: its path, its files (as published, with yank status)."""
+    digest = hashlib.sha256(f"{render_identity()}\n{path}\n".encode())
+    digest.update("\n".join(
+        f"{f.entry.filename} {f.entry.sha256} {f.entry.upload_time} {f.entry.url} {f.entry.name} {f.yanked!r}"
+        for f in files
+    ).encode())
+    return digest.hexdigest()
+
+
+#: Page path -> fingerprint of every project page, kept in the site (so it is swapped with it).
+FINGERPRINTS = ".index-fingerprints.json"
+
+#: ``reuse(page path, fingerprint)``: the previous site's bytes of that page when they were
+#: rendered from the same inputs, else None.
+Reuse = Callable[[str, str], "bytes | None"]
 
 
 def variant_title(variant: Variant) -> str:
@@ -679,6 +878,8 @@ class Site:
     pages: dict[str, bytes]
     projects: tuple[str, ...]
     variant_indexes: tuple[str, ...]
+    #: project pages taken unchanged from the previous site (both HTML and JSON count)
+    reused: int = 0
 
 
 def render_site(
@@ -687,71 +888,138 @@ def render_site(
     *,
     site_url: str | None = None,
     ledger_text: str | None = None,
+    pages: dict[str, bytes] | None = None,
+    reuse: Reuse | None = None,
 ) -> Site:
-    """Every page of the site (pure: writes nothing)."""
+    """Every page of the site; writes nothing itself (``pages`` may be a dict that writes).
+
+    A project page whose fingerprint (page_fingerprint) matches the previous site's is taken
+    from ``reuse`` instead of being rendered again; every other page is rendered, each file's
+    link once whatever the number of pages listing it.
+    """
     views = _file_views(entries, yanked)
-    pages: dict[str, bytes] = {}
-    combined = list(views.values())
-    all_projects = _render_simple("", combined, pages, variant_title=None)
+    pages = {} if pages is None else pages
     placed = place_variants(entries.values())
-    variants = []
+    indexes: list[tuple[str, str | None, list[_File]]] = [("", None, list(views.values()))]
     for variant, placed_entries in placed.items():
-        path = variant.index_path
-        projects = _render_simple(
-            f"{path}/", [views[e.filename] for e in placed_entries], pages,
-            variant_title=variant_title(variant),
-        )
-        variants.append({
-            "path": path,
+        files = sorted((views[e.filename] for e in placed_entries), key=_sort_key)
+        indexes.append((f"{variant.index_path}/", variant_title(variant), files))
+
+    fingerprints: dict[str, str] = {}
+    todo: list[tuple[str, str, str, list[_File]]] = []
+    roots: list[tuple[str, str | None, list[dict[str, str]]]] = []
+    reused = 0
+    for prefix, title, files in indexes:
+        by_project: dict[str, list[_File]] = defaultdict(list)
+        for f in files:
+            by_project[f.project].append(f)
+        projects = []
+        for normalized in sorted(by_project):
+            group = by_project[normalized]
+            # The display name is the one the newest release spells (a project may rename itself).
+            name = group[-1].entry.name
+            projects.append({"name": name, "normalized": normalized})
+            base = f"{prefix}simple/{normalized}/"
+            fp = page_fingerprint(base, group)
+            fingerprints[base + "index.html"] = fingerprints[base + "index.json"] = fp
+            old_html = reuse(base + "index.html", fp) if reuse else None
+            old_json = reuse(base + "index.json", fp) if old_html is not None else None
+            if old_html is not None and old_json is not None:
+                pages[base + "index.html"], pages[base + "index.json"] = old_html, old_json
+                reused += 2
+            else:
+                todo.append((base, normalized, name, group))
+        roots.append((prefix, title, projects))
+
+    _render_files(f for *_, group in todo for f in group)
+    project_tpl = _env().get_template("simple_project.html")
+    for base, normalized, name, group in todo:
+        pages[base + "index.html"] = project_tpl.render(
+            api_version=API_VERSION, name=name, links=Markup("\n".join(f.html for f in group)),
+        ).encode("utf-8")
+        versions = [_normalized_version(v) for v in dict.fromkeys(f.entry.version for f in group)]
+        pages[base + "index.json"] = (
+            f'{{"meta":{{"api-version":"{API_VERSION}"}},"name":{_json_text(normalized)},'
+            f'"versions":{_json_text(versions)},"files":[{",".join(f.json for f in group)}]}}'
+        ).encode("utf-8")
+
+    root_tpl = _env().get_template("simple_root.html")
+    for prefix, title, projects in roots:
+        pages[f"{prefix}simple/index.html"] = root_tpl.render(
+            api_version=API_VERSION, projects=projects, variant_title=title
+        ).encode("utf-8")
+        pages[f"{prefix}simple/index.json"] = _json_text({
+            "meta": {"api-version": API_VERSION},
+            "projects": [{"name": p["name"]} for p in projects],
+        }).encode("utf-8")
+
+    variants = [
+        {
+            "path": variant.index_path,
             "title": variant_title(variant),
             "exact": variant.exact_cuda,
-            "uv_name": f"cuwheels-{path.replace('/', '-')}",
+            "uv_name": f"cuwheels-{variant.index_path.replace('/', '-')}",
             "projects": projects,
-        })
+        }
+        for variant, (_prefix, _title, projects) in zip(placed, roots[1:])
+    ]
     pages["index.html"] = _env().get_template("home.html").render(
         api_version=API_VERSION,
         site_url=(site_url.rstrip("/") + "/") if site_url else None,
         variants=variants,
-        matrix=coverage_matrix(entries.values(), placed),
+        matrix=coverage_matrix(views, placed),
         file_count=len(entries),
         yanked_count=sum(1 for fn in yanked if fn in entries),
     ).encode("utf-8")
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")
+    pages[FINGERPRINTS] = _json_text(fingerprints).encode("utf-8")
     return Site(
         pages=pages,
-        projects=tuple(p["normalized"] for p in all_projects),
+        projects=tuple(p["normalized"] for p in roots[0][2]),
         variant_indexes=tuple(v["path"] for v in variants),
+        reused=reused,
     )
 
 
-def coverage_matrix(entries: Iterable[Entry], placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
+ONLY_COMBINED = "simple/ only"
+
+
+def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
     """Per project: which Python versions exist for each (version, variant index) pair.
 
     Columns are the variant indexes the project appears in, then "simple/ only" for its wheels in
     no variant index (no CUDA/torch identity, or a C++ ABI no official torch of that pair uses).
     """
-    only_combined = "simple/ only"
     cells: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
-    names: dict[str, str] = {}
+    ranks: dict[str, tuple] = {}
     in_variant: set[str] = set()
     for variant, placed_entries in placed.items():
+        column = variant.index_path
         for e in placed_entries:
             in_variant.add(e.filename)
-            cells[_canonical(e.name)][e.version.split("+")[0]][variant.index_path].update(_python_labels(e.filename))
-    for e in entries:
-        names.setdefault(_canonical(e.name), e.name)
+            f = views[e.filename]
+            public = e.version.partition("+")[0]
+            cells[f.project][public][column].update(_python_labels(_tags(e.filename)))
+    names: dict[str, tuple] = {}
+    for f in views.values():
+        e = f.entry
+        public = e.version.partition("+")[0]
+        ranks.setdefault(public, f.sort_key)
+        # The display name is the newest release's, as on the project pages.
+        if f.project not in names or f.sort_key > names[f.project][0]:
+            names[f.project] = (f.sort_key, e.name)
         if e.filename not in in_variant:
-            cells[_canonical(e.name)][e.version.split("+")[0]][only_combined].update(_python_labels(e.filename))
+            cells[f.project][public][ONLY_COMBINED].update(_python_labels(_tags(e.filename)))
     order = {v.index_path: i for i, v in enumerate(placed)}
-    order[only_combined] = len(order)
+    order[ONLY_COMBINED] = len(order)
     matrix = []
     for project in sorted(cells):
         rows = cells[project]
         columns = sorted({c for cols in rows.values() for c in cols}, key=order.__getitem__)
         pythons = sorted({p for cols in rows.values() for ps in cols.values() for p in ps}, key=_python_sort_key)
-        versions = sorted(rows, key=_parsed_version, reverse=True)
+        versions = sorted(rows, key=Version, reverse=True)
         matrix.append({
-            "name": names[project],
+            "name": names[project][1],
             "normalized": project,
             "columns": [{"path": c, "label": c} for c in columns],
             "pythons": pythons,
@@ -759,7 +1027,7 @@ def coverage_matrix(entries: Iterable[Entry], placed: Mapping[Variant, list[Entr
                 {
                     "version": version,
                     "cells": [
-                        [{"python": p, "present": p in rows[version].get(c, ())} for p in pythons]
+                        [{"python": p, "present": p in rows[version][c]} for p in pythons]
                         if c in rows[version] else None
                         for c in columns
                     ],
@@ -794,33 +1062,116 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def _side(output_dir: Path, what: str) -> Path:
+    """A path beside the site: ``.<name>.<what>``."""
     return output_dir.with_name(f".{output_dir.name}.{what}")
 
 
-def recover(output_dir: Path) -> None:
-    """Undo what a killed run left beside the site: put a moved-away site back, drop staging dirs."""
-    old = _side(output_dir, "old")
-    if old.exists():
-        if output_dir.exists():
-            shutil.rmtree(old)
-        else:
-            os.rename(old, output_dir)
-    for stale in output_dir.parent.glob(f".{output_dir.name}.new-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+def recover(output_dir: Path) -> list[Path]:
+    """Repair what an earlier run left beside the site; return the directories to delete.
+
+    A site moved to ``.<name>.prev`` by a run killed before the new one took its place is put
+    back (only then: the ``.<name>.swapping`` marker says so; a site deleted by hand stays deleted). Staging directories of killed runs, and the previous site kept by the last run, are
+    renamed aside (``.<name>.trash-*``) for the caller to delete while it works.
+    """
+    prev, swapping = _side(output_dir, "prev"), _side(output_dir, "swapping")
+    if swapping.exists():
+        if prev.exists() and not output_dir.exists():
+            os.rename(prev, output_dir)
+        swapping.unlink()
+    if prev.exists():
+        os.rename(prev, _side(output_dir, f"trash-{os.getpid()}-prev"))
+    trash = []
+    for pattern in (f".{output_dir.name}.new-*", f".{output_dir.name}.trash-*"):
+        trash.extend(output_dir.parent.glob(pattern))
+    return trash
 
 
 def swap_in(staging: Path, output_dir: Path) -> None:
-    """Make ``staging`` the site at ``output_dir`` in one atomic step; the old site is deleted."""
+    """Make ``staging`` the site at ``output_dir`` in one atomic step.
+
+    The previous site is kept at ``.<name>.prev`` until the next run (a rollback is one ``mv``).
+    """
+    prev = _side(output_dir, "prev")
     if not output_dir.exists():
         os.rename(staging, output_dir)
-        return
-    if _exchange(staging, output_dir):
-        shutil.rmtree(staging)  # it now holds the previous site
-        return
-    old = _side(output_dir, "old")
-    os.rename(output_dir, old)
-    os.rename(staging, output_dir)
-    shutil.rmtree(old)
+    elif _exchange(staging, output_dir):
+        os.rename(staging, prev)  # staging now holds the previous site
+    else:
+        # No atomic exchange here: a run killed between these two renames leaves the old site
+        # at .prev and no site; the marker tells recover() to put it back in the next run.
+        swapping = _side(output_dir, "swapping")
+        swapping.touch()
+        os.rename(output_dir, prev)
+        os.rename(staging, output_dir)
+        swapping.unlink()
+
+
+class BackgroundWriter:
+    """Writes files in a thread, so that file system calls overlap with hashing and rendering.
+
+    Creating a file costs more than hashing a small wheel on a busy disk, and the two can run at
+    once: file system calls and hashlib release the GIL. ``close()`` waits for every write and
+    re-raises the first error. Writes are plain (no temporary file): see build_index for why
+    that is safe for what goes through here.
+    """
+
+    _DONE = object()
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._made: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="index-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, path: str | os.PathLike, data: bytes) -> None:
+        """Queue ``data`` to be written to ``path`` (parent directories are created)."""
+        self._queue.put((os.fspath(path), data))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not self._DONE:
+            if self._error is not None:
+                continue  # drain: the first error is the one reported
+            path, data = item
+            try:
+                parent = os.path.dirname(path)
+                if parent not in self._made:
+                    os.makedirs(parent, exist_ok=True)
+                    self._made.add(parent)
+                with open(path, "wb") as f:
+                    f.write(data)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller by close()
+                self._error = exc
+
+    def close(self) -> None:
+        """Wait until everything queued is written; raise the first error."""
+        self._queue.put(self._DONE)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+class _WrittenPages(dict):
+    """The pages dict render_site fills, writing each page as soon as it is rendered."""
+
+    def __init__(self, root: Path, writer: BackgroundWriter):
+        super().__init__()
+        self._root, self._writer = root, writer
+
+    def __setitem__(self, rel: str, data: bytes) -> None:
+        super().__setitem__(rel, data)
+        self._writer.write(self._root / rel, data)
+
+
+def _delete_in_background(paths: Sequence[Path]) -> threading.Thread:
+    """Delete directory trees in a thread: file system calls overlap with this run's work."""
+    def reap() -> None:
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+    thread = threading.Thread(target=reap, name="index-reaper", daemon=True)
+    thread.start()
+    return thread
 
 
 def _check_replaceable(output_dir: Path) -> None:
@@ -831,18 +1182,6 @@ def _check_replaceable(output_dir: Path) -> None:
                 f"refusing to replace {output_dir}: it is not empty and is not a site built by tools.index",
                 hint="point --output-dir at a new directory or at a previous index",
             )
-
-
-def write_tree(root: Path, pages: Mapping[str, bytes]) -> None:
-    """Write ``pages`` under ``root`` (which exists)."""
-    made: set[Path] = set()
-    for rel, data in pages.items():
-        path = root / rel
-        if path.parent not in made:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            made.add(path.parent)
-        with open(path, "wb") as f:
-            f.write(data)
 
 
 @contextmanager
@@ -865,18 +1204,46 @@ def _load_cache(path: Path) -> dict[str, list]:
         return {}  # a cache: when in doubt, hash again
 
 
-def _previous_files(output_dir: Path) -> list[str]:
+def _previous_files(output_dir: Path, ledger_path: Path) -> list[str]:
+    """The files the current site lists (from its copy of the ledger it was built from)."""
+    site_copy = output_dir / "ledger.json"
     try:
-        doc = json.loads((output_dir / "ledger.json").read_text(encoding="utf-8"))
+        text = site_copy.read_bytes()
     except FileNotFoundError:
         return []
-    except ValueError as exc:
-        raise IndexBuildError(f"{output_dir / 'ledger.json'} is not valid JSON: {exc}") from None
-    return list(doc.get("files", {}))
+    try:
+        if text == ledger_path.read_bytes():
+            return []  # built from this very ledger: nothing can have been dropped
+    except FileNotFoundError:
+        pass
+    try:
+        return list(json.loads(text).get("files", {}))
+    except (ValueError, AttributeError) as exc:
+        raise IndexBuildError(f"{site_copy} is not a ledger: {exc}") from None
+
+
+def _reuser(output_dir: Path) -> Reuse:
+    """Hands render_site the current site's pages whose recorded fingerprint still matches."""
+    try:
+        recorded = json.loads((output_dir / FINGERPRINTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+
+    def reuse(rel: str, fingerprint: str) -> bytes | None:
+        if recorded.get(rel) != fingerprint:
+            return None
+        try:
+            return (output_dir / rel).read_bytes()
+        except OSError:
+            return None
+
+    return reuse
 
 
 def _cleanup_temporaries(wheels_dir: Path, older_than: float = 60.0) -> None:
-    # .metadata writes go through hidden temp files; a killed run may leave one behind.
+    # Restored .metadata files go through hidden temp files; a killed run may leave one behind.
     limit = time.time() - older_than
     for tmp in wheels_dir.glob(".*.metadata.*.tmp"):
         try:
@@ -900,6 +1267,10 @@ class BuildReport:
     hashed: int
     projects: int
     variant_indexes: tuple[str, ...]
+    #: project pages (HTML and JSON) copied from the previous site instead of rendered
+    reused_pages: int = 0
+    #: seconds spent in each step (scan, ledger, render+write, swap...), for the benchmark
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def build_index(
@@ -913,6 +1284,7 @@ def build_index(
     init_ledger: bool = False,
     remove: Sequence[str] = (),
     now: datetime | None = None,
+    jobs: int = DEFAULT_JOBS,
 ) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
@@ -920,49 +1292,80 @@ def build_index(
     at ``output_dir``. Raises IndexBuildError (changing nothing) for a changed immutable file, a
     bad yank list, a missing ledger, or a site that would lose files.
     """
-    wheels_dir, output_dir = Path(wheels_dir), Path(output_dir).absolute()
+    wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
     if not base_url:
         raise IndexBuildError("--base-url is empty", hint="give the URL the wheels directory is uploaded to")
     if not wheels_dir.is_dir():
         raise IndexBuildError(f"wheels directory {wheels_dir} does not exist")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     cache_path = _side(output_dir, "hashcache.json")
-    with _locked(_side(output_dir, "lock")):
-        recover(output_dir)
-        _check_replaceable(output_dir)
-        _cleanup_temporaries(wheels_dir)
-        ledger = load_ledger(Path(ledger_path), init=init_ledger)
-        yanked = load_yanked(Path(yanked_path) if yanked_path else None)
-        scan = scan_wheels(
-            wheels_dir, ledger, _load_cache(cache_path),
-            base_url=base_url, now=now or datetime.now(timezone.utc),
-        )
-        entries = scan.entries
-        for fn in remove:
-            if fn not in entries and fn not in ledger:
-                raise IndexBuildError(f"--remove {fn}: no such file in the ledger")
-            entries.pop(fn, None)
-            # A removed file's wheel and .metadata stay where they were uploaded: only the pages forget it.
-            scan.metadata_writes.pop(wheels_dir / (fn + ".metadata"), None)
-        check_nothing_dropped(_previous_files(output_dir), entries, remove)
-        check_yanked(yanked, entries, source=str(yanked_path))
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
 
-        for path, data in scan.metadata_writes.items():
-            atomic_write(path, data)
-        ledger_text = dump_ledger(entries)
-        if entries != ledger or not Path(ledger_path).exists():
-            # The ledger goes first: a site may only ever list what the ledger records.
-            atomic_write(Path(ledger_path), ledger_text.encode("utf-8"), durable=True)
-        site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text)
-        staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.new-"))
+    def lap(step: str) -> None:
+        nonlocal clock
+        now_ = time.perf_counter()
+        timings[step] = now_ - clock
+        clock = now_
+
+    with _locked(_side(output_dir, "lock")):
+        reaper = _delete_in_background(recover(output_dir))
         try:
-            os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
-            write_tree(staging, site.pages)
-            swap_in(staging, output_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        atomic_write(cache_path, _json({"schema": 1, "files": scan.cache}))
+            _check_replaceable(output_dir)
+            _cleanup_temporaries(wheels_dir)
+            ledger = load_ledger(ledger_path, init=init_ledger)
+            yanked = load_yanked(Path(yanked_path) if yanked_path else None)
+            cache = _load_cache(cache_path)
+            lap("load")
+            # New wheels' .metadata files are written in place, without a temporary file each
+            # (that would add a rename per wheel to a full build): the ledger, written after all
+            # of them, is what makes a file known, and an unknown wheel's .metadata is always
+            # written again, so a half-written one left by a killed run is never trusted.
+            metadata_writer = BackgroundWriter()
+            try:
+                scan = scan_wheels(
+                    wheels_dir, ledger, cache, base_url=base_url, now=now or datetime.now(timezone.utc),
+                    on_metadata=lambda fn, data: metadata_writer.write(os.path.join(wheels_dir, fn + ".metadata"), data),
+                    jobs=jobs,
+                )
+            finally:
+                metadata_writer.close()
+            # A known wheel's .metadata is trusted when present, so restoring one is atomic.
+            for fn, data in scan.metadata_restores.items():
+                atomic_write(wheels_dir / (fn + ".metadata"), data)
+            lap("scan")
+            entries = scan.entries
+            for fn in remove:
+                if fn not in entries:
+                    raise IndexBuildError(f"--remove {fn}: no such file in the ledger")
+                del entries[fn]  # its wheel and .metadata stay where they were uploaded
+            check_nothing_dropped(_previous_files(output_dir, ledger_path), entries, remove)
+            check_yanked(yanked, entries, source=str(yanked_path))
+            ledger_text = dump_ledger(entries)
+            if entries != ledger or not ledger_path.exists():
+                # The ledger goes first: a site may only ever list what the ledger records.
+                atomic_write(ledger_path, ledger_text.encode("utf-8"), durable=True)
+            lap("ledger")
+            staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.new-"))
+            try:
+                os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
+                page_writer = BackgroundWriter()
+                try:
+                    site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
+                                       pages=_WrittenPages(staging, page_writer), reuse=_reuser(output_dir))
+                finally:
+                    page_writer.close()
+                lap("render+write")
+                swap_in(staging, output_dir)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            if scan.cache != cache:
+                atomic_write(cache_path, _json_text({"schema": 1, "files": scan.cache}).encode("utf-8"))
+            lap("swap")
+        finally:
+            reaper.join()
+            lap("cleanup")
     return BuildReport(
         files=len(entries),
         added=tuple(scan.added),
@@ -971,6 +1374,8 @@ def build_index(
         hashed=scan.hashed,
         projects=len(site.projects),
         variant_indexes=site.variant_indexes,
+        reused_pages=site.reused,
+        timings=timings,
     )
 
 
@@ -980,26 +1385,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--wheels-dir", required=True, type=Path, help="wheels of this batch (gets the .metadata files)")
     parser.add_argument("--output-dir", required=True, type=Path, help="the site (INDEX_DIR), replaced atomically")
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
-    parser.add_argument("--ledger", type=Path, default=Path("index/ledger.json"), help="record of everything published")
+    parser.add_argument("--ledger", type=Path, default=DEFAULT_LEDGER, help="record of everything published")
     parser.add_argument("--init-ledger", action="store_true", help="start a new, empty ledger if --ledger doesn't exist")
-    parser.add_argument("--yanked", type=Path, default=Path("index/yanked.yaml"), help="yank list: {filename: reason}")
+    parser.add_argument("--yanked", type=Path, default=None,
+                        help=f"yank list {{filename: reason}} (default: {DEFAULT_YANKED} when it exists)")
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
                         help="delete a published file from the index (repeatable; deliberate only)")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                        help=f"wheels read and hashed at once (default {DEFAULT_JOBS})")
     return _run(parser.parse_args(argv))
 
 
 @cli
 def _run(args: argparse.Namespace) -> int:
+    yanked = args.yanked
+    if yanked is None and DEFAULT_YANKED.exists():
+        yanked = DEFAULT_YANKED
     report = build_index(
         wheels_dir=args.wheels_dir,
         output_dir=args.output_dir,
         base_url=args.base_url,
         ledger_path=args.ledger,
-        yanked_path=args.yanked,
+        yanked_path=yanked,
         site_url=args.site_url,
         init_ledger=args.init_ledger,
         remove=args.remove,
+        jobs=args.jobs,
     )
     print(
         f"index: {report.files} files in {report.projects} projects, "

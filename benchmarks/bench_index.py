@@ -1,0 +1,268 @@
+"""How fast is tools.index on a large index? Not a test: run it by hand and read the ratios.
+
+    python -m benchmarks.bench_index [--wheels 10000] [--payload-kib 256] [--workdir /tmp/bench-index]
+
+(from the repository root: the corpus is made with tests/wheelfactory.py.) It measures, on one
+corpus of real wheels, with the files in the page cache (every number is the best of --repeat):
+
+* baseline: reading and hashing every wheel's bytes once (``hashlib.file_digest``);
+* full build: tools.index from nothing (no ledger, no hash cache, no site), in-process;
+* add one: the same index plus one new wheel in the same directory (10,001 files, 10,000 known);
+* add one batch: a directory holding only the new wheel, against the 10,000-file ledger;
+* the same corpus through established generators, when installed (each as its command, so the
+  times include interpreter start-up; ours is given that way too):
+  simple503 (reads every wheel, hashes it, extracts METADATA) and dumb-pypi (renders from a list
+  of file names and never reads the wheels, so it does no hashing at all).
+
+The targets: full build within 1.5x of the baseline; adding one wheel re-hashes only that wheel
+and takes under a second. Install the comparison tools apart from the project's own environment,
+where their dependencies can't disturb it:
+
+    python3 -m venv /tmp/benchvenv && /tmp/benchvenv/bin/pip install simple503==0.4.0 dumb-pypi==1.15.0
+    python -m benchmarks.bench_index --tools-bin /tmp/benchvenv/bin
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tests.wheelfactory import make_wheel
+from tools import ROOT
+from tools.index import build_index
+
+PYTHONS = ("cp39", "cp310", "cp311", "cp312", "cp313")
+TORCHES = ("2.7", "2.8", "2.9", "2.10", "2.13")
+
+
+def corpus_plan(count: int) -> list[tuple[str, str, str, str]]:
+    """``count`` distinct (project, version, local label, tag) cells, spread like a real index.
+
+    Four projects, one per label convention: ours, Dao-AILab's (any CUDA 12.x / 13.x, both C++
+    ABIs), the undotted ``cu128torch2.8`` and PyG's ``pt28cu128``; 20 variants x 5 Pythons each.
+    """
+    variants = {
+        "causal-conv1d": [f"cu{c}.torch{t}" for c in ("126", "128", "129", "130") for t in TORCHES],
+        "flash-attn": [f"cu{c}torch{t}cxx11abi{a}" for c in ("12", "13") for t in TORCHES for a in ("TRUE", "FALSE")],
+        "mamba-ssm": [f"cu{c}torch{t}" for c in ("126", "128", "129", "130") for t in TORCHES],
+        "torch-scatter": [f"pt{t.replace('.', '')}cu{c}" for c in ("126", "128", "129", "130") for t in TORCHES],
+    }
+    plan = []
+    version = 0
+    while len(plan) < count:
+        for project, labels in variants.items():
+            for label in labels:
+                for py in PYTHONS:
+                    plan.append((project, f"1.{version}", label, f"{py}-{py}-manylinux_2_28_x86_64"))
+        version += 1
+    return plan[:count]
+
+
+def make_corpus(directory: Path, count: int, payload_kib: int) -> list[Path]:
+    """Write the corpus (reused when a previous run left the same one)."""
+    stamp = directory / ".corpus.json"
+    wanted = {"count": count, "payload_kib": payload_kib}
+    if stamp.exists() and json.loads(stamp.read_text()) == wanted:
+        return sorted(directory.glob("*.whl"))
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    block = os.urandom(max(payload_kib, 1) * 1024 * 2)
+    paths = []
+    for i, (project, version, label, tag) in enumerate(corpus_plan(count)):
+        # Every wheel's payload differs (a sliding window over random bytes): no two files alike.
+        offset = (i * 4099) % (len(block) // 2)
+        payload = block[offset: offset + payload_kib * 1024]
+        paths.append(make_wheel(directory, project, version, local=label, tag=tag, payload=payload,
+                                requires_python=">=3.9"))
+    stamp.write_text(json.dumps(wanted))
+    return paths
+
+
+def best_of(repeat: int, func: Callable[[], object], setup: Callable[[], None] | None = None) -> tuple[float, object]:
+    """Fastest wall time of ``repeat`` calls (``setup`` untimed before each), and the last result."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        start = time.perf_counter()
+        result = func()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def read_and_hash(paths: list[Path]) -> int:
+    """The baseline: every file's bytes read and hashed once."""
+    total = 0
+    for path in paths:
+        with open(path, "rb") as f:
+            hashlib.file_digest(f, "sha256")
+        total += path.stat().st_size
+    return total
+
+
+def fresh(*paths: Path) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print a table."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_index", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--wheels", type=int, default=10_000)
+    parser.add_argument("--payload-kib", type=int, default=256, help="random bytes stored in each wheel")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-index"))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tools-bin", type=Path, default=None, help="directory holding simple503 and dumb-pypi")
+    args = parser.parse_args(argv)
+
+    work = args.workdir
+    corpus = work / f"wheels-{args.wheels}-{args.payload_kib}k"
+    site, ledger, cache = work / "site", work / "ledger.json", work / ".site.hashcache.json"
+    lock, prev = work / ".site.lock", work / ".site.prev"
+    t0 = time.perf_counter()
+    paths = make_corpus(corpus, args.wheels, args.payload_kib)
+    made = time.perf_counter() - t0
+    size = sum(p.stat().st_size for p in paths)
+    print(f"corpus: {len(paths)} wheels, {size / 2**20:.0f} MiB ({size / len(paths) / 1024:.0f} KiB each), "
+          f"{corpus} (made in {made:.1f}s)")
+    read_and_hash(paths)  # warm the page cache: every run below reads from memory
+
+    results: dict[str, float] = {}
+    results["baseline"], _ = best_of(args.repeat, lambda: read_and_hash(paths), os.sync)
+
+    def from_nothing():
+        # Untimed: no site, no ledger, no hash cache, no .metadata files (and the disk quiet again).
+        fresh(site, ledger, cache, lock, prev)
+        for meta in corpus.glob("*.metadata"):
+            meta.unlink()
+        os.sync()
+
+    def full_build():
+        return build_index(wheels_dir=corpus, output_dir=site, base_url="https://files.example/v1",
+                           ledger_path=ledger, init_ledger=True, yanked_path=None)
+
+    results["full build"], report = best_of(args.repeat, full_build, from_nothing)
+    assert report.files == len(paths) and report.hashed == len(paths), report
+    phases = {"full build": report.timings}
+
+    extra = work / "extra"
+    fresh(extra)
+
+    def add_one():
+        # Each round adds a wheel never seen before, next to the 10,000 known ones.
+        add_one.n += 1
+        new = make_wheel(corpus, "late-arrival", f"1.{add_one.n}", local="cu130.torch2.13",
+                         payload=os.urandom(args.payload_kib * 1024))
+        os.sync()
+        start = time.perf_counter()
+        report = build_index(wheels_dir=corpus, output_dir=site, base_url="https://files.example/v1",
+                             ledger_path=ledger, yanked_path=None)
+        elapsed = time.perf_counter() - start
+        new.unlink()
+        Path(f"{new}.metadata").unlink()
+        return elapsed, report
+
+    add_one.n = 0
+    timings = [add_one() for _ in range(args.repeat)]
+    results["add one wheel"] = min(t for t, _ in timings)
+    report = timings[-1][1]
+    assert report.hashed == 1 and len(report.added) == 1, report
+    added_hashed = report.hashed
+    phases["add one wheel"] = report.timings
+
+    def add_batch():
+        fresh(extra)
+        add_batch.n += 1
+        make_wheel(extra, "late-batch", f"1.{add_batch.n}", local="cu130.torch2.13",
+                   payload=os.urandom(args.payload_kib * 1024))
+        os.sync()
+        start = time.perf_counter()
+        report = build_index(wheels_dir=extra, output_dir=site, base_url="https://files.example/v2",
+                             ledger_path=ledger, yanked_path=None)
+        return time.perf_counter() - start, report
+
+    add_batch.n = 0
+    timings = [add_batch() for _ in range(args.repeat)]
+    results["add one batch"] = min(t for t, _ in timings)
+    assert timings[-1][1].hashed == 1
+    phases["add one batch"] = timings[-1][1].timings
+
+    # Command-line wall times (interpreter start-up included), for comparing with other tools.
+    def ours_cli():
+        subprocess.run([sys.executable, "-m", "tools.index", "--wheels-dir", str(corpus), "--output-dir", str(site),
+                        "--base-url", "https://files.example/v1", "--ledger", str(ledger), "--init-ledger"],
+                       cwd=ROOT, check=True, capture_output=True)
+
+    results["tools.index (command)"], _ = best_of(args.repeat, ours_cli, from_nothing)
+
+    tools_bin = args.tools_bin
+    simple503 = shutil.which("simple503", path=str(tools_bin) if tools_bin else None)
+    dumb_pypi = shutil.which("dumb-pypi", path=str(tools_bin) if tools_bin else None)
+    if simple503:
+        mirror = work / "simple503"
+
+        def mirror_corpus():
+            # Hard links: the same bytes (and page cache) as the corpus, in a directory of its own,
+            # because simple503 writes its pages and .metadata files among the wheels.
+            fresh(mirror)
+            mirror.mkdir()
+            for p in paths:
+                os.link(p, mirror / p.name)
+            os.sync()
+
+        def run_simple503():
+            subprocess.run([simple503, "--no-sort", "--extract-metadata", "--base-url", "https://files.example/v1",
+                            str(mirror)], check=True, capture_output=True, cwd=work)
+
+        results["simple503 (command)"], _ = best_of(args.repeat, run_simple503, mirror_corpus)
+        fresh(mirror)
+    else:
+        print("simple503 not found: skipped (see the module docstring to install it)")
+    if dumb_pypi:
+        listing = work / "packages.txt"
+        listing.write_text("".join(p.name + "\n" for p in paths))
+        out = work / "dumb-pypi"
+
+        def run_dumb_pypi():
+            subprocess.run([dumb_pypi, "--package-list", str(listing), "--output-dir", str(out),
+                            "--packages-url", "https://files.example/v1/", "--no-generate-timestamp",
+                            "--no-per-release-json"], check=True, capture_output=True, cwd=work)
+
+        results["dumb-pypi (command, no hashing)"], _ = best_of(args.repeat, run_dumb_pypi, lambda: fresh(out))
+        fresh(out)
+    else:
+        print("dumb-pypi not found: skipped")
+
+    base = results["baseline"]
+    print(f"\n{'what':34} {'seconds':>8} {'x baseline':>10}")
+    for what, seconds in results.items():
+        print(f"{what:34} {seconds:8.3f} {seconds / base:10.2f}")
+    ours = results["tools.index (command)"]
+    for what in ("simple503 (command)", "dumb-pypi (command, no hashing)"):
+        if what in results:
+            print(f"{what} / tools.index (command): {results[what] / ours:.2f}")
+    print("\nsteps of the last run of each (seconds):")
+    for what, steps in phases.items():
+        print(f"  {what:16} " + "  ".join(f"{k} {v:.3f}" for k, v in steps.items()))
+    print(f"\nadd one wheel: {added_hashed} file hashed of {len(paths) + 1}; "
+          f"full build / baseline = {results['full build'] / base:.2f} (target <= 1.5); "
+          f"add one wheel = {results['add one wheel']:.3f}s (target < 1 s)")
+    print(f"measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
