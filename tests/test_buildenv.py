@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from tools.buildenv import available_memory_gib, build_env, format_archs, size_jobs
+from tools.buildenv import available_memory_gib, build_env, format_archs, size_for, size_jobs
 from tools.matrix import cells_for
 from tools.recipe import load_recipe
 
 
-@pytest.mark.parametrize("cores,avail,job,threads,expect", [
-    (2, 24.0, 4.0, None, (2, 1)),     # this machine: cores are the limit
-    (64, 24.0, 4.0, None, (5, 1)),    # big CPU, little memory: 24*0.85/4 = 5 jobs
-    (16, 64.0, 4.0, 4, (3, 4)),       # flash-attn style: jobs x threads x 4 GiB fit 54 GiB
-    (16, 10.0, 4.0, 4, (1, 2)),       # threads are given up only until one job fits
-    (8, 2.0, 4.0, 2, (1, 1)),         # too little memory: one job, with a warning
+@pytest.mark.parametrize("cores,avail,job,threads,fixed,archs,expect", [
+    (2, 24.0, 4.0, None, False, 1, (2, 1)),   # this machine: cores are the limit
+    (64, 24.0, 4.0, None, False, 1, (5, 1)),  # big CPU, little memory: 24*0.85/4 = 5 jobs
+    (16, 64.0, 4.0, 4, False, 4, (3, 4)),     # flash-attn style: jobs x threads x 4 GiB in 54 GiB
+    (16, 10.0, 4.0, 4, False, 4, (1, 2)),     # threads are given up only until one job fits
+    (8, 2.0, 4.0, 2, False, 2, (1, 1)),       # too little memory: one job, with a warning
+    (2, 21.0, 3.5, 4, True, 1, (2, 4)),       # causal-conv1d, one arch: --threads 4 idles 3
+    (16, 21.0, 3.5, 4, True, 4, (1, 4)),      # same, 4 archs: 14 GiB a job, threads untouchable
 ])
-def test_size_jobs(cores, avail, job, threads, expect):
-    s = size_jobs(cores=cores, available_gib=avail, job_memory_gib=job, nvcc_threads=threads)
+def test_size_jobs(cores, avail, job, threads, fixed, archs, expect):
+    s = size_jobs(cores=cores, available_gib=avail, job_memory_gib=job, nvcc_threads=threads,
+                  fixed_threads=fixed, archs=archs)
     assert (s.max_jobs, s.nvcc_threads) == expect
-    assert s.max_jobs * s.nvcc_threads * job <= max(avail * 0.85, job)
-    if expect == (1, 1) and avail * 0.85 < job:
+    per_job = job * min(s.nvcc_threads, archs)
+    assert s.max_jobs * per_job <= max(avail * 0.85, per_job)
+    if avail * 0.85 < per_job:
         assert "may be OOM-killed" in s.note
 
 
@@ -43,9 +47,18 @@ def test_build_env(write_recipe, good_recipe, mini_table):
     good_recipe["build"]["nvcc_threads"] = 4
     recipe = load_recipe(write_recipe(good_recipe), mini_table)
     cell = cells_for(recipe, mini_table)[0]
-    sizing = size_jobs(cores=2, available_gib=24, job_memory_gib=2.0, nvcc_threads=4)
+    sizing = size_jobs(cores=2, available_gib=24, job_memory_gib=2.0, nvcc_threads=4, archs=2)
     env = build_env(recipe, cell, sizing, archs=("90",), cuda_home="/usr/local/cuda")
     assert env["DEMO_CUDA_ARCHS"] == "90" and env["TORCH_CUDA_ARCH_LIST"] == "9.0"
     assert env["DEMO_FORCE_BUILD"] == "TRUE"
     assert env["MAX_JOBS"] == "2" and env["NVCC_THREADS"] == "4"
     assert env["SOURCE_DATE_EPOCH"].isdigit() and env["CUDA_HOME"] == "/usr/local/cuda"
+
+
+def test_fixed_threads_are_not_exported(write_recipe, good_recipe, mini_table):
+    good_recipe["build"].update(nvcc_threads=4, nvcc_threads_fixed=True)
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+    sizing = size_for(recipe, ("80", "90"), cores=2, available_gib=24)
+    env = build_env(recipe, cells_for(recipe, mini_table)[0], sizing, archs=("80", "90"),
+                    cuda_home=None)
+    assert "NVCC_THREADS" not in env and sizing.nvcc_threads == 4

@@ -86,6 +86,9 @@ BAD = [
      ["build.requires[0]", "torch comes from the cell"]),
     ("package-folder-mismatch", "package", "other_ext", ["package", "differs from the folder"]),
     ("schema-version", "schema", 2, ["schema: version 2 is not understood"]),
+    # a fixed thread count needs the count
+    ("fixed-threads-without-count", "build/nvcc_threads_fixed", True,
+     ["build.nvcc_threads_fixed", "doesn't say to what"]),
     ("patch-bad-name", "patches", [{"file": "fix.patch", "reason": "fixes the build",
                                     "upstream": "not submitted"}],
      ["patches[0].file", "not named NNNN-Subject.patch"]),

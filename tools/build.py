@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import RECIPES_DIR, ROOT, host
-from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, available_memory_gib, build_env, size_jobs, \
+from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, available_memory_gib, build_env, size_for, \
     usable_cores
 from .errors import CuwheelsError, ToolchainError, VerifyError, cli
 from .manifest import MANIFEST_SCHEMA
@@ -227,9 +227,7 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
 
     bp = progress.run("python", python)
 
-    sizing = size_jobs(cores=usable_cores(), available_gib=available_memory_gib(),
-                       job_memory_gib=recipe.build.job_memory_gib,
-                       nvcc_threads=recipe.build.nvcc_threads)
+    sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
     env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
 
     def compile_(step: Step) -> Path:

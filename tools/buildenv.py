@@ -62,28 +62,43 @@ def usable_cores() -> int:
 
 
 def size_jobs(*, cores: int, available_gib: float, job_memory_gib: float,
-              nvcc_threads: int | None) -> Sizing:
+              nvcc_threads: int | None, fixed_threads: bool = False, archs: int = 1) -> Sizing:
     """Choose MAX_JOBS and NVCC_THREADS.
 
-    One job with ``t`` nvcc threads peaks at about ``job_memory_gib * t``. The recipe's thread
-    count is lowered only until one job fits; jobs then fill the memory budget up to the core
-    count. When even one single-threaded job doesn't fit, the build still runs with one job and
-    the note says it may be killed.
+    ``job_memory_gib`` is the peak of one nvcc thread (one arch compiled at a time); a job with
+    ``t`` threads compiling ``n`` archs peaks at about ``job_memory_gib * min(t, n)``, since nvcc
+    runs at most one thread per arch. A recipe's thread count is lowered only until one job fits,
+    unless the package hard-codes it (``fixed_threads``); jobs then fill the memory budget up to
+    the core count. When even one job doesn't fit, the build still runs with one job and the note
+    says it may be killed.
     """
     budget = available_gib * MEMORY_HEADROOM
     threads = max(1, nvcc_threads or 1)
-    while threads > 1 and budget < job_memory_gib * threads:
-        threads -= 1
-    jobs = int(budget // (job_memory_gib * threads)) if job_memory_gib > 0 else cores
-    jobs = max(1, min(cores, jobs))
-    if budget < job_memory_gib:
+    if not fixed_threads:
+        threads = min(threads, max(1, archs))  # more threads than archs would idle
+        while threads > 1 and budget < job_memory_gib * min(threads, archs):
+            threads -= 1
+    per_job = job_memory_gib * min(threads, max(1, archs))
+    jobs = max(1, min(cores, int(budget // per_job) if per_job > 0 else cores))
+    if budget < per_job:
         note = (f"only {available_gib:.1f} GiB available but one compile job needs about "
-                f"{job_memory_gib:.1f} GiB: the build may be OOM-killed; free memory or use a "
-                "bigger machine")
+                f"{per_job:.1f} GiB: the build may be OOM-killed; free memory, compile fewer "
+                "archs (--archs) or use a bigger machine")
     else:
-        note = (f"{jobs} job(s) x {threads} nvcc thread(s) x ~{job_memory_gib:.1f} GiB within "
-                f"{budget:.1f} GiB of {available_gib:.1f} GiB available, {cores} core(s)")
+        fixed = " (fixed by the package)" if fixed_threads else ""
+        note = (f"{jobs} job(s) x ~{per_job:.1f} GiB ({threads} nvcc thread(s){fixed}, "
+                f"{archs} arch(s), ~{job_memory_gib:.1f} GiB per thread) within {budget:.1f} GiB "
+                f"of {available_gib:.1f} GiB available, {cores} core(s)")
     return Sizing(jobs, threads, cores, round(available_gib, 1), job_memory_gib, note)
+
+
+def size_for(recipe: Recipe, archs: tuple[str, ...], *, cores: int,
+             available_gib: float) -> Sizing:
+    """size_jobs with a recipe's memory figures and the arch list actually compiled."""
+    return size_jobs(cores=cores, available_gib=available_gib,
+                     job_memory_gib=recipe.build.job_memory_gib,
+                     nvcc_threads=recipe.build.nvcc_threads,
+                     fixed_threads=recipe.build.nvcc_threads_fixed, archs=len(archs))
 
 
 def format_archs(archs: tuple[str, ...], style: str) -> str:
@@ -110,7 +125,7 @@ def build_env(recipe: Recipe, cell: Cell, sizing: Sizing, *, archs: tuple[str, .
     env["TORCH_CUDA_ARCH_LIST"] = format_archs(archs, "torch")
     env[recipe.arch_env.name] = format_archs(archs, recipe.arch_env.style)
     env["MAX_JOBS"] = str(sizing.max_jobs)
-    if recipe.build.nvcc_threads is not None:
+    if recipe.build.nvcc_threads is not None and not recipe.build.nvcc_threads_fixed:
         env["NVCC_THREADS"] = str(sizing.nvcc_threads)
     env["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
     if cuda_home:

@@ -52,7 +52,7 @@ from packaging.utils import canonicalize_name
 
 from . import RECIPES_DIR, ROOT, errors
 from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, Sizing, available_memory_gib, build_env, \
-    size_jobs, usable_cores
+    size_for, usable_cores
 from .errors import CompileError, CuwheelsError, ToolchainError, cli
 from .host import failing_file, probe_torch, torch_index, torch_requirement
 from .manifest import read_manifest
@@ -234,17 +234,15 @@ def engine_option(engine: str, limits: Limits) -> str:
     return f"{engine}; create_args: {' '.join(limits.create_args)}"
 
 
-def cell_sizing(recipe: Recipe, limits: Limits) -> Sizing:
+def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: Limits) -> Sizing:
     """MAX_JOBS/NVCC_THREADS for the container's limits (not for the machine it starts on)."""
-    return size_jobs(cores=limits.cpus, available_gib=float(limits.memory_gib),
-                     job_memory_gib=recipe.build.job_memory_gib,
-                     nvcc_threads=recipe.build.nvcc_threads)
+    return size_for(recipe, archs, cores=limits.cpus, available_gib=float(limits.memory_gib))
 
 
 def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                  engine: str, limits: Limits, recipe_revision: str) -> dict[str, str]:
     """Every cibuildwheel option for one cell, as the ``CIBW_*`` variables that set them."""
-    env = build_env(recipe, cell, cell_sizing(recipe, limits), archs=archs,
+    env = build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs,
                     cuda_home=CONTAINER_CUDA_HOME)
     frontend = "pip" if recipe.build.isolation else "pip; args: --no-build-isolation"
     return {
@@ -342,7 +340,7 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         stage_argv += ["--sdist-dir", str(sdist_dir)]
     options = cibw_options(cell, recipe, table, archs=archs, engine=engine, limits=limits,
                            recipe_revision=recipe_revision)
-    sizing = cell_sizing(recipe, limits)
+    sizing = cell_sizing(recipe, archs, limits)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     index = torch_index(cell, table)
     header = (

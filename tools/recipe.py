@@ -100,6 +100,7 @@ class BuildSpec:
     job_memory_gib: float
     job_memory_reason: str
     nvcc_threads: int | None
+    nvcc_threads_fixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ def _env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVar, ..
 def _build(p: Problems, raw: object) -> BuildSpec | None:
     m = p.mapping(raw, "build", {"isolation": bool, "requires": list,
                                  "job_memory_gib": (int, float), "job_memory_reason": str},
-                  {"nvcc_threads": int})
+                  {"nvcc_threads": int, "nvcc_threads_fixed": bool})
     if m is None or len(m) < 4:
         return None
     deps = []
@@ -348,8 +349,12 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
         p.add("build.job_memory_gib", "must be positive (GiB of one compile job)")
     if m.get("nvcc_threads", 1) < 1:
         p.add("build.nvcc_threads", "must be at least 1")
+    if m.get("nvcc_threads_fixed") and "nvcc_threads" not in m:
+        p.add("build.nvcc_threads_fixed", "says the package fixes nvcc's --threads, but "
+              "build.nvcc_threads doesn't say to what", "add nvcc_threads: N (its --threads)")
     return BuildSpec(m["isolation"], tuple(deps), float(m["job_memory_gib"]),
-                     m["job_memory_reason"], m.get("nvcc_threads"))
+                     m["job_memory_reason"], m.get("nvcc_threads"),
+                     m.get("nvcc_threads_fixed", False))
 
 
 def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
