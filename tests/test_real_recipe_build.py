@@ -1,0 +1,52 @@
+"""Slow: a real recipe built for real (``make test-slow``; about 7 minutes of compile here).
+
+``nox -s build-causal_conv1d-3.11-cu130 -- --backend host --archs 90`` from the registry's sdist,
+then the wheel is installed with pip into a fresh venv next to the cell's torch and its compiled
+module imported.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tools import ROOT, pyenv
+from tools.manifest import read_manifest
+from tools.matrix import find_cell
+
+CELL = "causal_conv1d-3.11-cu130"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.cuda
+def test_causal_conv1d_host_build(tmp_path):
+    cell = find_cell(CELL)
+    out = tmp_path / "wheelhouse"
+    nox = Path(sys.executable).parent / "nox"
+    proc = subprocess.run([str(nox), "-s", f"build-{CELL}", "--", "--backend", "host",
+                           "--archs", "90", "--out", str(out)], cwd=ROOT, timeout=3 * 3600,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    (wheel,) = out.glob("*.whl")
+    assert f"+{cell.label}-cp311-cp311-manylinux_" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = read_manifest(zf)
+        meta = next(zf.read(n) for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"Requires-Dist: torch=={cell.torch}.*".encode() in meta
+    assert manifest["archs"]["requested"] == ["90"] and manifest["archs_override"] is True
+    assert all(v["sass"] == ["90"] for v in manifest["archs"]["found"].values())
+
+    python = pyenv.create_venv(tmp_path / "venv", "3.11", seed=True)
+    pip = subprocess.run([str(python), "-m", "pip", "--isolated", "install",
+                          f"torch=={cell.torch_version}", str(wheel)],
+                         capture_output=True, text=True, timeout=1800)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    imp = subprocess.run([str(python), "-c", "import torch, causal_conv1d_cuda, causal_conv1d; "
+                          "print(causal_conv1d_cuda.__file__)"], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert imp.returncode == 0, imp.stderr
