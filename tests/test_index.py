@@ -599,6 +599,65 @@ def test_site_survives_being_killed_at_any_moment(tmp_path):
     ]
 
 
+# --------------------------------------------------------------------------- incremental rendering
+
+
+def test_an_incremental_site_is_the_same_as_a_full_render(tmp_path):
+    w = tmp_path / "wheels"
+    for label in ("cu128.torch2.8", "cu128.torch2.9", "cu12torch2.8cxx11abiTRUE", None):
+        make_wheel(w, "ext", "1.0", local=label, tag=ANY)
+    make_wheel(w, "other", "1.0", local="cu128.torch2.9", tag=ANY)
+    make_wheel(w, "pure", "1.0", tag=ANY)
+    build(tmp_path)
+    make_wheel(w, "ext", "2.0", local="cu128.torch2.8", tag=ANY)
+    yanks = {"other-1.0+cu128.torch2.9-py3-none-any.whl": "bad"}
+    report = build(tmp_path, init_ledger=False, yanked_path=_yank(tmp_path, yanks))
+    # Rendered again: ext in simple/ and cu128/torch2.8 (a new file), other in simple/ and
+    # cu128/torch2.9 (a yank). Reused, HTML and JSON: pure, ext in cu128/torch2.9 and cu12/torch2.8.
+    assert report.reused_pages == 6
+    full = idx.render_site(load_ledger(tmp_path / "ledger.json"), yanks,
+                           ledger_text=(tmp_path / "ledger.json").read_text())
+    assert _snapshot(tmp_path / "site") == {Path(k): v for k, v in full.pages.items()}
+
+
+def test_a_template_change_renders_every_page_again(tmp_path, monkeypatch):
+    templates = tmp_path / "templates"
+    shutil.copytree(idx.TEMPLATES, templates)
+    monkeypatch.setattr(idx, "TEMPLATES", templates)
+    idx._env.cache_clear()
+    idx.render_identity.cache_clear()
+    try:
+        make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+        build(tmp_path)
+        assert build(tmp_path, init_ledger=False).reused_pages == 2
+        tpl = templates / "simple_project.html"
+        tpl.write_text(tpl.read_text().replace("<h1>Links for", "<h1>Files of"))
+        idx._env.cache_clear()
+        idx.render_identity.cache_clear()
+        assert build(tmp_path, init_ledger=False).reused_pages == 0
+        assert "<h1>Files of demo</h1>" in page(tmp_path / "site", "simple/demo/index.html")
+    finally:
+        idx._env.cache_clear()
+        idx.render_identity.cache_clear()
+
+
+def test_file_json_is_what_json_dumps_would_say():
+    e = load_entry("ext-1.0+cu128.torch2.8-py3-none-any.whl", None)._replace(requires_python=">=3.9")
+    for reason, yanked in ((None, False), ("", True), ('"quoted" <r>', '"quoted" <r>')):
+        assert json.loads(idx._file_json(e, reason)) == {
+            "filename": e.filename, "url": e.url, "hashes": {"sha256": e.sha256},
+            "requires-python": ">=3.9", "core-metadata": {"sha256": e.metadata_sha256},
+            "dist-info-metadata": {"sha256": e.metadata_sha256}, "yanked": yanked, "size": e.size,
+            "upload-time": e.upload_time,
+        }
+
+
+def test_a_yank_reason_is_one_line(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    with pytest.raises(IndexBuildError, match="one line of text"):
+        build(tmp_path, yanked_path=_yank(tmp_path, {"demo-1.0-py3-none-any.whl": "a\nb"}))
+
+
 # --------------------------------------------------------------------------- the page for people
 
 
@@ -611,7 +670,8 @@ def test_home_page_has_matrix_and_commands(tmp_path):
     build(tmp_path, site_url="https://wheels.example/")
     html = page(tmp_path / "site", "index.html")
     url = "https://wheels.example/cu128/torch2.8/simple/"
-    assert f'pip install flash-attn --extra-index-url <span class="site">https://wheels.example/</span>cu128/torch2.8/simple/' in html
+    assert ('pip install flash-attn --only-binary flash-attn --extra-index-url '
+            '<span class="site">https://wheels.example/</span>cu128/torch2.8/simple/') in html
     assert "uv pip install flash-attn --extra-index-url" in html
     assert '[[tool.uv.index]]\nname = "cuwheels-cu128-torch2.8"' in html
     assert 'flash-attn = { index = "cuwheels-cu128-torch2.8" }' in html
@@ -657,7 +717,7 @@ def test_home_page_in_a_headless_browser(tmp_path):
         server.shutdown()
         server.server_close()
     # Built without --site-url: the page's script fills in its own address.
-    assert f"pip install flash-attn --extra-index-url <span class=\"site\">{server.url}/</span>cu128/torch2.8/simple/" in dom
+    assert f'--extra-index-url <span class="site">{server.url}/</span>cu128/torch2.8/simple/' in dom
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (1280, 1400)

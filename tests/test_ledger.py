@@ -86,6 +86,13 @@ def test_bad_entries_name_the_file_and_the_field(change, message):
     assert "index/ledger.json: entry 'demo-1.0-py3-none-any.whl'" in str(exc.value)
 
 
+@pytest.mark.parametrize("filename", ["x<script>.whl", "demo-1.0-py3-none-any.tar.gz", "a b.whl"])
+def test_file_names_must_be_plain_wheel_names(filename):
+    # Pages print file names unescaped: the ledger is where that is made safe.
+    with pytest.raises(IndexBuildError, match="not a wheel file name"):
+        entry_from_json(filename, entry().to_json())
+
+
 def test_missing_key_is_named():
     data = entry().to_json()
     del data["metadata_sha256"]

@@ -321,12 +321,7 @@ def test_a_variant_index_picks_the_build_for_its_torch(client, index, version, s
 
 def test_uv_project_snippet_from_the_front_page_works(demo_index, negotiating, tmp_path):
     """The [tool.uv.index] + [tool.uv.sources] text on index.html, pasted into a project, resolves."""
-    import html
-    import re
-
-    page = (demo_index / "site" / "index.html").read_text()
-    section = re.search(r'<details[^>]*id="cuwheels-cu128-torch2.9">(.*?)</details>', page, re.S).group(1)
-    snippet = html.unescape(re.sub(r"<[^>]+>", "", re.findall(r"<pre>(.*?)</pre>", section, re.S)[-1]))
+    snippet = _front_page_section(demo_index / "site", "cuwheels-cu128-torch2.9")[-1]
     snippet = snippet.replace('url = "', f'url = "{negotiating.url}/', 1)  # the page's script does this in a browser
     project = tmp_path / "proj"
     project.mkdir()
@@ -343,3 +338,32 @@ def test_uv_project_snippet_from_the_front_page_works(demo_index, negotiating, t
     lock = (project / "uv.lock").read_text()
     assert 'version = "1.0+cu128.torch2.9"' in lock
     assert f'registry = "{negotiating.url}/cu128/torch2.9/simple/"' in lock
+
+
+def _front_page_section(site: Path, index_id: str) -> list[str]:
+    """The <pre> blocks of one variant index on index.html, as text a person would copy."""
+    import html
+    import re
+
+    page = (site / "index.html").read_text()
+    section = re.search(rf'<details[^>]*id="{re.escape(index_id)}">(.*?)</details>', page, re.S).group(1)
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)) for block in re.findall(r"<pre>(.*?)</pre>", section, re.S)]
+
+
+def test_pip_command_from_the_front_page_works(demo_index, negotiating, venv):
+    """The pip line on index.html, as pasted (the page's script fills in the host), installs."""
+    import shlex
+
+    pip_block = _front_page_section(demo_index / "site", "cuwheels-cu128-torch2.9")[0]
+    line = next(line for line in pip_block.splitlines() if line.startswith("pip install demo-ext "))
+    args = shlex.split(line.replace("--extra-index-url ", f"--extra-index-url {negotiating.url}/"))
+    env = _clean_env()
+    # The default index stands in for PyPI, which the test must not reach: it has no demo-ext.
+    env["PIP_INDEX_URL"] = f"{negotiating.url}/nothing-here/"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *args[1:], "--no-cache-dir"],
+        capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=env, cwd=venv,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert installed(venv) == {"demo_ext": "1.0+cu128.torch2.9"}
+

@@ -10,6 +10,10 @@ Layout of the site (``--output-dir``, INDEX_DIR)::
     simple/<project>/index.html, index.json      every file of <project>
     cu128/torch2.8/simple/...                    variant index: only wheels for CUDA 12.8 + torch 2.8
     cu12/torch2.8/simple/...                     variant index for "any CUDA 12.x" wheels (see below)
+    .index-fingerprints.json                     what each project page was rendered from
+
+and beside it, never published: ``.<name>.prev`` (the previous site, until the next run),
+``.<name>.hashcache.json`` (size, mtime and sha256 of wheels already read), ``.<name>.lock``.
 
 HTML pages follow PEP 503 (normalized names, trailing slashes, ``#sha256=`` on every link), PEP 629
 (``pypi:repository-version``), PEP 592 (``data-yanked``) and PEP 658/714 (``data-core-metadata``
@@ -49,8 +53,11 @@ through ``--remove FILENAME``; and a run refuses to drop files the current site 
 ledger lacks. ``--yanked`` (``index/yanked.yaml``) maps file names to yank reasons, applied on
 every page that lists the file.
 
-Incremental: a wheel already in the ledger whose size and mtime match the hash cache
-(``.<INDEX_DIR name>.hashcache.json`` beside INDEX_DIR, machine-local) is not read again.
+Incremental: a wheel already in the ledger whose size and mtime match the hash cache (machine-
+local) is not read again, and a project page whose inputs (its files as published, their yank
+status, this module and the templates) have the fingerprint recorded in the current site is copied
+from it instead of rendered. Every other file's link is rendered once, in one template pass,
+however many pages list it.
 
 Atomic output: the new site is written into a temporary directory beside INDEX_DIR and swapped in
 with one ``renameat2(RENAME_EXCHANGE)``; where the kernel or file system lacks it, two renames are
@@ -73,8 +80,6 @@ import errno
 import hashlib
 import json
 import os
-import queue
-import re
 import shutil
 import struct
 import sys
@@ -83,8 +88,7 @@ import threading
 import time
 import zipfile
 import zlib
-from collections import defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -102,7 +106,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import IndexBuildError, cli
-from .ledger import Entry, atomic_write, dump_ledger, load_ledger, write_ledger
+from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, load_ledger
 from .manifest import read_manifest, variant_from_manifest
 from .variant import Variant, parse_label
 
@@ -145,7 +149,6 @@ class WheelFacts:
     variant: Variant | None
 
 
-_FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
 
 
 def check_filename(filename: str) -> tuple[str, Version]:
@@ -154,7 +157,7 @@ def check_filename(filename: str) -> tuple[str, Version]:
         name, version, _build, _tags = parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise WheelRejected(f"invalid wheel filename: {exc}") from None
-    if not _FILENAME_CHARS.fullmatch(filename):
+    if not FILENAME_CHARS.fullmatch(filename):
         # packaging checks the name and version parts but not the tags; a URL-safe name also
         # keeps one link per line on the pages.
         raise WheelRejected(f"invalid wheel filename: characters outside [A-Za-z0-9._+!-]: {filename!r}")
@@ -199,14 +202,16 @@ class ZipDirectory:
 
     def __init__(self, fd: int, size: int):
         self._fd = fd
-        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB): a
-        # small read finds it in a wheel; the largest possible one is read only when needed.
-        for span in (8192, self._EOCD.size + 0xFFFF):
+        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB). One
+        # 32 KiB read usually holds it, the central directory and the .dist-info files (written
+        # last in a wheel), so reading METADATA costs no further system call.
+        for span in (32 << 10, self._EOCD.size + 0xFFFF + (32 << 10)):
             tail_start = max(0, size - span)
             tail = os.pread(fd, size - tail_start, tail_start)
             end = tail.rfind(b"PK\x05\x06")
             if end >= 0 or tail_start == 0:
                 break
+        self._tail, self._tail_start = tail, tail_start
         if end < 0 or end + self._EOCD.size > len(tail):
             raise _Unsupported("no end of central directory record")
         _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _comment = self._EOCD.unpack_from(tail, end)
@@ -238,13 +243,22 @@ class ZipDirectory:
         flags, method, crc, csize, offset = self._members[name]
         if flags & 0x1:
             raise _Unsupported("encrypted member")
-        header = os.pread(self._fd, self._LOCAL.size, offset)
+        at = offset - self._tail_start
+        if at >= 0 and at + self._LOCAL.size <= len(self._tail):
+            header = self._tail[at: at + self._LOCAL.size]
+        else:
+            header = os.pread(self._fd, self._LOCAL.size, offset)
         if len(header) < self._LOCAL.size:
             raise _Unsupported("truncated local header")
         sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
         if sig != b"PK\x03\x04":
             raise _Unsupported("bad local header")
-        raw = os.pread(self._fd, csize, offset + self._LOCAL.size + nlen + xlen)
+        start = offset + self._LOCAL.size + nlen + xlen
+        at = start - self._tail_start
+        if at >= 0 and at + csize <= len(self._tail):
+            raw = self._tail[at: at + csize]
+        else:
+            raw = os.pread(self._fd, csize, start)
         if method == zipfile.ZIP_STORED:
             out = raw
         elif method == zipfile.ZIP_DEFLATED:
@@ -278,8 +292,7 @@ def inspect_wheel(path: str | os.PathLike, *, size: int | None = None) -> WheelF
     whose Name or Version disagrees with the filename, or a build manifest that contradicts the
     local label.
     """
-    path = Path(path)
-    filename = path.name
+    filename = os.path.basename(path)
     dist, file_version = check_filename(filename)
     with open(path, "rb", buffering=0) as f:
         sha256, size = _hash_stream(f)
@@ -420,7 +433,7 @@ class Scan:
 
 def file_url(base_url: str, filename: str) -> str:
     """Where ``filename`` is published: ``+`` is percent-encoded (some hosts read it as a space)."""
-    if _FILENAME_CHARS.fullmatch(filename):
+    if FILENAME_CHARS.fullmatch(filename):
         # What quote() gives for these characters, without its per-character Python loop.
         quoted = filename.replace("!", "%21").replace("+", "%2B")
     else:
@@ -431,29 +444,6 @@ def file_url(base_url: str, filename: str) -> str:
 def utc_timestamp(moment: datetime) -> str:
     """PEP 700's upload-time format: ISO 8601, UTC, microseconds, ``Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-#: Wheels read at once by default: hashing releases the GIL, so a second thread reads and hashes
-#: one wheel while the first parses another; more than 2 gains little on a 2-core machine.
-DEFAULT_JOBS = max(1, min(2, os.cpu_count() or 1))
-
-
-def _ordered_map(func: Callable[[Any], Any], items: Sequence[Any], jobs: int) -> Iterator[Any]:
-    """``map(func, items)`` on ``jobs`` threads, in order, with a bounded number in flight.
-
-    ``func`` must not raise (wrap errors into its result): results are yielded as they come.
-    """
-    if jobs <= 1 or len(items) <= 1:
-        yield from map(func, items)
-        return
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="index-read") as pool:
-        window: deque = deque()
-        for item in items:
-            window.append(pool.submit(func, item))
-            if len(window) >= 4 * jobs:
-                yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
 
 
 def _inspect_or_reason(item: tuple[str, str, os.stat_result]) -> WheelFacts | str:
@@ -481,15 +471,14 @@ def scan_wheels(
     base_url: str,
     now: datetime,
     on_metadata: Callable[[str, bytes], None] | None = None,
-    jobs: int = 1,
 ) -> Scan:
     """Merge the wheels in ``wheels_dir`` into the ledger.
 
     A wheel known to the ledger is not hashed again when the hash cache has its path with the same
     size and mtime. Known wheels are checked first: a known file name with other contents raises
     IndexBuildError before any new wheel is read. Each new wheel's METADATA then goes to
-    ``on_metadata(filename, bytes)`` as soon as it is read (so writing it can overlap with reading
-    the next wheel), or to ``scan.metadata_writes`` without one. Nothing else is written here.
+    ``on_metadata(filename, bytes)`` as soon as it is read, or to ``scan.metadata_writes``
+    without one. Nothing else is written here.
     """
     scan = Scan(entries=dict(ledger))
     conflicts: list[str] = []
@@ -525,7 +514,7 @@ def scan_wheels(
             unsure.append((fn, key, st, known))
     # Published before but not in the hash cache: only the bytes are compared (the wheel was
     # validated when it was published).
-    for (fn, key, st, known), sha256 in zip(unsure, _ordered_map(_hash_or_error, unsure, jobs)):
+    for (fn, key, st, known), sha256 in zip(unsure, map(_hash_or_error, unsure)):
         if isinstance(sha256, OSError):
             conflicts.append(f"{fn}: published, but this copy can't be read: {sha256}")
             continue
@@ -543,22 +532,14 @@ def scan_wheels(
             hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
             "nothing was changed",
         )
-    for (fn, key, st), facts in zip(new, _ordered_map(_inspect_or_reason, new, jobs)):
+    for (fn, key, st), facts in zip(new, map(_inspect_or_reason, new)):
         if isinstance(facts, str):
             scan.rejected.append(Rejected(fn, facts))
             continue
         scan.hashed += 1
         scan.entries[fn] = Entry(
-            filename=fn,
-            name=facts.name,
-            version=facts.version,
-            url=file_url(base_url, fn),
-            sha256=facts.sha256,
-            size=facts.size,
-            upload_time=upload_time,
-            requires_python=facts.requires_python,
-            metadata_sha256=hashlib.sha256(facts.metadata).hexdigest(),
-            variant=facts.variant,
+            fn, facts.name, facts.version, file_url(base_url, fn), facts.sha256, facts.size, upload_time,
+            facts.requires_python, hashlib.sha256(facts.metadata).hexdigest(), facts.variant,
         )
         scan.added.append(fn)
         # The size and mtime listed before reading: a file changed since is read again next time.
@@ -1106,61 +1087,23 @@ def swap_in(staging: Path, output_dir: Path) -> None:
         swapping.unlink()
 
 
-class BackgroundWriter:
-    """Writes files in a thread, so that file system calls overlap with hashing and rendering.
-
-    Creating a file costs more than hashing a small wheel on a busy disk, and the two can run at
-    once: file system calls and hashlib release the GIL. ``close()`` waits for every write and
-    re-raises the first error. Writes are plain (no temporary file): see build_index for why
-    that is safe for what goes through here.
-    """
-
-    _DONE = object()
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._error: BaseException | None = None
-        self._made: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="index-writer", daemon=True)
-        self._thread.start()
-
-    def write(self, path: str | os.PathLike, data: bytes) -> None:
-        """Queue ``data`` to be written to ``path`` (parent directories are created)."""
-        self._queue.put((os.fspath(path), data))
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not self._DONE:
-            if self._error is not None:
-                continue  # drain: the first error is the one reported
-            path, data = item
-            try:
-                parent = os.path.dirname(path)
-                if parent not in self._made:
-                    os.makedirs(parent, exist_ok=True)
-                    self._made.add(parent)
-                with open(path, "wb") as f:
-                    f.write(data)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller by close()
-                self._error = exc
-
-    def close(self) -> None:
-        """Wait until everything queued is written; raise the first error."""
-        self._queue.put(self._DONE)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
 class _WrittenPages(dict):
-    """The pages dict render_site fills, writing each page as soon as it is rendered."""
+    """The pages dict render_site fills, writing each page under ``root`` as it is rendered."""
 
-    def __init__(self, root: Path, writer: BackgroundWriter):
+    def __init__(self, root: Path):
         super().__init__()
-        self._root, self._writer = root, writer
+        self._root = root
+        self._made: set[str] = set()
 
     def __setitem__(self, rel: str, data: bytes) -> None:
         super().__setitem__(rel, data)
-        self._writer.write(self._root / rel, data)
+        path = os.path.join(self._root, rel)
+        parent = os.path.dirname(path)
+        if parent not in self._made:
+            os.makedirs(parent, exist_ok=True)
+            self._made.add(parent)
+        with open(path, "wb") as f:
+            f.write(data)
 
 
 def _delete_in_background(paths: Sequence[Path]) -> threading.Thread:
@@ -1284,7 +1227,6 @@ def build_index(
     init_ledger: bool = False,
     remove: Sequence[str] = (),
     now: datetime | None = None,
-    jobs: int = DEFAULT_JOBS,
 ) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
@@ -1317,19 +1259,17 @@ def build_index(
             yanked = load_yanked(Path(yanked_path) if yanked_path else None)
             cache = _load_cache(cache_path)
             lap("load")
-            # New wheels' .metadata files are written in place, without a temporary file each
-            # (that would add a rename per wheel to a full build): the ledger, written after all
-            # of them, is what makes a file known, and an unknown wheel's .metadata is always
-            # written again, so a half-written one left by a killed run is never trusted.
-            metadata_writer = BackgroundWriter()
-            try:
-                scan = scan_wheels(
-                    wheels_dir, ledger, cache, base_url=base_url, now=now or datetime.now(timezone.utc),
-                    on_metadata=lambda fn, data: metadata_writer.write(os.path.join(wheels_dir, fn + ".metadata"), data),
-                    jobs=jobs,
-                )
-            finally:
-                metadata_writer.close()
+            # New wheels' .metadata files are written in place as each wheel is read, without a
+            # temporary file each (that would add a rename per wheel to a full build): the
+            # ledger, written after all of them, is what makes a file known, and an unknown
+            # wheel's .metadata is always written again, so a half-written one left by a killed
+            # run is never trusted.
+            def write_metadata(fn: str, data: bytes) -> None:
+                with open(os.path.join(wheels_dir, fn + ".metadata"), "wb") as f:
+                    f.write(data)
+
+            scan = scan_wheels(wheels_dir, ledger, cache, base_url=base_url,
+                               now=now or datetime.now(timezone.utc), on_metadata=write_metadata)
             # A known wheel's .metadata is trusted when present, so restoring one is atomic.
             for fn, data in scan.metadata_restores.items():
                 atomic_write(wheels_dir / (fn + ".metadata"), data)
@@ -1349,12 +1289,8 @@ def build_index(
             staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.new-"))
             try:
                 os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
-                page_writer = BackgroundWriter()
-                try:
-                    site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
-                                       pages=_WrittenPages(staging, page_writer), reuse=_reuser(output_dir))
-                finally:
-                    page_writer.close()
+                site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
+                                   pages=_WrittenPages(staging), reuse=_reuser(output_dir))
                 lap("render+write")
                 swap_in(staging, output_dir)
             except BaseException:
@@ -1392,8 +1328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
                         help="delete a published file from the index (repeatable; deliberate only)")
-    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
-                        help=f"wheels read and hashed at once (default {DEFAULT_JOBS})")
     return _run(parser.parse_args(argv))
 
 
@@ -1411,7 +1345,6 @@ def _run(args: argparse.Namespace) -> int:
         site_url=args.site_url,
         init_ledger=args.init_ledger,
         remove=args.remove,
-        jobs=args.jobs,
     )
     print(
         f"index: {report.files} files in {report.projects} projects, "

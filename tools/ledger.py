@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -84,11 +85,16 @@ class Entry(NamedTuple):
 
 
 _HEX = frozenset("0123456789abcdef")
+#: What a published file name may contain: what packaging accepts in a wheel name, minus what
+#: would need quoting in a URL or escaping in HTML (``+`` and ``!`` are percent-encoded in URLs).
+FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
 
 
 def entry_from_json(filename: str, data: Any, *, source: str = "ledger") -> Entry:
     """Parse one ledger object, naming ``source`` and the file in every complaint."""
     where = f"{source}: entry {filename!r}"
+    if not FILENAME_CHARS.fullmatch(filename) or not filename.endswith(".whl"):
+        raise IndexBuildError(f"{where}: not a wheel file name of [A-Za-z0-9._+!-] characters")
     if not isinstance(data, dict):
         raise IndexBuildError(f"{where} is not an object")
     if data.keys() != _KEYS:
