@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -240,7 +241,10 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
             now = time.monotonic()
             if now - last[0] > 5:
                 last[0] = now
-                progress.say(f"compiling {line[:100]}")
+                counter = line.split("]", 1)[0] + "]"
+                source = re.search(r"\s-c\s+(\S+)", line)
+                progress.say(f"compiling {counter} "
+                             f"{Path(source.group(1)).name if source else line[len(counter):80]}")
         return host.compile_wheel(bp.python, prepared.tree, env, work / "dist",
                                   work / "compile.log", isolation=recipe.build.isolation,
                                   on_line=on_line)
