@@ -56,6 +56,21 @@ def test_hand_written_encoder_matches_json_dumps(variant):
     assert encode_entry(e) == expected
 
 
+def test_adding_to_a_dumped_ledger_gives_the_same_text_as_dumping_it_whole():
+    old = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "d-1.0-py3-none-any.whl")}
+    new = dict(old) | {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "c-1!2.0-py3-none-any.whl")}
+    assert dump_ledger(new, base=(dump_ledger(old), old)) == dump_ledger(new)
+    shrunk = {"b-1.0-py3-none-any.whl": old["b-1.0-py3-none-any.whl"]}
+    assert dump_ledger(shrunk, base=(dump_ledger(old), old)) == dump_ledger(shrunk)  # a removal: whole
+
+
+def test_trusted_parse_gives_the_same_entries():
+    entries = {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "b-1.0-py3-none-any.whl")}
+    entries["b-1.0-py3-none-any.whl"] = entries["b-1.0-py3-none-any.whl"]._replace(variant=None)
+    text = dump_ledger(entries)
+    assert parse_ledger(text, trusted=True) == parse_ledger(text) == entries
+
+
 def test_empty_ledger_is_valid_json():
     assert parse_ledger(dump_ledger({})) == {}
 

@@ -46,8 +46,9 @@ choice unambiguous inside one variant index:
   version and wheel tags built for exactly that CUDA, the exact build wins and the generic one is
   left out of that index. No exact index is invented for a CUDA minor nothing was built for.
 
-Ledger and yanks: pages are rendered from the ledger (tools.ledger), not from the wheels on disk,
-so a ``--wheels-dir`` holding only a new batch keeps everything published before; a known file
+Ledger and yanks: pages are rendered from the ledger (tools.ledger; the site publishes the one it
+was built from as ``ledger.json``), not from the wheels on disk, so a ``--wheels-dir`` holding only
+a new batch keeps everything published before; a known file
 name arriving with another sha256 stops the run (files are immutable); files leave the index only
 through ``--remove FILENAME``; and a run refuses to drop files the current site lists that the
 ledger lacks. ``--yanked`` (``index/yanked.yaml``) maps file names to yank reasons, applied on
@@ -106,7 +107,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from .errors import IndexBuildError, cli
-from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, load_ledger
+from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
 from .manifest import read_manifest, variant_from_manifest
 from .variant import Variant, parse_label
 
@@ -489,10 +490,16 @@ def scan_wheels(
     directory = os.path.abspath(wheels_dir)
     new: list[tuple[str, str, os.stat_result]] = []
     unsure: list[tuple[str, str, os.stat_result, Entry]] = []
+    stale = time.time() - 60
     for d in dirents:
         fn = d.name
-        if fn.startswith(".") or fn.endswith(".metadata"):
-            continue  # our own .metadata files and hidden files (temporary writes)
+        if fn.startswith("."):
+            # A restored .metadata goes through a hidden temporary file: a killed run may leave one.
+            if fn.endswith(".tmp") and ".metadata." in fn and d.stat().st_mtime < stale:
+                os.unlink(d.path)
+            continue
+        if fn.endswith(".metadata"):
+            continue
         if not d.is_file():
             scan.rejected.append(Rejected(fn, "not a regular file: wheels must sit directly in the directory"))
             continue
@@ -500,7 +507,7 @@ def scan_wheels(
             scan.rejected.append(Rejected(fn, "not a wheel: only .whl files are indexed"))
             continue
         st = d.stat()
-        key = os.path.join(directory, fn)  # the hash cache is keyed by absolute path
+        key = f"{directory}/{fn}"  # the hash cache is keyed by absolute path
         known = ledger.get(fn)
         if known is None:
             new.append((fn, key, st))
@@ -649,6 +656,7 @@ def _canonical(name: str) -> str:
     return canonicalize_name(name)
 
 
+@lru_cache(maxsize=None)
 def _tags(filename: str) -> str:
     """The ``python-abi-platform`` part of a wheel filename (validated when it was published)."""
     return "-".join(filename[:-4].rsplit("-", 3)[-3:])
@@ -1008,7 +1016,7 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
                 {
                     "version": version,
                     "cells": [
-                        [{"python": p, "present": p in rows[version][c]} for p in pythons]
+                        _coverage_cell(tuple((p, p in rows[version][c]) for p in pythons))
                         if c in rows[version] else None
                         for c in columns
                     ],
@@ -1017,6 +1025,12 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
             ],
         })
     return matrix
+
+
+@lru_cache(maxsize=4096)
+def _coverage_cell(pills: tuple[tuple[str, bool], ...]) -> Markup:
+    """One matrix cell, rendered once per distinct pattern (an index has few): ``(python, present)``."""
+    return Markup(_env().get_template("coverage_cell.html").render(pills=pills))
 
 
 # --------------------------------------------------------------------------- atomic output
@@ -1147,22 +1161,21 @@ def _load_cache(path: Path) -> dict[str, list]:
         return {}  # a cache: when in doubt, hash again
 
 
-def _previous_files(output_dir: Path, ledger_path: Path) -> list[str]:
-    """The files the current site lists (from its copy of the ledger it was built from)."""
-    site_copy = output_dir / "ledger.json"
+def _read_or_none(path: Path) -> str | None:
     try:
-        text = site_copy.read_bytes()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        return None
+
+
+def _listed_files(site_copy: str | None, output_dir: Path) -> list[str]:
+    """The files the current site lists, from its copy of the ledger it was built from."""
+    if site_copy is None:
         return []
     try:
-        if text == ledger_path.read_bytes():
-            return []  # built from this very ledger: nothing can have been dropped
-    except FileNotFoundError:
-        pass
-    try:
-        return list(json.loads(text).get("files", {}))
+        return list(json.loads(site_copy).get("files", {}))
     except (ValueError, AttributeError) as exc:
-        raise IndexBuildError(f"{site_copy} is not a ledger: {exc}") from None
+        raise IndexBuildError(f"{output_dir / 'ledger.json'} is not a ledger: {exc}") from None
 
 
 def _reuser(output_dir: Path) -> Reuse:
@@ -1183,17 +1196,6 @@ def _reuser(output_dir: Path) -> Reuse:
             return None
 
     return reuse
-
-
-def _cleanup_temporaries(wheels_dir: Path, older_than: float = 60.0) -> None:
-    # Restored .metadata files go through hidden temp files; a killed run may leave one behind.
-    limit = time.time() - older_than
-    for tmp in wheels_dir.glob(".*.metadata.*.tmp"):
-        try:
-            if tmp.stat().st_mtime < limit:
-                tmp.unlink()
-        except FileNotFoundError:
-            pass
 
 
 # --------------------------------------------------------------------------- the build
@@ -1254,8 +1256,12 @@ def build_index(
         reaper = _delete_in_background(recover(output_dir))
         try:
             _check_replaceable(output_dir)
-            _cleanup_temporaries(wheels_dir)
-            ledger = load_ledger(ledger_path, init=init_ledger)
+            ledger_before = read_ledger_text(ledger_path, init=init_ledger)
+            site_copy = _read_or_none(output_dir / "ledger.json")
+            # The ledger the current site was built from, unchanged: its entries were checked then.
+            trusted = ledger_before is not None and site_copy == ledger_before
+            ledger = {} if ledger_before is None else parse_ledger(ledger_before, source=str(ledger_path),
+                                                                   trusted=trusted)
             yanked = load_yanked(Path(yanked_path) if yanked_path else None)
             cache = _load_cache(cache_path)
             lap("load")
@@ -1279,9 +1285,10 @@ def build_index(
                 if fn not in entries:
                     raise IndexBuildError(f"--remove {fn}: no such file in the ledger")
                 del entries[fn]  # its wheel and .metadata stay where they were uploaded
-            check_nothing_dropped(_previous_files(output_dir, ledger_path), entries, remove)
+            if not trusted:
+                check_nothing_dropped(_listed_files(site_copy, output_dir), entries, remove)
             check_yanked(yanked, entries, source=str(yanked_path))
-            ledger_text = dump_ledger(entries)
+            ledger_text = dump_ledger(entries, base=(ledger_before, ledger) if trusted else None)
             if entries != ledger or not ledger_path.exists():
                 # The ledger goes first: a site may only ever list what the ledger records.
                 atomic_write(ledger_path, ledger_text.encode("utf-8"), durable=True)
@@ -1328,6 +1335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
                         help="delete a published file from the index (repeatable; deliberate only)")
+    parser.add_argument("--verbose", action="store_true", help="print the time each step took")
     return _run(parser.parse_args(argv))
 
 
@@ -1353,6 +1361,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     for fn in report.removed:
         print(f"  removed: {fn}")
+    if args.verbose:
+        print(f"  {report.reused_pages} project pages reused; seconds: "
+              + ", ".join(f"{step} {seconds:.3f}" for step, seconds in report.timings.items()))
     if report.rejected:
         raise IndexBuildError(
             f"{len(report.rejected)} file(s) left out; the rest is published:\n  "

@@ -4,10 +4,14 @@ The index is rebuilt from the ledger, not from whatever wheels happen to be on d
 only a new batch keeps everything published before, and a page can be rendered without the old
 wheel files. Files are immutable: an entry, once written, is never changed by a build (the same
 filename with another sha256 is refused by tools.index), and an entry only leaves the ledger when
-someone names it (``python -m tools.index --remove FILENAME``), in a commit that shows the deletion.
+someone names it (``python -m tools.index --remove FILENAME``), never because a file is missing.
 
-Location: ``index/ledger.json`` in the repository (``--ledger``), so its history is the history
-of the index; the build also publishes a copy at ``<site>/ledger.json``.
+Location: wherever ``--ledger`` says (``make index``: ``LEDGER``, default ``index/ledger.json``).
+Every site the index builds carries the ledger it was built from at ``<site>/ledger.json``, so the
+deployed site is its own record: the publishing workflow fetches that copy and merges the new
+batch into it, and the repository's ``index/ledger.json`` (empty) is only where the first
+deployment starts. A local demo passes its own ``LEDGER`` (and ``--init-ledger``), so that URLs
+of a local server never enter a real ledger.
 
 Format (JSON, schema 1), one file per line so that a diff shows exactly what was published::
 
@@ -141,8 +145,13 @@ def _variant(cuda: str, torch: str, cxx11_abi: bool | None) -> Variant:
     return Variant(cuda, torch, cxx11_abi)
 
 
-def parse_ledger(text: str, *, source: str = "ledger") -> dict[str, Entry]:
-    """Parse a ledger document into ``{filename: Entry}``."""
+def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
+    """Parse a ledger document into ``{filename: Entry}``.
+
+    ``trusted`` skips the checks of each entry: only for a text this module wrote from checked
+    entries (tools.index passes it when the ledger is byte for byte the copy its site was built
+    from), because checking 10,000 entries is a large part of adding one file.
+    """
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -151,25 +160,40 @@ def parse_ledger(text: str, *, source: str = "ledger") -> dict[str, Entry]:
         raise IndexBuildError(
             f"{source} is not a schema-{LEDGER_SCHEMA} ledger (want {{\"schema\": 1, \"files\": {{...}}}})"
         )
+    if trusted:
+        return {
+            name: Entry(
+                name, d["name"], d["version"], d["url"], d["sha256"], d["size"], d["upload_time"],
+                d["requires_python"], d["metadata_sha256"],
+                None if d["variant"] is None else _variant(d["variant"]["cuda"], d["variant"]["torch"],
+                                                           d["variant"]["cxx11_abi"]),
+            )
+            for name, d in doc["files"].items()
+        }
     return {name: entry_from_json(name, data, source=source) for name, data in doc["files"].items()}
 
 
-def load_ledger(path: Path, *, init: bool = False) -> dict[str, Entry]:
-    """Read the ledger at ``path``; a missing one is an error unless ``init`` asks for a new one.
+def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
+    """The ledger's text (None: there is none yet, and ``init`` allows starting one).
 
     Refusing a missing ledger is what keeps a wrong ``--ledger`` path from silently publishing an
     index without everything published before.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         if init:
-            return {}
+            return None
         raise IndexBuildError(
             f"ledger {path} does not exist",
             hint="pass the right --ledger, or --init-ledger to start a new, empty index",
         ) from None
-    return parse_ledger(text, source=str(path))
+
+
+def load_ledger(path: Path, *, init: bool = False) -> dict[str, Entry]:
+    """Read the ledger at ``path``; a missing one is an error unless ``init`` asks for a new one."""
+    text = read_ledger_text(path, init=init)
+    return {} if text is None else parse_ledger(text, source=str(path))
 
 
 def _null_or(value: Any, encode: Any) -> str:
@@ -195,13 +219,34 @@ def encode_entry(e: Entry) -> str:
     )
 
 
-def dump_ledger(entries: dict[str, Entry]) -> str:
-    """The ledger document: sorted by filename, one entry per line (readable diffs, fast to write)."""
-    lines = [encode_entry(entries[name]) for name in sorted(entries)]
+def dump_ledger(entries: dict[str, Entry], *, base: tuple[str, dict[str, Entry]] | None = None) -> str:
+    """The ledger document: sorted by filename, one entry per line (readable diffs, fast to write).
+
+    ``base`` is a (text, entries) pair where the text is what this function returned for those
+    entries: when ``entries`` only adds to them, the new lines are merged into that text instead
+    of encoding every entry again.
+    """
+    if base is not None:
+        text, old = base
+        if old and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.items()):
+            lines = text.split("\n")[1:-2]  # header, entry lines, "}}", ""
+            body = [line.rstrip(",") for line in lines]
+            body += [encode_entry(entries[fn]) for fn in entries.keys() - old.keys()]
+            body.sort(key=_line_key)
+            return _document(body)
+    return _document([encode_entry(entries[name]) for name in sorted(entries)])
+
+
+def _line_key(line: str) -> str:
+    # '"<filename>": {...}': file names have no characters JSON escapes (FILENAME_CHARS).
+    return line[1:line.index('"', 1)]
+
+
+def _document(lines: list[str]) -> str:
+    if not lines:
+        return f'{{"schema": {LEDGER_SCHEMA}, "files": {{}}}}\n'
     body = ",\n".join(lines)
-    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{\n{body}\n}}}}\n' if lines else (
-        f'{{"schema": {LEDGER_SCHEMA}, "files": {{}}}}\n'
-    )
+    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{\n{body}\n}}}}\n'
 
 
 def write_ledger(path: Path, entries: dict[str, Entry]) -> None:
