@@ -620,6 +620,18 @@ def test_an_incremental_site_is_the_same_as_a_full_render(tmp_path):
     assert _snapshot(tmp_path / "site") == {Path(k): v for k, v in full.pages.items()}
 
 
+def test_a_page_rendered_after_being_linked_never_writes_into_the_current_site(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    site = tmp_path / "site"
+    (site / "simple" / "demo" / "index.html").write_text("edited by hand")  # same fingerprint on record
+    (site / "simple" / "demo" / "index.json").unlink()  # so the page pair is rendered after all
+    build(tmp_path, init_ledger=False)
+    assert (tmp_path / ".site.prev" / "simple" / "demo" / "index.html").read_text() == "edited by hand"
+    assert "Links for demo" in page(site, "simple/demo/index.html")
+    assert_site_valid(site)
+
+
 def test_a_template_change_renders_every_page_again(tmp_path, monkeypatch):
     templates = tmp_path / "templates"
     shutil.copytree(idx.TEMPLATES, templates)

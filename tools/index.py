@@ -150,8 +150,6 @@ class WheelFacts:
     variant: Variant | None
 
 
-
-
 def check_filename(filename: str) -> tuple[str, Version]:
     """The (normalized name, version) a wheel filename states, or WheelRejected naming the rule."""
     try:
@@ -521,7 +519,7 @@ def scan_wheels(
             unsure.append((fn, key, st, known))
     # Published before but not in the hash cache: only the bytes are compared (the wheel was
     # validated when it was published).
-    for (fn, key, st, known), sha256 in zip(unsure, map(_hash_or_error, unsure)):
+    for (fn, key, st, known), sha256 in zip(unsure, map(_hash_or_error, unsure), strict=True):
         if isinstance(sha256, OSError):
             conflicts.append(f"{fn}: published, but this copy can't be read: {sha256}")
             continue
@@ -539,7 +537,7 @@ def scan_wheels(
             hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
             "nothing was changed",
         )
-    for (fn, key, st), facts in zip(new, map(_inspect_or_reason, new)):
+    for (fn, key, st), facts in zip(new, map(_inspect_or_reason, new), strict=True):
         if isinstance(facts, str):
             scan.rejected.append(Rejected(fn, facts))
             continue
@@ -677,33 +675,36 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
 
     See the module docstring for the rules (C++ ABI, ``cu12`` wheels).
     """
-    placed: dict[Variant, list[Entry]] = defaultdict(list)
+    # (cuda, torch) tuples, not Variant objects, while placing: a frozen dataclass hashes and
+    # compares in Python, and this runs once per placed file.
+    placed: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     generic: list[Entry] = []
     for e in entries:
         v = e.variant
         if v is None:
             continue
         # A major-only CUDA ("12") matches no exception: the torch series' general ABI applies.
-        if not _abi_fits(v, v.cuda):
+        if v.cxx11_abi is not None and not _abi_fits(v, v.cuda):
             continue
-        placed[Variant(v.cuda, v.torch)].append(e)
-        if not v.exact_cuda:
+        placed[(v.cuda, v.torch)].append(e)
+        if "." not in v.cuda:
             generic.append(e)
     if generic:
         # Exact indexes by (CUDA major, torch): where a generic wheel of that pair may also go.
-        targets: dict[tuple[str, str], list[Variant]] = defaultdict(list)
-        for k in list(placed):
-            if k.exact_cuda:
-                targets[(k.cuda.split(".")[0], k.torch)].append(k)
+        targets: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+        for cuda, torch in list(placed):
+            if "." in cuda:
+                targets[(cuda.split(".")[0], torch)].append((cuda, torch))
         built_exactly = {k: {_identity(e) for e in placed[k]} for ks in targets.values() for k in ks}
         for e in generic:
             v = e.variant
             ident = None
             for k in targets.get((v.cuda, v.torch), ()):
                 ident = ident or _identity(e)
-                if _abi_fits(v, k.cuda) and ident not in built_exactly[k]:
+                if _abi_fits(v, k[0]) and ident not in built_exactly[k]:
                     placed[k].append(e)
-    return dict(sorted(placed.items(), key=lambda kv: variant_sort_key(kv[0])))
+    variants = {Variant(cuda, torch): files for (cuda, torch), files in placed.items()}
+    return dict(sorted(variants.items(), key=lambda kv: variant_sort_key(kv[0])))
 
 
 # --------------------------------------------------------------------------- rendering
@@ -789,7 +790,7 @@ def _render_files(files: Iterable[_File]) -> None:
     lines = _env().get_template("simple_links.html").render(files=links).split("\n")[:-1]
     if len(lines) != len(todo):
         raise AssertionError("a link spans lines: a file name or yank reason has a line break")
-    for f, line in zip(todo, lines):
+    for f, line in zip(todo, lines, strict=True):
         f.html = line
         f.json = _file_json(f.entry, f.yanked)
 
@@ -849,9 +850,9 @@ def page_fingerprint(path: str, files: Sequence[_File]) -> str:
 #: Page path -> fingerprint of every project page, kept in the site (so it is swapped with it).
 FINGERPRINTS = ".index-fingerprints.json"
 
-#: ``reuse(page path, fingerprint)``: the previous site's bytes of that page when they were
-#: rendered from the same inputs, else None.
-Reuse = Callable[[str, str], "bytes | None"]
+#: ``reuse(page path, fingerprint)``: put the previous site's page at that path in the new site
+#: and return True when it was rendered from the same inputs; else return False.
+Reuse = Callable[[str, str], bool]
 
 
 def variant_title(variant: Variant) -> str:
@@ -882,9 +883,9 @@ def render_site(
 ) -> Site:
     """Every page of the site; writes nothing itself (``pages`` may be a dict that writes).
 
-    A project page whose fingerprint (page_fingerprint) matches the previous site's is taken
-    from ``reuse`` instead of being rendered again; every other page is rendered, each file's
-    link once whatever the number of pages listing it.
+    A project page whose fingerprint (page_fingerprint) matches the previous site's is left to
+    ``reuse`` instead of being rendered again (it is then not in ``pages``); every other page is
+    rendered, each file's link once whatever the number of pages listing it.
     """
     views = _file_views(entries, yanked)
     pages = {} if pages is None else pages
@@ -911,10 +912,7 @@ def render_site(
             base = f"{prefix}simple/{normalized}/"
             fp = page_fingerprint(base, group)
             fingerprints[base + "index.html"] = fingerprints[base + "index.json"] = fp
-            old_html = reuse(base + "index.html", fp) if reuse else None
-            old_json = reuse(base + "index.json", fp) if old_html is not None else None
-            if old_html is not None and old_json is not None:
-                pages[base + "index.html"], pages[base + "index.json"] = old_html, old_json
+            if reuse is not None and reuse(base + "index.html", fp) and reuse(base + "index.json", fp):
                 reused += 2
             else:
                 todo.append((base, normalized, name, group))
@@ -950,7 +948,7 @@ def render_site(
             "uv_name": f"cuwheels-{variant.index_path.replace('/', '-')}",
             "projects": projects,
         }
-        for variant, (_prefix, _title, projects) in zip(placed, roots[1:])
+        for variant, (_prefix, _title, projects) in zip(placed, roots[1:], strict=True)
     ]
     pages["index.html"] = _env().get_template("home.html").render(
         api_version=API_VERSION,
@@ -979,26 +977,26 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
     Columns are the variant indexes the project appears in, then "simple/ only" for its wheels in
     no variant index (no CUDA/torch identity, or a C++ ABI no official torch of that pair uses).
     """
-    cells: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
-    ranks: dict[str, tuple] = {}
+    # Wheel tags per (project, public version, column) first, in one flat dict: the loop runs once
+    # per placed file, the Python versions are worked out once per distinct tag.
+    tags_in: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     in_variant: set[str] = set()
     for variant, placed_entries in placed.items():
         column = variant.index_path
         for e in placed_entries:
             in_variant.add(e.filename)
-            f = views[e.filename]
-            public = e.version.partition("+")[0]
-            cells[f.project][public][column].update(_python_labels(_tags(e.filename)))
+            tags_in[(views[e.filename].project, e.version.partition("+")[0], column)].add(_tags(e.filename))
     names: dict[str, tuple] = {}
     for f in views.values():
         e = f.entry
-        public = e.version.partition("+")[0]
-        ranks.setdefault(public, f.sort_key)
         # The display name is the newest release's, as on the project pages.
         if f.project not in names or f.sort_key > names[f.project][0]:
             names[f.project] = (f.sort_key, e.name)
         if e.filename not in in_variant:
-            cells[f.project][public][ONLY_COMBINED].update(_python_labels(_tags(e.filename)))
+            tags_in[(f.project, e.version.partition("+")[0], ONLY_COMBINED)].add(_tags(e.filename))
+    cells: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(dict))
+    for (project, public, column), tags in tags_in.items():
+        cells[project][public][column] = {p for t in tags for p in _python_labels(t)}
     order = {v.index_path: i for i, v in enumerate(placed)}
     order[ONLY_COMBINED] = len(order)
     matrix = []
@@ -1065,7 +1063,8 @@ def recover(output_dir: Path) -> list[Path]:
     """Repair what an earlier run left beside the site; return the directories to delete.
 
     A site moved to ``.<name>.prev`` by a run killed before the new one took its place is put
-    back (only then: the ``.<name>.swapping`` marker says so; a site deleted by hand stays deleted). Staging directories of killed runs, and the previous site kept by the last run, are
+    back (only then: the ``.<name>.swapping`` marker says so; a site deleted by hand stays
+    deleted). Staging directories of killed runs, and the previous site kept by the last run, are
     renamed aside (``.<name>.trash-*``) for the caller to delete while it works.
     """
     prev, swapping = _side(output_dir, "prev"), _side(output_dir, "swapping")
@@ -1116,7 +1115,14 @@ class _WrittenPages(dict):
         if parent not in self._made:
             os.makedirs(parent, exist_ok=True)
             self._made.add(parent)
-        with open(path, "wb") as f:
+        try:
+            f = open(path, "xb")
+        except FileExistsError:
+            # A page linked from the current site, then rendered after all: writing through the
+            # link would change the current site, so the link goes first.
+            os.unlink(path)
+            f = open(path, "xb")
+        with f:
             f.write(data)
 
 
@@ -1178,22 +1184,33 @@ def _listed_files(site_copy: str | None, output_dir: Path) -> list[str]:
         raise IndexBuildError(f"{output_dir / 'ledger.json'} is not a ledger: {exc}") from None
 
 
-def _reuser(output_dir: Path) -> Reuse:
-    """Hands render_site the current site's pages whose recorded fingerprint still matches."""
+def _reuser(output_dir: Path, staging: Path) -> Reuse:
+    """Links the current site's pages whose recorded fingerprint still matches into ``staging``.
+
+    A hard link, not a copy: the page's bytes are neither read nor written again, and the current
+    site keeps its own name for them until it is deleted.
+    """
     try:
         recorded = json.loads((output_dir / FINGERPRINTS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         recorded = {}
     if not isinstance(recorded, dict):
         recorded = {}
+    made: set[str] = set()
 
-    def reuse(rel: str, fingerprint: str) -> bytes | None:
+    def reuse(rel: str, fingerprint: str) -> bool:
         if recorded.get(rel) != fingerprint:
-            return None
+            return False
+        target = os.path.join(staging, rel)
+        parent = os.path.dirname(target)
         try:
-            return (output_dir / rel).read_bytes()
+            if parent not in made:
+                os.makedirs(parent, exist_ok=True)
+                made.add(parent)
+            os.link(os.path.join(output_dir, rel), target)
         except OSError:
-            return None
+            return False  # gone, or a file system without hard links: render it
+        return True
 
     return reuse
 
@@ -1297,7 +1314,7 @@ def build_index(
             try:
                 os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
                 site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
-                                   pages=_WrittenPages(staging), reuse=_reuser(output_dir))
+                                   pages=_WrittenPages(staging), reuse=_reuser(output_dir, staging))
                 lap("render+write")
                 swap_in(staging, output_dir)
             except BaseException:
@@ -1325,11 +1342,13 @@ def build_index(
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.index``: build the index; exit 11 if it couldn't or if wheels were left out."""
     parser = argparse.ArgumentParser(prog="python -m tools.index", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheels-dir", required=True, type=Path, help="wheels of this batch (gets the .metadata files)")
+    parser.add_argument("--wheels-dir", required=True, type=Path,
+                        help="wheels of this batch (their .metadata files are written beside them)")
     parser.add_argument("--output-dir", required=True, type=Path, help="the site (INDEX_DIR), replaced atomically")
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
     parser.add_argument("--ledger", type=Path, default=DEFAULT_LEDGER, help="record of everything published")
-    parser.add_argument("--init-ledger", action="store_true", help="start a new, empty ledger if --ledger doesn't exist")
+    parser.add_argument("--init-ledger", action="store_true",
+                        help="start a new, empty ledger if --ledger doesn't exist")
     parser.add_argument("--yanked", type=Path, default=None,
                         help=f"yank list {{filename: reason}} (default: {DEFAULT_YANKED} when it exists)")
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import IndexBuildError
+from .variant import Variant
 
 _encode_str = json.encoder.encode_basestring_ascii
-from .variant import Variant
 
 #: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
 LEDGER_SCHEMA = 1

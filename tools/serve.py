@@ -69,7 +69,7 @@ def negotiate(accept: str | None) -> str | None:
         major = offer.split("/")[0]
         # The most specific matching range sets the q-value (RFC 9110, 12.5.1).
         q = None
-        for specificity, pattern in ((2, offer), (1, f"{major}/*"), (0, "*/*")):
+        for pattern in (offer, f"{major}/*", "*/*"):
             matches = [rq for media, rq in ranges if media == pattern]
             if matches:
                 q = max(matches)
