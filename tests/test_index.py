@@ -679,7 +679,8 @@ def test_home_page_has_matrix_and_commands(tmp_path):
     make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_28_x86_64")
     make_wheel(w, "flash-attn", "2.8.2", local="cu128.torch2.8")
     make_wheel(w, "flash-attn", "2.8.3", local="cu130.torch2.13")
-    build(tmp_path, site_url="https://wheels.example/")
+    yanked = make_wheel(w, "flash-attn", "2.8.1", local="cu128.torch2.8").name
+    build(tmp_path, site_url="https://wheels.example/", yanked_path=_yank(tmp_path, {yanked: "broken"}))
     html = page(tmp_path / "site", "index.html")
     url = "https://wheels.example/cu128/torch2.8/simple/"
     assert ('pip install flash-attn --only-binary flash-attn --extra-index-url '
@@ -692,6 +693,8 @@ def test_home_page_has_matrix_and_commands(tmp_path):
     row = re.search(r"<tr><td>2\.8\.2</td>(.*?)</tr>", html).group(1)
     assert row == ('<td><span class="py yes">3.11</span><span class="py no">3.12</span></td>'
                    '<td class="none">—</td>')
+    row = re.search(r"<tr><td>2\.8\.1</td>(.*?)</tr>", html).group(1)
+    assert row.startswith('<td><span class="py yanked" title="yanked">3.11</span><span class="py no">3.12</span>')
     assert "<script>" not in html  # the site URL was given: nothing to fill in
 
 

@@ -979,13 +979,14 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
     """
     # Wheel tags per (project, public version, column) first, in one flat dict: the loop runs once
     # per placed file, the Python versions are worked out once per distinct tag.
-    tags_in: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    tags_in: dict[tuple[str, str, str], set[tuple[str, bool]]] = defaultdict(set)
     in_variant: set[str] = set()
     for variant, placed_entries in placed.items():
         column = variant.index_path
         for e in placed_entries:
             in_variant.add(e.filename)
-            tags_in[(views[e.filename].project, e.version.partition("+")[0], column)].add(_tags(e.filename))
+            f = views[e.filename]
+            tags_in[(f.project, e.version.partition("+")[0], column)].add((_tags(e.filename), f.yanked is not None))
     names: dict[str, tuple] = {}
     for f in views.values():
         e = f.entry
@@ -993,10 +994,17 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
         if f.project not in names or f.sort_key > names[f.project][0]:
             names[f.project] = (f.sort_key, e.name)
         if e.filename not in in_variant:
-            tags_in[(f.project, e.version.partition("+")[0], ONLY_COMBINED)].add(_tags(e.filename))
-    cells: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(dict))
+            key = (f.project, e.version.partition("+")[0], ONLY_COMBINED)
+            tags_in[key].add((_tags(e.filename), f.yanked is not None))
+    # Per cell: Python version -> "yes", or "yanked" when every wheel for it there is yanked.
+    cells: dict[str, dict[str, dict[str, dict[str, str]]]] = defaultdict(lambda: defaultdict(dict))
     for (project, public, column), tags in tags_in.items():
-        cells[project][public][column] = {p for t in tags for p in _python_labels(t)}
+        state: dict[str, str] = {}
+        for tag, yanked in tags:
+            for python in _python_labels(tag):
+                if not yanked or state.get(python) != "yes":
+                    state[python] = "yanked" if yanked else "yes"
+        cells[project][public][column] = state
     order = {v.index_path: i for i, v in enumerate(placed)}
     order[ONLY_COMBINED] = len(order)
     matrix = []
@@ -1014,7 +1022,7 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
                 {
                     "version": version,
                     "cells": [
-                        _coverage_cell(tuple((p, p in rows[version][c]) for p in pythons))
+                        _coverage_cell(tuple((p, rows[version][c].get(p, "no")) for p in pythons))
                         if c in rows[version] else None
                         for c in columns
                     ],
@@ -1026,8 +1034,11 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
 
 
 @lru_cache(maxsize=4096)
-def _coverage_cell(pills: tuple[tuple[str, bool], ...]) -> Markup:
-    """One matrix cell, rendered once per distinct pattern (an index has few): ``(python, present)``."""
+def _coverage_cell(pills: tuple[tuple[str, str], ...]) -> Markup:
+    """One matrix cell, rendered once per distinct pattern (an index has few).
+
+    ``pills``: ``(python, state)``, state "yes", "yanked" or "no".
+    """
     return Markup(_env().get_template("coverage_cell.html").render(pills=pills))
 
 
