@@ -266,6 +266,13 @@ def test_cxx11_abi_must_match_the_official_torch(tmp_path, local, index):
     assert listed(tmp_path / "site", "", "ext") == [fn]
 
 
+def test_official_abi_rule_agrees_with_the_global_table():
+    from tools.table import load_table
+
+    for series, torch in load_table().torch.items():
+        assert idx.official_cxx11_abi(torch.pypi_cuda, series) == torch.cxx11_abi, series
+
+
 def test_official_abi_table():
     assert idx.official_cxx11_abi("12.8", "2.7") and idx.official_cxx11_abi("13.0", "2.13")
     assert idx.official_cxx11_abi("12.6", "2.6") and not idx.official_cxx11_abi("12.4", "2.6")
