@@ -32,6 +32,7 @@ from wheelfactory import make_wheel
 from tools import ROOT
 from tools import select as sel
 from tools.index import build_index
+from tools.pyenv import uv_bin
 from tools.serve import make_server
 from tools.variant import parse_label as tools_parse_label
 
@@ -536,12 +537,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def _uv() -> str:
-    candidate = Path(sys.executable).parent / "uv"
-    if candidate.exists():
-        return str(candidate)
-    from uv import find_uv_bin
-
-    return find_uv_bin()
+    return uv_bin()
 
 
 def _venv(path: Path) -> Path:

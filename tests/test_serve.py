@@ -23,6 +23,7 @@ from wheelfactory import make_wheel
 
 from tools import ROOT
 from tools.index import build_index
+from tools.pyenv import uv_bin
 from tools.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
 
 ANY = "py3-none-any"
@@ -231,12 +232,7 @@ def _clean_env() -> dict[str, str]:
 
 
 def _uv() -> str:
-    candidate = Path(sys.executable).parent / "uv"
-    if candidate.exists():
-        return str(candidate)
-    from uv import find_uv_bin
-
-    return find_uv_bin()
+    return uv_bin()
 
 
 @pytest.fixture

@@ -17,13 +17,20 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import RECIPES_DIR, ROOT, host
-from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, available_memory_gib, build_env, size_for, \
-    usable_cores
+from .buildenv import (
+    DEFAULT_SOURCE_DATE_EPOCH,
+    available_memory_gib,
+    build_env,
+    size_for,
+    usable_cores,
+)
 from .errors import CuwheelsError, ToolchainError, VerifyError, cli
 from .manifest import MANIFEST_SCHEMA
 from .matrix import Cell, find_cell, plan
@@ -132,7 +139,13 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
     """The steps both backends share after the compile: repair, inspect (ABI and archs), set
     version/pin/manifest, check tags. Returns the finished wheel and the manifest."""
     from .repair import repair_wheel
-    from .verify import abi_check, check_archs, check_tags, cuda_archs, extension_modules
+    from .verify import (
+        abi_check,
+        check_archs,
+        check_tags,
+        cuda_archs,
+        extension_modules,
+    )
 
     def repair(step: Step) -> Path:
         result = repair_wheel(raw, work / "repaired", plat=plat, log=work / "repair.log")
@@ -292,6 +305,22 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+@contextmanager
+def reporting(path: Path, report: dict[str, Any], progress: Progress) -> Iterator[None]:
+    """Write the build report to ``path`` however the build ends: the steps with their times and
+    details, and the error (kind and message) when one stopped it."""
+    try:
+        yield
+    except CuwheelsError as exc:
+        report["error"] = {"kind": exc.kind, "message": str(exc)}
+        raise
+    finally:
+        report["steps"] = [asdict(s) for s in progress.steps]
+        report["seconds"] = round(time.monotonic() - progress.start, 1)
+        write_report(path, report)
+        progress.say(f"report: {path}")
+
+
 def engine_answers(engine: str) -> tuple[bool, str]:
     """Whether a container engine answers (``docker info``), and what it said."""
     exe = shutil.which(engine)
@@ -360,20 +389,12 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     report: dict[str, Any] = {"cell": cell.id, "backend": "host", "why": why,
                               "archs": list(cell_archs), "label": cell.label,
                               "verdict": "failed"}
-    try:
+    with reporting(work / "report.json", report, progress):
         wheel = build_host(cell, recipe, table, archs=cell_archs, work=work, out_dir=out_dir,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline, torch_index=torch_index)
         report.update(verdict="passed", wheel=str(wheel))
-        return report
-    except CuwheelsError as exc:
-        report.update(error={"kind": exc.kind, "message": str(exc)})
-        raise
-    finally:
-        report["steps"] = [asdict(s) for s in progress.steps]
-        report["seconds"] = round(time.monotonic() - progress.start, 1)
-        write_report(work / "report.json", report)
-        progress.say(f"report: {work / 'report.json'}")
+    return report
 
 
 @cli

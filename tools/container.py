@@ -51,8 +51,14 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from . import RECIPES_DIR, ROOT, errors
-from .buildenv import DEFAULT_SOURCE_DATE_EPOCH, Sizing, available_memory_gib, build_env, \
-    size_for, usable_cores
+from .buildenv import (
+    DEFAULT_SOURCE_DATE_EPOCH,
+    Sizing,
+    available_memory_gib,
+    build_env,
+    size_for,
+    usable_cores,
+)
 from .errors import CompileError, CuwheelsError, ToolchainError, cli
 from .host import failing_file, probe_torch, torch_index, torch_requirement
 from .manifest import read_manifest
@@ -508,7 +514,7 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     engine needed. Otherwise the engine must answer; the wheel reaches ``out_dir`` only after the
     repair, inspection and smoke test in the container passed.
     """
-    from .build import publish, recipe_git_revision, write_report
+    from .build import publish, recipe_git_revision, reporting
 
     stdout = stdout or sys.stdout
     limits = default_limits()
@@ -531,7 +537,7 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     work = work_root / cell.id
     work.mkdir(parents=True, exist_ok=True)
     report["verdict"] = "failed"
-    try:
+    with reporting(work / "report.json", report, progress):
         def engine_step(step) -> str:
             found = find_engine(engine)
             step.detail["engine"] = found
@@ -594,15 +600,7 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         wheel = progress.run("cibuildwheel", build)
         target = progress.run("publish", lambda step: publish(wheel, out_dir, step))
         report.update(verdict="passed", wheel=str(target))
-        return report
-    except CuwheelsError as exc:
-        report["error"] = {"kind": exc.kind, "message": str(exc)}
-        raise
-    finally:
-        report["steps"] = [asdict(s) for s in progress.steps]
-        report["seconds"] = round(time.monotonic() - progress.start, 1)
-        write_report(work / "report.json", report)
-        progress.say(f"report: {work / 'report.json'}")
+    return report
 
 
 # --- the sub-steps the generated commands call -------------------------------------------------
