@@ -511,8 +511,8 @@ def scan_wheels(
             new.append((fn, key, st))
         elif st.st_size != known.size:
             conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
-        elif cache.get(key) == [st.st_size, st.st_mtime_ns, known.sha256]:
-            scan.cache[key] = [st.st_size, st.st_mtime_ns, known.sha256]
+        elif (cached := cache.get(key)) is not None and cached == [st.st_size, st.st_mtime_ns, known.sha256]:
+            scan.cache[key] = cached
             if fn + ".metadata" not in names:
                 _restore_metadata(Path(key), known, scan)
         else:
