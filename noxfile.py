@@ -12,8 +12,6 @@ import nox
 from tools.matrix import plan
 from tools.variant import cuda_nodot
 
-nox.options.sessions = ["tests", "recipes", "lint"]  # builds are never run by default
-nox.options.error_on_external_run = False
 
 
 def _register(cell) -> None:
@@ -25,6 +23,7 @@ def _register(cell) -> None:
                      + ("" if cell.default_torch else " (non-default torch)"))
     tags = [cell.package, "build", f"py{cell.python}", f"cu{cuda_nodot(cell.cuda)}",
             f"torch{cell.torch}"]
+    # default=False: a plain `nox` runs tests, recipes and lint, never hours of builds
     nox.session(name=f"build-{cell.id}", venv_backend="none", tags=tags,
                 default=False)(build)
 
