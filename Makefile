@@ -8,9 +8,10 @@ WHEELS_DIR ?= wheelhouse
 INDEX_DIR  ?= site
 BASE_URL   ?= http://127.0.0.1:8765/files
 YANKED     ?= index/yanked.yaml
-LEDGER     ?= index/ledger.json
+# A local `make index` keeps its own ledger; publishing passes the live site's (see wheels.yml).
+LEDGER     ?= $(INDEX_DIR)-ledger.json
 PORT       ?= 8765
-INDEX_FLAGS ?=
+INDEX_FLAGS ?= --init-ledger
 
 .PHONY: setup test test-slow demo index serve recipes lint clean
 
