@@ -744,3 +744,99 @@ def test_home_page_in_a_headless_browser(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (1280, 1400)
     assert len(png) > 20_000  # a blank page compresses to a few KB
+
+
+# --------------------------------------------------------------------------- build data for the selector
+
+SO = "ext/_C.cpython-311-x86_64-linux-gnu.so"
+FOUND = {SO: {"ptx": [], "sass": ["80", "90"]}}
+TAG_311 = "cp311-cp311-manylinux_2_28_x86_64"
+
+
+def _manifest_wheel(tmp_path: Path) -> str:
+    return make_wheel(tmp_path / "wheels", "ext", "1.0", local="cu128.torch2.8", tag=TAG_311,
+                      manifest={"cuda": "12.8", "torch": "2.8.0", "cxx11_abi": True,
+                                "archs": {"requested": ["80", "90"], "found": FOUND}}).name
+
+
+def test_json_pages_carry_cuwheels_build_data(tmp_path):
+    fn = _manifest_wheel(tmp_path)
+    labelled = make_wheel(tmp_path / "wheels", "ext", "0.9", local="cu128.torch2.8", tag=TAG_311).name
+    pure = make_wheel(tmp_path / "wheels", "pure", "1.0", tag=ANY).name
+    build(tmp_path)
+    site = tmp_path / "site"
+    assert load_ledger(tmp_path / "ledger.json")[fn].archs == FOUND
+    want = {"cuda": "12.8", "torch": "2.8", "cxx11_abi": True, "archs": FOUND}
+    for rel in ("simple/ext/index.json", "cu128/torch2.8/simple/ext/index.json"):
+        files = {f["filename"]: f for f in project_json(site, rel)["files"]}
+        assert files[fn]["_cuwheels"] == want
+        assert files[labelled]["_cuwheels"] == {"cuda": "12.8", "torch": "2.8", "cxx11_abi": None, "archs": None}
+    assert "_cuwheels" not in project_json(site, "simple/pure/index.json")["files"][0]
+    assert load_ledger(tmp_path / "ledger.json")[pure].archs is None
+    assert "_cuwheels" not in page(site, "simple/ext/index.html")
+    assert_site_valid(site)
+
+
+def test_a_schema_1_ledger_is_upgraded(tmp_path):
+    fn = _manifest_wheel(tmp_path)
+    build(tmp_path)
+    ledger_path, site = tmp_path / "ledger.json", tmp_path / "site"
+    doc = json.loads(ledger_path.read_text())
+    assert doc["schema"] == 2
+    # The same ledger as a schema-1 run wrote it, and its site copy.
+    old = '{"schema": 1, "files": {\n' + ",\n".join(
+        json.dumps(name) + ": " + json.dumps({k: v for k, v in data.items() if k != "archs"}, sort_keys=True)
+        for name, data in sorted(doc["files"].items())
+    ) + "\n}}\n"
+    ledger_path.write_text(old)
+    (site / "ledger.json").write_text(old)
+    report = build(tmp_path, init_ledger=False)
+    assert report.added == ()
+    upgraded = json.loads(ledger_path.read_text())
+    assert upgraded["schema"] == 2 and upgraded["files"][fn]["archs"] is None
+    assert page(site, "ledger.json") == ledger_path.read_text()
+    assert build(tmp_path, init_ledger=False).reused_pages > 0  # and is stable from then on
+    assert ledger_path.read_text() == page(site, "ledger.json")
+
+
+def test_page_fingerprints_include_the_page_format(monkeypatch):
+    before = idx.render_identity()
+    idx.render_identity.cache_clear()
+    monkeypatch.setattr(idx, "PAGE_FORMAT", idx.PAGE_FORMAT + 1)
+    try:
+        assert idx.render_identity() != before
+    finally:
+        idx.render_identity.cache_clear()
+
+
+def test_site_publishes_the_selector(tmp_path):
+    make_wheel(tmp_path / "wheels", "pure", "1.0", tag=ANY)
+    build(tmp_path, site_url="https://w.example/cuwheels")
+    site = tmp_path / "site"
+    assert (site / "select.py").read_bytes() == (ROOT / "tools" / "select.py").read_bytes()
+    home = page(site, "index.html")
+    assert "Which index fits my machine?" in home
+    text = re.sub(r"<[^>]+>", "", home).replace("&amp;", "&")
+    assert ("curl -O https://w.example/cuwheels/select.py && "
+            "python select.py flash-attn --index https://w.example/cuwheels/") in text
+    build(tmp_path, init_ledger=False)  # and again on every build (the new site replaces the old)
+    assert (site / "select.py").read_bytes() == (ROOT / "tools" / "select.py").read_bytes()
+
+
+def test_selector_reads_the_arch_mismatch_from_the_site_without_the_wheel(tmp_path):
+    fn = _manifest_wheel(tmp_path)
+    build(tmp_path)
+    for p in (tmp_path / "wheels").iterdir():
+        p.unlink()  # nothing to peek into: the arch data can only come from the pages
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "site" / "select.py"), "ext", "--index", str(tmp_path / "site"),
+         "--python-version", "3.11", "--glibc", "2.36", "--torch-version", "2.8.0+cu128", "--cxx11-abi", "true",
+         "--cuda-driver", "570.0", "--sm", "120", "--json", "--no-peek"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["fits"] is False
+    out = json.dumps(answer)
+    assert "has no kernels for sm_120" in out and SO in out and fn in out
+    assert "--no-peek" not in out  # the check was done, from the index

@@ -35,23 +35,66 @@ def entry(filename: str = "demo-1.0-py3-none-any.whl", **changes) -> Entry:
 
 
 def test_round_trip_keeps_every_field():
-    entries = {e.filename: e for e in (entry(), entry("demo-2.0-py3-none-any.whl", variant=None, requires_python=None))}
+    entries = {e.filename: e for e in (entry(), entry("demo-2.0-py3-none-any.whl", variant=None, requires_python=None),
+                                       entry("demo-3.0-py3-none-any.whl", archs=ARCHS))}
     assert parse_ledger(dump_ledger(entries)) == entries
+    assert parse_ledger(dump_ledger(entries), trusted=True) == entries
+
+
+def schema_1_text(entries: dict) -> str:
+    """A ledger as schema 1 wrote it: no ``archs`` key."""
+    lines = []
+    for fn in sorted(entries):
+        data = entries[fn].to_json()
+        del data["archs"]
+        lines.append(json.dumps(fn) + ": " + json.dumps(data, sort_keys=True))
+    return '{"schema": 1, "files": {\n' + ",\n".join(lines) + "\n}}\n"
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_2(trusted):
+    entries = {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "b-1.0-py3-none-any.whl")}
+    old = schema_1_text(entries)
+    parsed = parse_ledger(old, trusted=trusted)
+    assert parsed == entries and all(e.archs is None for e in parsed.values())
+    # Adding to it must not keep its schema-1 lines under a schema-2 header.
+    new = dict(parsed) | {"c-1.0-py3-none-any.whl": entry("c-1.0-py3-none-any.whl", archs=ARCHS)}
+    text = dump_ledger(new, base=(old, parsed))
+    assert text == dump_ledger(new)
+    doc = json.loads(text)
+    assert doc["schema"] == 2 and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
+    assert doc["files"]["c-1.0-py3-none-any.whl"]["archs"] == ARCHS
+    assert parse_ledger(text) == new
+
+
+def test_schema_1_entries_may_not_have_archs_and_schema_2_entries_must():
+    e = entry()
+    with_archs = '{"schema": 1, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(e.to_json()) + "}}"
+    with pytest.raises(IndexBuildError, match=r"unknown keys \['archs'\]"):
+        parse_ledger(with_archs)
+    data = e.to_json()
+    del data["archs"]
+    with pytest.raises(IndexBuildError, match=r"missing keys \['archs'\]"):
+        parse_ledger('{"schema": 2, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data) + "}}")
 
 
 def test_one_line_per_file_sorted_by_filename():
     # A diff of the ledger must show exactly which files were published or deleted.
     entries = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl")}
     lines = dump_ledger(entries).splitlines()
-    assert lines[0] == '{"schema": 1, "files": {'
+    assert lines[0] == '{"schema": 2, "files": {'
     assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
     assert lines[3] == "}}"
-    assert json.loads(dump_ledger(entries))["schema"] == 1
+    assert json.loads(dump_ledger(entries))["schema"] == 2
+
+
+ARCHS = {"ext/_C.so": {"ptx": ["120"], "sass": ["80", "90"]}, "ext/é.so": {"ptx": [], "sass": []}}
 
 
 @pytest.mark.parametrize("variant", [None, Variant("12", "2.8", None), Variant("13.0", "2.13", False)])
-def test_hand_written_encoder_matches_json_dumps(variant):
-    e = entry("dé-1.0-py3-none-any.whl", variant=variant, requires_python=None, name='quote"d')
+@pytest.mark.parametrize("archs", [None, ARCHS])
+def test_hand_written_encoder_matches_json_dumps(variant, archs):
+    e = entry("dé-1.0-py3-none-any.whl", variant=variant, requires_python=None, name='quote"d', archs=archs)
     expected = json.dumps(e.filename) + ": " + json.dumps(e.to_json(), sort_keys=True)
     assert encode_entry(e) == expected
 
@@ -92,6 +135,9 @@ def test_missing_ledger_is_refused_unless_asked_for(tmp_path):
         ({"variant": {"cuda": "12.8"}}, "'variant' must be null or"),
         ({"extra": 1}, "unknown keys"),
         ({"requires_python": 3}, "string or null"),
+        ({"archs": ["80"]}, "'archs' must be null or"),
+        ({"archs": {"m.so": {"sass": ["80"]}}}, "'archs' must be null or"),
+        ({"archs": {"m.so": {"sass": [80], "ptx": []}}}, "'archs' must be null or"),
     ],
 )
 def test_bad_entries_name_the_file_and_the_field(change, message):
@@ -115,7 +161,8 @@ def test_missing_key_is_named():
         entry_from_json("x.whl", data)
 
 
-@pytest.mark.parametrize("text", ["[]", '{"schema": 2, "files": {}}', '{"schema": 1}', "{"])
+@pytest.mark.parametrize("text", ["[]", '{"schema": 3, "files": {}}', '{"schema": 2}', '{"schema": true, "files": {}}',
+                                  "{"])
 def test_other_documents_are_refused(text):
     with pytest.raises(IndexBuildError):
         parse_ledger(text, source="L")

@@ -6,6 +6,7 @@ Layout of the site (``--output-dir``, INDEX_DIR)::
 
     index.html                                   for people: coverage matrix, pip and uv commands
     ledger.json                                  copy of the ledger this site was built from
+    select.py                                    the standalone selector (tools/select.py), to download
     simple/index.html, simple/index.json         every project (PEP 503 / PEP 691 root)
     simple/<project>/index.html, index.json      every file of <project>
     cu128/torch2.8/simple/...                    variant index: only wheels for CUDA 12.8 + torch 2.8
@@ -21,7 +22,14 @@ and ``data-dist-info-metadata``). Each page has a PEP 691 JSON twin (API 1.1, PE
 ``upload-time``, ``versions``) as ``index.json`` in the same directory: static hosting can't
 negotiate content types, so JSON clients must be pointed at ``.../simple/<project>/index.json``
 explicitly there; ``python -m tools.serve`` negotiates (``Accept``) and serves either at the
-directory URL.
+directory URL. Every file with a variant also carries, in the JSON only, a private key (PEP 691
+reserves ``_`` keys; pip and uv ignore them) read by tools.select, so that it can check the GPU
+arch without reading the wheel::
+
+    "_cuwheels": {"cuda": "12.8", "torch": "2.8", "cxx11_abi": true,
+                  "archs": {"<module>": {"ptx": [...], "sass": [...]}} or null}
+
+(``archs``: the ledger's, i.e. the build manifest's ``archs.found``.)
 
 Wheels are not copied into the site: each link points at ``--base-url`` + the file name, and the
 wheel's METADATA is extracted to ``<wheel>.metadata`` beside it in ``--wheels-dir``, so uploading
@@ -113,6 +121,11 @@ from .variant import Variant, parse_label
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
 API_VERSION = "1.1"
+#: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``); part of every
+#: page fingerprint, so a site built before is rendered again rather than reused.
+PAGE_FORMAT = 2
+#: The standalone selector, published as ``<site>/select.py``.
+SELECTOR = Path(__file__).parent / "select.py"
 #: Read size when hashing: small enough to stay in the CPU cache between read and hash.
 _CHUNK = 256 << 10
 
@@ -148,6 +161,8 @@ class WheelFacts:
     version: str
     requires_python: str | None
     variant: Variant | None
+    #: GPU code per extension module (the manifest's ``archs.found``), or None
+    archs: dict[str, dict[str, list[str]]] | None = None
 
 
 def check_filename(filename: str) -> tuple[str, Version]:
@@ -296,8 +311,8 @@ def inspect_wheel(path: str | os.PathLike, *, size: int | None = None) -> WheelF
     with open(path, "rb", buffering=0) as f:
         sha256, size = _hash_stream(f)
         facts = _read_zip(f, filename, dist, file_version, size=size)
-    metadata, name, version, requires_python, variant = facts
-    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant)
+    metadata, name, version, requires_python, variant, archs = facts
+    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
 
 
 def hash_file(path: str | os.PathLike) -> str:
@@ -381,7 +396,9 @@ def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: 
     label = raw_version.partition("+")[2]
     label_variant = parse_label(label) if label else None
     variant = label_variant
+    archs = None
     if manifest is not None:
+        archs = manifest_archs(manifest)
         try:
             manifest_variant = variant_from_manifest(manifest)
         except (ValueError, AttributeError, TypeError) as exc:
@@ -393,7 +410,31 @@ def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: 
                     f"but the local label {label!r} says CUDA {label_variant.cuda} / torch {label_variant.torch}"
                 )
             variant = manifest_variant
-    return metadata, name, version, requires_python, variant
+    return metadata, name, version, requires_python, variant, archs
+
+
+def manifest_archs(manifest: Any) -> dict[str, dict[str, list[str]]] | None:
+    """The GPU code a manifest found per module (``archs.found``) in the ledger's shape, or None
+    when it records none; WheelRejected for one that isn't ``{module: {sass: [...], ptx: [...]}}``."""
+    archs = manifest.get("archs") if isinstance(manifest, dict) else None
+    found = archs.get("found") if isinstance(archs, dict) else None
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found is not a mapping: {found!r}")
+    out: dict[str, dict[str, list[str]]] = {}
+    for module, report in found.items():
+        if not isinstance(module, str) or not module or not isinstance(report, dict):
+            raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found[{module!r}] is {report!r}")
+        out[module] = {}
+        for key in ("ptx", "sass"):
+            value = report.get(key) or []
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                raise WheelRejected(
+                    f"unreadable build manifest (cuwheels.json): archs.found[{module!r}].{key} is not a list of strings"
+                )
+            out[module][key] = list(value)
+    return out
 
 
 @lru_cache(maxsize=1024)
@@ -544,7 +585,7 @@ def scan_wheels(
         scan.hashed += 1
         scan.entries[fn] = Entry(
             fn, facts.name, facts.version, file_url(base_url, fn), facts.sha256, facts.size, upload_time,
-            facts.requires_python, hashlib.sha256(facts.metadata).hexdigest(), facts.variant,
+            facts.requires_python, hashlib.sha256(facts.metadata).hexdigest(), facts.variant, facts.archs,
         )
         scan.added.append(fn)
         # The size and mtime listed before reading: a file changed since is read again next time.
@@ -805,10 +846,17 @@ def _file_json(e: Entry, reason: str | None) -> str:
     yanked = "false" if reason is None else (s(reason) if reason else "true")
     requires = f'"requires-python":{s(e.requires_python)},' if e.requires_python else ""
     meta = f'{{"sha256":{s(e.metadata_sha256)}}}'
+    extra = ""
+    if e.variant is not None:
+        # Private build data for tools.select (PEP 691 reserves "_" keys; installers ignore them).
+        v = e.variant
+        abi = "null" if v.cxx11_abi is None else ("true" if v.cxx11_abi else "false")
+        archs = "null" if e.archs is None else json.dumps(e.archs, separators=(",", ":"), sort_keys=True)
+        extra = f',"_cuwheels":{{"cuda":{s(v.cuda)},"torch":{s(v.torch)},"cxx11_abi":{abi},"archs":{archs}}}'
     return (
         f'{{"filename":{s(e.filename)},"url":{s(e.url)},"hashes":{{"sha256":{s(e.sha256)}}},{requires}'
         f'"core-metadata":{meta},"dist-info-metadata":{meta},"yanked":{yanked},"size":{int(e.size)},'
-        f'"upload-time":{s(e.upload_time)}}}'
+        f'"upload-time":{s(e.upload_time)}{extra}}}'
     )
 
 
@@ -834,14 +882,17 @@ def render_identity() -> str:
 
     Part of every page fingerprint, so a change to either renders every page again.
     """
-    digest = hashlib.sha256(API_VERSION.encode())
+    digest = hashlib.sha256(f"{API_VERSION} {PAGE_FORMAT}".encode())
     for path in [Path(__file__), *sorted(TEMPLATES.glob("*.html"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 def page_fingerprint(path: str, files: Sequence[_File]) -> str:
-    """What a project page depends on: its path, its files (as published, with yank status)."""
+    """What a project page depends on: its path, its files (as published, with yank status).
+
+    A file's variant and archs are not listed: like its bytes, they never change under one sha256.
+    """
     digest = hashlib.sha256(f"{render_identity()}\n{path}\n".encode())
     digest.update("\n".join(
         f"{f.entry.filename} {f.entry.sha256} {f.entry.upload_time} {f.entry.url} {f.entry.name} {f.yanked!r}"
@@ -961,6 +1012,7 @@ def render_site(
         file_count=len(entries),
         yanked_count=sum(1 for fn in yanked if fn in entries),
     ).encode("utf-8")
+    pages["select.py"] = SELECTOR.read_bytes()
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")
     pages[FINGERPRINTS] = _json_text(fingerprints).encode("utf-8")
     return Site(
@@ -1320,7 +1372,8 @@ def build_index(
                 check_nothing_dropped(_listed_files(site_copy, output_dir), entries, remove)
             check_yanked(yanked, entries, source=str(yanked_path))
             ledger_text = dump_ledger(entries, base=(ledger_before, ledger) if trusted else None)
-            if entries != ledger or not ledger_path.exists():
+            if entries != ledger or ledger_text != ledger_before:
+                # (The text differs too for a ledger of an older schema, rewritten as the current.)
                 # The ledger goes first: a site may only ever list what the ledger records.
                 atomic_write(ledger_path, ledger_text.encode("utf-8"), durable=True)
             lap("ledger")

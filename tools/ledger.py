@@ -13,15 +13,21 @@ batch into it, and the repository's ``index/ledger.json`` (empty) is only where 
 deployment starts. A local demo passes its own ``LEDGER`` (and ``--init-ledger``), so that URLs
 of a local server never enter a real ledger.
 
-Format (JSON, schema 1), one file per line so that a diff shows exactly what was published::
+Format (JSON, schema 2), one file per line so that a diff shows exactly what was published::
 
-    {"schema": 1, "files": {
-    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    {"schema": 2, "files": {
+    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
     }}
 
 ``url`` is where the file was published (the wheel's ``.metadata`` is at the same URL plus
 ``.metadata``); it is fixed when the file is first published, so a later batch may live elsewhere.
-``variant`` is null for a wheel with no CUDA/torch identity.
+``variant`` is null for a wheel with no CUDA/torch identity. ``archs`` is the GPU code found in
+each extension module (the build manifest's ``archs.found``, as ``{module: {"ptx": [...], "sass":
+[...]}}``), recorded when the file is first published; null for a wheel without a manifest, or one
+whose manifest records none.
+
+Schema 1 (no ``archs``) is still read: its entries get ``archs: null``, and the next write is
+schema 2. A schema-1 reader refuses a schema-2 ledger (rather than silently drop ``archs``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,17 @@ from .variant import Variant
 _encode_str = json.encoder.encode_basestring_ascii
 
 #: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
-LEDGER_SCHEMA = 1
+LEDGER_SCHEMA = 2
+#: Schemas this reader accepts: 1 is schema 2 without ``archs``.
+READABLE_SCHEMAS = (1, 2)
 
-_KEYS = {
+_KEYS_1 = frozenset({
     "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
     "metadata_sha256", "variant",
-}
+})
+_KEYS = _KEYS_1 | {"archs"}
+_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS}
+_ARCH_KEYS = {"sass", "ptx"}
 _VARIANT_KEYS = {"cuda", "torch", "cxx11_abi"}
 
 
@@ -65,6 +76,8 @@ class Entry(NamedTuple):
     requires_python: str | None
     metadata_sha256: str
     variant: Variant | None
+    #: ``{module: {"sass": [...], "ptx": [...]}}`` from the build manifest, or None
+    archs: dict[str, dict[str, list[str]]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry as its ledger object (the filename is the key, not a field)."""
@@ -85,6 +98,7 @@ class Entry(NamedTuple):
             "requires_python": self.requires_python,
             "metadata_sha256": self.metadata_sha256,
             "variant": variant,
+            "archs": self.archs,
         }
 
 
@@ -94,19 +108,32 @@ _HEX = frozenset("0123456789abcdef")
 FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
 
 
-def entry_from_json(filename: str, data: Any, *, source: str = "ledger") -> Entry:
-    """Parse one ledger object, naming ``source`` and the file in every complaint."""
+def valid_archs(archs: Any) -> bool:
+    """Whether ``archs`` has the shape of an entry's ``archs``: null or {module: {sass, ptx}}."""
+    if archs is None:
+        return True
+    return type(archs) is dict and all(
+        type(module) is str and module
+        and type(report) is dict and report.keys() == _ARCH_KEYS
+        and all(type(v) is list and all(type(a) is str for a in v) for v in report.values())
+        for module, report in archs.items()
+    )
+
+
+def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema: int = LEDGER_SCHEMA) -> Entry:
+    """Parse one ledger object of ``schema``, naming ``source`` and the file in every complaint."""
+    keys = _KEYS_BY_SCHEMA[schema]
     where = f"{source}: entry {filename!r}"
     if not FILENAME_CHARS.fullmatch(filename) or not filename.endswith(".whl"):
         raise IndexBuildError(f"{where}: not a wheel file name of [A-Za-z0-9._+!-] characters")
     if not isinstance(data, dict):
         raise IndexBuildError(f"{where} is not an object")
-    if data.keys() != _KEYS:
-        missing = _KEYS - data.keys()
-        unknown = data.keys() - _KEYS
+    if data.keys() != keys:
+        missing = keys - data.keys()
+        unknown = data.keys() - keys
         raise IndexBuildError(
             f"{where} has missing keys {sorted(missing)} / unknown keys {sorted(unknown)}",
-            hint=f"schema {LEDGER_SCHEMA} entries have exactly: {', '.join(sorted(_KEYS))}",
+            hint=f"schema {schema} entries have exactly: {', '.join(sorted(keys))}",
         )
     for key in ("name", "version", "url", "sha256", "upload_time", "metadata_sha256"):
         if type(data[key]) is not str or not data[key]:
@@ -133,9 +160,14 @@ def entry_from_json(filename: str, data: Any, *, source: str = "ledger") -> Entr
                 f"got {raw!r}"
             )
         variant = _variant(raw["cuda"], raw["torch"], raw["cxx11_abi"])
+    archs = data.get("archs")
+    if not valid_archs(archs):
+        raise IndexBuildError(
+            f"{where}: 'archs' must be null or {{module: {{sass: [str], ptx: [str]}}}}, got {archs!r}"
+        )
     return Entry(
         filename, data["name"], data["version"], data["url"], data["sha256"], data["size"],
-        data["upload_time"], data["requires_python"], data["metadata_sha256"], variant,
+        data["upload_time"], data["requires_python"], data["metadata_sha256"], variant, archs,
     )
 
 
@@ -146,7 +178,7 @@ def _variant(cuda: str, torch: str, cxx11_abi: bool | None) -> Variant:
 
 
 def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
-    """Parse a ledger document into ``{filename: Entry}``.
+    """Parse a ledger document (schema 1 or 2) into ``{filename: Entry}``.
 
     ``trusted`` skips the checks of each entry: only for a text this module wrote from checked
     entries (tools.index passes it when the ledger is byte for byte the copy its site was built
@@ -156,9 +188,11 @@ def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) ->
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise IndexBuildError(f"{source} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != LEDGER_SCHEMA or not isinstance(doc.get("files"), dict):
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema not in READABLE_SCHEMAS or type(schema) is not int or not isinstance(doc.get("files"), dict):
         raise IndexBuildError(
-            f"{source} is not a schema-{LEDGER_SCHEMA} ledger (want {{\"schema\": 1, \"files\": {{...}}}})"
+            f"{source} is not a schema-{LEDGER_SCHEMA} ledger "
+            f"(want {{\"schema\": {LEDGER_SCHEMA}, \"files\": {{...}}}}; schema 1 is also read)"
         )
     if trusted:
         return {
@@ -167,10 +201,11 @@ def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) ->
                 d["requires_python"], d["metadata_sha256"],
                 None if d["variant"] is None else _variant(d["variant"]["cuda"], d["variant"]["torch"],
                                                            d["variant"]["cxx11_abi"]),
+                d.get("archs"),
             )
             for name, d in doc["files"].items()
         }
-    return {name: entry_from_json(name, data, source=source) for name, data in doc["files"].items()}
+    return {name: entry_from_json(name, data, source=source, schema=schema) for name, data in doc["files"].items()}
 
 
 def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
@@ -212,8 +247,9 @@ def encode_entry(e: Entry) -> str:
     else:
         abi = {None: "null", True: "true", False: "false"}[e.variant.cxx11_abi]
         variant = f'{{"cuda": {s(e.variant.cuda)}, "cxx11_abi": {abi}, "torch": {s(e.variant.torch)}}}'
+    archs = "null" if e.archs is None else json.dumps(e.archs, sort_keys=True)
     return (
-        f'{s(e.filename)}: {{"metadata_sha256": {s(e.metadata_sha256)}, "name": {s(e.name)}, '
+        f'{s(e.filename)}: {{"archs": {archs}, "metadata_sha256": {s(e.metadata_sha256)}, "name": {s(e.name)}, '
         f'"requires_python": {_null_or(e.requires_python, s)}, "sha256": {s(e.sha256)}, "size": {int(e.size)}, '
         f'"upload_time": {s(e.upload_time)}, "url": {s(e.url)}, "variant": {variant}, "version": {s(e.version)}}}'
     )
@@ -224,11 +260,11 @@ def dump_ledger(entries: dict[str, Entry], *, base: tuple[str, dict[str, Entry]]
 
     ``base`` is a (text, entries) pair where the text is what this function returned for those
     entries: when ``entries`` only adds to them, the new lines are merged into that text instead
-    of encoding every entry again.
+    of encoding every entry again (only a text of this schema: older lines lack keys).
     """
     if base is not None:
         text, old = base
-        if old and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.items()):
+        if old and text.startswith(_header()) and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.items()):
             lines = text.split("\n")[1:-2]  # header, entry lines, "}}", ""
             body = [line.rstrip(",") for line in lines]
             body += [encode_entry(entries[fn]) for fn in entries.keys() - old.keys()]
@@ -242,11 +278,15 @@ def _line_key(line: str) -> str:
     return line[1:line.index('"', 1)]
 
 
+def _header() -> str:
+    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{'
+
+
 def _document(lines: list[str]) -> str:
     if not lines:
-        return f'{{"schema": {LEDGER_SCHEMA}, "files": {{}}}}\n'
+        return f'{_header()}}}}}\n'
     body = ",\n".join(lines)
-    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{\n{body}\n}}}}\n'
+    return f'{_header()}\n{body}\n}}}}\n'
 
 
 def write_ledger(path: Path, entries: dict[str, Entry]) -> None:
