@@ -279,8 +279,7 @@ def test_every_test_cell_is_accepted_by_cibuildwheel(world, tmp_path):
 
 
 def test_every_cell_of_every_recipe_is_accepted_by_cibuildwheel(tmp_path):
-    if not TABLE_PATH.is_file() or not recipe_folders():
-        pytest.skip("recipes/table.yaml or the recipes are not in this checkout yet")
+    assert TABLE_PATH.is_file() and recipe_folders()
     cells = plan()
     recipes = {r.package: r for r in load_all()}
     from tools.table import load_table
