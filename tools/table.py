@@ -92,9 +92,9 @@ def version_key(text: str) -> tuple[int, ...]:
 
 
 def arch_key(arch: str) -> tuple[int, str]:
-    """Sort ``"90a"`` after ``"90"`` and ``"100"`` after ``"90"``."""
-    digits = arch.rstrip("af")
-    return int(digits), arch[len(digits):]
+    """Sort ``"90a"`` after ``"90"`` and ``"100"`` after ``"90"`` (numerically, never as text)."""
+    digits = re.match(r"\d+", arch)
+    return (int(digits.group()) if digits else 0, arch)
 
 
 def parse_table(data: object, path: Path) -> Table:

@@ -35,6 +35,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import pyenv
 from .errors import ToolchainError, VerifyError, cli
+from .table import arch_key
 from .variant import torch_series
 
 #: Mangled-name prefixes of torch's namespaces: c10::, at::, torch::, caffe2:: (TypeMeta lives
@@ -263,11 +264,6 @@ class ArchReport:
         return bool(self.sass or self.ptx)
 
 
-def _arch_key(arch: str) -> tuple[int, str]:
-    digits = re.match(r"\d+", arch)
-    return (int(digits.group()) if digits else 0, arch)
-
-
 def cuobjdump() -> str:
     """The cuobjdump binary: from the ``nvidia-cuda-cuobjdump`` package, else PATH's."""
     spec = importlib.util.find_spec("nvidia")
@@ -303,8 +299,8 @@ def _cuobjdump_list(module: Path, what: str) -> list[str]:
 
 def cuda_archs(module: Path) -> ArchReport:
     """The SASS and PTX archs embedded in ``module`` (empty for a module without device code)."""
-    sass = tuple(sorted(set(_cuobjdump_list(module, "elf")), key=_arch_key))
-    ptx = tuple(sorted(set(_cuobjdump_list(module, "ptx")), key=_arch_key))
+    sass = tuple(sorted(set(_cuobjdump_list(module, "elf")), key=arch_key))
+    ptx = tuple(sorted(set(_cuobjdump_list(module, "ptx")), key=arch_key))
     return ArchReport(sass, ptx)
 
 
@@ -326,7 +322,7 @@ def check_archs(found: dict[str, ArchReport], requested: tuple[str, ...]) -> Non
     if missing:
         lines = [f"  {name}: no sm_{arch} (has {', '.join(with_code[name].sass) or 'no SASS'})"
                  for name, arch in missing]
-        archs = ", ".join(f"sm_{a}" for a in sorted({a for _, a in missing}, key=_arch_key))
+        archs = ", ".join(f"sm_{a}" for a in sorted({a for _, a in missing}, key=arch_key))
         raise VerifyError(
             "requested GPU archs missing from the built modules:\n" + "\n".join(lines)
             + f"\n  users with a {archs} GPU would get 'no kernel image is available for "
