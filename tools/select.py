@@ -562,15 +562,21 @@ print(json.dumps(out))
 """
 
 
-def _import_torch_probe() -> dict[str, Any] | None:
-    """Ask torch itself, in a subprocess (slow: seconds; a broken torch can't take this process down)."""
-    proc = _run([sys.executable, "-c", _TORCH_PROBE], timeout=180)
+def _json_probe(code: str, timeout: float) -> dict[str, Any] | None:
+    """Run ``code`` in a subprocess and parse the JSON it prints last; None on any failure (what
+    it probes, a broken torch or a driver in a bad state, can't take this process down)."""
+    proc = _run([sys.executable, "-c", code], timeout=timeout)
     if proc is None or proc.returncode != 0:
         return None
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return None
+
+
+def _import_torch_probe() -> dict[str, Any] | None:
+    """Ask torch itself, in a subprocess (slow: seconds)."""
+    return _json_probe(_TORCH_PROBE, 180)
 
 
 def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
@@ -643,15 +649,8 @@ print(json.dumps(out))
 
 
 def _libcuda_probe() -> dict[str, Any] | None:
-    """The driver's CUDA version and the GPUs, from ``libcuda.so.1`` in a subprocess (a driver in a
-    bad state can hang or crash; this process must not)."""
-    proc = _run([sys.executable, "-c", _LIBCUDA_PROBE], timeout=30)
-    if proc is None or proc.returncode != 0:
-        return None
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return None
+    """The driver's CUDA version and the GPUs, from ``libcuda.so.1`` in a subprocess."""
+    return _json_probe(_LIBCUDA_PROBE, 30)
 
 
 def parse_nvidia_smi(text: str) -> tuple[str | None, list[Gpu]]:
