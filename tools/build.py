@@ -174,7 +174,7 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         step.detail.update(abi_symbols_checked=abi.checked,
                            archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
                                   for k, v in found.items()})
-        check_archs({k: v for k, v in found.items()}, archs)
+        check_archs(found, archs)
         return step.detail["archs"]
 
     found = progress.run("inspect", inspect)
