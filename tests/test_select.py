@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from wheelfactory import make_wheel
+from wheelfactory import installed, make_wheel
 
 from tools import ROOT
 from tools import select as sel
@@ -547,15 +547,6 @@ def _uv() -> str:
 def _venv(path: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
     return path / "bin" / "python"
-
-
-def installed(site_packages_root: Path) -> dict[str, str]:
-    """``{distribution: version}`` installed under a venv."""
-    found = {}
-    for info in site_packages_root.glob("lib/python*/site-packages/*.dist-info"):
-        name, version = info.name[: -len(".dist-info")].split("-", 1)
-        found[name] = version
-    return found
 
 
 def run_select(*args: str, pythonpath: Path | None = None, path_prefix: Path | None = None,

@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import pytest
 from pypi_simple import ACCEPT_HTML_ONLY, ACCEPT_JSON_ONLY, PyPISimple
-from wheelfactory import make_wheel
+from wheelfactory import installed, make_wheel
 
 from tools import ROOT
 from tools.index import build_index
@@ -241,15 +241,6 @@ def venv(tmp_path) -> Path:
     path = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
     return path
-
-
-def installed(venv: Path) -> dict[str, str]:
-    """``{distribution: version}`` installed in ``venv``."""
-    found = {}
-    for info in venv.glob("lib/python*/site-packages/*.dist-info"):
-        name, version = info.name[: -len(".dist-info")].split("-", 1)
-        found[name] = version
-    return found
 
 
 def install(client: str, venv: Path, index_url: str, *requirements: str) -> subprocess.CompletedProcess:

@@ -120,3 +120,13 @@ def _expand_tag(tag: str) -> list[str]:
     """``py2.py3-none-any`` -> ``["py2-none-any", "py3-none-any"]`` (WHEEL lists each one)."""
     py, abi, plat = tag.split("-")
     return [f"{p}-{a}-{q}" for p in py.split(".") for a in abi.split(".") for q in plat.split(".")]
+
+
+def installed(venv: Path) -> dict[str, str]:
+    """``{distribution: version}`` installed in the venv at ``venv`` (read from its dist-info
+    directories, so it works for venvs made without pip)."""
+    found = {}
+    for info in Path(venv).glob("lib/python*/site-packages/*.dist-info"):
+        name, version = info.name[: -len(".dist-info")].split("-", 1)
+        found[name] = version
+    return found
