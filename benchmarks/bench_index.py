@@ -6,7 +6,9 @@
 corpus of real wheels, with the files in the page cache (every number is the best of --repeat):
 
 * baseline: reading and hashing every wheel's bytes once (``hashlib.file_digest``);
-* full build: tools.index from nothing (no ledger, no hash cache, no site), in-process;
+* full build: tools.index from nothing (no ledger, no hash cache, no site), in-process, once
+  hashing in this process (``jobs=1``) and once with ``--jobs`` worker processes hashing (default:
+  the CPUs available) while this one reads the zip directories; CPU times include the workers';
 * add one: the same index plus one new wheel in the same directory (10,001 files, 10,000 known);
 * add one batch: a directory holding only the new wheel, against the 10,000-file ledger;
 * the same corpus through established generators, when installed (each as its command, so the
@@ -38,8 +40,11 @@ from pathlib import Path
 
 from tests.wheelfactory import make_wheel
 from tools import ROOT
+from tools.digest import default_jobs
 from tools.index import build_index
 
+SERIAL = "full build, 1 process"
+PARALLEL = "full build, --jobs"
 PYTHONS = ("cp39", "cp310", "cp311", "cp312", "cp313")
 TORCHES = ("2.7", "2.8", "2.9", "2.10", "2.13")
 
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payload-kib", type=int, default=256, help="random bytes stored in each wheel")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-index"))
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=default_jobs(), help="for the parallel full build")
     parser.add_argument("--tools-bin", type=Path, default=None, help="directory holding simple503 and dumb-pypi")
     args = parser.parse_args(argv)
 
@@ -175,13 +181,15 @@ def main(argv: list[str] | None = None) -> int:
             meta.unlink()
         os.sync()
 
-    def full_build():
-        return build_index(wheels_dir=corpus, output_dir=site, base_url="https://files.example/v1",
-                           ledger_path=ledger, init_ledger=True, yanked_path=None)
+    def full_build(jobs: int):
+        return lambda: build_index(wheels_dir=corpus, output_dir=site, base_url="https://files.example/v1",
+                                   ledger_path=ledger, init_ledger=True, yanked_path=None, jobs=jobs)
 
-    results["full build"], report = best_of(args.repeat, full_build, from_nothing)
-    assert report.files == len(paths) and report.hashed == len(paths), report
-    phases = {"full build": report.timings}
+    phases = {}
+    for what, jobs in ((SERIAL, 1), (PARALLEL, args.jobs)):
+        results[what], report = best_of(args.repeat, full_build(jobs), from_nothing)
+        assert report.files == len(paths) and report.hashed == len(paths), report
+        phases[what] = report.timings
 
     extra = work / "extra"
     fresh(extra)
@@ -234,12 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     phases["add one batch"] = timings[-1][1].strip().splitlines()[-1].strip()
 
     # Command-line wall times (interpreter start-up included), for comparing with other tools.
-    def ours_cli():
-        subprocess.run([sys.executable, "-m", "tools.index", "--wheels-dir", str(corpus), "--output-dir", str(site),
-                        "--base-url", "https://files.example/v1", "--ledger", str(ledger), "--init-ledger"],
-                       cwd=ROOT, check=True, capture_output=True)
+    def ours_cli(jobs: int):
+        return lambda: subprocess.run(
+            [sys.executable, "-m", "tools.index", "--wheels-dir", str(corpus), "--output-dir", str(site),
+             "--base-url", "https://files.example/v1", "--ledger", str(ledger), "--init-ledger", "--jobs", str(jobs)],
+            cwd=ROOT, check=True, capture_output=True)
 
-    results["tools.index (command)"], _ = best_of(args.repeat, ours_cli, from_nothing)
+    results["tools.index (command, --jobs 1)"], _ = best_of(args.repeat, ours_cli(1), from_nothing)
+    results["tools.index (command, --jobs)"], _ = best_of(args.repeat, ours_cli(args.jobs), from_nothing)
 
     tools_bin = args.tools_bin
     simple503 = shutil.which("simple503", path=str(tools_bin) if tools_bin else None)
@@ -280,22 +290,24 @@ def main(argv: list[str] | None = None) -> int:
         print("dumb-pypi not found: skipped")
 
     base, base_cpu = results["baseline"]
-    print(f"\n{'what':34} {'wall s':>8} {'x base':>7} {'CPU s':>8} {'x base':>7}")
+    print(f"\n--jobs {args.jobs}")
+    print(f"{'what':34} {'wall s':>8} {'x base':>7} {'CPU s':>8} {'x base':>7}")
     for what, (wall, cpu) in results.items():
         print(f"{what:34} {wall:8.3f} {wall / base:7.2f} {cpu:8.3f} {cpu / base_cpu:7.2f}")
-    ours = results["tools.index (command)"][0]
-    for what in ("simple503 (command)", "dumb-pypi (command, no hashing)"):
-        if what in results:
-            print(f"{what} / tools.index (command), wall: {results[what][0] / ours:.2f}")
+    for ours in ("tools.index (command, --jobs 1)", "tools.index (command, --jobs)"):
+        for what in ("simple503 (command)", "dumb-pypi (command, no hashing)"):
+            if what in results:
+                print(f"{what} / {ours}, wall: {results[what][0] / results[ours][0]:.2f}")
     print("\nsteps of the last run of each:")
     for what, steps in phases.items():
         if isinstance(steps, dict):
             steps = ", ".join(f"{k} {v:.3f}" for k, v in steps.items())
         print(f"  {what:16} {steps}")
-    print(f"\nadd one wheel: {added_hashed} file hashed of {len(paths) + 1}; "
-          f"full build / baseline = {results['full build'][0] / base:.2f} wall, "
-          f"{results['full build'][1] / base_cpu:.2f} CPU (target <= 1.5); "
-          f"add one wheel = {results['add one wheel (command)'][0]:.3f}s (target < 1 s)")
+    print(f"\nadd one wheel: {added_hashed} file hashed of {len(paths) + 1}; add one wheel = "
+          f"{results['add one wheel (command)'][0]:.3f}s (target < 1 s)")
+    for what in (SERIAL, PARALLEL):
+        print(f"{what} / baseline = {results[what][0] / base:.2f} wall, {results[what][1] / base_cpu:.2f} CPU "
+              "(target <= 1.5)")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs")

@@ -23,7 +23,7 @@ from tools import ROOT
 from tools.host import find_nvcc
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
-from tools.source import sha256_file
+from tools.digest import sha256_file
 from tools.table import load_table
 
 PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

@@ -27,7 +27,7 @@ from tools import ROOT, build, container
 from tools.errors import CompileError, RepairError, ToolchainError, VerifyError
 from tools.matrix import cells_for, find_cell, plan
 from tools.recipe import load_all, load_recipe, recipe_folders
-from tools.source import sha256_file
+from tools.digest import sha256_file
 from tools.table import TABLE_PATH, parse_table
 
 SETUP_PY = 'from setuptools import setup\nsetup(name="{name}", version="{version}")\n'

@@ -24,6 +24,7 @@ from pypi_simple import IndexPage, ProjectPage, RepositoryPage
 from wheelfactory import make_wheel
 
 from tools import ROOT
+from tools import digest
 from tools import index as idx
 from tools.errors import IndexBuildError
 from tools.ledger import load_ledger
@@ -342,9 +343,18 @@ def test_known_files_are_not_hashed_again(tmp_path, monkeypatch):
         make_wheel(w, "demo", v, tag=ANY)
     assert build(tmp_path).hashed == 3
     reads = []
-    real_inspect, real_hash = idx.inspect_wheel, idx.hash_file
-    monkeypatch.setattr(idx, "inspect_wheel", lambda p, **kw: reads.append(os.path.basename(p)) or real_inspect(p, **kw))
-    monkeypatch.setattr(idx, "hash_file", lambda p: reads.append(os.path.basename(p)) or real_hash(p))
+    real_hash_files, real_hash_stream = idx.hash_files, idx.hash_stream
+
+    def hash_files(paths, **kw):  # known wheels, or new ones with worker processes
+        reads.extend(os.path.basename(p) for p in paths)
+        return real_hash_files(paths, **kw)
+
+    def hash_stream(f):  # new wheels, hashed while their zip directory is read
+        reads.append(os.path.basename(f.name))
+        return real_hash_stream(f)
+
+    monkeypatch.setattr(idx, "hash_files", hash_files)
+    monkeypatch.setattr(idx, "hash_stream", hash_stream)
     make_wheel(w, "demo", "2.0", tag=ANY)
     report = build(tmp_path, init_ledger=False)
     assert report.hashed == 1 and reads == ["demo-2.0-py3-none-any.whl"]
@@ -491,6 +501,43 @@ def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
                    "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger"])
     assert rc == 0
     assert "1 files in 1 projects" in capsys.readouterr().out
+
+
+def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypatch):
+    w = tmp_path / "wheels"
+    for v in range(12):
+        make_wheel(w, "ext", f"1.{v}", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"})
+    make_wheel(w, "renamed", "1.0", tag=ANY, metadata_name="other")
+    (w / "broken-1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 not really a zip")
+    (w / "bad name.whl").write_bytes(b"")
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # a small batch, as if it were a large one
+    started = []
+    real = digest._hash_in_workers
+    monkeypatch.setattr(digest, "_hash_in_workers", lambda paths, n: started.append(len(paths)) or real(paths, n))
+    reports = {}
+    for jobs in (1, 2):
+        reports[jobs] = build(tmp_path, output_dir=tmp_path / f"site{jobs}",
+                              ledger_path=tmp_path / f"ledger{jobs}.json", jobs=jobs)
+    assert started == [14]  # the bad file name was left out before any hashing
+    assert reports[1].rejected == reports[2].rejected and len(reports[2].rejected) == 3
+    assert reports[2].hashed == 12
+    assert (tmp_path / "ledger1.json").read_text() == (tmp_path / "ledger2.json").read_text()
+    assert _snapshot(tmp_path / "site1") == _snapshot(tmp_path / "site2")
+    # Known wheels whose hashes aren't cached are compared in the workers too.
+    os.unlink(tmp_path / ".site2.hashcache.json")
+    assert build(tmp_path, output_dir=tmp_path / "site2", ledger_path=tmp_path / "ledger2.json",
+                 init_ledger=False, jobs=2).hashed == 12
+    assert started == [14, 12, 2]  # and the two rejected files, read again as new
+
+
+def test_jobs_must_be_a_positive_number(tmp_path, capsys):
+    make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
+    with pytest.raises(SystemExit) as exc:
+        idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+                  "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger", "--jobs", "0"])
+    assert exc.value.code == 2
+    assert "--jobs: '0' is not a number of processes" in capsys.readouterr().err
+    assert not (tmp_path / "site").exists()
 
 
 def test_metadata_header_parser():

@@ -114,6 +114,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .digest import PARALLEL_MIN_BYTES, default_jobs, hash_files, hash_stream, use_workers
 from .errors import IndexBuildError, cli
 from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
 from .manifest import read_manifest, variant_from_manifest
@@ -126,8 +127,6 @@ API_VERSION = "1.1"
 PAGE_FORMAT = 2
 #: The standalone selector, published as ``<site>/select.py``.
 SELECTOR = Path(__file__).parent / "select.py"
-#: Read size when hashing: small enough to stay in the CPU cache between read and hash.
-_CHUNK = 256 << 10
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: Defaults of the command line, relative to where it runs (the repository root).
@@ -299,47 +298,28 @@ def _find_metadata(zf: Any, dist: str, version: str) -> str:
     return candidates[0]
 
 
-def inspect_wheel(path: str | os.PathLike, *, size: int | None = None) -> WheelFacts:
-    """Hash a wheel and read what the index needs from it, reading its bytes from disk once.
+def inspect_wheel(path: str | os.PathLike, *, hashed: tuple[str, int] | None = None) -> WheelFacts:
+    """Hash a wheel (unless ``hashed`` gives its (sha256, size)) and read what the index needs.
 
     Raises WheelRejected for an invalid filename, an unreadable zip, a missing METADATA, a METADATA
     whose Name or Version disagrees with the filename, or a build manifest that contradicts the
     local label.
     """
+    return _inspect(path, check_filename(os.path.basename(path)), hashed)
+
+
+def _inspect(path: str | os.PathLike, checked: tuple[str, Version], hashed: tuple[str, int] | None) -> WheelFacts:
     filename = os.path.basename(path)
-    dist, file_version = check_filename(filename)
+    dist, file_version = checked
     with open(path, "rb", buffering=0) as f:
-        sha256, size = _hash_stream(f)
+        if hashed is None:
+            hashed = hash_stream(f)
+        elif os.fstat(f.fileno()).st_size != hashed[1]:
+            raise WheelRejected("the file changed while it was being read: index it again once it is complete")
+        sha256, size = hashed
         facts = _read_zip(f, filename, dist, file_version, size=size)
     metadata, name, version, requires_python, variant, archs = facts
     return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
-
-
-def hash_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file."""
-    with open(path, "rb", buffering=0) as f:
-        return _hash_stream(f)[0]
-
-
-_buffers = threading.local()
-
-
-def _hash_stream(f: Any) -> tuple[str, int]:
-    """(sha256, size) of what is left in ``f``, read in chunks into a buffer reused per thread.
-
-    A small reused buffer stays in the CPU cache while it is hashed; reading a wheel into a fresh
-    ``bytes`` of its size costs about as much again as hashing it.
-    """
-    buf = getattr(_buffers, "buf", None)
-    if buf is None:
-        buf = _buffers.buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    digest = hashlib.sha256()
-    size = 0
-    while n := f.readinto(buf):
-        digest.update(view[:n])
-        size += n
-    return digest.hexdigest(), size
 
 
 def read_wheel_metadata(path: Path) -> bytes:
@@ -486,21 +466,16 @@ def utc_timestamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _inspect_or_reason(item: tuple[str, str, os.stat_result]) -> WheelFacts | str:
-    _fn, key, _st = item
+def _facts_or_reason(key: str, checked: tuple[str, Version], hashed: tuple[str, int] | OSError | None,
+                     ) -> WheelFacts | str:
+    if isinstance(hashed, OSError):
+        return f"unreadable file: {hashed}"
     try:
-        return inspect_wheel(key)
+        return _inspect(key, checked, hashed)
     except WheelRejected as exc:
         return str(exc)
     except OSError as exc:
         return f"unreadable file: {exc}"
-
-
-def _hash_or_error(item: tuple[str, str, os.stat_result, Entry]) -> str | OSError:
-    try:
-        return hash_file(item[1])
-    except OSError as exc:
-        return exc
 
 
 def scan_wheels(
@@ -511,6 +486,7 @@ def scan_wheels(
     base_url: str,
     now: datetime,
     on_metadata: Callable[[str, bytes], None] | None = None,
+    jobs: int = 1,
 ) -> Scan:
     """Merge the wheels in ``wheels_dir`` into the ledger.
 
@@ -518,7 +494,8 @@ def scan_wheels(
     size and mtime. Known wheels are checked first: a known file name with other contents raises
     IndexBuildError before any new wheel is read. Each new wheel's METADATA then goes to
     ``on_metadata(filename, bytes)`` as soon as it is read, or to ``scan.metadata_writes``
-    without one. Nothing else is written here.
+    without one. Nothing else is written here. With ``jobs`` > 1, a large batch is hashed by
+    ``jobs - 1`` worker processes (tools.digest) while this one reads the zip directories.
     """
     scan = Scan(entries=dict(ledger))
     conflicts: list[str] = []
@@ -527,7 +504,7 @@ def scan_wheels(
         dirents = sorted(it, key=lambda d: d.name)
     names = {d.name for d in dirents}
     directory = os.path.abspath(wheels_dir)
-    new: list[tuple[str, str, os.stat_result]] = []
+    new: list[tuple[str, str, os.stat_result, tuple[str, Version]]] = []
     unsure: list[tuple[str, str, os.stat_result, Entry]] = []
     stale = time.time() - 60
     for d in dirents:
@@ -549,7 +526,12 @@ def scan_wheels(
         key = f"{directory}/{fn}"  # the hash cache is keyed by absolute path
         known = ledger.get(fn)
         if known is None:
-            new.append((fn, key, st))
+            try:
+                checked = check_filename(fn)  # before any worker spends time hashing it
+            except WheelRejected as exc:
+                scan.rejected.append(Rejected(fn, str(exc)))
+                continue
+            new.append((fn, key, st, checked))
         elif st.st_size != known.size:
             conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
         elif (cached := cache.get(key)) is not None and cached == [st.st_size, st.st_mtime_ns, known.sha256]:
@@ -560,10 +542,13 @@ def scan_wheels(
             unsure.append((fn, key, st, known))
     # Published before but not in the hash cache: only the bytes are compared (the wheel was
     # validated when it was published).
-    for (fn, key, st, known), sha256 in zip(unsure, map(_hash_or_error, unsure), strict=True):
-        if isinstance(sha256, OSError):
-            conflicts.append(f"{fn}: published, but this copy can't be read: {sha256}")
+    sizes = [u[2].st_size for u in unsure]
+    hashes = hash_files([u[1] for u in unsure], jobs=jobs if use_workers(sizes, jobs) else 1)
+    for (fn, key, st, known), hashed in zip(unsure, hashes, strict=True):
+        if isinstance(hashed, OSError):
+            conflicts.append(f"{fn}: published, but this copy can't be read: {hashed}")
             continue
+        sha256 = hashed[0]
         scan.hashed += 1
         if sha256 != known.sha256:
             conflicts.append(f"{fn}: sha256 {sha256}, published with {known.sha256}")
@@ -578,7 +563,12 @@ def scan_wheels(
             hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
             "nothing was changed",
         )
-    for (fn, key, st), facts in zip(new, map(_inspect_or_reason, new), strict=True):
+    # Hashed by worker processes while this one reads zip directories, or else here, where one
+    # read of each wheel serves both.
+    sizes = [n[2].st_size for n in new]
+    hashes = hash_files([n[1] for n in new], jobs=jobs) if use_workers(sizes, jobs) else [None] * len(new)
+    for (fn, key, st, checked), hashed in zip(new, hashes, strict=True):
+        facts = _facts_or_reason(key, checked, hashed)
         if isinstance(facts, str):
             scan.rejected.append(Rejected(fn, facts))
             continue
@@ -1312,12 +1302,14 @@ def build_index(
     init_ledger: bool = False,
     remove: Sequence[str] = (),
     now: datetime | None = None,
+    jobs: int = 1,
 ) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
     Writes each new wheel's ``.metadata`` beside it, then the ledger, then swaps the new site in
     at ``output_dir``. Raises IndexBuildError (changing nothing) for a changed immutable file, a
-    bad yank list, a missing ledger, or a site that would lose files.
+    bad yank list, a missing ledger, or a site that would lose files. ``jobs``: the processes
+    (this one included) that read a large batch of wheels (see tools.digest).
     """
     wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
     if not base_url:
@@ -1358,7 +1350,7 @@ def build_index(
                     f.write(data)
 
             scan = scan_wheels(wheels_dir, ledger, cache, base_url=base_url,
-                               now=now or datetime.now(timezone.utc), on_metadata=write_metadata)
+                               now=now or datetime.now(timezone.utc), on_metadata=write_metadata, jobs=jobs)
             # A known wheel's .metadata is trusted when present, so restoring one is atomic.
             for fn, data in scan.metadata_restores.items():
                 atomic_write(wheels_dir / (fn + ".metadata"), data)
@@ -1421,8 +1413,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
                         help="delete a published file from the index (repeatable; deliberate only)")
+    parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                        help="processes reading a large batch of wheels, this one included (default: the CPUs available, "
+                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are hashed in-process)")
     parser.add_argument("--verbose", action="store_true", help="print the time each step took")
     return _run(parser.parse_args(argv))
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (a whole number, 1 or more)")
+    return jobs
 
 
 @cli
@@ -1439,6 +1444,7 @@ def _run(args: argparse.Namespace) -> int:
         site_url=args.site_url,
         init_ledger=args.init_ledger,
         remove=args.remove,
+        jobs=args.jobs if args.jobs is not None else default_jobs(),
     )
     print(
         f"index: {report.files} files in {report.projects} projects, "

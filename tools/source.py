@@ -8,7 +8,6 @@ didn't apply to cleanly.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -18,9 +17,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .digest import sha256_file
 from .errors import PatchError, SourceError
 from .recipe import Patch, Recipe
 
+#: Download copy size.
 _CHUNK = 1 << 20
 
 
@@ -32,15 +33,6 @@ class PreparedSource:
     sha256: str
     tree: Path
     patches: tuple[str, ...]
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fetch_sdist(recipe: Recipe, dest_dir: Path, *, sdist: Path | None = None,

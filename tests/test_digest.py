@@ -1,0 +1,107 @@
+"""tools.digest: file hashes, in this process or in worker processes, always the same and in order."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tools import digest
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Files of sizes around the read size, with different bytes each."""
+    paths = []
+    for i, size in enumerate([0, 1, digest.CHUNK - 1, digest.CHUNK, digest.CHUNK + 1, 3 * digest.CHUNK + 7]):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(size))
+        paths.append(str(path))
+    return paths
+
+
+def expected(path: str) -> tuple[str, int]:
+    data = open(path, "rb").read()
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def test_sha256_file_matches_hashlib(files):
+    for path in files:
+        assert digest.sha256_file(path) == expected(path)[0]
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_hash_files_gives_every_result_in_order_with_errors_in_place(files, tmp_path, jobs):
+    missing = str(tmp_path / "gone")
+    paths = [*files[:3], missing, str(tmp_path), *files[3:]]  # a missing file and a directory
+    results = list(digest.hash_files(paths, jobs=jobs))
+    assert len(results) == len(paths)
+    assert isinstance(results[3], FileNotFoundError) and results[3].filename == missing
+    assert isinstance(results[4], IsADirectoryError)
+    assert [r for i, r in enumerate(results) if i not in (3, 4)] == [expected(p) for p in files]
+
+
+def test_workers_only_for_a_large_batch():
+    big = digest.PARALLEL_MIN_BYTES
+    assert digest.use_workers([big // 2, big // 2], 2)
+    assert not digest.use_workers([big // 2, big // 2 - 1], 2)  # too small to repay starting workers
+    assert not digest.use_workers([big, big], 1)  # one CPU
+    assert not digest.use_workers([2 * big], 8)  # one file: nothing to share
+    assert digest.use_workers([1, 1], 2, min_bytes=2)
+
+
+@pytest.mark.parametrize("jobs, workers", [(1, None), (2, 1), (3, 2)])
+def test_the_consumer_counts_as_one_of_the_jobs(files, monkeypatch, jobs, workers):
+    started = []
+    real = digest._hash_in_workers
+    monkeypatch.setattr(digest, "_hash_in_workers", lambda paths, n: started.append(n) or real(paths, n))
+    list(digest.hash_files(files, jobs=jobs))
+    assert started == ([workers] if workers else [])
+
+
+@pytest.mark.timeout(60)
+def test_a_consumer_that_stops_early_stops_the_workers(tmp_path):
+    # 400 files of 1 MiB (sparse: quick to make, read as zeros) and, last, a FIFO nobody writes
+    # to: a worker that got to it would wait forever, so closing the results early returns
+    # only if the workers are stopped rather than waited for.
+    paths = []
+    for i in range(400):
+        path = tmp_path / f"f{i}"
+        with open(path, "wb") as f:
+            f.truncate(1 << 20)
+        paths.append(str(path))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    paths.append(str(fifo))
+    try:
+        results = digest.hash_files(paths, jobs=3)
+        assert next(results) == (hashlib.sha256(bytes(1 << 20)).hexdigest(), 1 << 20)
+        results.close()  # what an error raised in the caller's loop does to the generator
+    finally:
+        try:  # release a worker stuck on the FIFO, if the test failed
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+
+def test_files_of_a_worker_that_dies_are_hashed_here(files, monkeypatch):
+    # Workers that read a little of their input and exit without a word, as if killed.
+    monkeypatch.setattr(digest, "_worker_command", lambda: [sys.executable, "-c", "import os; os.read(0, 100)"])
+    assert list(digest.hash_files(files, jobs=3)) == [expected(p) for p in files]
+
+
+def test_worker_reports_errors_as_the_same_oserror(tmp_path):
+    proc = subprocess.run(digest._worker_command(), input=f"{tmp_path / 'gone'}\0{tmp_path}\0".encode(),
+                          capture_output=True, timeout=60, check=True)
+    lines = proc.stdout.decode().splitlines()
+    assert [line.split()[:2] for line in lines] == [["err", str(errno.ENOENT)], ["err", str(errno.EISDIR)]]
+    err = digest._parse_result(proc.stdout.splitlines(keepends=True)[0], "gone")
+    assert isinstance(err, FileNotFoundError) and err.filename == "gone"
+
+
+def test_default_jobs_is_the_cpus_this_process_may_use():
+    assert digest.default_jobs() == len(os.sched_getaffinity(0))
