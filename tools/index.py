@@ -68,6 +68,10 @@ status, this module and the templates) have the fingerprint recorded in the curr
 from it instead of rendered. Every other file's link is rendered once, in one template pass,
 however many pages list it.
 
+Hashing, which is most of a full build: a batch of 256 MiB or more is hashed by ``--jobs`` - 1
+worker processes (tools.digest; ``--jobs`` defaults to the CPUs available) while this process
+reads each wheel's zip directory; a smaller batch is read once, here, for hash and directory alike.
+
 Atomic output: the new site is written into a temporary directory beside INDEX_DIR and swapped in
 with one ``renameat2(RENAME_EXCHANGE)``; where the kernel or file system lacks it, two renames are
 used and a run killed between them leaves the old site at ``.<name>.prev``, put back by the next
