@@ -45,13 +45,16 @@ def test_hash_files_gives_every_result_in_order_with_errors_in_place(files, tmp_
     assert [r for i, r in enumerate(results) if i not in (3, 4)] == [expected(p) for p in files]
 
 
-def test_workers_only_for_a_large_batch():
+def test_workers_only_for_a_large_batch_and_enough_work_for_each():
     big = digest.PARALLEL_MIN_BYTES
-    assert digest.use_workers([big // 2, big // 2], 2)
-    assert not digest.use_workers([big // 2, big // 2 - 1], 2)  # too small to repay starting workers
-    assert not digest.use_workers([big, big], 1)  # one CPU
-    assert not digest.use_workers([2 * big], 8)  # one file: nothing to share
-    assert digest.use_workers([1, 1], 2, min_bytes=2)
+    assert digest.jobs_for([big // 2, big // 2], 2) == 2
+    assert digest.jobs_for([big // 2, big // 2 - 1], 2) == 1  # too small to repay starting workers
+    assert digest.jobs_for([big, big], 1) == 1  # one CPU
+    assert digest.jobs_for([2 * big], 8) == 1  # one file: nothing to share
+    assert digest.jobs_for([big // 8] * 8, 64) == 1 + 4  # a quarter of the threshold each
+    assert digest.jobs_for([big] * 100, 64) == 64
+    assert digest.jobs_for([big] * 3, 64) == 1 + 3  # never more workers than files
+    assert digest.jobs_for([1, 1], 2, min_bytes=2) == 2
 
 
 @pytest.mark.parametrize("jobs, workers", [(1, None), (2, 1), (3, 2)])

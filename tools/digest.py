@@ -79,16 +79,20 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def use_workers(sizes: Sequence[int], jobs: int, *, min_bytes: int | None = None) -> bool:
-    """Whether hashing files of these ``sizes`` is worth worker processes, with ``jobs`` CPUs to use.
+def jobs_for(sizes: Sequence[int], jobs: int, *, min_bytes: int | None = None) -> int:
+    """How many of ``jobs`` processes are worth using to hash files of these ``sizes``.
 
-    Only for two files or more adding up to ``min_bytes`` (default: PARALLEL_MIN_BYTES): below
-    that, hashing in the calling process, which reads each file once for hash and zip directory
-    alike, is as fast.
+    1 (the caller alone) for fewer than two files or fewer than ``min_bytes`` (default:
+    PARALLEL_MIN_BYTES) in all: hashing in the calling process, which reads each file once for
+    hash and zip directory alike, is then as fast. Otherwise at most one worker per
+    ``min_bytes / 4``, so that each has enough to repay its start.
     """
     if min_bytes is None:
         min_bytes = PARALLEL_MIN_BYTES
-    return jobs > 1 and len(sizes) > 1 and sum(sizes) >= min_bytes
+    total = sum(sizes)
+    if jobs <= 1 or len(sizes) < 2 or total < min_bytes:
+        return 1
+    return 1 + min(jobs - 1, len(sizes), max(1, total * 4 // max(min_bytes, 1)))
 
 
 def hash_files(paths: Sequence[str], *, jobs: int = 1) -> Iterator[tuple[str, int] | OSError]:

@@ -118,7 +118,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .digest import PARALLEL_MIN_BYTES, default_jobs, hash_files, hash_stream, use_workers
+from .digest import PARALLEL_MIN_BYTES, default_jobs, hash_files, hash_stream, jobs_for
 from .errors import IndexBuildError, cli
 from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
 from .manifest import read_manifest, variant_from_manifest
@@ -547,7 +547,7 @@ def scan_wheels(
     # Published before but not in the hash cache: only the bytes are compared (the wheel was
     # validated when it was published).
     sizes = [u[2].st_size for u in unsure]
-    hashes = hash_files([u[1] for u in unsure], jobs=jobs if use_workers(sizes, jobs) else 1)
+    hashes = hash_files([u[1] for u in unsure], jobs=jobs_for(sizes, jobs))
     for (fn, key, st, known), hashed in zip(unsure, hashes, strict=True):
         if isinstance(hashed, OSError):
             conflicts.append(f"{fn}: published, but this copy can't be read: {hashed}")
@@ -570,7 +570,8 @@ def scan_wheels(
     # Hashed by worker processes while this one reads zip directories, or else here, where one
     # read of each wheel serves both.
     sizes = [n[2].st_size for n in new]
-    hashes = hash_files([n[1] for n in new], jobs=jobs) if use_workers(sizes, jobs) else [None] * len(new)
+    use = jobs_for(sizes, jobs)
+    hashes = hash_files([n[1] for n in new], jobs=use) if use > 1 else [None] * len(new)
     for (fn, key, st, checked), hashed in zip(new, hashes, strict=True):
         facts = _facts_or_reason(key, checked, hashed)
         if isinstance(facts, str):
