@@ -167,9 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     results["baseline"], _ = best_of(args.repeat, lambda: read_and_hash(paths), os.sync)
 
     # Every run that writes .metadata files gets a directory of its own, of hard links to the corpus
-    # (the same bytes and page cache): on ext4, creating 10,000 files in a directory from which
-    # 10,000 were just deleted costs 5-10 times as much system time as in a fresh one (measured
-    # here), a cost of this benchmark's repeats that no real run pays.
+    # (the same bytes and page cache), as a real run gets a fresh download of its batch: the same
+    # starting point for every run, ours and simple503's alike.
     run_dir = work / "wheels-run"
     run_paths = [run_dir / p.name for p in paths]
 
