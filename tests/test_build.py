@@ -118,6 +118,7 @@ def sdist(tmp_path_factory):
 @pytest.mark.network
 def test_fixture_builds_through_every_step(sdist, tmp_path):
     data = _recipe(sdist)
+    data["build"].update(number=1, number_reason="exercises the build tag through every step")
     recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
     cell = _cell(data)
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
@@ -133,7 +134,7 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
     wheel = wheels[0]
     torch_series = next(iter(data["cuda"].values()))["torch"][0]
     cuda_nodot = next(iter(data["cuda"])).replace(".", "")
-    assert f"tinyext-0.1.0+cu{cuda_nodot}.torch{torch_series}-cp311-cp311-manylinux_" in wheel.name
+    assert f"tinyext-0.1.0+cu{cuda_nodot}.torch{torch_series}-1-cp311-cp311-manylinux_" in wheel.name
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(f"tinyext-0.1.0+cu{cuda_nodot}.torch{torch_series}.dist-info/METADATA")
         manifest = read_manifest(zf)
@@ -147,6 +148,7 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
     assert [v["sass"] for v in found.values()] == [["90"]]
     assert manifest["source"]["sha256"] == sha256_file(sdist)
     assert manifest["patches"] == ["0001-Mark-patched.patch"]
+    assert manifest["build_number"] == 1
     assert manifest["compiler"]["nvcc"].startswith("Build cuda_") or "cuda" in \
         manifest["compiler"]["nvcc"].lower()
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 
 import pytest
+from wheelfactory import make_wheel
 
+from tools import ROOT
 from tools.errors import IndexBuildError
+from tools.index import build_index
 from tools.ledger import (
     Entry,
     atomic_write,
@@ -189,3 +195,48 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
         atomic_write(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+# --------------------------------------------------------------------------- hold-back
+
+
+def _hold_back(tmp_path, batch):
+    return subprocess.run([sys.executable, "-m", "tools.ledger", "hold-back", "--ledger", str(tmp_path / "ledger.json"),
+                           "--wheels-dir", str(batch), "--to", str(tmp_path / "held")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_hold_back_leaves_only_new_file_names_in_the_batch(tmp_path):
+    first = tmp_path / "first"
+    rerun = make_wheel(first, "demo", "1.0", tag="py3-none-any")
+    rebuilt = make_wheel(first, "demo", "1.1", tag="py3-none-any")
+    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", init_ledger=True)
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copy(rerun, batch)  # the same bytes again: a re-run of a build
+    (batch / (rerun.name + ".metadata")).write_text("Name: demo\n")
+    make_wheel(batch, "demo", "1.1", tag="py3-none-any", requires_dist=["numpy"])  # same name, other bytes
+    new = make_wheel(batch, "demo", "1.1", tag="py3-none-any", build_tag="1", requires_dist=["numpy"])
+    proc = _hold_back(tmp_path, batch)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"{rerun.name}: already published, same bytes (a re-run): not published again"
+    assert lines[1].startswith(f"{rebuilt.name}: already published with other bytes: the published file stays")
+    assert "raise build.number in its recipe" in lines[1]
+    assert lines[2] == f"1 new wheel(s) to publish, 2 held back in {tmp_path / 'held'}"
+    assert sorted(p.name for p in batch.iterdir()) == [new.name]
+    assert sorted(p.name for p in (tmp_path / "held").iterdir()) == sorted(
+        [rerun.name, rerun.name + ".metadata", rebuilt.name])
+    # What is left goes through the index, which would have refused the rebuilt file.
+    report = build_index(wheels_dir=batch, output_dir=tmp_path / "site", base_url="https://h/2",
+                         ledger_path=tmp_path / "ledger.json")
+    assert report.added == (new.name,) and report.files == 3
+
+
+def test_hold_back_without_a_ledger_fails_and_moves_nothing(tmp_path):
+    make_wheel(tmp_path / "batch", "demo", "1.0", tag="py3-none-any")
+    proc = _hold_back(tmp_path, tmp_path / "batch")
+    assert proc.returncode == 11
+    assert str(tmp_path / "ledger.json") in proc.stderr
+    assert len(list((tmp_path / "batch").iterdir())) == 1 and not (tmp_path / "held").exists()

@@ -89,6 +89,12 @@ BAD = [
     # a fixed thread count needs the count
     ("fixed-threads-without-count", "build/nvcc_threads_fixed", True,
      ["build.nvcc_threads_fixed", "doesn't say to what"]),
+    # a rebuild says why; build numbers count up from 0
+    ("build-number-without-reason", "build/number", 1, ["build.number: a rebuild needs its reason"]),
+    ("build-number-negative", "build/number", -1, ["build.number: -1 is not a build number"]),
+    ("build-number-not-a-number", "build/number", "2", ["build.number: must be"]),
+    ("build-number-reason-without-number", "build/number_reason", "rebuilt against the fixed patch",
+     ["build.number_reason: explains a rebuild, but build.number is 0"]),
     ("patch-bad-name", "patches", [{"file": "fix.patch", "reason": "fixes the build",
                                     "upstream": "not submitted"}],
      ["patches[0].file", "not named NNNN-Subject.patch"]),

@@ -406,6 +406,16 @@ def test_select(case, index):
     assert sel.format_answer(answer)
 
 
+def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
+    def cand(filename):
+        return sel.Candidate(sel.IndexFile(filename, filename), sel.parse_wheel_filename(filename), None, "x")
+
+    names = [f"demo_ext-1.2.0+cu128.torch2.8{b}-cp311-cp311-{X86}.whl" for b in ("", "-2", "-10", "-1")]
+    names.append(f"demo_ext-1.1.0+cu128.torch2.8-11-cp311-cp311-{X86}.whl")  # an older version's rebuild
+    order = [c.file.filename for c in sel._pick_order([cand(n) for n in names], pinned=False)]
+    assert order == [names[2], names[1], names[3], names[0], names[4]]
+
+
 def test_arch_failure_suggests_a_build_for_the_gpu_and_the_version_that_fits(index):
     answer = sel.select(sel.Index(index.url), "demo-ext", machine(sm="120"), version="1.2.0")
     assert "nox -s build-demo_ext-3.11-cu128-torch2.8 -- --backend host --archs 120" in answer.build

@@ -74,6 +74,8 @@ def demo_index(tmp_path_factory) -> Path:
     for label in ("cu128.torch2.8", "cu128.torch2.9", "cu130.torch2.13", "cu12torch2.9cxx11abiTRUE"):
         make_wheel(w, "demo-ext", "1.0", local=label, tag=ANY)
     make_wheel(w, "demo-py", "1.0", tag=ANY, requires_python=">=3.99")  # never installable
+    for build in (None, "1", "2"):  # rebuilds of one version: recipe build numbers 0, 1, 2
+        make_wheel(w, "demo-rebuilt", "1.0", local="cu128.torch2.8", tag=ANY, build_tag=build)
     (root / "yanked.yaml").write_text('demo_yank-1.1-py3-none-any.whl: "broken <build>"\n')
     build_index(
         wheels_dir=w, output_dir=root / "site", base_url="/files", ledger_path=root / "ledger.json",
@@ -304,6 +306,14 @@ def test_a_variant_index_picks_the_build_for_its_torch(client, index, version, s
     install(client, venv, f"{server.url}/{index}", "demo-ext")
     assert installed(venv) == {"demo_ext": version}
     assert downloaded_wheels(server.requests()) == [f"demo_ext-{version}-py3-none-any.whl"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_highest_build_number_of_a_version_is_installed(client, server, venv):
+    server.requests()
+    install(client, venv, f"{server.url}/cu128/torch2.8/simple/", "demo-rebuilt")
+    assert installed(venv) == {"demo_rebuilt": "1.0+cu128.torch2.8"}
+    assert downloaded_wheels(server.requests()) == ["demo_rebuilt-1.0+cu128.torch2.8-2-py3-none-any.whl"]
 
 
 def test_uv_project_snippet_from_the_front_page_works(demo_index, negotiating, tmp_path):

@@ -93,3 +93,18 @@ def test_labels_sort_numerically(older, newer):
     b = Version(f"1.0+{format_label(*newer)}")
     assert a < b
     assert parse_label(format_label(*newer)).torch == newer[1]
+
+
+def test_a_build_number_becomes_the_build_tag(tmp_path):
+    raw = make_wheel(tmp_path, "demo-ext", "1.0.0", tag="py3-none-any", build_tag="7")  # the package's own
+    out = set_version_and_pin(raw, tmp_path / "o", label="cu130.torch2.13", torch_pin=None, manifest=None,
+                              epoch=1577750400, build_number=2)
+    assert out.name == "demo_ext-1.0.0+cu130.torch2.13-2-py3-none-any.whl"
+    with zipfile.ZipFile(out) as zf:
+        wheel = zf.read("demo_ext-1.0.0+cu130.torch2.13.dist-info/WHEEL").decode()
+    assert wheel.count("Build:") == 1 and wheel.endswith("Build: 2\n")
+    assert "Tag: py3-none-any" in wheel
+    # Build number 0: no build tag of ours (the package's own stays).
+    kept = set_version_and_pin(raw, tmp_path / "k", label="cu130.torch2.13", torch_pin=None, manifest=None,
+                               epoch=1577750400)
+    assert kept.name == "demo_ext-1.0.0+cu130.torch2.13-7-py3-none-any.whl"

@@ -193,14 +193,15 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
                    "url": recipe.source.url},
         "patches": [p.file for p in recipe.patches],
         "recipe_revision": recipe_revision or recipe_git_revision(recipe),
+        "build_number": recipe.build.number,
         **manifest_extra,
     }
 
     def metadata(step: Step) -> Path:
         pin = f"torch=={cell.torch}.*"
         out = set_version_and_pin(repaired, work / "final", label=cell.label, torch_pin=pin,
-                                  manifest=manifest, epoch=epoch)
-        step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label)
+                                  manifest=manifest, epoch=epoch, build_number=recipe.build.number)
+        step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label, build_number=recipe.build.number)
         return out
 
     final = progress.run("metadata", metadata)

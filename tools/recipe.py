@@ -101,6 +101,10 @@ class BuildSpec:
     job_memory_reason: str
     nvcc_threads: int | None
     nvcc_threads_fixed: bool = False
+    #: The wheels' build tag (``pkg-1.0+cu128.torch2.8-1-cp312-...whl``) when above 0: raised to
+    #: publish a rebuild of the same version, since a published file name never changes bytes.
+    number: int = 0
+    number_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -334,7 +338,7 @@ def _env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVar, ..
 def _build(p: Problems, raw: object) -> BuildSpec | None:
     m = p.mapping(raw, "build", {"isolation": bool, "requires": list,
                                  "job_memory_gib": (int, float), "job_memory_reason": str},
-                  {"nvcc_threads": int, "nvcc_threads_fixed": bool})
+                  {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str})
     if m is None or len(m) < 4:
         return None
     deps = []
@@ -352,9 +356,20 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
     if m.get("nvcc_threads_fixed") and "nvcc_threads" not in m:
         p.add("build.nvcc_threads_fixed", "says the package fixes nvcc's --threads, but "
               "build.nvcc_threads doesn't say to what", "add nvcc_threads: N (its --threads)")
+    number = m.get("number", 0)  # a mistyped one is reported by p.mapping and read as 0
+    if number < 0:
+        p.add("build.number", f"{number} is not a build number (a whole number, 0 or more)",
+              "start at 0 and raise it by one for each rebuild of the same version")
+    elif number > 0 and "number_reason" not in m:
+        p.add("build.number", "a rebuild needs its reason", "add number_reason: what the rebuild fixes")
+    elif number == 0 and "number_reason" in m and ("number" in m or "number" not in raw):
+        p.add("build.number_reason", "explains a rebuild, but build.number is 0",
+              "remove it, or raise build.number")
+    if "number_reason" in m:
+        p.reason(m["number_reason"], "build.number_reason")
     return BuildSpec(m["isolation"], tuple(deps), float(m["job_memory_gib"]),
                      m["job_memory_reason"], m.get("nvcc_threads"),
-                     m.get("nvcc_threads_fixed", False))
+                     m.get("nvcc_threads_fixed", False), max(number, 0), m.get("number_reason"))
 
 
 def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:

@@ -1340,8 +1340,14 @@ def _pick_order(cands: list[Candidate], pinned: bool) -> list[Candidate]:
         except ValueError:
             vk = ()
         final = pinned or not is_prerelease(c.version)
-        return (final, vk, _tag_rank(c.wheel))
+        return (final, vk, _tag_rank(c.wheel), _build_rank(c.wheel))
     return sorted(cands, key=key, reverse=True)
+
+
+def _build_rank(w: WheelName) -> tuple[int, str]:
+    # The wheel spec's build tag (a recipe's build number): a rebuild wins, as in pip and uv.
+    m = re.match(r"(\d+)(.*)", w.build or "")
+    return (int(m.group(1)), m.group(2)) if m else (-1, "")
 
 
 def _python_summary(cands: list[Candidate]) -> str:

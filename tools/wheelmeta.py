@@ -58,12 +58,24 @@ def _rewrite_metadata(text: str, version: str, torch_pin: str | None) -> str:
     return "\n".join(out) + (sep + body if sep else "\n")
 
 
+def _set_wheel_build(text: str, number: int) -> str:
+    """WHEEL with ``Build: number`` in place of any Build line the package's build wrote."""
+    lines = [line for line in text.splitlines() if not line.lower().startswith("build:")]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join([*lines, f"Build: {number}"]) + "\n"
+
+
 def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: str | None,
-                        manifest: dict[str, Any] | None, epoch: int) -> Path:
+                        manifest: dict[str, Any] | None, epoch: int, build_number: int = 0) -> Path:
     """Write a new wheel into ``out_dir`` whose version carries ``label`` (replacing any local
     label the package set itself), whose torch requirement is ``torch_pin``, and which holds
-    ``manifest``; returns its path. Entries get the ``epoch`` timestamp (reproducible zips)."""
+    ``manifest``; returns its path. Entries get the ``epoch`` timestamp (reproducible zips).
+    A ``build_number`` above 0 becomes the wheel's build tag, in its file name and in WHEEL's
+    ``Build:`` (pip and uv prefer the higher build of the same version and tags)."""
     name, old_version, build, tags = parse_wheel_filename(wheel.name)
+    if build_number > 0:
+        build = (build_number, "")
     new_version = Version(f"{old_version.public}+{label}")
     with zipfile.ZipFile(wheel) as zin:
         infos = zin.infolist()
@@ -90,6 +102,8 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
                     raise VerifyError(f"{wheel.name}: METADATA Version does not match the file "
                                       "name", hint="the package's build produced a bad wheel")
                 data = _rewrite_metadata(text, str(new_version), torch_pin).encode()
+            if top == old_dist and rest == "WHEEL" and build_number > 0:
+                data = _set_wheel_build(data.decode("utf-8"), build_number).encode()
             new = zipfile.ZipInfo(filename, date_time=stamp)
             new.external_attr = info.external_attr
             new.compress_type = zipfile.ZIP_DEFLATED
