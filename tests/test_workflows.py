@@ -238,12 +238,17 @@ def test_publish_builds_the_index_before_publishing_anything(workflows):
     assert job["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
     assert job["environment"]["name"] == "github-pages"
     ledger, _ = _step(job, "Fetch the current ledger")
+    hold, _ = _step(job, "Hold back wheels already published")
     index, index_step = _step(job, "Build the index")
     release, release_step = _step(job, "Create the release")
     check, _ = _step(job, "Check the release")
     upload, upload_step = _step(job, "Upload the site")
     deploy, deploy_step = _step(job, "Deploy the site")
-    assert ledger < index < release < check < upload < deploy
+    assert ledger < hold < index < release < check < upload < deploy
+    # With nothing new (every wheel already published), nothing is released or deployed.
+    for step in job["steps"][hold + 1:]:
+        if step["name"] != "Summary":
+            assert step.get("if") == "steps.batch.outputs.new != '0'", step["name"]
     assert index_step["run"].startswith("make index ")
     assert 'BASE_URL="$BASE_URL"' in index_step["run"]
     assert "continue-on-error" not in index_step
@@ -480,3 +485,41 @@ def test_ledger_step_refuses_a_site_without_its_ledger(tmp_path, pages_site, wor
     rc, log, _ = run_ledger_step(tmp_path, workflows, url)
     assert rc != 0
     assert "serves an index but no ledger.json" in log
+
+
+def run_hold_back_step(workdir: Path, workflows: dict) -> tuple[int, str, str]:
+    """Run wheels.yml's hold-back step as Actions does; returns (exit status, log, its outputs)."""
+    _, step = _step(workflows["wheels.yml"]["jobs"]["publish"], "Hold back wheels already published")
+    runner_temp = workdir / ".runner-temp"
+    script = runner_temp / "hold-back.sh"
+    script.write_text(step["run"])
+    output = runner_temp / "output"
+    output.write_text("")
+    env = {**os.environ, "RUNNER_TEMP": str(runner_temp), "GITHUB_OUTPUT": str(output),
+           "PY": sys.executable, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout + proc.stderr, output.read_text()
+
+
+def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_path, workflows):
+    from tools.index import build_index
+    from wheelfactory import make_wheel
+
+    runner_temp = tmp_path / ".runner-temp"
+    runner_temp.mkdir()
+    published = tmp_path / "published"
+    make_wheel(published, "demo", "1.0", tag="py3-none-any")
+    build_index(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=runner_temp / "ledger.json", init_ledger=True)
+    wheelhouse = tmp_path / "wheelhouse"
+    rebuilt = make_wheel(wheelhouse, "demo", "1.0", tag="py3-none-any", requires_dist=["numpy"])
+    rc, log, outputs = run_hold_back_step(tmp_path, workflows)
+    assert rc == 0, log
+    assert outputs == "new=0\n"
+    assert f"::warning title=not published::{rebuilt.name}: already published with other bytes" in log
+    new = make_wheel(wheelhouse, "demo", "1.0", tag="py3-none-any", build_tag="1", requires_dist=["numpy"])
+    rc, log, outputs = run_hold_back_step(tmp_path, workflows)
+    assert rc == 0, log
+    assert outputs == "new=1\n" and "::warning" not in log
+    assert [p.name for p in wheelhouse.iterdir()] == [new.name]

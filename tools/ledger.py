@@ -26,6 +26,10 @@ each extension module (the build manifest's ``archs.found``, as ``{module: {"ptx
 [...]}}``), recorded when the file is first published; null for a wheel without a manifest, or one
 whose manifest records none.
 
+Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels-dir D --to H`` moves the
+wheels of a batch whose file names the ledger already has to H (a re-run of a build, or a rebuild
+without a new version or build number), saying which, so that only new files are released.
+
 Schema 1 (no ``archs``) is still read: its entries get ``archs: null``, and the next write is
 schema 2. A schema-1 reader refuses a schema-2 ledger (rather than silently drop ``archs``).
 """
