@@ -67,12 +67,8 @@ def _hash_or_error(path: str) -> tuple[str, int] | OSError:
         return exc
 
 
-def _hash_task(paths: Sequence[str]) -> list[tuple[str, int] | OSError]:
-    return [_hash_or_error(p) for p in paths]
-
-
 def default_jobs() -> int:
-    """Worker processes to use: the CPUs this process may run on."""
+    """Processes to use by default: the CPUs this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -142,6 +138,7 @@ def _hash_in_workers(paths: Sequence[str], workers: int) -> Iterator[tuple[str, 
 
     feeder = threading.Thread(target=feed, name="digest-feeder", daemon=True)
     feeder.start()
+    finished = False
     try:
         for i, task in enumerate(tasks):
             out = procs[i % workers].stdout
@@ -149,10 +146,11 @@ def _hash_in_workers(paths: Sequence[str], workers: int) -> Iterator[tuple[str, 
                 line = out.readline()
                 # A worker that died (killed, out of memory) leaves its files to this process.
                 yield _parse_result(line, path) if line.endswith(b"\n") else _hash_or_error(path)
+        finished = True
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()  # only a consumer that stopped early finds one still running
+        if not finished:  # the consumer stopped early: the rest of the work is not wanted
+            for proc in procs:
+                proc.kill()
         feeder.join(timeout=10)
         for proc in procs:
             proc.wait()
