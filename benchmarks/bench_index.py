@@ -6,10 +6,13 @@
 corpus of real wheels, with the files in the page cache (every number is the best of --repeat;
 every run that writes ``.metadata`` files gets a fresh directory of hard links to the corpus):
 
-* baseline: reading and hashing every wheel's bytes once (``hashlib.file_digest``);
+* baseline: reading and hashing every wheel's bytes once, in one process (``hashlib.file_digest``,
+  what ``sha256sum`` does);
+* the same bytes hashed by ``--jobs`` worker processes (tools.digest.hash_files): the floor of
+  any build that shares the reading between processes;
 * full build: tools.index from nothing (no ledger, no hash cache, no site), in-process, once
-  hashing in this process (``jobs=1``) and once with ``--jobs`` worker processes hashing (default:
-  the CPUs available) while this one reads the zip directories; CPU times include the workers';
+  reading every wheel in this process (``jobs=1``) and once with ``--jobs`` worker processes
+  (default: the CPUs available) reading them; CPU times include the workers';
 * add one: the same index plus one new wheel in the same directory (10,001 files, 10,000 known);
 * add one batch: a directory holding only the new wheel, against the 10,000-file ledger;
 * the same corpus through established generators, when installed (each as its command, so the
@@ -41,11 +44,13 @@ from pathlib import Path
 
 from tests.wheelfactory import make_wheel
 from tools import ROOT
-from tools.digest import default_jobs
+from tools.digest import hash_files
 from tools.index import build_index
+from tools.workers import default_jobs
 
 SERIAL = "full build, 1 process"
 PARALLEL = "full build, --jobs"
+PARALLEL_HASH = "read+hash, --jobs processes"
 PYTHONS = ("cp39", "cp310", "cp311", "cp312", "cp313")
 TORCHES = ("2.7", "2.8", "2.9", "2.10", "2.13")
 
@@ -165,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, tuple[float, float]] = {}
     results["baseline"], _ = best_of(args.repeat, lambda: read_and_hash(paths), os.sync)
+    # The floor of a parallel build: the same bytes hashed by --jobs worker processes.
+    results[PARALLEL_HASH], _ = best_of(
+        args.repeat, lambda: sum(1 for _ in hash_files([str(p) for p in paths], jobs=args.jobs)), os.sync)
 
     # Every run that writes .metadata files gets a directory of its own, of hard links to the corpus
     # (the same bytes and page cache), as a real run gets a fresh download of its batch: the same
@@ -307,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     for what in (SERIAL, PARALLEL):
         print(f"{what} / baseline = {results[what][0] / base:.2f} wall, {results[what][1] / base_cpu:.2f} CPU "
               "(target <= 1.5)")
+    print(f"{PARALLEL} / {PARALLEL_HASH} = {results[PARALLEL][0] / results[PARALLEL_HASH][0]:.2f} wall")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs")

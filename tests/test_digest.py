@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tools import digest
+from tools import digest, workers
 
 
 @pytest.fixture
@@ -51,60 +51,35 @@ def test_workers_only_for_a_large_batch_and_enough_work_for_each():
     assert digest.jobs_for([big // 2, big // 2 - 1], 2) == 1  # too small to repay starting workers
     assert digest.jobs_for([big, big], 1) == 1  # one CPU
     assert digest.jobs_for([2 * big], 8) == 1  # one file: nothing to share
-    assert digest.jobs_for([big // 8] * 8, 64) == 1 + 4  # a quarter of the threshold each
+    assert digest.jobs_for([big // 8] * 8, 64) == 4  # a quarter of the threshold each
+    assert digest.jobs_for([big // 2] * 2, 64) == 2  # never one worker alone: that is no faster
     assert digest.jobs_for([big] * 100, 64) == 64
-    assert digest.jobs_for([big] * 3, 64) == 1 + 3  # never more workers than files
+    assert digest.jobs_for([big] * 3, 64) == 3  # never more workers than files
     assert digest.jobs_for([1, 1], 2, min_bytes=2) == 2
 
 
-@pytest.mark.parametrize("jobs, workers", [(1, None), (2, 1), (3, 2)])
-def test_the_consumer_counts_as_one_of_the_jobs(files, monkeypatch, jobs, workers):
+@pytest.mark.parametrize("jobs, workers", [(1, None), (2, 2), (3, 3)])
+def test_jobs_is_the_number_of_workers(files, monkeypatch, jobs, workers):
     started = []
-    real = digest._hash_in_workers
-    monkeypatch.setattr(digest, "_hash_in_workers", lambda paths, n: started.append(n) or real(paths, n))
-    list(digest.hash_files(files, jobs=jobs))
+    real = digest.map_in_workers
+    monkeypatch.setattr(digest, "map_in_workers", lambda target, paths, workers: started.append(workers)
+                        or real(target, paths, workers=workers))
+    assert list(digest.hash_files(files, jobs=jobs)) == [expected(p) for p in files]
     assert started == ([workers] if workers else [])
-
-
-@pytest.mark.timeout(60)
-def test_a_consumer_that_stops_early_stops_the_workers(tmp_path):
-    # 400 files of 1 MiB (sparse: quick to make, read as zeros) and, last, a FIFO nobody writes
-    # to: a worker that got to it would wait forever, so closing the results early returns
-    # only if the workers are stopped rather than waited for.
-    paths = []
-    for i in range(400):
-        path = tmp_path / f"f{i}"
-        with open(path, "wb") as f:
-            f.truncate(1 << 20)
-        paths.append(str(path))
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    paths.append(str(fifo))
-    try:
-        results = digest.hash_files(paths, jobs=3)
-        assert next(results) == (hashlib.sha256(bytes(1 << 20)).hexdigest(), 1 << 20)
-        results.close()  # what an error raised in the caller's loop does to the generator
-    finally:
-        try:  # release a worker stuck on the FIFO, if the test failed
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
 
 
 def test_files_of_a_worker_that_dies_are_hashed_here(files, monkeypatch):
     # Workers that read a little of their input and exit without a word, as if killed.
-    monkeypatch.setattr(digest, "_worker_command", lambda: [sys.executable, "-c", "import os; os.read(0, 100)"])
+    monkeypatch.setattr(workers, "worker_command",
+                        lambda target, args=(): [sys.executable, "-c", "import os; os.read(0, 100)"])
     assert list(digest.hash_files(files, jobs=3)) == [expected(p) for p in files]
 
 
 def test_worker_reports_errors_as_the_same_oserror(tmp_path):
-    proc = subprocess.run(digest._worker_command(), input=f"{tmp_path / 'gone'}\0{tmp_path}\0".encode(),
+    proc = subprocess.run(workers.worker_command("tools.digest:hasher"),
+                          input=f"{tmp_path / 'gone'}\0{tmp_path}\0".encode(),
                           capture_output=True, timeout=60, check=True)
     lines = proc.stdout.decode().splitlines()
     assert [line.split()[:2] for line in lines] == [["err", str(errno.ENOENT)], ["err", str(errno.EISDIR)]]
-    err = digest._parse_result(proc.stdout.splitlines(keepends=True)[0], "gone")
+    err = digest.parse_hash_line(lines[0], "gone")
     assert isinstance(err, FileNotFoundError) and err.filename == "gone"
-
-
-def test_default_jobs_is_the_cpus_this_process_may_use():
-    assert digest.default_jobs() == len(os.sched_getaffinity(0))

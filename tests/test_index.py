@@ -343,18 +343,18 @@ def test_known_files_are_not_hashed_again(tmp_path, monkeypatch):
         make_wheel(w, "demo", v, tag=ANY)
     assert build(tmp_path).hashed == 3
     reads = []
-    real_hash_files, real_hash_stream = idx.hash_files, idx.hash_stream
+    real_hash_files, real_index_wheel = idx.hash_files, idx.index_wheel
 
-    def hash_files(paths, **kw):  # known wheels, or new ones with worker processes
+    def hash_files(paths, **kw):  # known wheels whose hashes aren't cached
         reads.extend(os.path.basename(p) for p in paths)
         return real_hash_files(paths, **kw)
 
-    def hash_stream(f):  # new wheels, hashed while their zip directory is read
-        reads.append(os.path.basename(f.name))
-        return real_hash_stream(f)
+    def index_wheel(path, **kw):  # new wheels, in this process (a small batch)
+        reads.append(os.path.basename(path))
+        return real_index_wheel(path, **kw)
 
     monkeypatch.setattr(idx, "hash_files", hash_files)
-    monkeypatch.setattr(idx, "hash_stream", hash_stream)
+    monkeypatch.setattr(idx, "index_wheel", index_wheel)
     make_wheel(w, "demo", "2.0", tag=ANY)
     report = build(tmp_path, init_ledger=False)
     assert report.hashed == 1 and reads == ["demo-2.0-py3-none-any.whl"]
@@ -484,17 +484,6 @@ def test_unusual_zips_go_through_the_zipfile_module(tmp_path):
     assert listed(tmp_path / "site", "", "prefixed") == [prefixed.name]
 
 
-def test_zip_directory_agrees_with_zipfile(tmp_path):
-    import zipfile
-
-    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"},
-                      payload=b"x" * 1000)
-    with open(path, "rb") as f, zipfile.ZipFile(path) as zf:
-        fast = idx.ZipDirectory(f.fileno(), path.stat().st_size)
-        assert fast.namelist() == zf.namelist()
-        assert all(fast.read(n) == zf.read(n) for n in zf.namelist())
-
-
 def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     rc = idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
@@ -512,13 +501,16 @@ def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypa
     (w / "bad name.whl").write_bytes(b"")
     monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # a small batch, as if it were a large one
     started = []
-    real = digest._hash_in_workers
-    monkeypatch.setattr(digest, "_hash_in_workers", lambda paths, n: started.append(len(paths)) or real(paths, n))
+    real_index, real_hash = idx.map_in_workers, digest.map_in_workers
+    monkeypatch.setattr(idx, "map_in_workers", lambda target, items, **kw: started.append((target, len(items), kw["workers"]))
+                        or real_index(target, items, **kw))
+    monkeypatch.setattr(digest, "map_in_workers", lambda target, items, **kw: started.append((target, len(items), kw["workers"]))
+                        or real_hash(target, items, **kw))
     reports = {}
     for jobs in (1, 2):
         reports[jobs] = build(tmp_path, output_dir=tmp_path / f"site{jobs}",
                               ledger_path=tmp_path / f"ledger{jobs}.json", jobs=jobs)
-    assert started == [14]  # the bad file name was left out before any hashing
+    assert started == [("tools.wheelread:indexer", 15, 2)]  # jobs=1 started none
     assert reports[1].rejected == reports[2].rejected and len(reports[2].rejected) == 3
     assert reports[2].hashed == 12
     assert (tmp_path / "ledger1.json").read_text() == (tmp_path / "ledger2.json").read_text()
@@ -527,7 +519,8 @@ def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypa
     os.unlink(tmp_path / ".site2.hashcache.json")
     assert build(tmp_path, output_dir=tmp_path / "site2", ledger_path=tmp_path / "ledger2.json",
                  init_ledger=False, jobs=2).hashed == 12
-    assert started == [14, 12, 2]  # and the two rejected files, read again as new
+    assert started[1:] == [("tools.digest:hasher", 12, 2),
+                           ("tools.wheelread:indexer", 3, 2)]  # the rejected files, read again as new
 
 
 def test_jobs_must_be_a_positive_number(tmp_path, capsys):
@@ -538,13 +531,6 @@ def test_jobs_must_be_a_positive_number(tmp_path, capsys):
     assert exc.value.code == 2
     assert "--jobs: '0' is not a number of processes" in capsys.readouterr().err
     assert not (tmp_path / "site").exists()
-
-
-def test_metadata_header_parser():
-    text = b"Metadata-Version: 2.1\nName: a\nVersion: 1\nRequires-Python: >=3.9\nDescription: x\n  more\n\nbody: no"
-    assert idx.parse_metadata_headers(text) == {
-        "metadata-version": "2.1", "name": "a", "version": "1", "requires-python": ">=3.9", "description": "x",
-    }
 
 
 # --------------------------------------------------------------------------- atomic output

@@ -68,9 +68,11 @@ status, this module and the templates) have the fingerprint recorded in the curr
 from it instead of rendered. Every other file's link is rendered once, in one template pass,
 however many pages list it.
 
-Hashing, which is most of a full build: a batch of 256 MiB or more is hashed by ``--jobs`` - 1
-worker processes (tools.digest; ``--jobs`` defaults to the CPUs available) while this process
-reads each wheel's zip directory; a smaller batch is read once, here, for hash and directory alike.
+Reading new wheels, which is most of a full build (hash, zip directory, METADATA checks, the
+``.metadata`` file: tools.wheelread): a batch of 256 MiB or more is shared between up to
+``--jobs`` worker processes (tools.workers; ``--jobs`` defaults to the CPUs available), with the
+results taken in file-name order, so the site is the same byte for byte whatever the number of
+processes; a smaller batch is read here.
 
 Atomic output: the new site is written into a temporary directory beside INDEX_DIR and swapped in
 with one ``renameat2(RENAME_EXCHANGE)``; where the kernel or file system lacks it, two renames are
@@ -91,16 +93,14 @@ import argparse
 import ctypes
 import errno
 import hashlib
+import itertools
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 import threading
 import time
-import zipfile
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -109,20 +109,19 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import quote
 
 import jinja2
 import yaml
 from markupsafe import Markup
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from .digest import PARALLEL_MIN_BYTES, default_jobs, hash_files, hash_stream, jobs_for
+from .digest import PARALLEL_MIN_BYTES, hash_files, jobs_for
 from .errors import IndexBuildError, cli
-from .ledger import FILENAME_CHARS, Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
-from .manifest import read_manifest, variant_from_manifest
-from .variant import Variant, parse_label
+from .ledger import Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
+from .variant import Variant
+from .wheelread import WheelRejected, index_wheel, parse_indexed, read_wheel_metadata
+from .workers import default_jobs, map_in_workers
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
 API_VERSION = "1.1"
@@ -141,301 +140,12 @@ DEFAULT_YANKED = Path("index/yanked.yaml")
 # --------------------------------------------------------------------------- reading wheels
 
 
-class WheelRejected(Exception):
-    """A wheel that can't be indexed; the message is the reason shown to people."""
-
-
 @dataclass(frozen=True)
 class Rejected:
     """A file left out of the index, and why."""
 
     filename: str
     reason: str
-
-
-@dataclass(frozen=True)
-class WheelFacts:
-    """What the index learns from a wheel's bytes."""
-
-    sha256: str
-    size: int
-    metadata: bytes
-    name: str
-    version: str
-    requires_python: str | None
-    variant: Variant | None
-    #: GPU code per extension module (the manifest's ``archs.found``), or None
-    archs: dict[str, dict[str, list[str]]] | None = None
-
-
-def check_filename(filename: str) -> tuple[str, Version]:
-    """The (normalized name, version) a wheel filename states, or WheelRejected naming the rule."""
-    try:
-        name, version, _build, _tags = parse_wheel_filename(filename)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise WheelRejected(f"invalid wheel filename: {exc}") from None
-    if not FILENAME_CHARS.fullmatch(filename):
-        # packaging checks the name and version parts but not the tags; a URL-safe name also
-        # keeps one link per line on the pages.
-        raise WheelRejected(f"invalid wheel filename: characters outside [A-Za-z0-9._+!-]: {filename!r}")
-    return name, version
-
-
-def parse_metadata_headers(data: bytes) -> dict[str, str]:
-    """The first value of each header of a METADATA document (lower-cased keys).
-
-    A hand parser, not email.parser: that one costs more per wheel than hashing a small wheel.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WheelRejected(f"METADATA is not UTF-8: {exc}") from None
-    headers: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
-        if not line or line[0] in " \t":
-            continue  # continuation lines only ever extend Description/License
-        key, sep, value = line.partition(":")
-        if sep:
-            headers.setdefault(key.strip().lower(), value.strip())
-    return headers
-
-
-class _Unsupported(Exception):
-    """A zip layout the fast reader leaves to the zipfile module (zip64, prepended data...)."""
-
-
-class ZipDirectory:
-    """A wheel's zip central directory, with ``namelist()`` and ``read()`` like zipfile.ZipFile.
-
-    It reads only the directory and the members asked for, with ``os.pread`` (the bytes were
-    just hashed, so they come from the page cache), and builds no object per member: with
-    zipfile.ZipFile, opening a small wheel costs about as much as hashing it. Anything unusual
-    raises _Unsupported, and the caller falls back to zipfile, the authority on what a valid zip is.
-    """
-
-    _EOCD = struct.Struct("<4s4H2LH")
-    _CENTRAL = struct.Struct("<4s6H3L5H2L")
-    _LOCAL = struct.Struct("<4s5H3L2H")
-
-    def __init__(self, fd: int, size: int):
-        self._fd = fd
-        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB). One
-        # 32 KiB read usually holds it, the central directory and the .dist-info files (written
-        # last in a wheel), so reading METADATA costs no further system call.
-        for span in (32 << 10, self._EOCD.size + 0xFFFF + (32 << 10)):
-            tail_start = max(0, size - span)
-            tail = os.pread(fd, size - tail_start, tail_start)
-            end = tail.rfind(b"PK\x05\x06")
-            if end >= 0 or tail_start == 0:
-                break
-        self._tail, self._tail_start = tail, tail_start
-        if end < 0 or end + self._EOCD.size > len(tail):
-            raise _Unsupported("no end of central directory record")
-        _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _comment = self._EOCD.unpack_from(tail, end)
-        if count == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != tail_start + end:
-            raise _Unsupported("zip64 or data before the archive")
-        if cd_offset >= tail_start:
-            data, pos = tail, cd_offset - tail_start
-        else:  # a directory larger than 64 KiB: read it whole
-            data, pos = os.pread(fd, cd_size, cd_offset), 0
-        stop = pos + cd_size
-        self._members: dict[str, tuple[int, int, int, int, int]] = {}
-        for _ in range(count):
-            if pos + self._CENTRAL.size > stop:
-                raise _Unsupported("truncated central directory")
-            (sig, _made, _need, flags, method, _time, _date, crc, csize, _usize,
-             nlen, xlen, clen, _dstart, _iattr, _eattr, offset) = self._CENTRAL.unpack_from(data, pos)
-            if sig != b"PK\x01\x02":
-                raise _Unsupported("bad central directory entry")
-            raw = data[pos + self._CENTRAL.size: pos + self._CENTRAL.size + nlen]
-            self._members[raw.decode("utf-8" if flags & 0x800 else "cp437")] = (flags, method, crc, csize, offset)
-            pos += self._CENTRAL.size + nlen + xlen + clen
-
-    def namelist(self) -> list[str]:
-        """Member names, in archive order."""
-        return list(self._members)
-
-    def read(self, name: str) -> bytes:
-        """A member's bytes, CRC-checked."""
-        flags, method, crc, csize, offset = self._members[name]
-        if flags & 0x1:
-            raise _Unsupported("encrypted member")
-        at = offset - self._tail_start
-        if at >= 0 and at + self._LOCAL.size <= len(self._tail):
-            header = self._tail[at: at + self._LOCAL.size]
-        else:
-            header = os.pread(self._fd, self._LOCAL.size, offset)
-        if len(header) < self._LOCAL.size:
-            raise _Unsupported("truncated local header")
-        sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
-        if sig != b"PK\x03\x04":
-            raise _Unsupported("bad local header")
-        start = offset + self._LOCAL.size + nlen + xlen
-        at = start - self._tail_start
-        if at >= 0 and at + csize <= len(self._tail):
-            raw = self._tail[at: at + csize]
-        else:
-            raw = os.pread(self._fd, csize, start)
-        if method == zipfile.ZIP_STORED:
-            out = raw
-        elif method == zipfile.ZIP_DEFLATED:
-            out = zlib.decompress(raw, -15)
-        else:
-            raise _Unsupported(f"compression method {method}")
-        if zlib.crc32(out) != crc:
-            raise _Unsupported("CRC mismatch")
-        return out
-
-
-def _find_metadata(zf: Any, dist: str, version: str) -> str:
-    """The archive name of the wheel's METADATA (``<name>-<version>.dist-info/METADATA``)."""
-    candidates = [
-        n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-    ]
-    if not candidates:
-        raise WheelRejected("no METADATA: the wheel has no <name>-<version>.dist-info/METADATA")
-    if len(candidates) > 1:
-        wanted = [n for n in candidates if n.startswith(f"{dist}-{version}.dist-info/")]
-        if len(wanted) != 1:
-            raise WheelRejected(f"several .dist-info directories hold a METADATA: {sorted(candidates)}")
-        return wanted[0]
-    return candidates[0]
-
-
-def inspect_wheel(path: str | os.PathLike, *, hashed: tuple[str, int] | None = None) -> WheelFacts:
-    """Hash a wheel (unless ``hashed`` gives its (sha256, size)) and read what the index needs.
-
-    Raises WheelRejected for an invalid filename, an unreadable zip, a missing METADATA, a METADATA
-    whose Name or Version disagrees with the filename, or a build manifest that contradicts the
-    local label.
-    """
-    return _inspect(path, check_filename(os.path.basename(path)), hashed)
-
-
-def _inspect(path: str | os.PathLike, checked: tuple[str, Version], hashed: tuple[str, int] | None) -> WheelFacts:
-    filename = os.path.basename(path)
-    dist, file_version = checked
-    with open(path, "rb", buffering=0) as f:
-        if hashed is None:
-            hashed = hash_stream(f)
-        elif os.fstat(f.fileno()).st_size != hashed[1]:
-            raise WheelRejected("the file changed while it was being read: index it again once it is complete")
-        sha256, size = hashed
-        facts = _read_zip(f, filename, dist, file_version, size=size)
-    metadata, name, version, requires_python, variant, archs = facts
-    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
-
-
-def read_wheel_metadata(path: Path) -> bytes:
-    """The METADATA bytes of a wheel (no hashing), to restore a missing ``.metadata`` file."""
-    dist, version = check_filename(path.name)
-    with open(path, "rb", buffering=0) as f:
-        return _read_zip(f, path.name, dist, version, size=os.fstat(f.fileno()).st_size)[0]
-
-
-def _read_members(zf: Any, raw_dist: str, raw_version: str) -> tuple[bytes, dict | None]:
-    metadata = zf.read(_find_metadata(zf, raw_dist, raw_version))
-    try:
-        manifest = read_manifest(zf)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
-    return metadata, manifest
-
-
-def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: int):
-    """Read and check METADATA (and the manifest) from an open wheel file of ``size`` bytes."""
-    raw_dist, raw_version = filename[:-4].split("-")[:2]
-    try:
-        try:
-            metadata, manifest = _read_members(ZipDirectory(f.fileno(), size), raw_dist, raw_version)
-        except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
-            f.seek(0)
-            with zipfile.ZipFile(f) as zf:
-                metadata, manifest = _read_members(zf, raw_dist, raw_version)
-    except WheelRejected:
-        raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
-            NotImplementedError, ValueError) as exc:
-        raise WheelRejected(f"unreadable zip: {exc}") from None
-
-    headers = parse_metadata_headers(metadata)
-    name, version = headers.get("name"), headers.get("version")
-    if not name or not version:
-        raise WheelRejected("METADATA lacks a Name or a Version")
-    if canonicalize_name(name) != dist:
-        raise WheelRejected(f"METADATA Name {name!r} disagrees with the filename ({dist!r})")
-    try:
-        # The same spelling is the same version: parse only when they differ.
-        if version != raw_version and Version(version) != file_version:
-            raise WheelRejected(
-                f"METADATA Version {version!r} disagrees with the filename ({str(file_version)!r}); "
-                "pip refuses such a wheel (a renamed file: set the local label at build time)"
-            )
-    except InvalidVersion:
-        raise WheelRejected(f"METADATA Version {version!r} is not a valid version") from None
-    requires_python = headers.get("requires-python") or None
-    if requires_python is not None and not _valid_specifier(requires_python):
-        raise WheelRejected(f"METADATA Requires-Python {requires_python!r} is invalid")
-
-    label = raw_version.partition("+")[2]
-    label_variant = parse_label(label) if label else None
-    variant = label_variant
-    archs = None
-    if manifest is not None:
-        archs = manifest_archs(manifest)
-        try:
-            manifest_variant = variant_from_manifest(manifest)
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
-        if manifest_variant is not None:
-            if label_variant is not None and not _agrees(manifest_variant, label_variant):
-                raise WheelRejected(
-                    f"build manifest says CUDA {manifest_variant.cuda} / torch {manifest_variant.torch} "
-                    f"but the local label {label!r} says CUDA {label_variant.cuda} / torch {label_variant.torch}"
-                )
-            variant = manifest_variant
-    return metadata, name, version, requires_python, variant, archs
-
-
-def manifest_archs(manifest: Any) -> dict[str, dict[str, list[str]]] | None:
-    """The GPU code a manifest found per module (``archs.found``) in the ledger's shape, or None
-    when it records none; WheelRejected for one that isn't ``{module: {sass: [...], ptx: [...]}}``."""
-    archs = manifest.get("archs") if isinstance(manifest, dict) else None
-    found = archs.get("found") if isinstance(archs, dict) else None
-    if found is None:
-        return None
-    if not isinstance(found, dict):
-        raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found is not a mapping: {found!r}")
-    out: dict[str, dict[str, list[str]]] = {}
-    for module, report in found.items():
-        if not isinstance(module, str) or not module or not isinstance(report, dict):
-            raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found[{module!r}] is {report!r}")
-        out[module] = {}
-        for key in ("ptx", "sass"):
-            value = report.get(key) or []
-            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-                raise WheelRejected(
-                    f"unreadable build manifest (cuwheels.json): archs.found[{module!r}].{key} is not a list of strings"
-                )
-            out[module][key] = list(value)
-    return out
-
-
-@lru_cache(maxsize=1024)
-def _valid_specifier(text: str) -> bool:
-    try:
-        SpecifierSet(text)
-    except InvalidSpecifier:
-        return False
-    return True
-
-
-def _agrees(manifest: Variant, label: Variant) -> bool:
-    if manifest.torch != label.torch:
-        return False
-    if label.exact_cuda:
-        return manifest.cuda == label.cuda
-    return manifest.cuda.split(".")[0] == label.cuda
 
 
 # --------------------------------------------------------------------------- scanning
@@ -449,37 +159,14 @@ class Scan:
     added: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     hashed: int = 0
-    #: wheel filename -> its METADATA, to write as ``<wheel>.metadata`` beside it
-    metadata_writes: dict[str, bytes] = field(default_factory=dict)
+    #: known wheel's filename -> its METADATA, to write again as ``<wheel>.metadata`` beside it
     metadata_restores: dict[str, bytes] = field(default_factory=dict)
     cache: dict[str, list] = field(default_factory=dict)
-
-
-def file_url(base_url: str, filename: str) -> str:
-    """Where ``filename`` is published: ``+`` is percent-encoded (some hosts read it as a space)."""
-    if FILENAME_CHARS.fullmatch(filename):
-        # What quote() gives for these characters, without its per-character Python loop.
-        quoted = filename.replace("!", "%21").replace("+", "%2B")
-    else:
-        quoted = quote(filename)
-    return f"{base_url.rstrip('/')}/{quoted}"
 
 
 def utc_timestamp(moment: datetime) -> str:
     """PEP 700's upload-time format: ISO 8601, UTC, microseconds, ``Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _facts_or_reason(key: str, checked: tuple[str, Version], hashed: tuple[str, int] | OSError | None,
-                     ) -> WheelFacts | str:
-    if isinstance(hashed, OSError):
-        return f"unreadable file: {hashed}"
-    try:
-        return _inspect(key, checked, hashed)
-    except WheelRejected as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"unreadable file: {exc}"
 
 
 def scan_wheels(
@@ -489,17 +176,16 @@ def scan_wheels(
     *,
     base_url: str,
     now: datetime,
-    on_metadata: Callable[[str, bytes], None] | None = None,
     jobs: int = 1,
 ) -> Scan:
     """Merge the wheels in ``wheels_dir`` into the ledger.
 
     A wheel known to the ledger is not hashed again when the hash cache has its path with the same
     size and mtime. Known wheels are checked first: a known file name with other contents raises
-    IndexBuildError before any new wheel is read. Each new wheel's METADATA then goes to
-    ``on_metadata(filename, bytes)`` as soon as it is read, or to ``scan.metadata_writes``
-    without one. Nothing else is written here. With ``jobs`` > 1, a large batch is hashed by
-    ``jobs - 1`` worker processes (tools.digest) while this one reads the zip directories.
+    IndexBuildError before any new wheel is read. Each new wheel is then read by
+    tools.wheelread.index_wheel, which writes its ``.metadata`` beside it; a known wheel's missing
+    ``.metadata`` is read into ``scan.metadata_restores``. Nothing else is written here. With
+    ``jobs`` > 1, a large batch is read by up to ``jobs`` worker processes (tools.workers).
     """
     scan = Scan(entries=dict(ledger))
     conflicts: list[str] = []
@@ -508,7 +194,7 @@ def scan_wheels(
         dirents = sorted(it, key=lambda d: d.name)
     names = {d.name for d in dirents}
     directory = os.path.abspath(wheels_dir)
-    new: list[tuple[str, str, os.stat_result, tuple[str, Version]]] = []
+    new: list[tuple[str, str, os.stat_result]] = []
     unsure: list[tuple[str, str, os.stat_result, Entry]] = []
     stale = time.time() - 60
     for d in dirents:
@@ -530,12 +216,7 @@ def scan_wheels(
         key = f"{directory}/{fn}"  # the hash cache is keyed by absolute path
         known = ledger.get(fn)
         if known is None:
-            try:
-                checked = check_filename(fn)  # before any worker spends time hashing it
-            except WheelRejected as exc:
-                scan.rejected.append(Rejected(fn, str(exc)))
-                continue
-            new.append((fn, key, st, checked))
+            new.append((fn, key, st))
         elif st.st_size != known.size:
             conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
         elif (cached := cache.get(key)) is not None and cached == [st.st_size, st.st_mtime_ns, known.sha256]:
@@ -567,28 +248,28 @@ def scan_wheels(
             hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
             "nothing was changed",
         )
-    # Hashed by worker processes while this one reads zip directories, or else here, where one
-    # read of each wheel serves both.
-    sizes = [n[2].st_size for n in new]
-    use = jobs_for(sizes, jobs)
-    hashes = hash_files([n[1] for n in new], jobs=use) if use > 1 else [None] * len(new)
-    for (fn, key, st, checked), hashed in zip(new, hashes, strict=True):
-        facts = _facts_or_reason(key, checked, hashed)
-        if isinstance(facts, str):
-            scan.rejected.append(Rejected(fn, facts))
+    # Each new wheel is read once, checked, and its .metadata written (tools.wheelread), by
+    # worker processes for a large batch, here otherwise; in order either way.
+    paths = [n[1] for n in new]
+    use = jobs_for([n[2].st_size for n in new], jobs)
+    if use > 1:
+        lines = map_in_workers("tools.wheelread:indexer", paths, workers=use, args=(base_url, upload_time))
+    else:
+        lines = itertools.repeat(None, len(new))
+    for (fn, key, st), line in zip(new, lines, strict=True):
+        if line is None:  # no workers, or this wheel's worker died
+            outcome = index_wheel(key, base_url=base_url, upload_time=upload_time)
+        else:
+            outcome = parse_indexed(line, fn)
+        if isinstance(outcome, str):
+            scan.rejected.append(Rejected(fn, outcome))
             continue
         scan.hashed += 1
-        scan.entries[fn] = Entry(
-            fn, facts.name, facts.version, file_url(base_url, fn), facts.sha256, facts.size, upload_time,
-            facts.requires_python, hashlib.sha256(facts.metadata).hexdigest(), facts.variant, facts.archs,
-        )
+        scan.entries[fn] = outcome
         scan.added.append(fn)
-        # The size and mtime listed before reading: a file changed since is read again next time.
-        scan.cache[key] = [st.st_size, st.st_mtime_ns, facts.sha256]
-        if on_metadata is not None:
-            on_metadata(fn, facts.metadata)
-        else:
-            scan.metadata_writes[fn] = facts.metadata
+        if outcome.size == st.st_size:
+            # The mtime listed before reading: a file changed since is read again next time.
+            scan.cache[key] = [st.st_size, st.st_mtime_ns, outcome.sha256]
     return scan
 
 
@@ -1313,8 +994,8 @@ def build_index(
 
     Writes each new wheel's ``.metadata`` beside it, then the ledger, then swaps the new site in
     at ``output_dir``. Raises IndexBuildError (changing nothing) for a changed immutable file, a
-    bad yank list, a missing ledger, or a site that would lose files. ``jobs``: the processes
-    (this one included) that read a large batch of wheels (see tools.digest).
+    bad yank list, a missing ledger, or a site that would lose files. ``jobs``: the most worker
+    processes that read a large batch of wheels (see tools.workers).
     """
     wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
     if not base_url:
@@ -1345,17 +1026,9 @@ def build_index(
             yanked = load_yanked(Path(yanked_path) if yanked_path else None)
             cache = _load_cache(cache_path)
             lap("load")
-            # New wheels' .metadata files are written in place as each wheel is read, without a
-            # temporary file each (that would add a rename per wheel to a full build): the
-            # ledger, written after all of them, is what makes a file known, and an unknown
-            # wheel's .metadata is always written again, so a half-written one left by a killed
-            # run is never trusted.
-            def write_metadata(fn: str, data: bytes) -> None:
-                with open(os.path.join(wheels_dir, fn + ".metadata"), "wb") as f:
-                    f.write(data)
-
+            # New wheels' .metadata files are written as each is read (tools.wheelread.index_wheel).
             scan = scan_wheels(wheels_dir, ledger, cache, base_url=base_url,
-                               now=now or datetime.now(timezone.utc), on_metadata=write_metadata, jobs=jobs)
+                               now=now or datetime.now(timezone.utc), jobs=jobs)
             # A known wheel's .metadata is trusted when present, so restoring one is atomic.
             for fn, data in scan.metadata_restores.items():
                 atomic_write(wheels_dir / (fn + ".metadata"), data)
@@ -1419,8 +1092,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
                         help="delete a published file from the index (repeatable; deliberate only)")
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                        help="processes reading a large batch of wheels, this one included (default: the CPUs available, "
-                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are hashed in-process)")
+                        help="worker processes reading a large batch of wheels (default: the CPUs available, "
+                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
     parser.add_argument("--verbose", action="store_true", help="print the time each step took")
     return _run(parser.parse_args(argv))
 

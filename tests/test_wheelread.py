@@ -1,0 +1,83 @@
+"""tools.wheelread: what the index reads from one wheel, the same in this process and in a worker."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+from wheelfactory import make_wheel
+
+from tools import wheelread
+from tools.errors import IndexBuildError
+from tools.ledger import Entry
+from tools.variant import Variant
+from tools.workers import map_in_workers
+
+BASE = "https://files.example/v1"
+WHEN = "2026-01-02T03:04:05.678901Z"
+ANY = "py3-none-any"
+
+
+def test_index_wheel_writes_the_metadata_file_and_gives_the_ledger_entry(tmp_path):
+    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", requires_python=">=3.9",
+                      manifest={"cuda": "12.8", "torch": "2.8", "archs": {"found": {"m.so": {"sass": ["90"]}}}})
+    entry = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    metadata = (tmp_path / (path.name + ".metadata")).read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        assert metadata == zf.read("ext-1.0+cu128.torch2.8.dist-info/METADATA")
+    data = path.read_bytes()
+    assert entry == Entry(
+        path.name, "ext", "1.0+cu128.torch2.8",
+        f"{BASE}/ext-1.0%2Bcu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl",  # "+" quoted for hosts
+        hashlib.sha256(data).hexdigest(), len(data), WHEN, ">=3.9", hashlib.sha256(metadata).hexdigest(),
+        Variant("12.8", "2.8", None), {"m.so": {"ptx": [], "sass": ["90"]}},
+    )
+
+def test_a_worker_gives_exactly_what_this_process_gives(tmp_path):
+    paths = [
+        make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"}),
+        make_wheel(tmp_path, "plain", "2.0", tag=ANY),  # no variant, no manifest
+        make_wheel(tmp_path, "renamed", "1.0", tag=ANY, metadata_name="other"),  # rejected
+        make_wheel(tmp_path, "nometa", "1.0", tag=ANY, omit_metadata=True),  # rejected
+        tmp_path / "bad name.whl",  # rejected by its name
+        tmp_path / "gone-1.0-py3-none-any.whl",  # missing
+    ]
+    paths[4].write_bytes(b"")
+    here = [wheelread.index_wheel(str(p), base_url=BASE, upload_time=WHEN) for p in paths]
+    lines = list(map_in_workers("tools.wheelread:indexer", [str(p) for p in paths], workers=2, args=(BASE, WHEN)))
+    there = [wheelread.parse_indexed(line, p.name) for line, p in zip(lines, paths)]
+    assert there == here
+    assert [type(x) for x in here] == [Entry, Entry, str, str, str, str]
+    assert "METADATA Name 'other' disagrees" in here[2] and here[3].startswith("no METADATA")
+    assert here[4].startswith("invalid wheel filename") and here[5].startswith("unreadable file")
+
+
+def test_a_metadata_file_that_cant_be_written_leaves_the_wheel_out(tmp_path):
+    path = make_wheel(tmp_path, "demo", "1.0", tag=ANY)
+    (tmp_path / (path.name + ".metadata")).mkdir()  # in the way
+    reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    assert isinstance(reason, str) and ".metadata can't be written" in reason and "Is a directory" in reason
+
+
+def test_a_line_that_is_not_a_result_is_an_error():
+    with pytest.raises(IndexBuildError, match="a worker answered 'Traceback"):
+        wheelread.parse_indexed("Traceback (most recent call last):", "x.whl")
+
+
+def test_zip_directory_agrees_with_zipfile(tmp_path):
+    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"},
+                      payload=b"x" * 1000)
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("ext/caf\u00e9.py", b"# a name that is not ASCII: zipfile flags it UTF-8\n")
+    with open(path, "rb") as f, zipfile.ZipFile(path) as zf:
+        fast = wheelread.ZipDirectory(f.fileno(), path.stat().st_size)
+        assert fast.namelist() == zf.namelist() and "ext/caf\u00e9.py" in fast.namelist()
+        assert all(fast.read(n) == zf.read(n) for n in zf.namelist())
+
+
+def test_metadata_header_parser():
+    text = b"Metadata-Version: 2.1\nName: a\nVersion: 1\nRequires-Python: >=3.9\nDescription: x\n  more\n\nbody: no"
+    assert wheelread.parse_metadata_headers(text) == {
+        "metadata-version": "2.1", "name": "a", "version": "1", "requires-python": ">=3.9", "description": "x",
+    }
