@@ -137,7 +137,7 @@ DEFAULT_LEDGER = Path("index/ledger.json")
 DEFAULT_YANKED = Path("index/yanked.yaml")
 
 
-# --------------------------------------------------------------------------- reading wheels
+# --------------------------------------------------------------------------- scanning
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,6 @@ class Rejected:
 
     filename: str
     reason: str
-
-
-# --------------------------------------------------------------------------- scanning
 
 
 @dataclass
