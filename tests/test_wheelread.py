@@ -60,9 +60,38 @@ def test_a_metadata_file_that_cant_be_written_leaves_the_wheel_out(tmp_path):
     assert isinstance(reason, str) and ".metadata can't be written" in reason and "Is a directory" in reason
 
 
-def test_a_line_that_is_not_a_result_is_an_error():
+def test_a_metadata_file_cut_short_is_not_left_behind(tmp_path, monkeypatch):
+    path = make_wheel(tmp_path, "demo", "1.0", tag=ANY)
+    real_open = open
+
+    class Full:  # a file system that fills up after the file is created
+        def __init__(self, *args):
+            self.f = real_open(*args)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[:10])
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wheelread, "open", lambda file, mode="r", **kw: Full(file, mode) if mode == "wb"
+                        else real_open(file, mode, **kw), raising=False)
+    reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    assert "No space left on device" in reason
+    assert not (tmp_path / (path.name + ".metadata")).exists()
+
+
+def test_a_line_that_is_not_a_result_is_an_error(tmp_path):
     with pytest.raises(IndexBuildError, match="a worker answered 'Traceback"):
         wheelread.parse_indexed("Traceback (most recent call last):", "x.whl")
+    line = wheelread.indexer(BASE, WHEN)(str(make_wheel(tmp_path, "demo", "1.0", tag=ANY)))
+    with pytest.raises(IndexBuildError, match="answered for another file"):
+        wheelread.parse_indexed(line, "other-1.0-py3-none-any.whl")
 
 
 def test_zip_directory_agrees_with_zipfile(tmp_path):

@@ -347,12 +347,22 @@ def index_wheel(path: str, *, base_url: str, upload_time: str) -> Entry | str:
     filename = os.path.basename(path)
     try:
         facts = inspect_wheel(path)
-        with open(f"{path}.metadata", "wb") as f:
-            f.write(facts.metadata)
     except WheelRejected as exc:
         return str(exc)
     except OSError as exc:
-        return f"unreadable file, or its .metadata can't be written: {exc}"
+        return f"unreadable file: {exc}"
+    target = f"{path}.metadata"
+    try:
+        with open(target, "wb") as f:
+            f.write(facts.metadata)
+    except OSError as exc:
+        # A wheel left out leaves no half-written .metadata behind (a directory in the way stays).
+        if not os.path.isdir(target):
+            try:
+                os.unlink(target)
+            except OSError:
+                pass
+        return f"its .metadata can't be written beside it: {exc}"
     return Entry(
         filename, facts.name, facts.version, file_url(base_url, filename), facts.sha256, facts.size, upload_time,
         facts.requires_python, hashlib.sha256(facts.metadata).hexdigest(), facts.variant, facts.archs,
@@ -377,5 +387,7 @@ def parse_indexed(line: str, filename: str) -> Entry | str:
     if kind != "ok":
         raise IndexBuildError(f"{filename}: a worker answered {line[:200]!r}, which is not a result")
     [(name, data)] = json.loads("{" + rest + "}").items()
+    if name != filename:
+        raise IndexBuildError(f"{filename}: a worker answered for another file, {name!r}")
     # The entry is checked as any ledger entry is: a worker's answer crosses a pipe.
     return entry_from_json(name, data, source="a worker's answer")
