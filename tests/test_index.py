@@ -523,6 +523,39 @@ def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypa
                            ("tools.wheelread:indexer", 3, 2)]  # the rejected files, read again as new
 
 
+def test_an_error_while_reading_a_batch_stops_the_workers_at_once(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    from tools import workers
+
+    w = tmp_path / "wheels"
+    for v in range(300):
+        make_wheel(w, "ext", f"1.{v}", tag=ANY)
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # a small batch, as if it were a large one
+    started = []
+
+    class Popen(sp.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    def parse_indexed(line, filename):
+        raise IndexBuildError(f"{filename}: stop here")
+
+    monkeypatch.setattr(workers.subprocess, "Popen", Popen)
+    monkeypatch.setattr(idx, "parse_indexed", parse_indexed)
+    try:
+        build(tmp_path, jobs=2)
+    except IndexBuildError as exc:
+        # Checked while the traceback (and so the reading loop's frame) is still alive: the
+        # workers were stopped and waited for by the error itself, not by garbage collection.
+        assert "stop here" in str(exc)
+        assert len(started) == 2 and all(proc.returncode is not None for proc in started)
+    else:
+        pytest.fail("the build went on after an error")
+    assert not (tmp_path / "ledger.json").exists() and not (tmp_path / "site").exists()
+
+
 def test_jobs_must_be_a_positive_number(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     with pytest.raises(SystemExit) as exc:

@@ -10,6 +10,7 @@ import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 from .workers import map_in_workers
@@ -81,10 +82,11 @@ def hash_files(paths: Sequence[str], *, jobs: int = 1) -> Iterator[tuple[str, in
     here when its result is asked for. Either way the results are the same.
     """
     if jobs > 1 and len(paths) > 1:
-        results = map_in_workers("tools.digest:hasher", paths, workers=jobs)
-        for path, line in zip(paths, results):
-            # A worker that died leaves its files to this process.
-            yield _hash_or_error(path) if line is None else parse_hash_line(line, path)
+        # closing(): a consumer that stops early stops the workers now, not when collected.
+        with closing(map_in_workers("tools.digest:hasher", paths, workers=jobs)) as results:
+            for path, line in zip(paths, results):
+                # A worker that died leaves its files to this process.
+                yield _hash_or_error(path) if line is None else parse_hash_line(line, path)
     else:
         for path in paths:
             yield _hash_or_error(path)

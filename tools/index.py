@@ -103,7 +103,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -253,20 +253,22 @@ def scan_wheels(
         lines = map_in_workers("tools.wheelread:indexer", paths, workers=use, args=(base_url, upload_time))
     else:
         lines = itertools.repeat(None, len(new))
-    for (fn, key, st), line in zip(new, lines, strict=True):
-        if line is None:  # no workers, or this wheel's worker died
-            outcome = index_wheel(key, base_url=base_url, upload_time=upload_time)
-        else:
-            outcome = parse_indexed(line, fn)
-        if isinstance(outcome, str):
-            scan.rejected.append(Rejected(fn, outcome))
-            continue
-        scan.hashed += 1
-        scan.entries[fn] = outcome
-        scan.added.append(fn)
-        if outcome.size == st.st_size:
-            # The mtime listed before reading: a file changed since is read again next time.
-            scan.cache[key] = [st.st_size, st.st_mtime_ns, outcome.sha256]
+    # closing(): an error here stops the workers at once, not when the traceback is collected.
+    with closing(lines) if use > 1 else nullcontext():
+        for (fn, key, st), line in zip(new, lines, strict=True):
+            if line is None:  # no workers, or this wheel's worker died
+                outcome = index_wheel(key, base_url=base_url, upload_time=upload_time)
+            else:
+                outcome = parse_indexed(line, fn)
+            if isinstance(outcome, str):
+                scan.rejected.append(Rejected(fn, outcome))
+                continue
+            scan.hashed += 1
+            scan.entries[fn] = outcome
+            scan.added.append(fn)
+            if outcome.size == st.st_size:
+                # The mtime listed before reading: a file changed since is read again next time.
+                scan.cache[key] = [st.st_size, st.st_mtime_ns, outcome.sha256]
     return scan
 
 
