@@ -93,7 +93,6 @@ import argparse
 import ctypes
 import errno
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -103,7 +102,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager, nullcontext
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -252,9 +251,9 @@ def scan_wheels(
     if use > 1:
         lines = map_in_workers("tools.wheelread:indexer", paths, workers=use, args=(base_url, upload_time))
     else:
-        lines = itertools.repeat(None, len(new))
+        lines = (None for _ in new)
     # closing(): an error here stops the workers at once, not when the traceback is collected.
-    with closing(lines) if use > 1 else nullcontext():
+    with closing(lines):
         for (fn, key, st), line in zip(new, lines, strict=True):
             if line is None:  # no workers, or this wheel's worker died
                 outcome = index_wheel(key, base_url=base_url, upload_time=upload_time)
