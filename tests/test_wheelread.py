@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 
 import pytest
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion
 from wheelfactory import make_wheel
 
 from tools import wheelread
@@ -62,28 +65,62 @@ def test_a_metadata_file_that_cant_be_written_leaves_the_wheel_out(tmp_path):
 
 def test_a_metadata_file_cut_short_is_not_left_behind(tmp_path, monkeypatch):
     path = make_wheel(tmp_path, "demo", "1.0", tag=ANY)
-    real_open = open
+    real_write = os.write
 
-    class Full:  # a file system that fills up after the file is created
-        def __init__(self, *args):
-            self.f = real_open(*args)
+    def full(fd, data):  # a file system that fills up after the file is created
+        real_write(fd, bytes(data[:10]))
+        raise OSError(28, "No space left on device")
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(data[:10])
-            self.f.flush()
-            raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(wheelread, "open", lambda file, mode="r", **kw: Full(file, mode) if mode == "wb"
-                        else real_open(file, mode, **kw), raising=False)
+    monkeypatch.setattr(wheelread.os, "write", full)
     reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    monkeypatch.undo()
     assert "No space left on device" in reason
     assert not (tmp_path / (path.name + ".metadata")).exists()
+
+
+def test_wheels_with_the_same_metadata_share_one_file(tmp_path):
+    # One release for two Pythons: the same METADATA, so the second .metadata is a hard link.
+    a = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", tag="cp311-cp311-linux_x86_64")
+    b = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", tag="cp312-cp312-linux_x86_64")
+    c = make_wheel(tmp_path, "ext", "1.1", local="cu128.torch2.8", tag="cp312-cp312-linux_x86_64")
+    written: dict[str, str] = {}
+    entries = [wheelread.index_wheel(str(p), base_url=BASE, upload_time=WHEN, written=written) for p in (a, b, c)]
+    meta = [os.stat(f"{p}.metadata") for p in (a, b, c)]
+    assert entries[0].metadata_sha256 == entries[1].metadata_sha256 != entries[2].metadata_sha256
+    assert os.path.samestat(meta[0], meta[1]) and meta[0].st_nlink == 2
+    assert not os.path.samestat(meta[0], meta[2]) and meta[2].st_nlink == 1
+    assert written == {entries[0].metadata_sha256: f"{a}.metadata", entries[2].metadata_sha256: f"{c}.metadata"}
+    with zipfile.ZipFile(b) as zf:
+        assert (tmp_path / f"{b.name}.metadata").read_bytes() == zf.read("ext-1.0+cu128.torch2.8.dist-info/METADATA")
+
+
+def test_a_leftover_metadata_file_is_replaced_not_written_through(tmp_path):
+    # A killed run left b's .metadata as a hard link to another wheel's: writing b's must not
+    # change the other file.
+    b = make_wheel(tmp_path, "ext", "1.0", tag=ANY)
+    other = tmp_path / "other-1.0-py3-none-any.whl.metadata"
+    other.write_bytes(b"the other wheel's METADATA")
+    os.link(other, f"{b}.metadata")
+    entry = wheelread.index_wheel(str(b), base_url=BASE, upload_time=WHEN, written={})
+    assert other.read_bytes() == b"the other wheel's METADATA" and other.stat().st_nlink == 1
+    assert hashlib.sha256((tmp_path / f"{b.name}.metadata").read_bytes()).hexdigest() == entry.metadata_sha256
+
+
+def test_metadata_is_written_where_no_hard_link_can_be_made(tmp_path, monkeypatch):
+    a = make_wheel(tmp_path, "ext", "1.0", tag="cp311-cp311-linux_x86_64")
+    b = make_wheel(tmp_path, "ext", "1.0", tag="cp312-cp312-linux_x86_64")
+    written: dict[str, str] = {}
+    wheelread.index_wheel(str(a), base_url=BASE, upload_time=WHEN, written=written)
+
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(wheelread.os, "link", no_links)
+    entry = wheelread.index_wheel(str(b), base_url=BASE, upload_time=WHEN, written=written)
+    monkeypatch.undo()
+    assert isinstance(entry, Entry)
+    assert (tmp_path / f"{b.name}.metadata").read_bytes() == (tmp_path / f"{a.name}.metadata").read_bytes()
+    assert (tmp_path / f"{b.name}.metadata").stat().st_nlink == 1
 
 
 def test_a_line_that_is_not_a_result_is_an_error(tmp_path):
@@ -103,6 +140,34 @@ def test_zip_directory_agrees_with_zipfile(tmp_path):
         fast = wheelread.ZipDirectory(f.fileno(), path.stat().st_size)
         assert fast.namelist() == zf.namelist() and "ext/caf\u00e9.py" in fast.namelist()
         assert all(fast.read(n) == zf.read(n) for n in zf.namelist())
+
+
+@pytest.mark.parametrize("filename", [
+    "demo-1.0-py3-none-any.whl",
+    "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl",  # Dao-AILab's label
+    "ext-1.0+cu128.torch2.8-1-cp311-cp311-manylinux_2_28_x86_64.whl",  # a build tag
+    "ext-1.0-1abc-py2.py3-none-any.whl",  # build tag with a suffix, a compressed tag set
+    "Ext.Name-1.0.post1-py3-none-any.whl",  # a name to normalize
+    "ext-1.0-py3-none-any.zip",  # not .whl
+    "ext-1.0-none-any.whl",  # a tag part missing
+    "ext-1.0-x-y-py3-none-any.whl",  # too many parts
+    "ext-not.a.version-py3-none-any.whl",  # invalid version
+    "ext-1.0-abc-py3-none-any.whl",  # build tag without a leading digit
+    "ext__x-1.0-py3-none-any.whl",  # "__" in the name
+    "ext-1.0-py3-none-.whl",  # an empty platform tag
+    "-1.0-py3-none-any.whl",  # an empty name
+])
+def test_filename_check_accepts_exactly_what_packaging_accepts(filename):
+    # check_filename parses in two cached halves; packaging's whole-name parse is the authority.
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        with pytest.raises(wheelread.WheelRejected) as rejected:
+            wheelread.check_filename(filename)
+        assert str(rejected.value) == f"invalid wheel filename: {exc}"  # packaging's message, the name quoted
+    else:
+        for _ in range(2):  # the second time from the caches
+            assert wheelread.check_filename(filename) == (name, version)
 
 
 def test_metadata_header_parser():

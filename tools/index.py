@@ -253,10 +253,11 @@ def scan_wheels(
     else:
         lines = (None for _ in new)
     # closing(): an error here stops the workers at once, not when the traceback is collected.
+    written: dict[str, str] = {}  # .metadata files written here, for hard links (wheelread.write_metadata)
     with closing(lines):
         for (fn, key, st), line in zip(new, lines, strict=True):
             if line is None:  # no workers, or this wheel's worker died
-                outcome = index_wheel(key, base_url=base_url, upload_time=upload_time)
+                outcome = index_wheel(key, base_url=base_url, upload_time=upload_time, written=written)
             else:
                 outcome = parse_indexed(line, fn)
             if isinstance(outcome, str):
