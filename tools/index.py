@@ -113,13 +113,12 @@ import jinja2
 import yaml
 from markupsafe import Markup
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from .digest import PARALLEL_MIN_BYTES, hash_files, jobs_for
 from .errors import IndexBuildError, cli
 from .ledger import Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
 from .variant import Variant
-from .wheelread import WheelRejected, index_wheel, parse_indexed, read_wheel_metadata
+from .wheelread import WheelRejected, index_wheel, parse_indexed, parse_version, read_wheel_metadata
 from .workers import default_jobs, map_in_workers
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
@@ -489,7 +488,7 @@ def _file_views(entries: Mapping[str, Entry], yanked: Mapping[str, str]) -> dict
     """Every file with its project and sort key, in page order (nothing rendered yet)."""
     ordered = list(entries.values())
     # Versions are compared as PEP 440 versions, once per distinct version, not once per file.
-    rank = {v: i for i, v in enumerate(sorted({e.version for e in ordered}, key=Version))}
+    rank = {v: i for i, v in enumerate(sorted({e.version for e in ordered}, key=parse_version))}
     views = [
         _File(e, _canonical(e.name), yanked.get(e.filename), (rank[e.version], e.filename)) for e in ordered
     ]
@@ -540,7 +539,7 @@ _encode_str = json.encoder.encode_basestring_ascii
 
 @lru_cache(maxsize=None)
 def _normalized_version(text: str) -> str:
-    return str(Version(text))
+    return str(parse_version(text))
 
 
 def _sort_key(f: _File) -> tuple:
@@ -742,7 +741,7 @@ def coverage_matrix(views: Mapping[str, _File], placed: Mapping[Variant, list[En
         rows = cells[project]
         columns = sorted({c for cols in rows.values() for c in cols}, key=order.__getitem__)
         pythons = sorted({p for cols in rows.values() for ps in cols.values() for p in ps}, key=_python_sort_key)
-        versions = sorted(rows, key=Version, reverse=True)
+        versions = sorted(rows, key=parse_version, reverse=True)
         matrix.append({
             "name": names[project][1],
             "normalized": project,

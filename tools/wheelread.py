@@ -109,8 +109,10 @@ def _parse_tag(tag: str) -> frozenset:
     return parse_tag(tag)
 
 
-@lru_cache(maxsize=4096)
-def _version(text: str) -> Version:
+@lru_cache(maxsize=None)
+def parse_version(text: str) -> Version:
+    """``Version(text)``, parsed once per distinct text in a process (one per release, not per
+    wheel: parsing is most of the cost of comparing versions). Raises InvalidVersion."""
     return Version(text)
 
 
@@ -296,7 +298,7 @@ def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: 
         raise WheelRejected(f"METADATA Name {name!r} disagrees with the filename ({dist!r})")
     try:
         # The same spelling is the same version: parse only when they differ.
-        if version != raw_version and _version(version) != file_version:
+        if version != raw_version and parse_version(version) != file_version:
             raise WheelRejected(
                 f"METADATA Version {version!r} disagrees with the filename ({str(file_version)!r}); "
                 "pip refuses such a wheel (a renamed file: set the local label at build time)"
