@@ -170,6 +170,20 @@ def test_filename_check_accepts_exactly_what_packaging_accepts(filename):
             assert wheelread.check_filename(filename) == (name, version)
 
 
+def test_a_zip_the_fast_reader_leaves_to_zipfile_is_read_by_zipfile(tmp_path):
+    # Bytes before the archive (a self-extracting stub): the fast reader's offsets don't add up,
+    # and the zipfile module, which allows for them, reads the wheel instead.
+    path = make_wheel(tmp_path, "ext", "1.0", tag=ANY)
+    original = path.read_bytes()
+    path.write_bytes(b"#!/bin/sh\nexit 0\n" + original)
+    with open(path, "rb") as f, pytest.raises(wheelread._Unsupported):
+        wheelread.ZipDirectory(f.fileno(), path.stat().st_size)
+    entry = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    with zipfile.ZipFile(path) as zf:
+        assert (tmp_path / f"{path.name}.metadata").read_bytes() == zf.read("ext-1.0.dist-info/METADATA")
+    assert entry.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and entry.size == len(original) + 17
+
+
 def test_metadata_header_parser():
     text = b"Metadata-Version: 2.1\nName: a\nVersion: 1\nRequires-Python: >=3.9\nDescription: x\n  more\n\nbody: no"
     assert wheelread.parse_metadata_headers(text) == {

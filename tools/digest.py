@@ -11,7 +11,6 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from typing import Any
 
 from .workers import map_in_workers
 
@@ -23,15 +22,17 @@ PARALLEL_MIN_BYTES = 256 << 20
 _buffers = threading.local()
 
 
-def hash_stream(f: Any) -> tuple[str, int]:
-    """(sha256, size) of what is left in the binary file ``f``, read into a buffer reused per thread.
+def hash_fd(fd: int) -> tuple[str, int]:
+    """(sha256, size) of what is left to read from the file descriptor ``fd``.
 
-    A small reused buffer stays in the CPU cache while it is hashed; reading a file into a fresh
-    ``bytes`` of its size costs about as much again as hashing it. The buffer is page-aligned
-    memory (an anonymous mmap), not a bytearray: malloc places a bytearray this large 16 bytes
-    past a page boundary, and the kernel's copy from the page cache into a destination just
-    past the source's page offset runs at half speed on some CPUs (4K aliasing; measured here,
-    AMD EPYC: 2.9 s instead of 2.1 s to hash 2.5 GB from tmpfs).
+    The bytes are read (``readv``, a file descriptor rather than a file object: a tenth less
+    time per small wheel) into a buffer reused per thread. A small reused buffer stays in the CPU
+    cache while it is hashed; reading a file into a fresh ``bytes`` of its size costs about as
+    much again as hashing it. The buffer is page-aligned memory (an anonymous mmap), not a
+    bytearray: malloc places a bytearray this large 16 bytes past a page boundary, and the
+    kernel's copy from the page cache into a destination just past the source's page offset runs
+    at half speed on some CPUs (4K aliasing; measured here, AMD EPYC: 2.9 s instead of 2.1 s to
+    hash 2.5 GB from tmpfs).
     """
     buf = getattr(_buffers, "buf", None)
     if buf is None:
@@ -39,7 +40,7 @@ def hash_stream(f: Any) -> tuple[str, int]:
     view = memoryview(buf)
     digest = hashlib.sha256()
     size = 0
-    while n := f.readinto(buf):
+    while n := os.readv(fd, (buf,)):
         digest.update(view[:n])
         size += n
     return digest.hexdigest(), size
@@ -47,14 +48,20 @@ def hash_stream(f: Any) -> tuple[str, int]:
 
 def sha256_file(path: str | os.PathLike) -> str:
     """The hex sha256 of a file."""
-    with open(path, "rb", buffering=0) as f:
-        return hash_stream(f)[0]
+    return _hash_path(path)[0]
+
+
+def _hash_path(path: str | os.PathLike) -> tuple[str, int]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return hash_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _hash_or_error(path: str) -> tuple[str, int] | OSError:
     try:
-        with open(path, "rb", buffering=0) as f:
-            return hash_stream(f)
+        return _hash_path(path)
     except OSError as exc:
         return exc
 

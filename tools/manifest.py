@@ -20,11 +20,15 @@ MANIFEST_NAME = "cuwheels.json"
 MANIFEST_SCHEMA = 1
 
 
-def read_manifest(wheel: zipfile.ZipFile) -> dict[str, Any] | None:
-    """The manifest of an open wheel, or None when the wheel has none (built elsewhere)."""
-    for name in wheel.namelist():
-        parts = name.split("/")
-        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == MANIFEST_NAME:
+def read_manifest(wheel: zipfile.ZipFile, names: list[str] | None = None) -> dict[str, Any] | None:
+    """The manifest of an open wheel, or None when the wheel has none (built elsewhere).
+
+    ``names``: the wheel's member names to look among, when the caller has already narrowed them
+    (a long namelist is then scanned once, not twice).
+    """
+    suffix = f".dist-info/{MANIFEST_NAME}"
+    for name in wheel.namelist() if names is None else names:
+        if name.endswith(suffix) and name.count("/") == 1:
             return json.loads(wheel.read(name))
     return None
 

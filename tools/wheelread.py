@@ -36,10 +36,10 @@ from packaging.tags import parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .digest import hash_stream
+from .digest import hash_fd
 from .errors import IndexBuildError
 from .ledger import FILENAME_CHARS, Entry, encode_entry, entry_from_json
-from .manifest import read_manifest, variant_from_manifest
+from .manifest import MANIFEST_NAME, read_manifest, variant_from_manifest
 from .variant import Variant, parse_label
 
 
@@ -226,11 +226,9 @@ class ZipDirectory:
         return out
 
 
-def _find_metadata(zf: Any, dist: str, version: str) -> str:
+def _find_metadata(names: list[str], dist: str, version: str) -> str:
     """The archive name of the wheel's METADATA (``<name>-<version>.dist-info/METADATA``)."""
-    candidates = [
-        n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
-    ]
+    candidates = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
     if not candidates:
         raise WheelRejected("no METADATA: the wheel has no <name>-<version>.dist-info/METADATA")
     if len(candidates) > 1:
@@ -250,10 +248,13 @@ def inspect_wheel(path: str | os.PathLike) -> WheelFacts:
     """
     filename = os.path.basename(path)
     dist, file_version = check_filename(filename)
-    with open(path, "rb", buffering=0) as f:
-        sha256, size = hash_stream(f)
-        metadata, name, version, requires_python, variant, archs = _read_zip(f, filename, dist, file_version,
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        sha256, size = hash_fd(fd)
+        metadata, name, version, requires_python, variant, archs = _read_zip(fd, filename, dist, file_version,
                                                                              size=size)
+    finally:
+        os.close(fd)
     return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
 
 
@@ -261,29 +262,38 @@ def read_wheel_metadata(path: str | os.PathLike) -> bytes:
     """The METADATA bytes of a wheel (no hashing), to restore a missing ``.metadata`` file."""
     filename = os.path.basename(path)
     dist, version = check_filename(filename)
-    with open(path, "rb", buffering=0) as f:
-        return _read_zip(f, filename, dist, version, size=os.fstat(f.fileno()).st_size)[0]
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _read_zip(fd, filename, dist, version, size=os.fstat(fd).st_size)[0]
+    finally:
+        os.close(fd)
+
+
+#: The members read from a wheel: the namelist is narrowed to these once (a wheel may hold hundreds).
+_WANTED = (".dist-info/METADATA", f".dist-info/{MANIFEST_NAME}")
 
 
 def _read_members(zf: Any, raw_dist: str, raw_version: str) -> tuple[bytes, dict | None]:
-    metadata = zf.read(_find_metadata(zf, raw_dist, raw_version))
+    names = [n for n in zf.namelist() if n.endswith(_WANTED)]
+    metadata = zf.read(_find_metadata(names, raw_dist, raw_version))
     try:
-        manifest = read_manifest(zf)
+        manifest = read_manifest(zf, names)
     except (ValueError, UnicodeDecodeError) as exc:
         raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
     return metadata, manifest
 
 
-def _read_zip(f: Any, filename: str, dist: str, file_version: Version, *, size: int):
-    """Read and check METADATA (and the manifest) from an open wheel file of ``size`` bytes."""
+def _read_zip(fd: int, filename: str, dist: str, file_version: Version, *, size: int):
+    """Read and check METADATA (and the manifest) from a wheel of ``size`` bytes open as ``fd``."""
     raw_dist, raw_version = filename[:-4].split("-")[:2]
     try:
         try:
-            metadata, manifest = _read_members(ZipDirectory(f.fileno(), size), raw_dist, raw_version)
+            metadata, manifest = _read_members(ZipDirectory(fd, size), raw_dist, raw_version)
         except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
-            f.seek(0)
-            with zipfile.ZipFile(f) as zf:
-                metadata, manifest = _read_members(zf, raw_dist, raw_version)
+            with open(fd, "rb", closefd=False) as f:
+                f.seek(0)
+                with zipfile.ZipFile(f) as zf:
+                    metadata, manifest = _read_members(zf, raw_dist, raw_version)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
