@@ -154,6 +154,33 @@ def test_metadata_file_is_the_wheels_metadata_beside_it(basic):
     assert entry["core-metadata"] == entry["dist-info-metadata"] == {"sha256": hashlib.sha256(metadata).hexdigest()}
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_release_for_several_pythons_shares_one_metadata_file(tmp_path, monkeypatch, jobs):
+    # Same METADATA, so one file and hard links to it: one per process that read some of them
+    # (each worker links only to its own). Each is still the right METADATA, the one the page's
+    # data-core-metadata hash describes.
+    import zipfile
+
+    w = tmp_path / "wheels"
+    pythons = ("cp310", "cp311", "cp312")
+    wheels = [make_wheel(w, "ext", "1.0", local="cu128.torch2.8", tag=f"{py}-{py}-manylinux_2_28_x86_64")
+              for py in pythons]
+    other = make_wheel(w, "ext", "1.1", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_28_x86_64")
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # with jobs=2: workers, as for a large batch
+    build(tmp_path, jobs=jobs)
+    inodes = {(st.st_dev, st.st_ino): st.st_nlink for st in (os.stat(f"{p}.metadata") for p in wheels)}
+    assert len(inodes) <= jobs and sum(inodes.values()) == len(pythons)
+    if jobs == 1:
+        assert list(inodes.values()) == [len(pythons)]
+    assert os.stat(f"{other}.metadata").st_nlink == 1
+    files = {f["filename"]: f for f in project_json(tmp_path / "site", "cu128/torch2.8/simple/ext/index.json")["files"]}
+    for wheel in [*wheels, other]:
+        data = Path(f"{wheel}.metadata").read_bytes()
+        with zipfile.ZipFile(wheel) as zf:
+            assert data == zf.read(f"ext-{wheel.name.split('-')[1]}.dist-info/METADATA")
+        assert files[wheel.name]["core-metadata"] == {"sha256": hashlib.sha256(data).hexdigest()}
+
+
 def test_json_pages_are_pep691_api_1_1(basic):
     site, _ = basic
     root = project_json(site, "simple/index.json")
