@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def mirror(directory: Path) -> None:
         # Emptied, not made anew: on ext4 a new file's inode comes from its directory's block
-        # group, and creating one took 20 µs in some directories here and 0.5-0.8 ms in others
-        # (measured with plain open/close loops, same disk, same minutes). One directory for
-        # every run keeps them comparable.
+        # group, and creating one took from 20 µs to 0.8 ms here, from one directory, and one
+        # minute, to the next (plain open/write/close loops on the same disk). One directory
+        # for every run takes the directory out of the comparison; the minute remains.
         directory.mkdir(exist_ok=True)
         with os.scandir(directory) as it:
             for entry in it:
