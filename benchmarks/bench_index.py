@@ -3,9 +3,10 @@
     python -m benchmarks.bench_index [--wheels 10000] [--payload-kib 256] [--workdir /tmp/bench-index]
 
 (from the repository root: the corpus is made with tests/wheelfactory.py.) It measures, on one
-corpus of real wheels, with the files in the page cache (every number is the best of --repeat;
-every run that writes ``.metadata`` files starts from the same directory, emptied and filled
-with hard links to the corpus):
+corpus of real wheels, with the files in the page cache (every number is the best of --repeat
+rounds, and each round runs every measurement below once, in turn, so that all meet the same
+moments of a noisy machine; every run that writes ``.metadata`` files starts from the same
+directory, emptied and filled with hard links to the corpus):
 
 * baseline: reading and hashing every wheel's bytes once, in one process (``hashlib.file_digest``,
   what ``sha256sum`` does);
@@ -105,18 +106,25 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def best_of(repeat: int, func: Callable[[], object], setup: Callable[[], None] | None = None):
-    """(wall, CPU) seconds of the fastest of ``repeat`` calls (``setup`` untimed), and its result."""
-    best, result = (float("inf"), 0.0), None
+def best_in_rounds(repeat: int, contenders: dict[str, tuple[Callable[[], object], Callable[[], None] | None]]):
+    """``{name: ((wall, CPU) seconds of its fastest call, that call's result)}``.
+
+    ``contenders`` maps a name to ``(func, setup)`` (``setup`` untimed, or None). They run in
+    ``repeat`` rounds, each round calling every contender once in order: each meets the same
+    moments of a shared, noisy machine (on this disk, creating a file cost 20 µs in one minute and
+    0.6 ms in the next), where timing all rounds of one before the next would compare minutes.
+    """
+    best: dict[str, tuple[tuple[float, float], object]] = {name: ((float("inf"), 0.0), None) for name in contenders}
     for _ in range(repeat):
-        if setup is not None:
-            setup()
-        cpu, start = _cpu(), time.perf_counter()
-        out = func()
-        wall = time.perf_counter() - start
-        if wall < best[0]:
-            best, result = (wall, _cpu() - cpu), out
-    return best, result
+        for name, (func, setup) in contenders.items():
+            if setup is not None:
+                setup()
+            cpu, start = _cpu(), time.perf_counter()
+            out = func()
+            wall = time.perf_counter() - start
+            if wall < best[name][0][0]:
+                best[name] = ((wall, _cpu() - cpu), out)
+    return best
 
 
 def read_and_hash(paths: list[Path]) -> int:
@@ -169,12 +177,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{corpus} (made in {made:.1f}s)")
     read_and_hash(paths)  # warm the page cache: every run below reads from memory
 
-    results: dict[str, tuple[float, float]] = {}
-    results["baseline"], _ = best_of(args.repeat, lambda: read_and_hash(paths), os.sync)
-    # The floor of a parallel build: the same bytes hashed by --jobs worker processes.
-    results[PARALLEL_HASH], _ = best_of(
-        args.repeat, lambda: sum(1 for _ in hash_files([str(p) for p in paths], jobs=args.jobs)), os.sync)
-
     # Every run that writes .metadata files starts from the same directory holding only hard links
     # to the corpus (the same bytes and page cache), as a real run gets a fresh download of its
     # batch: the same starting point for every run, ours and simple503's alike.
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         # Emptied, not made anew: on ext4 a new file's inode comes from its directory's block
         # group, and creating one took from 20 µs to 0.8 ms here, from one directory, and one
         # minute, to the next (plain open/write/close loops on the same disk). One directory
-        # for every run takes the directory out of the comparison; the minute remains.
+        # for every run takes the directory out of the comparison; rounds (best_in_rounds) take
+        # out most of the minute.
         directory.mkdir(exist_ok=True)
         with os.scandir(directory) as it:
             for entry in it:
@@ -197,9 +200,6 @@ def main(argv: list[str] | None = None) -> int:
             os.link(p, directory / p.name)
         os.sync()
 
-    results["baseline + a .metadata file each"], _ = best_of(
-        args.repeat, lambda: read_hash_and_write_metadata(run_paths), lambda: mirror(run_dir))
-
     def from_nothing():
         # Untimed: no site, no ledger, no hash cache, no .metadata files (and the disk quiet again).
         fresh(site, ledger, cache, lock, prev)
@@ -209,12 +209,61 @@ def main(argv: list[str] | None = None) -> int:
         return lambda: build_index(wheels_dir=run_dir, output_dir=site, base_url="https://files.example/v1",
                                    ledger_path=ledger, init_ledger=True, yanked_path=None, jobs=jobs)
 
+    # Command-line wall times (interpreter start-up included), for comparing with other tools.
+    def ours_cli(jobs: int):
+        return lambda: subprocess.run(
+            [sys.executable, "-m", "tools.index", "--wheels-dir", str(run_dir), "--output-dir", str(site),
+             "--base-url", "https://files.example/v1", "--ledger", str(ledger), "--init-ledger", "--jobs", str(jobs)],
+            cwd=ROOT, check=True, capture_output=True)
+
+    contenders: dict[str, tuple[Callable[[], object], Callable[[], None] | None]] = {
+        "baseline": (lambda: read_and_hash(paths), os.sync),
+        # The floor of a parallel build: the same bytes hashed by --jobs worker processes.
+        PARALLEL_HASH: (lambda: sum(1 for _ in hash_files([str(p) for p in paths], jobs=args.jobs)), os.sync),
+        "baseline + a .metadata file each": (lambda: read_hash_and_write_metadata(run_paths), lambda: mirror(run_dir)),
+        SERIAL: (full_build(1), from_nothing),
+        PARALLEL: (full_build(args.jobs), from_nothing),
+        "tools.index (command, --jobs 1)": (ours_cli(1), from_nothing),
+        "tools.index (command, --jobs)": (ours_cli(args.jobs), from_nothing),
+    }
+    tools_bin = args.tools_bin
+    simple503 = shutil.which("simple503", path=str(tools_bin) if tools_bin else None)
+    dumb_pypi = shutil.which("dumb-pypi", path=str(tools_bin) if tools_bin else None)
+    if simple503:
+        # It writes its pages and .metadata files among the wheels: the same directory as ours.
+        def run_simple503():
+            subprocess.run([simple503, "--no-sort", "--extract-metadata", "--base-url", "https://files.example/v1",
+                            str(run_dir)], check=True, capture_output=True, cwd=work)
+
+        contenders["simple503 (command)"] = (run_simple503, lambda: mirror(run_dir))
+    else:
+        print("simple503 not found: skipped (see the module docstring to install it)")
+    dumb_out = work / "dumb-pypi"
+    if dumb_pypi:
+        listing = work / "packages.txt"
+        listing.write_text("".join(p.name + "\n" for p in paths))
+
+        def run_dumb_pypi():
+            subprocess.run([dumb_pypi, "--package-list", str(listing), "--output-dir", str(dumb_out),
+                            "--packages-url", "https://files.example/v1/", "--no-generate-timestamp",
+                            "--no-per-release-json"], check=True, capture_output=True, cwd=work)
+
+        contenders["dumb-pypi (command, no hashing)"] = (run_dumb_pypi, lambda: fresh(dumb_out))
+    else:
+        print("dumb-pypi not found: skipped")
+
+    measured = best_in_rounds(args.repeat, contenders)
+    results: dict[str, tuple[float, float]] = {name: times for name, (times, _out) in measured.items()}
     phases = {}
-    for what, jobs in ((SERIAL, 1), (PARALLEL, args.jobs)):
-        results[what], report = best_of(args.repeat, full_build(jobs), from_nothing)
+    for what in (SERIAL, PARALLEL):
+        report = measured[what][1]
         assert report.files == len(paths) and report.hashed == len(paths), report
         phases[what] = report.timings
+    fresh(dumb_out)
 
+    # Adding to an index of 10,000: built first (untimed), as the full builds above left it.
+    from_nothing()
+    full_build(args.jobs)()
     extra = work / "extra"
     fresh(extra)
 
@@ -265,43 +314,6 @@ def main(argv: list[str] | None = None) -> int:
     assert "(1 new, 1 hashed, 0 removed)" in timings[-1][1], timings[-1][1]
     phases["add one batch"] = timings[-1][1].strip().splitlines()[-1].strip()
 
-    # Command-line wall times (interpreter start-up included), for comparing with other tools.
-    def ours_cli(jobs: int):
-        return lambda: subprocess.run(
-            [sys.executable, "-m", "tools.index", "--wheels-dir", str(run_dir), "--output-dir", str(site),
-             "--base-url", "https://files.example/v1", "--ledger", str(ledger), "--init-ledger", "--jobs", str(jobs)],
-            cwd=ROOT, check=True, capture_output=True)
-
-    results["tools.index (command, --jobs 1)"], _ = best_of(args.repeat, ours_cli(1), from_nothing)
-    results["tools.index (command, --jobs)"], _ = best_of(args.repeat, ours_cli(args.jobs), from_nothing)
-
-    tools_bin = args.tools_bin
-    simple503 = shutil.which("simple503", path=str(tools_bin) if tools_bin else None)
-    dumb_pypi = shutil.which("dumb-pypi", path=str(tools_bin) if tools_bin else None)
-    if simple503:
-        # It writes its pages and .metadata files among the wheels: the same directory as ours.
-        def run_simple503():
-            subprocess.run([simple503, "--no-sort", "--extract-metadata", "--base-url", "https://files.example/v1",
-                            str(run_dir)], check=True, capture_output=True, cwd=work)
-
-        results["simple503 (command)"], _ = best_of(args.repeat, run_simple503, lambda: mirror(run_dir))
-    else:
-        print("simple503 not found: skipped (see the module docstring to install it)")
-    if dumb_pypi:
-        listing = work / "packages.txt"
-        listing.write_text("".join(p.name + "\n" for p in paths))
-        out = work / "dumb-pypi"
-
-        def run_dumb_pypi():
-            subprocess.run([dumb_pypi, "--package-list", str(listing), "--output-dir", str(out),
-                            "--packages-url", "https://files.example/v1/", "--no-generate-timestamp",
-                            "--no-per-release-json"], check=True, capture_output=True, cwd=work)
-
-        results["dumb-pypi (command, no hashing)"], _ = best_of(args.repeat, run_dumb_pypi, lambda: fresh(out))
-        fresh(out)
-    else:
-        print("dumb-pypi not found: skipped")
-
     fresh(run_dir)
     base, base_cpu = results["baseline"]
     print(f"\n--jobs {args.jobs}")
@@ -312,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("simple503 (command)", "dumb-pypi (command, no hashing)"):
             if what in results:
                 print(f"{what} / {ours}, wall: {results[what][0] / results[ours][0]:.2f}")
-    print("\nsteps of the last run of each:")
+    print("\nsteps (full builds: their fastest run; additions: the last run):")
     for what, steps in phases.items():
         if isinstance(steps, dict):
             steps = ", ".join(f"{k} {v:.3f}" for k, v in steps.items())
