@@ -405,38 +405,39 @@ def write_metadata(target: str, data: bytes, *, twin: str | None = None) -> None
     may be a hard link shared with another wheel's ``.metadata``. A write that fails leaves no
     file at ``target``; the OSError is raised.
     """
-    for attempt in range(2):
+    try:
+        _create(target, data, twin)
+    except FileExistsError:
+        # Left by a killed run: replaced, never written through (it may be a link shared with
+        # another wheel's .metadata). A directory in the way raises IsADirectoryError here.
+        os.unlink(target)
+        _create(target, data, twin)
+
+
+def _create(target: str, data: bytes, twin: str | None) -> None:
+    """A new file at ``target`` (FileExistsError if there is one): a link to ``twin``, or ``data``."""
+    if twin is not None:
         try:
-            if twin is not None:
-                try:
-                    os.link(twin, target)
-                    return
-                except FileExistsError:
-                    raise
-                except OSError:
-                    twin = None  # no link possible: write the bytes
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            os.link(twin, target)
+            return
         except FileExistsError:
-            if os.path.isdir(target):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target) from None
-            if attempt:
-                raise
-            os.unlink(target)
-            continue
-        try:
-            view = memoryview(data)
-            while view:
-                done = os.write(fd, view)
-                if not done:  # never for a regular file; a loop that can't end is worse
-                    raise OSError(errno.EIO, "a write wrote nothing", target)
-                view = view[done:]
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(target)  # never half-written
             raise
+        except OSError:
+            pass  # no link possible here: write the bytes
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            done = os.write(fd, view)
+            if not done:  # never for a regular file; a loop that can't end is worse
+                raise OSError(errno.EIO, "a write wrote nothing", target)
+            view = view[done:]
+    except BaseException:
         os.close(fd)
-        return
+        with contextlib.suppress(OSError):
+            os.unlink(target)  # never half-written
+        raise
+    os.close(fd)
 
 
 def index_wheel(path: str, *, base_url: str, upload_time: str, written: dict[str, str] | None = None) -> Entry | str:
