@@ -22,9 +22,8 @@ from .errors import CompileError, ToolchainError
 from .matrix import Cell
 from .recipe import Recipe
 from .table import Table
-from .variant import cuda_nodot
+from .variant import torch_index_url
 
-PYTORCH_INDEX = "https://download.pytorch.org/whl/cu{nodot}"
 #: Where CUDA installers put the toolkit when CUDA_HOME is not set.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
 
@@ -100,7 +99,7 @@ def torch_index(cell: Cell, table: Table) -> str | None:
     ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version."""
     if table.torch[cell.torch].pypi_cuda == cell.cuda:
         return None
-    return PYTORCH_INDEX.format(nodot=cuda_nodot(cell.cuda))
+    return torch_index_url(cell.cuda)
 
 
 def torch_requirement(cell: Cell) -> str:

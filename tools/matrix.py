@@ -22,7 +22,7 @@ from . import RECIPES_DIR, ROOT
 from .errors import PlanError, cli
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
-from .variant import cuda_nodot, format_label
+from .variant import cell_id, cuda_nodot, format_label
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class Cell:
     @property
     def id(self) -> str:
         """``flash_attn-3.12-cu129`` (default torch) or ``flash_attn-3.12-cu129-torch2.8``."""
-        base = f"{self.package}-{self.python}-cu{cuda_nodot(self.cuda)}"
-        return base if self.default_torch else f"{base}-torch{self.torch}"
+        return cell_id(self.package, self.python, self.cuda,
+                       None if self.default_torch else self.torch)
 
     @property
     def label(self) -> str:

@@ -49,6 +49,29 @@ def cuda_nodot(cuda: str) -> str:
     return cuda.replace(".", "")
 
 
+#: PyTorch's own per-CUDA wheel index; ``torch_index_url("13.0")`` is its ``cu130`` directory.
+TORCH_INDEX_ROOT = "https://download.pytorch.org/whl/"
+
+
+def torch_index_url(cuda: str) -> str:
+    """PyTorch's wheel index for one CUDA version: ``"13.0"`` -> ``.../whl/cu130``."""
+    return f"{TORCH_INDEX_ROOT}cu{cuda_nodot(cuda)}"
+
+
+def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
+    """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
+
+    ``torch`` is None for the CUDA version's default torch series.
+
+    >>> cell_id("flash_attn", "3.12", "12.9")
+    'flash_attn-3.12-cu129'
+    >>> cell_id("flash_attn", "3.12", "12.9", "2.8")
+    'flash_attn-3.12-cu129-torch2.8'
+    """
+    base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
+    return base if torch is None else f"{base}-torch{torch}"
+
+
 def cuda_from_nodot(digits: str) -> str:
     """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
     if not digits.isdigit():
