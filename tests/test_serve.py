@@ -198,16 +198,20 @@ def test_serve_command_stops_by_itself(demo_index, tmp_path):
     log = tmp_path / "req.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--files",
-         str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--quiet", "--exit-after", "20"],
+         str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--quiet", "--exit-after", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
     try:
+        started = time.monotonic()
         line = proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:")
         url = line.split()[1].rstrip("/")
         assert get(url, "/simple/", {"Accept": JSON_V1}).getheader("Content-Type") == JSON_V1
-        proc.terminate()
-        assert proc.wait(timeout=20) is not None
+        # No signal: --exit-after alone must stop it, cleanly, and not before its time.
+        assert proc.wait(timeout=30) == 0
+        assert time.monotonic() - started >= 3
+        with pytest.raises(OSError):  # nothing listens any more
+            get(url, "/simple/", {})
     finally:
         if proc.poll() is None:
             proc.kill()
