@@ -1,56 +1,87 @@
+# /// script
+# requires-python = ">=3.10"
+# # What listing the sessions needs: the planner reads YAML recipes and compares versions. nox
+# # re-runs itself in an environment with these when the one it was installed in lacks them
+# # (`pipx install nox`, `uv tool install nox`); `.venv/bin/nox` after `make setup` has them.
+# dependencies = ["nox>=2025.2.9", "PyYAML>=6", "packaging>=24"]
+# ///
 """Sessions: one ``build-<cell id>`` per matrix cell, plus tests, lint and recipe checks.
 
-Thin by design: the cells come from ``tools.matrix`` and every step lives in ``tools``. Run
-``nox -l`` to list, ``nox -s build-flash_attn-3.12-cu129`` to build one cell, ``nox -t
+Thin by design: the cells come from ``python -m tools.matrix`` and every step lives in ``tools``.
+Run ``nox -l`` to list, ``nox -s build-flash_attn-3.12-cu129`` to build one cell, ``nox -t
 flash_attn`` for a package's family. Arguments after ``--`` go to ``python -m tools.build``.
+
+Every session runs in the project's own environment, ``.venv``, which ``make setup`` creates and
+keeps in step with pyproject.toml (a no-op when it is current): the sessions need the pinned
+build tools (cibuildwheel, auditwheel, uv, ...), which nox's own environment doesn't have.
 """
 
+import json
+import subprocess
 import sys
+from pathlib import Path
 
 import nox
 
-from tools.matrix import plan
-from tools.variant import cuda_nodot
+HERE = Path(__file__).resolve().parent
+#: The project's environment, as the Makefile's ``setup`` target makes it.
+PROJECT_PYTHON = str(HERE / ".venv" / "bin" / "python")
 
 
+def _cells() -> list[dict]:
+    """The planned cells, from the planner itself (``python -m`` puts this checkout first on the
+    import path, so nox needs neither the project installed nor a path edit)."""
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "json"], cwd=HERE,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"noxfile.py: planning the cells failed:\n{proc.stderr}")
+    return json.loads(proc.stdout)
 
-def _register(cell) -> None:
+
+def _project(session: nox.Session, *args: str) -> None:
+    """Run ``python args...`` in the project's environment, creating or updating it first."""
+    session.run("make", "--no-print-directory", "-C", str(HERE), "setup", external=True,
+                silent=True)
+    session.run(PROJECT_PYTHON, *args, external=True)
+
+
+def _register(cell: dict) -> None:
     def build(session: nox.Session) -> None:
-        session.run(sys.executable, "-m", "tools.build", cell.id, *session.posargs)
+        _project(session, "-m", "tools.build", cell["id"], *session.posargs)
 
-    build.__doc__ = (f"Build {cell.package} {cell.version} for Python {cell.python}, "
-                     f"CUDA {cell.cuda}, torch {cell.torch}"
-                     + ("" if cell.default_torch else " (non-default torch)"))
-    tags = [cell.package, "build", f"py{cell.python}", f"cu{cuda_nodot(cell.cuda)}",
-            f"torch{cell.torch}"]
+    build.__doc__ = (f"Build {cell['package']} {cell['version']} for Python {cell['python']}, "
+                     f"CUDA {cell['cuda']}, torch {cell['torch']}"
+                     + ("" if cell["default_torch"] else " (non-default torch)"))
+    tags = [cell["package"], "build", f"py{cell['python']}",
+            f"cu{cell['cuda'].replace('.', '')}", f"torch{cell['torch']}"]
     # default=False: a plain `nox` runs tests, recipes and lint, never hours of builds
-    nox.session(name=f"build-{cell.id}", venv_backend="none", tags=tags,
+    nox.session(name=f"build-{cell['id']}", venv_backend="none", tags=tags,
                 default=False)(build)
 
 
-for _cell in plan():
+for _cell in _cells():
     _register(_cell)
 
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """Run the test suite (fast tests; the same as `make test`)."""
-    session.run(sys.executable, "-m", "pytest", *session.posargs)
+    _project(session, "-m", "pytest", *session.posargs)
 
 
 @nox.session(name="tests-slow", venv_backend="none", default=False)
 def tests_slow(session: nox.Session) -> None:
     """Run the slow tests: real builds of real recipes (a causal_conv1d build takes ~7 min)."""
-    session.run(sys.executable, "-m", "pytest", "-m", "slow", *session.posargs)
+    _project(session, "-m", "pytest", "-m", "slow", *session.posargs)
 
 
 @nox.session(venv_backend="none")
 def recipes(session: nox.Session) -> None:
     """Validate every recipe against the compatibility table."""
-    session.run(sys.executable, "-m", "tools.recipe", *session.posargs)
+    _project(session, "-m", "tools.recipe", *session.posargs)
 
 
 @nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
     """Lint and audit the GitHub workflows (actionlint, zizmor)."""
-    session.run(sys.executable, "-m", "tools.lint_workflows", *session.posargs)
+    _project(session, "-m", "tools.lint_workflows", *session.posargs)
