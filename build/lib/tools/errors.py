@@ -1,0 +1,112 @@
+"""Error types, one per failure class, each with its own exit code.
+
+Every message is meant to be read by a person who didn't write the code: it names the file (or
+the input), the field, the rule that was broken and what to do about it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+
+
+class CuwheelsError(Exception):
+    """Base class: a failure with a human explanation and a distinct exit code."""
+
+    exit_code = 1
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  fix: {self.hint}"
+        return self.message
+
+
+class TableError(CuwheelsError):
+    """The global compatibility table is malformed."""
+
+    exit_code = 2
+    kind = "table"
+
+
+class RecipeError(CuwheelsError):
+    """A recipe is malformed or asks for something the table says doesn't exist."""
+
+    exit_code = 3
+    kind = "recipe"
+
+
+class PlanError(CuwheelsError):
+    """A matrix selection matches nothing, or names an unknown cell."""
+
+    exit_code = 4
+    kind = "plan"
+
+
+class SourceError(CuwheelsError):
+    """The sdist can't be fetched, its hash is wrong, or its archive is unsafe."""
+
+    exit_code = 5
+    kind = "source"
+
+
+class PatchError(CuwheelsError):
+    """A recipe patch does not apply to the source."""
+
+    exit_code = 6
+    kind = "patch"
+
+
+class ToolchainError(CuwheelsError):
+    """nvcc, the Python version or the container engine is missing or incompatible."""
+
+    exit_code = 7
+    kind = "toolchain"
+
+
+class CompileError(CuwheelsError):
+    """The package's own build (setup.py / nvcc) failed."""
+
+    exit_code = 8
+    kind = "compile"
+
+
+class RepairError(CuwheelsError):
+    """auditwheel could not repair the wheel."""
+
+    exit_code = 9
+    kind = "repair"
+
+
+class VerifyError(CuwheelsError):
+    """A built wheel failed a check; it is not published."""
+
+    exit_code = 10
+    kind = "verify"
+
+
+class IndexBuildError(CuwheelsError):
+    """The index could not be built (an immutable file changed, a bad yank list...)."""
+
+    exit_code = 11
+    kind = "index"
+
+
+def cli(func: Callable[..., int | None]) -> Callable[..., int]:
+    """Wrap a ``main()`` so a CuwheelsError prints its message and exits with its code."""
+
+    @wraps(func)
+    def wrapper(*args, **kwargs) -> int:
+        try:
+            return func(*args, **kwargs) or 0
+        except CuwheelsError as exc:
+            print(f"{exc.kind} error: {exc}", file=sys.stderr)
+            return exc.exit_code
+
+    return wrapper

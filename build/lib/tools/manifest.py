@@ -1,0 +1,41 @@
+"""The build manifest: a JSON file inside each wheel's ``.dist-info`` saying how it was built.
+
+It records the cell, the CUDA/torch/ABI the wheel was built against, the GPU architectures found
+in its extensions (not just requested), the source's sha256, the patches applied, the compiler
+versions and the recipe revision. The index reads the variant from it; the doctor reads it to
+explain an ``undefined symbol``.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from typing import Any
+
+from .variant import Variant, torch_series
+
+#: File name inside ``<name>-<version>.dist-info/``.
+MANIFEST_NAME = "cuwheels.json"
+#: Bumped when a key changes meaning; readers accept what they know.
+MANIFEST_SCHEMA = 1
+
+
+def read_manifest(wheel: zipfile.ZipFile, names: list[str] | None = None) -> dict[str, Any] | None:
+    """The manifest of an open wheel, or None when the wheel has none (built elsewhere).
+
+    ``names``: the wheel's member names to look among, when the caller has already narrowed them
+    (a long namelist is then scanned once, not twice).
+    """
+    suffix = f".dist-info/{MANIFEST_NAME}"
+    for name in wheel.namelist() if names is None else names:
+        if name.endswith(suffix) and name.count("/") == 1:
+            return json.loads(wheel.read(name))
+    return None
+
+
+def variant_from_manifest(manifest: dict[str, Any]) -> Variant | None:
+    """The Variant a manifest records, or None when it records no CUDA build."""
+    cuda, torch = manifest.get("cuda"), manifest.get("torch")
+    if not cuda or not torch:
+        return None
+    return Variant(str(cuda), torch_series(str(torch)), manifest.get("cxx11_abi"))

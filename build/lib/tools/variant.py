@@ -1,0 +1,133 @@
+"""The (CUDA, torch, C++ ABI) identity of a wheel: our local version label, and the others'.
+
+Our label is ``cu<cuda-nodot>.torch<major>.<minor>`` (``2.8.3+cu130.torch2.13``), with
+``.cxx11abi0`` appended only for a torch built with the pre-C++11 ABI. The torch minor is its own
+all-digit segment so that PEP 440 compares it numerically: ``torch2.10`` sorts after ``torch2.9``
+(Dao-AILab's ``cu12torch2.10cxx11abiTRUE`` does not, see FACTS.md).
+
+Third-party conventions are understood when reading wheels someone else built:
+``cu12torch2.8cxx11abiTRUE`` (Dao-AILab; ``cu12`` means any CUDA 12.x), ``cu128torch2.8``,
+``cu.12.8.torch.2.10`` and PyG's ``pt28cu128``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Variant:
+    """What a binary wheel was built against.
+
+    ``cuda`` is ``"12.8"``, or just the major (``"12"``) when the label only says "any 12.x";
+    ``torch`` is the ``major.minor`` series; ``cxx11_abi`` is None when the label doesn't say.
+    """
+
+    cuda: str
+    torch: str
+    cxx11_abi: bool | None = None
+
+    @property
+    def cuda_nodot(self) -> str:
+        """``"12.8"`` -> ``"128"``, ``"12"`` -> ``"12"``."""
+        return self.cuda.replace(".", "")
+
+    @property
+    def index_path(self) -> str:
+        """The variant index's directory under the site root: ``cu128/torch2.8``."""
+        return f"cu{self.cuda_nodot}/torch{self.torch}"
+
+    @property
+    def exact_cuda(self) -> bool:
+        """True when the CUDA version is major.minor, False for "any 12.x"."""
+        return "." in self.cuda
+
+
+def cuda_nodot(cuda: str) -> str:
+    """``"12.9"`` -> ``"129"`` (the spelling in cell ids and index paths)."""
+    return cuda.replace(".", "")
+
+
+#: PyTorch's own per-CUDA wheel index; ``torch_index_url("13.0")`` is its ``cu130`` directory.
+TORCH_INDEX_ROOT = "https://download.pytorch.org/whl/"
+
+
+def torch_index_url(cuda: str) -> str:
+    """PyTorch's wheel index for one CUDA version: ``"13.0"`` -> ``.../whl/cu130``."""
+    return f"{TORCH_INDEX_ROOT}cu{cuda_nodot(cuda)}"
+
+
+def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
+    """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
+
+    ``torch`` is None for the CUDA version's default torch series.
+
+    >>> cell_id("flash_attn", "3.12", "12.9")
+    'flash_attn-3.12-cu129'
+    >>> cell_id("flash_attn", "3.12", "12.9", "2.8")
+    'flash_attn-3.12-cu129-torch2.8'
+    """
+    base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
+    return base if torch is None else f"{base}-torch{torch}"
+
+
+def cuda_from_nodot(digits: str) -> str:
+    """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
+    if not digits.isdigit():
+        raise ValueError(f"not a CUDA version: {digits!r}")
+    if len(digits) <= 2:
+        return str(int(digits))
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def torch_series(version: str) -> str:
+    """``"2.13.0+cu130"`` -> ``"2.13"``."""
+    parts = version.split("+", 1)[0].split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise ValueError(f"not a torch version: {version!r}")
+    return f"{parts[0]}.{parts[1]}"
+
+
+def format_label(cuda: str, torch: str, cxx11_abi: bool = True) -> str:
+    """Our local version label for a build against ``torch`` (any X.Y[.Z]) and ``cuda`` (X.Y).
+
+    >>> format_label("13.0", "2.13.0")
+    'cu130.torch2.13'
+    >>> format_label("12.4", "2.6", cxx11_abi=False)
+    'cu124.torch2.6.cxx11abi0'
+    """
+    label = f"cu{cuda_nodot(cuda)}.torch{torch_series(torch)}"
+    return label if cxx11_abi else f"{label}.cxx11abi0"
+
+
+_OURS = re.compile(r"cu(?P<cu>\d{2,3})\.torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:\.cxx11abi(?P<abi>[01]))?")
+_DAO = re.compile(
+    r"cu(?P<cu>\d{2,3})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:cxx11abi(?P<abi>true|false))?", re.I
+)
+_DOTTED = re.compile(r"cu\.(?P<cmaj>\d+)\.(?P<cmin>\d+)\.torch\.(?P<tmaj>\d+)\.(?P<tmin>\d+)")
+_PYG = re.compile(r"pt(?P<tmaj>\d)(?P<tmin>\d+)cu(?P<cu>\d{2,3})")
+
+
+def parse_label(label: str) -> Variant | None:
+    """The Variant named by a local version label, or None when it names no CUDA+torch pair.
+
+    >>> parse_label("cu12torch2.8cxx11abiTRUE")
+    Variant(cuda='12', torch='2.8', cxx11_abi=True)
+    >>> parse_label("pt210cu128")
+    Variant(cuda='12.8', torch='2.10', cxx11_abi=None)
+    >>> parse_label("cpu") is None
+    True
+    """
+    text = label.strip()
+    if m := _OURS.fullmatch(text):
+        abi = None if m["abi"] is None else m["abi"] == "1"
+        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}", abi)
+    if m := _DAO.fullmatch(text):
+        abi = None if m["abi"] is None else m["abi"].lower() == "true"
+        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}", abi)
+    if m := _DOTTED.fullmatch(text):
+        return Variant(f"{int(m['cmaj'])}.{int(m['cmin'])}", f"{int(m['tmaj'])}.{int(m['tmin'])}")
+    if m := _PYG.fullmatch(text):
+        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}")
+    return None
