@@ -25,11 +25,16 @@ def test_find_root_prefers_the_environment_then_the_source_tree(tmp_path, monkey
 def installed(tmp_path_factory):
     """A venv with the project installed from a wheel-like copy: site-packages, no .pth link."""
     work = tmp_path_factory.mktemp("install")
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds.
+    source = work / "source"
+    source.mkdir()
+    shutil.copy2(ROOT / "pyproject.toml", source / "pyproject.toml")
+    shutil.copytree(ROOT / "tools", source / "tools", ignore=shutil.ignore_patterns("__pycache__"))
     venv = work / "venv"
     subprocess.run([uv_bin(), "venv", "--quiet", "--python", sys.executable, str(venv)],
                    check=True, timeout=120)
     subprocess.run([uv_bin(), "pip", "install", "--quiet", "--python", str(venv / "bin/python"),
-                    "--no-config", str(ROOT)], check=True, timeout=600)
+                    "--no-config", str(source)], check=True, timeout=600)
     return venv / "bin" / "python"
 
 
