@@ -29,7 +29,7 @@ from wheelfactory import installed, make_wheel
 
 from tools import ROOT
 from tools.selector import answer as selection
-from tools.selector import checks, cli, client, detect, doctor, gpu
+from tools.selector import checks, cli, client, detect, doctor, facts, gpu
 from tools.index import build_index
 from tools.pyenv import uv_bin
 from tools.serve import make_server
@@ -783,3 +783,32 @@ def test_module_names_from_installed_files():
     assert doctor.module_name("causal_conv1d/_C.abi3.so") == "causal_conv1d._C"
     assert doctor.module_name("flash_attn.libs/libgomp-a34b3233.so.1.0.0") is None
     assert doctor.module_name("demo_ext/__init__.py") is None
+
+
+# --------------------------------------------------------------------------- the site's facts
+
+
+def test_driver_floor_comes_from_the_site_and_its_absence_is_said(index, tmp_path):
+    """An older site without selector.json: the driver version is not compared, and the answer says so."""
+    m = machine(torch_version="2.13.0+cu130", cuda_driver="570.86.10")
+    site = tmp_path / "site"
+    shutil.copytree(index.server.site_dir, site)
+    assert not selection.select(client.Index(str(site)), "demo-ext", m).fits  # 570 < 580, from selector.json
+    (site / facts.FACTS_FILE).unlink()
+    older = selection.select(client.Index(str(site)), "demo-ext", m)
+    assert older.fits
+    assert any(n.startswith("couldn't check the NVIDIA driver 570.86.10 against CUDA 13.0: the index publishes no "
+                            "selector.json") for n in older.notes), older.notes
+
+
+def test_facts_lookup_and_validation():
+    site = facts.SiteFacts(min_driver={"12.8": "525.60.13", "12.4": "525.60.13", "13.0": "580"})
+    assert site.driver_for("12.8") == "525.60.13"
+    assert site.driver_for("12") == "525.60.13"     # "any 12.x": the floor of the major
+    assert site.driver_for("13.2") == "580"         # a minor the table lacks: minor-version compatibility
+    assert site.driver_for("14.0") is None
+    assert facts.parse_facts(site.to_json(), "x") == site
+    with pytest.raises(facts.FactsError, match="schema 1"):
+        facts.parse_facts({"schema": 2}, "x")
+    with pytest.raises(facts.FactsError, match="'min_driver'"):
+        facts.parse_facts({"schema": 1, "min_driver": {"12.8": 525}}, "x")

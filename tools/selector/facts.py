@@ -45,7 +45,8 @@ class SiteFacts:
 
     def to_json(self) -> dict[str, Any]:
         """The document as written to selector.json."""
-        return {"schema": SCHEMA, "min_driver": dict(sorted(self.min_driver.items(), key=lambda kv: _driver_key(kv[0])))}
+        ordered = sorted(self.min_driver.items(), key=lambda kv: _driver_key(kv[0]))
+        return {"schema": SCHEMA, "min_driver": dict(ordered)}
 
 
 def _driver_key(version: str) -> tuple[int, ...]:
