@@ -28,6 +28,7 @@ from tools import digest
 from tools import index as idx
 from tools.errors import IndexBuildError
 from tools.ledger import load_ledger
+from tools.selector.bundle import ZIPAPP_FILE, zipapp_bytes
 from tools.variant import Variant
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
@@ -906,14 +907,26 @@ def test_site_publishes_the_selector(tmp_path):
     make_wheel(tmp_path / "wheels", "pure", "1.0", tag=ANY)
     build(tmp_path, site_url="https://w.example/cuwheels")
     site = tmp_path / "site"
-    assert (site / "select.py").read_bytes() == (ROOT / "tools" / "select.py").read_bytes()
+    assert (site / ZIPAPP_FILE).read_bytes() == zipapp_bytes()
+    assert json.loads(page(site, "selector.json"))["min_driver"]["13.0"] == "580"
+    assert not (site / "select.py").exists()
     home = page(site, "index.html")
     assert "Which index fits my machine?" in home
     text = re.sub(r"<[^>]+>", "", home).replace("&amp;", "&")
-    assert ("curl -O https://w.example/cuwheels/select.py && "
-            "python select.py flash-attn --index https://w.example/cuwheels/") in text
-    build(tmp_path, init_ledger=False)  # and again on every build (the new site replaces the old)
-    assert (site / "select.py").read_bytes() == (ROOT / "tools" / "select.py").read_bytes()
+    assert ("curl -O https://w.example/cuwheels/cuwheels-select.pyz && "
+            "python cuwheels-select.pyz flash-attn --index https://w.example/cuwheels/") in text
+    before = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    build(tmp_path, site_url="https://w.example/cuwheels", init_ledger=False)  # again: byte for byte the same
+    assert {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
+
+
+def test_no_published_name_shadows_a_standard_library_module(tmp_path):
+    """A download saved under a published name must not shadow a module for Python started beside it."""
+    make_wheel(tmp_path / "wheels", "pure", "1.0", tag=ANY)
+    build(tmp_path)
+    for path in (tmp_path / "site").iterdir():
+        top = path.name.split(".")[0]
+        assert top not in sys.stdlib_module_names, path.name
 
 
 def test_selector_reads_the_arch_mismatch_from_the_site_without_the_wheel(tmp_path):
@@ -922,7 +935,7 @@ def test_selector_reads_the_arch_mismatch_from_the_site_without_the_wheel(tmp_pa
     for p in (tmp_path / "wheels").iterdir():
         p.unlink()  # nothing to peek into: the arch data can only come from the pages
     proc = subprocess.run(
-        [sys.executable, str(tmp_path / "site" / "select.py"), "ext", "--index", str(tmp_path / "site"),
+        [sys.executable, str(tmp_path / "site" / ZIPAPP_FILE), "ext", "--index", str(tmp_path / "site"),
          "--python-version", "3.11", "--glibc", "2.36", "--torch-version", "2.8.0+cu128", "--cxx11-abi", "true",
          "--cuda-driver", "570.0", "--sm", "120", "--json", "--no-peek"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,

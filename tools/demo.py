@@ -24,6 +24,7 @@ from .matrix import Cell, plan
 from .recipe import load_all
 from .serve import make_server
 from .table import load_table
+from .variant import Variant, uv_index_name
 
 DEMO_DIR = ROOT / "demo"
 
@@ -141,11 +142,11 @@ then point pip or uv at it:
   pip install {name} --extra-index-url http://127.0.0.1:8765/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/
   # pyproject.toml, for uv:
   [[tool.uv.index]]
-  name = "cuwheels-cu{cell.cuda.replace('.', '')}-torch{cell.torch}"
+  name = "{uv_index_name(Variant(cell.cuda, cell.torch).index_path)}"
   url = "http://127.0.0.1:8765/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/"
   explicit = true
   [tool.uv.sources]
-  {name} = {{ index = "cuwheels-cu{cell.cuda.replace('.', '')}-torch{cell.torch}" }}""")
+  {name} = {{ index = "{uv_index_name(Variant(cell.cuda, cell.torch).index_path)}" }}""")
     return 0
 
 

@@ -6,7 +6,8 @@ Layout of the site (``--output-dir``, INDEX_DIR)::
 
     index.html                                   for people: coverage matrix, pip and uv commands
     ledger.json                                  copy of the ledger this site was built from
-    select.py                                    the standalone selector (tools/select.py), to download
+    cuwheels-select.pyz                          the selector as one file (tools.selector.bundle), to download
+    selector.json                                facts the selector reads from the site (tools.selector.facts)
     simple/index.html, simple/index.json         every project (PEP 503 / PEP 691 root)
     simple/<project>/index.html, index.json      every file of <project>
     cu128/torch2.8/simple/...                    variant index: only wheels for CUDA 12.8 + torch 2.8
@@ -23,7 +24,7 @@ and ``data-dist-info-metadata``). Each page has a PEP 691 JSON twin (API 1.1, PE
 negotiate content types, so JSON clients must be pointed at ``.../simple/<project>/index.json``
 explicitly there; ``python -m tools.serve`` negotiates (``Accept``) and serves either at the
 directory URL. Every file with a variant also carries, in the JSON only, a private key (PEP 691
-reserves ``_`` keys; pip and uv ignore them) read by tools.select, so that it can check the GPU
+reserves ``_`` keys; pip and uv ignore them) read by tools.selector, so that it can check the GPU
 arch without reading the wheel::
 
     "_cuwheels": {"cuda": "12.8", "torch": "2.8", "cxx11_abi": true,
@@ -117,6 +118,7 @@ from packaging.utils import canonicalize_name
 from .digest import PARALLEL_MIN_BYTES, hash_files, jobs_for
 from .errors import IndexBuildError, cli
 from .ledger import Entry, atomic_write, dump_ledger, parse_ledger, read_ledger_text
+from .selector.bundle import site_files as selector_site_files
 from .variant import Variant
 from .wheelread import WheelRejected, index_wheel, parse_indexed, parse_version, read_wheel_metadata
 from .workers import default_jobs, map_in_workers
@@ -126,8 +128,6 @@ API_VERSION = "1.1"
 #: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``); part of every
 #: page fingerprint, so a site built before is rendered again rather than reused.
 PAGE_FORMAT = 2
-#: The standalone selector, published as ``<site>/select.py``.
-SELECTOR = Path(__file__).parent / "select.py"
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: Defaults of the command line, relative to where it runs (the repository root).
@@ -686,7 +686,8 @@ def render_site(
         file_count=len(entries),
         yanked_count=sum(1 for fn in yanked if fn in entries),
     ).encode("utf-8")
-    pages["select.py"] = SELECTOR.read_bytes()
+    for name, data in selector_site_files().items():  # cuwheels-select.pyz and selector.json
+        pages[name] = data
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")
     pages[FINGERPRINTS] = _json_text(fingerprints).encode("utf-8")
     return Site(

@@ -2,12 +2,17 @@
 
 Our label is ``cu<cuda-nodot>.torch<major>.<minor>`` (``2.8.3+cu130.torch2.13``), with
 ``.cxx11abi0`` appended only for a torch built with the pre-C++11 ABI. The torch minor is its own
-all-digit segment so that PEP 440 compares it numerically: ``torch2.10`` sorts after ``torch2.9``
-(Dao-AILab's ``cu12torch2.10cxx11abiTRUE`` does not, see FACTS.md).
+all-digit segment so that PEP 440 compares it numerically: ``torch2.10`` sorts after ``torch2.9``.
+Dao-AILab's ``cu12torch2.10cxx11abiTRUE`` does not: PEP 440 splits a local label only at ``.``,
+``-`` and ``_``, so its segment ``torch2`` is followed by ``10cxx11abitrue``, compared as a
+string, and ``"10..." < "8..."``.
 
 Third-party conventions are understood when reading wheels someone else built:
 ``cu12torch2.8cxx11abiTRUE`` (Dao-AILab; ``cu12`` means any CUDA 12.x), ``cu128torch2.8``,
-``cu.12.8.torch.2.10`` and PyG's ``pt28cu128``.
+``cu.12.8.torch.2.10`` and PyG's ``pt28cu128``, each optionally followed by build metadata
+(see parse_label).
+
+Standard library only: the selector's single-file download (tools.selector.bundle) carries it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,11 @@ def torch_index_url(cuda: str) -> str:
     return f"{TORCH_INDEX_ROOT}cu{cuda_nodot(cuda)}"
 
 
+def uv_index_name(index_path: str) -> str:
+    """The name of a variant index in uv's configuration: ``cu128/torch2.8`` -> ``cuwheels-cu128-torch2.8``."""
+    return "cuwheels-" + index_path.replace("/", "-")
+
+
 def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
     """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
 
@@ -101,33 +111,44 @@ def format_label(cuda: str, torch: str, cxx11_abi: bool = True) -> str:
     return label if cxx11_abi else f"{label}.cxx11abi0"
 
 
-_OURS = re.compile(r"cu(?P<cu>\d{2,3})\.torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:\.cxx11abi(?P<abi>[01]))?")
-_DAO = re.compile(
-    r"cu(?P<cu>\d{2,3})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:cxx11abi(?P<abi>true|false))?", re.I
-)
-_DOTTED = re.compile(r"cu\.(?P<cmaj>\d+)\.(?P<cmin>\d+)\.torch\.(?P<tmaj>\d+)\.(?P<tmin>\d+)")
-_PYG = re.compile(r"pt(?P<tmaj>\d)(?P<tmin>\d+)cu(?P<cu>\d{2,3})")
+_OURS = r"cu(?P<cu>\d{2,3})\.torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:\.cxx11abi(?P<abi>[01]))?"
+_DAO = r"cu(?P<cu>\d{2,3})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:cxx11abi(?P<abi>true|false))?"
+_DOTTED = r"cu\.(?P<cmaj>\d+)\.(?P<cmin>\d+)\.torch\.(?P<tmaj>\d+)\.(?P<tmin>\d+)"
+_PYG = r"pt(?P<tmaj>\d)(?P<tmin>\d+)cu(?P<cu>\d{2,3})"
+#: Build metadata after a complete label: either glued on as one of the words builders use
+#: (``gite2743ab``: a git hash of 7 to 40 hex digits; ``post1``; ``dev3``), or one or more
+#: ``.``-separated alphanumeric segments (``.post1``, ``.gite2743ab``, ``.1``), each optionally
+#: followed by more such segments. A segment may not start like a label part (``cxx11abi``,
+#: ``cu<digits>``, ``torch``, ``pt<digits>``), so that a malformed ABI flag is refused rather than
+#: dropped; anything else glued on (``cu128torch2.8x``) is not metadata, and the label names no
+#: variant.
+_SEGMENT = r"\.(?!cxx11abi|cu\d|torch|pt\d)[a-z0-9]+"
+_TRAILER = rf"(?:(?:git[0-9a-f]{{7,40}}|post\d+|dev\d+)(?:{_SEGMENT})*|(?:{_SEGMENT})+)?"
+_GRAMMARS = tuple(re.compile(rf"(?:{grammar}){_TRAILER}", re.I) for grammar in (_OURS, _DAO, _DOTTED, _PYG))
 
 
 def parse_label(label: str) -> Variant | None:
     """The Variant named by a local version label, or None when it names no CUDA+torch pair.
 
+    A label may carry build metadata after the variant (``cu130torch2.10gite2743ab``,
+    ``cu128torch2.8.post1``); what the metadata may be is described at ``_TRAILER``.
+
     >>> parse_label("cu12torch2.8cxx11abiTRUE")
     Variant(cuda='12', torch='2.8', cxx11_abi=True)
     >>> parse_label("pt210cu128")
     Variant(cuda='12.8', torch='2.10', cxx11_abi=None)
+    >>> parse_label("cu130torch2.10gite2743ab")
+    Variant(cuda='13.0', torch='2.10', cxx11_abi=None)
     >>> parse_label("cpu") is None
     True
     """
     text = label.strip()
-    if m := _OURS.fullmatch(text):
-        abi = None if m["abi"] is None else m["abi"] == "1"
-        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}", abi)
-    if m := _DAO.fullmatch(text):
-        abi = None if m["abi"] is None else m["abi"].lower() == "true"
-        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}", abi)
-    if m := _DOTTED.fullmatch(text):
-        return Variant(f"{int(m['cmaj'])}.{int(m['cmin'])}", f"{int(m['tmaj'])}.{int(m['tmin'])}")
-    if m := _PYG.fullmatch(text):
-        return Variant(cuda_from_nodot(m["cu"]), f"{int(m['tmaj'])}.{int(m['tmin'])}")
+    for grammar in _GRAMMARS:
+        m = grammar.fullmatch(text)
+        if m is None:
+            continue
+        fields = m.groupdict()
+        cuda = f"{int(fields['cmaj'])}.{int(fields['cmin'])}" if "cmaj" in fields else cuda_from_nodot(fields["cu"])
+        abi = None if fields.get("abi") is None else fields["abi"].lower() in ("1", "true")
+        return Variant(cuda, f"{int(fields['tmaj'])}.{int(fields['tmin'])}", abi)
     return None

@@ -35,6 +35,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import pyenv
 from .errors import ToolchainError, VerifyError, cli
+from .symbols import demangle_all
 from .table import arch_key
 from .variant import torch_series
 
@@ -185,13 +186,7 @@ def exported_symbols(lib_dir: Path) -> set[str]:
 
 def demangle(names: list[str]) -> list[str]:
     """C++ names for mangled ``names`` (same order), via c++filt; unchanged without it."""
-    cxxfilt = shutil.which("c++filt")
-    if not names or cxxfilt is None:
-        return list(names)
-    proc = subprocess.run([cxxfilt], input="\n".join(names) + "\n", capture_output=True,
-                          text=True, timeout=60)
-    out = proc.stdout.splitlines()
-    return out if proc.returncode == 0 and len(out) == len(names) else list(names)
+    return demangle_all(names)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""tools.select: detection, answers from a real index, the printed pip/uv commands, and the doctor.
+"""tools.selector: detection, answers from a real index, the printed pip/uv commands, and the doctor.
 
 The index is built by tools.index from wheelfactory wheels (with build manifests and our labels)
 and served by tools.serve in a thread of this process; a second served index stands in for PyPI
@@ -10,7 +10,6 @@ its fixture and every subprocess has a timeout.
 
 from __future__ import annotations
 
-import ast
 import importlib.machinery
 import importlib.metadata
 import json
@@ -26,15 +25,14 @@ from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 from wheelfactory import installed, make_wheel
 
 from tools import ROOT
-from tools import select as sel
+from tools.selector import answer as selection
+from tools.selector import checks, cli, client, detect, doctor, facts, gpu
 from tools.index import build_index
 from tools.pyenv import uv_bin
 from tools.serve import make_server
-from tools.variant import parse_label as tools_parse_label
 
 CLIENT_TIMEOUT = 120
 X86 = "manylinux_2_28_x86_64"
@@ -45,32 +43,11 @@ C10_SYMBOL = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
 # --------------------------------------------------------------------------- the small parsers
 
 
-def test_version_order_matches_packaging():
-    versions = ["1.0.dev1", "1.0a1", "1.0a2.dev1", "1.0b1", "1.0rc1", "1.0", "1.0.post1", "1.0+cu128.torch2.8",
-                "1.0+cu128.torch2.10", "1.0+cu128.torch2.9", "1.0+abc", "1.0.0.1", "2.8.3", "2.10", "2.9.post2",
-                "1!0.1", "1.0+cu12torch2.8cxx11abiTRUE"]
-    assert sorted(versions, key=sel.version_key) == sorted(versions, key=Version)
-
-
 @pytest.mark.parametrize("spec", [">=3.9", ">=3.9,<3.12", "!=3.10.*", "==3.11.*", "~=3.10", "~=3.11.2", ">3.11",
                                   "<=3.11", "==3.11", ">=3.12", "", ">=3.8, !=3.11.0"])
 @pytest.mark.parametrize("python", [(3, 9, 0), (3, 10, 4), (3, 11, 0), (3, 11, 7), (3, 12, 1), (3, 13, 0)])
 def test_requires_python_matches_packaging(spec, python):
-    assert sel.python_allowed(spec, python) == SpecifierSet(spec).contains(".".join(map(str, python)))
-
-
-@pytest.mark.parametrize("label", [
-    "cu130.torch2.13", "cu124.torch2.6.cxx11abi0", "cu124.torch2.6.cxx11abi1",  # ours
-    "cu12torch2.8cxx11abiTRUE", "cu12torch2.10cxx11abiFALSE", "cu128torch2.8",   # Dao-AILab style
-    "cu.12.8.torch.2.10", "pt28cu128", "pt210cu126",                             # dotted, PyG
-    "cpu", "cu128", "torch2.8", "",                                              # not a variant
-])
-def test_parse_label_is_a_faithful_copy(label):
-    ours, theirs = sel.parse_label(label), tools_parse_label(label)
-    assert (ours is None) == (theirs is None)
-    if ours is not None:
-        assert (ours.cuda, ours.torch, ours.cxx11_abi) == (theirs.cuda, theirs.torch, theirs.cxx11_abi)
-        assert ours.index_path == theirs.index_path
+    assert checks.python_allowed(spec, python) == SpecifierSet(spec).contains(".".join(map(str, python)))
 
 
 @pytest.mark.parametrize("arch, cc, sass, ptx", [
@@ -86,40 +63,15 @@ def test_parse_label_is_a_faithful_copy(label):
     ("90", (12, 0), False, True),   # an RTX 5090 can JIT sm_90 PTX, not run its SASS
 ])
 def test_arch_compatibility(arch, cc, sass, ptx):
-    assert sel.sass_runs(arch, cc) is sass
-    assert sel.ptx_runs(arch, cc) is ptx
+    assert gpu.sass_runs(arch, cc) is sass
+    assert gpu.ptx_runs(arch, cc) is ptx
 
 
 @pytest.mark.parametrize("text, expected", [
     ("8.0", (8, 0)), ("sm_90", (9, 0)), ("90a", (9, 0)), ("120", (12, 0)), ("12.1", (12, 1)), ("x", None),
 ])
 def test_parse_sm(text, expected):
-    assert sel.parse_sm(text) == expected
-
-
-def test_min_driver_copy_equals_the_table():
-    """select.py embeds the table's min_driver (it must run alone); the copy must not drift."""
-    table_path = ROOT / "recipes" / "table.yaml"
-    from tools.table import load_table
-
-    table = load_table(table_path)
-    by_major: dict[str, set[str]] = {}
-    for version, entry in table.cuda.items():
-        by_major.setdefault(version.split(".")[0], set()).add(entry.min_driver)
-    assert {major: values.pop() if len(values) == 1 else sorted(values) for major, values in by_major.items()} \
-        == sel.MIN_DRIVER
-
-
-def test_uses_only_the_standard_library():
-    tree = ast.parse((ROOT / "tools" / "select.py").read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "no relative imports: the file must run alone"
-            imported.add(node.module.split(".")[0])
-    assert imported - set(sys.stdlib_module_names) == {"__future__"} - set(sys.stdlib_module_names)
+    assert gpu.parse_sm(text) == expected
 
 
 # --------------------------------------------------------------------------- fake environments
@@ -189,20 +141,20 @@ EXPECTED = {
 def test_detection(env, tmp_path, monkeypatch):
     name, smi, libcuda, torch, glibc = env
     smi_path = fake_nvidia_smi(tmp_path / "bin", smi) if smi is not None else None
-    monkeypatch.setattr(sel, "_which", lambda prog: str(smi_path) if prog == "nvidia-smi" and smi_path else
+    monkeypatch.setattr(detect, "_which", lambda prog: str(smi_path) if prog == "nvidia-smi" and smi_path else
                         shutil.which(prog) if prog != "nvidia-smi" else None)
-    monkeypatch.setattr(sel, "_libcuda_probe", lambda: libcuda)
-    monkeypatch.setattr(sel, "_proc_driver_version", lambda: None)
-    monkeypatch.setattr(sel, "_libc_version", lambda: ("glibc", glibc))
-    monkeypatch.setattr(sel, "_import_torch_probe", lambda: pytest.fail("torch must be read, not imported"))
+    monkeypatch.setattr(detect, "_libcuda_probe", lambda: libcuda)
+    monkeypatch.setattr(detect, "_proc_driver_version", lambda: None)
+    monkeypatch.setattr(detect, "_libc_version", lambda: ("glibc", glibc))
+    monkeypatch.setattr(detect, "_import_torch_probe", lambda: pytest.fail("torch must be read, not imported"))
     dist = None
     if torch is not None:
         version, cuda, hip, abi = torch
         dist = importlib.metadata.PathDistribution(fake_torch(tmp_path / "site", version, cuda=cuda, hip=hip,
                                                               cxx11_abi=abi))
-    monkeypatch.setattr(sel, "_torch_distribution", lambda: dist)
+    monkeypatch.setattr(detect, "_torch_distribution", lambda: dist)
 
-    m = sel.detect_machine({})
+    m = detect.detect_machine({})
     torch_v, build, cuda, abi, driver, driver_cuda, sms, glibc_t, undetected = EXPECTED[name]
     assert (m.torch, m.torch_build, m.torch_cuda, m.cxx11_abi) == (torch_v, build, cuda, abi)
     assert (m.driver, m.driver_cuda) == (driver, driver_cuda)
@@ -211,23 +163,23 @@ def test_detection(env, tmp_path, monkeypatch):
     assert set(m.unknown) == undetected
     assert m.python_tag == f"cp{sys.version_info[0]}{sys.version_info[1]}"
     json.dumps(m.to_json())  # always serializable
-    assert sel.format_machine(m)
+    assert cli.format_machine(m)
 
 
 def test_overrides_replace_every_fact(monkeypatch):
-    monkeypatch.setattr(sel, "_which", lambda prog: None)
-    monkeypatch.setattr(sel, "_libcuda_probe", lambda: None)
-    monkeypatch.setattr(sel, "_torch_distribution", lambda: pytest.fail("torch given: not looked up"))
-    m = sel.detect_machine({"python_version": "3.12", "machine": "aarch64", "glibc": "2.28",
+    monkeypatch.setattr(detect, "_which", lambda prog: None)
+    monkeypatch.setattr(detect, "_libcuda_probe", lambda: None)
+    monkeypatch.setattr(detect, "_torch_distribution", lambda: pytest.fail("torch given: not looked up"))
+    m = detect.detect_machine({"python_version": "3.12", "machine": "aarch64", "glibc": "2.28",
                             "torch_version": "2.8.0+cu128", "cxx11_abi": "1", "cuda_driver": "580.65.06",
                             "sm": "9.0,120"})
     assert (m.python[:2], m.arch, m.glibc, m.torch, m.torch_build, m.torch_cuda, m.cxx11_abi, m.driver) == \
         ((3, 12), "aarch64", (2, 28), "2.8.0+cu128", "cuda", "12.8", True, "580.65.06")
     assert [g.sm for g in m.gpus] == ["90", "120"]
     assert m.unknown == {}
-    m = sel.detect_machine({"torch_version": "2.9.1", "torch_cuda": "12.8", "cuda_driver": "12.4", "sm": "none"})
+    m = detect.detect_machine({"torch_version": "2.9.1", "torch_cuda": "12.8", "cuda_driver": "12.4", "sm": "none"})
     assert (m.torch_cuda, m.driver, m.driver_cuda, m.gpus) == ("12.8", None, "12.4", [])
-    m = sel.detect_machine({"torch_version": "2.9.1", "sm": "none", "cuda_driver": "13.0"})
+    m = detect.detect_machine({"torch_version": "2.9.1", "sm": "none", "cuda_driver": "13.0"})
     assert m.torch_build is None and "torch_cuda" in m.unknown
 
 
@@ -235,17 +187,17 @@ def test_torch_is_imported_only_when_its_files_say_nothing(tmp_path, monkeypatch
     info = fake_torch(tmp_path, "2.8.0", cuda="12.8")
     (tmp_path / "torch" / "version.py").unlink()
     (tmp_path / "torch" / "lib" / "libc10.so").unlink()
-    monkeypatch.setattr(sel, "_torch_distribution", lambda: importlib.metadata.PathDistribution(info))
-    monkeypatch.setattr(sel, "_import_torch_probe", lambda: {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True,
+    monkeypatch.setattr(detect, "_torch_distribution", lambda: importlib.metadata.PathDistribution(info))
+    monkeypatch.setattr(detect, "_import_torch_probe", lambda: {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True,
                                                              "gpus": [[[9, 0], "NVIDIA H100"]]})
-    m = sel.Machine(python=(3, 11, 7))
-    sel.detect_torch(m)
+    m = detect.Machine(python=(3, 11, 7))
+    detect.detect_torch(m)
     assert (m.torch_build, m.torch_cuda, m.cxx11_abi, [g.sm for g in m.gpus]) == ("cuda", "12.8", True, ["90"])
     assert m.sources["cxx11_abi"] == "import torch (subprocess)"
 
 
 def test_nvidia_smi_parsing():
-    driver, gpus = sel.parse_nvidia_smi("8.0, 535.104.05, NVIDIA A100-SXM4-80GB\n9.0, 535.104.05, NVIDIA H100\n\n"
+    driver, gpus = detect.parse_nvidia_smi("8.0, 535.104.05, NVIDIA A100-SXM4-80GB\n9.0, 535.104.05, NVIDIA H100\n\n"
                                         "[N/A], 535.104.05, odd\n")
     assert driver == "535.104.05"
     assert [(g.sm, g.name) for g in gpus] == [("80", "NVIDIA A100-SXM4-80GB"), ("90", "NVIDIA H100")]
@@ -253,7 +205,7 @@ def test_nvidia_smi_parsing():
 
 def test_detection_here_never_crashes():
     """The real command on this machine (maybe no GPU, no nvidia-smi, no torch) answers and exits 0."""
-    proc = subprocess.run([sys.executable, "-m", "tools.select", "--detect", "--json"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tools.selector", "--detect", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=CLIENT_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
@@ -339,12 +291,12 @@ def decoy(tmp_path_factory) -> Iterator[Served]:
     served.stop()
 
 
-def machine(**overrides: str) -> sel.Machine:
+def machine(**overrides: str) -> detect.Machine:
     """A machine from overrides only (nothing detected: the same answer on any test host)."""
     base = {"python_version": "3.11", "machine": "x86_64", "glibc": "2.36", "torch_version": "2.8.0+cu128",
             "cxx11_abi": "1", "cuda_driver": "570.86.10", "sm": "90"}
     base.update(overrides)
-    return sel.detect_machine({k: v for k, v in base.items() if v is not None}, allow_import=False)
+    return detect.detect_machine({k: v for k, v in base.items() if v is not None}, allow_import=False)
 
 
 SELECT_CASES = [
@@ -390,7 +342,7 @@ def test_select(case, index):
     package = "other-ext" if name.startswith("other-ext") else "demo-ext"
     if name == "old-abi-torch":
         package = "other-ext"  # its label says cxx11abiTRUE; this torch uses the old ABI
-    answer = sel.select(sel.Index(index.url), package, machine(**overrides), version=version)
+    answer = selection.select(client.Index(index.url), package, machine(**overrides), version=version)
     assert answer.fits is fits, (answer.reason, answer.reasons)
     if fits:
         assert answer.index_path == where
@@ -403,28 +355,28 @@ def test_select(case, index):
         assert where in answer.reason + " ".join(answer.reasons)
         assert answer.build and "--backend host" in answer.build
     json.dumps(answer.to_json())
-    assert sel.format_answer(answer)
+    assert cli.format_answer(answer)
 
 
 def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
     def cand(filename):
-        return sel.Candidate(sel.IndexFile(filename, filename), sel.parse_wheel_filename(filename), None, "x")
+        return checks.Candidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")
 
     names = [f"demo_ext-1.2.0+cu128.torch2.8{b}-cp311-cp311-{X86}.whl" for b in ("", "-2", "-10", "-1")]
     names.append(f"demo_ext-1.1.0+cu128.torch2.8-11-cp311-cp311-{X86}.whl")  # an older version's rebuild
-    order = [c.file.filename for c in sel._pick_order([cand(n) for n in names], pinned=False)]
+    order = [c.file.filename for c in selection.pick_order([cand(n) for n in names], pinned=False)]
     assert order == [names[2], names[1], names[3], names[0], names[4]]
 
 
 def test_arch_failure_suggests_a_build_for_the_gpu_and_the_version_that_fits(index):
-    answer = sel.select(sel.Index(index.url), "demo-ext", machine(sm="120"), version="1.2.0")
+    answer = selection.select(client.Index(index.url), "demo-ext", machine(sm="120"), version="1.2.0")
     assert "nox -s build-demo_ext-3.11-cu128-torch2.8 -- --backend host --archs 120" in answer.build
     assert answer.alternatives[0]["versions"] == ["1.1.0"]
     assert "demo-ext==1.1.0+cu128.torch2.8" in answer.alternatives[0]["pip"]
 
 
 def test_alternatives_name_the_torch_versions_that_have_wheels(index):
-    answer = sel.select(sel.Index(index.url), "demo-ext", machine(torch_version="2.11.0+cu128"))
+    answer = selection.select(client.Index(index.url), "demo-ext", machine(torch_version="2.11.0+cu128"))
     assert [a["index"] for a in answer.alternatives][:2] == ["cu128/torch2.9", "cu128/torch2.8"]  # nearest torch first
     assert answer.alternatives[0]["torch_install"] == \
         'pip install "torch==2.9.*" --index-url https://download.pytorch.org/whl/cu128'
@@ -433,18 +385,18 @@ def test_alternatives_name_the_torch_versions_that_have_wheels(index):
 
 
 def test_no_torch_lists_what_exists(index, monkeypatch):
-    monkeypatch.setattr(sel, "_torch_distribution", lambda: None)
-    m = sel.detect_machine({"glibc": "2.36", "cuda_driver": "580.65.06", "sm": "90", "python_version": "3.11"})
-    answer = sel.select(sel.Index(index.url), "demo-ext", m)
+    monkeypatch.setattr(detect, "_torch_distribution", lambda: None)
+    m = detect.detect_machine({"glibc": "2.36", "cuda_driver": "580.65.06", "sm": "90", "python_version": "3.11"})
+    answer = selection.select(client.Index(index.url), "demo-ext", m)
     assert not answer.fits and "torch is not installed" in answer.reason
     assert {a["index"] for a in answer.alternatives} >= {"cu128/torch2.8", "cu130/torch2.13"}
 
 
 def test_unknown_project(index):
-    answer = sel.select(sel.Index(index.url), "demo", machine())
+    answer = selection.select(client.Index(index.url), "demo", machine())
     assert not answer.fits and "demo is not in the index" in answer.reason
     assert [a["project"] for a in answer.alternatives] == ["demo-ext"]  # names that contain it first
-    answer = sel.select(sel.Index(index.url), "flash-attn", machine())
+    answer = selection.select(client.Index(index.url), "flash-attn", machine())
     assert [a["project"] for a in answer.alternatives] == ["demo-ext", "other-ext"]  # else all of them
 
 
@@ -475,7 +427,7 @@ def test_arch_is_read_from_the_wheel_with_range_requests(tmp_path):
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/{wheel.name}"
-        found, how = sel.read_wheel_manifest(url, len(data))
+        found, how = client.read_wheel_manifest(url, len(data))
     finally:
         server.shutdown()
         server.server_close()
@@ -485,7 +437,7 @@ def test_arch_is_read_from_the_wheel_with_range_requests(tmp_path):
 
 
 def test_arch_check_is_skipped_when_the_server_ignores_ranges(tmp_path, monkeypatch):
-    monkeypatch.setattr(sel, "PEEK_FULL_LIMIT", 1 << 20)
+    monkeypatch.setattr(client, "PEEK_FULL_LIMIT", 1 << 20)
     files, site = tmp_path / "files", tmp_path / "site"
     make_wheel(files, "demo-ext", "1.2.0", local="cu128.torch2.8", tag=f"cp311-cp311-{X86}",
                manifest=manifest("12.8", "2.8.0", ["80"]), payload=os.urandom(2 << 20))
@@ -499,7 +451,7 @@ def test_arch_check_is_skipped_when_the_server_ignores_ranges(tmp_path, monkeypa
         page.write_text(json.dumps(doc))
     served = Served(make_server(site, files))  # tools.serve answers every request with the whole file
     try:
-        answer = sel.select(sel.Index(served.url), "demo-ext", machine(sm="120"))
+        answer = selection.select(client.Index(served.url), "demo-ext", machine(sm="120"))
     finally:
         served.stop()
     assert answer.fits  # unchecked is not a failure...
@@ -516,9 +468,9 @@ def test_arch_data_from_the_index_itself_is_used_first(index, tmp_path):
         f["_cuwheels"] = {"cuda": "12.8", "torch": "2.8", "cxx11_abi": True,
                           "archs": {SO: {"sass": ["80"], "ptx": []}}}
     page.write_text(json.dumps(doc))
-    answer = sel.select(sel.Index(str(site)), "demo-ext", machine(sm="90"), peek=False)
+    answer = selection.select(client.Index(str(site)), "demo-ext", machine(sm="90"), peek=False)
     assert not answer.fits and "has no kernels for sm_90" in answer.reason
-    assert sel.select(sel.Index(str(site)), "demo-ext", machine(sm="86"), peek=False).fits
+    assert selection.select(client.Index(str(site)), "demo-ext", machine(sm="86"), peek=False).fits
 
 
 def test_html_only_index(index, tmp_path):
@@ -527,15 +479,15 @@ def test_html_only_index(index, tmp_path):
     shutil.copytree(index.server.site_dir, site)
     for page in site.rglob("index.json"):
         page.unlink()
-    answer = sel.select(sel.Index(str(site)), "demo-ext", machine(sm="none"))
+    answer = selection.select(client.Index(str(site)), "demo-ext", machine(sm="none"))
     assert answer.fits and answer.filename == "demo_ext-1.2.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
-    assert sel.select(sel.Index(str(site)), "demo-ext", machine(), version="1.0.0").reasons[0].endswith(
+    assert selection.select(client.Index(str(site)), "demo-ext", machine(), version="1.0.0").reasons[0].endswith(
         "is yanked (broken build)")
 
 
 def test_local_site_directory_and_its_public_url(index, tmp_path):
     site = Path(index.server.site_dir)
-    answer = sel.select(sel.Index(str(site / "cu128" / "torch2.8" / "simple"), site_url="https://w.example/cuwheels"),
+    answer = selection.select(client.Index(str(site / "cu128" / "torch2.8" / "simple"), site_url="https://w.example/cuwheels"),
                         "demo-ext", machine(sm="none"))
     assert answer.fits and answer.index_url == "https://w.example/cuwheels/cu128/torch2.8/simple/"
 
@@ -566,7 +518,7 @@ def run_select(*args: str, pythonpath: Path | None = None, path_prefix: Path | N
         env["PYTHONPATH"] = str(pythonpath)
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"
-    cmd = [python, "-m", "tools.select", *args] if module else [python, *args]
+    cmd = [python, "-m", "tools.selector", *args] if module else [python, *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, env=env)
 
 
@@ -674,19 +626,6 @@ def test_unreachable_index_is_exit_3():
     assert proc.returncode == 3 and "index error" in proc.stderr
 
 
-def test_single_file_runs_alone(index, tmp_path):
-    """Copied out of the repository and run as ``python select.py`` by the oldest Python at hand,
-    isolated (-I): no tools package, no packaging, and its name must not shadow the select module."""
-    shutil.copy(ROOT / "tools" / "select.py", tmp_path / "select.py")
-    pythons = sorted(Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")).glob("versions/3.8*/bin/python3.8"))
-    python = str(pythons[0]) if pythons else sys.executable
-    proc = run_select("-I", "select.py", "demo-ext", "--index", index.url, "--json", "--python-version", "3.11",
-                      "--torch-version", "2.9.1+cu128", "--cuda-driver", "570.86.10", "--sm", "8.0",
-                      python=python, cwd=tmp_path, module=False)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["index_url"] == f"{index.url}/cu128/torch2.9/simple/"
-
-
 # --------------------------------------------------------------------------- the doctor
 
 
@@ -777,10 +716,10 @@ def test_doctor_reads_the_error_from_a_file(tmp_path):
                             "glibc 2.35")
 
 
-def _installed(**manifest_overrides) -> sel.Installed:
+def _installed(**manifest_overrides) -> doctor.Installed:
     man = manifest("12.8", "2.8.0", ["80", "90"])
     man.update(manifest_overrides)
-    return sel.Installed("demo-ext", "1.2.0+cu128.torch2.8", man, ["demo_ext_cuda"], ["demo_ext"], "/venv")
+    return doctor.Installed("demo-ext", "1.2.0+cu128.torch2.8", man, ["demo_ext_cuda"], ["demo_ext"], "/venv")
 
 
 DOCTOR_CASES = [
@@ -797,12 +736,12 @@ DOCTOR_CASES = [
      {"torch_version": "2.8.0+cu130"}, _installed(cuda="12.8"), "undefined-symbol", ["built for CUDA 12.8",
                                                                                      "CUDA 13.0"]),
     ("undefined-symbol-no-manifest", f"ImportError: /v/x.so: undefined symbol: {C10_SYMBOL}",
-     {"torch_version": "2.9.1+cu128"}, sel.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     {"torch_version": "2.9.1+cu128"}, doctor.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
      "undefined-symbol", ["manifest is missing"]),
     ("undefined-symbol-not-torch", "ImportError: /v/x.so: undefined symbol: _ZN5flash12run_mha_fwd_EPv",
      {}, _installed(), "undefined-symbol", ["isn't torch's", "flash::run_mha_fwd_"]),
     ("missing-cuda-module", "ModuleNotFoundError: No module named 'flash_attn_2_cuda'", {},
-     sel.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
+     doctor.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
      "missing-extension", ["without its compiled CUDA extension flash_attn_2_cuda", "source-only or CPU-only",
                            "pip uninstall -y demo-ext"]),
     ("torch-missing", "ModuleNotFoundError: No module named 'torch'", {}, _installed(), "torch-missing",
@@ -829,25 +768,47 @@ DOCTOR_CASES = [
 def test_doctor_explains(case, index):
     name, error, overrides, inst, kind, fragments = case
     m = machine(**overrides)
-    idx = sel.Index(index.url)
-    answer = sel.select(idx, "demo-ext", m)
-    d = sel.diagnose(error, "demo-ext", m, inst, index=idx, answer=answer)
+    idx = client.Index(index.url)
+    answer = selection.select(idx, "demo-ext", m)
+    d = doctor.diagnose(error, "demo-ext", m, inst, index=idx, answer=answer)
     assert d.kind == kind
     text = "\n".join([d.summary, *d.details, *d.fixes])
     for fragment in fragments:
         assert fragment in text, text
-    assert sel.format_diagnosis(d, m)
-
-
-def test_demangling_without_cxxfilt(monkeypatch):
-    monkeypatch.setattr(sel, "_which", lambda prog: None)
-    assert sel.demangle(C10_SYMBOL) == "c10::cuda::c10_cuda_check_implementation(...)"
-    assert sel.demangle("_ZNK3c1010TensorImpl4sizeEl") == "c10::TensorImpl::size(...)"
-    assert sel.demangle("not_mangled") == "not_mangled"
+    assert cli.format_diagnosis(d, m)
 
 
 def test_module_names_from_installed_files():
-    assert sel.module_name("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so") == "flash_attn_2_cuda"
-    assert sel.module_name("causal_conv1d/_C.abi3.so") == "causal_conv1d._C"
-    assert sel.module_name("flash_attn.libs/libgomp-a34b3233.so.1.0.0") is None
-    assert sel.module_name("demo_ext/__init__.py") is None
+    assert doctor.module_name("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so") == "flash_attn_2_cuda"
+    assert doctor.module_name("causal_conv1d/_C.abi3.so") == "causal_conv1d._C"
+    assert doctor.module_name("flash_attn.libs/libgomp-a34b3233.so.1.0.0") is None
+    assert doctor.module_name("demo_ext/__init__.py") is None
+
+
+# --------------------------------------------------------------------------- the site's facts
+
+
+def test_driver_floor_comes_from_the_site_and_its_absence_is_said(index, tmp_path):
+    """An older site without selector.json: the driver version is not compared, and the answer says so."""
+    m = machine(torch_version="2.13.0+cu130", cuda_driver="570.86.10")
+    site = tmp_path / "site"
+    shutil.copytree(index.server.site_dir, site)
+    assert not selection.select(client.Index(str(site)), "demo-ext", m).fits  # 570 < 580, from selector.json
+    (site / facts.FACTS_FILE).unlink()
+    older = selection.select(client.Index(str(site)), "demo-ext", m)
+    assert older.fits
+    assert any(n.startswith("couldn't check the NVIDIA driver 570.86.10 against CUDA 13.0: the index publishes no "
+                            "selector.json") for n in older.notes), older.notes
+
+
+def test_facts_lookup_and_validation():
+    site = facts.SiteFacts(min_driver={"12.8": "525.60.13", "12.4": "525.60.13", "13.0": "580"})
+    assert site.driver_for("12.8") == "525.60.13"
+    assert site.driver_for("12") == "525.60.13"     # "any 12.x": the floor of the major
+    assert site.driver_for("13.2") == "580"         # a minor the table lacks: minor-version compatibility
+    assert site.driver_for("14.0") is None
+    assert facts.parse_facts(site.to_json(), "x") == site
+    with pytest.raises(facts.FactsError, match="schema 1"):
+        facts.parse_facts({"schema": 2}, "x")
+    with pytest.raises(facts.FactsError, match="'min_driver'"):
+        facts.parse_facts({"schema": 1, "min_driver": {"12.8": 525}}, "x")

@@ -1,0 +1,55 @@
+"""tools.variant: the local-label grammar (ours and the third-party conventions), with and
+without trailing build metadata, and the names derived from a variant."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from tools import variant
+from tools.variant import Variant, parse_label, uv_index_name
+
+LABELS = [
+    # (label, expected Variant or None)
+    ("cu130.torch2.13", Variant("13.0", "2.13")),                          # ours
+    ("cu124.torch2.6.cxx11abi0", Variant("12.4", "2.6", False)),           # ours, pre-C++11 ABI torch
+    ("cu124.torch2.6.cxx11abi1", Variant("12.4", "2.6", True)),            # ours, ABI stated explicitly
+    ("cu12torch2.8cxx11abiTRUE", Variant("12", "2.8", True)),              # Dao-AILab: any CUDA 12.x
+    ("cu12torch2.10cxx11abiFALSE", Variant("12", "2.10", False)),          # Dao-AILab, two-digit torch minor
+    ("cu128torch2.8", Variant("12.8", "2.8")),                             # exact CUDA, no ABI flag
+    ("cu.12.8.torch.2.10", Variant("12.8", "2.10")),                       # dotted
+    ("pt28cu128", Variant("12.8", "2.8")),                                 # PyG
+    ("pt210cu126", Variant("12.6", "2.10")),                               # PyG, two-digit torch minor
+    ("cu130torch2.10gite2743ab", Variant("13.0", "2.10")),                 # flash-attn 3: git hash glued on
+    ("cu128torch2.8.post1", Variant("12.8", "2.8")),                       # a dotted post-release suffix
+    ("cu12torch2.8cxx11abiTRUE.post2", Variant("12", "2.8", True)),        # metadata after the ABI flag
+    ("cu128torch2.8post1", Variant("12.8", "2.8")),                        # post glued on
+    ("cu128torch2.8dev3.gitabc1234", Variant("12.8", "2.8")),              # glued word, then a dotted segment
+    ("cu130.torch2.13.gite2743ab", Variant("13.0", "2.13")),               # ours with a dotted git hash
+    ("cu.12.8.torch.2.10.post1", Variant("12.8", "2.10")),                 # dotted with a suffix
+    ("pt28cu128.1", Variant("12.8", "2.8")),                               # PyG with a numeric segment
+    ("CU128TORCH2.8", Variant("12.8", "2.8")),                             # PEP 440 labels ignore case
+    ("cu128torch2.8x", None),                                              # glued garbage: not metadata
+    ("cu128torch2.8git123", None),                                         # a git hash needs 7+ hex digits
+    ("cu124.torch2.6.cxx11abi2", None),                                    # a malformed ABI flag is refused
+    ("cu128torch2.8.cu129", None),                                         # a second CUDA is not metadata
+    ("cu128torch2.8.", None),                                              # an empty segment
+    ("cpu", None),                                                         # not a variant
+    ("cu128", None),                                                       # CUDA without torch
+    ("torch2.8", None),                                                    # torch without CUDA
+    ("", None),                                                            # no label
+]
+
+
+@pytest.mark.parametrize("label, expected", LABELS, ids=[row[0] or "empty" for row in LABELS])
+def test_parse_label(label, expected):
+    assert parse_label(label) == expected
+
+
+def test_uv_index_name():
+    assert uv_index_name(Variant("12.8", "2.9").index_path) == "cuwheels-cu128-torch2.9"
+
+
+def test_docstring_examples():
+    assert doctest.testmod(variant).failed == 0

@@ -1,0 +1,25 @@
+"""Which wheel fits this machine: pick the variant index to install from, or explain an import error.
+
+    python -m tools.selector flash-attn --index https://example.org/cuwheels/      what to install, and how
+    python -m tools.selector flash-attn --version 2.8.3 --index SITE --json        the same, for scripts
+    python -m tools.selector flash-attn --index SITE --torch-version 2.8.0+cu128 --sm 90   another machine
+    python -m tools.selector --doctor flash-attn [--error TEXT | --error-file FILE]  why an import fails
+    python -m tools.selector --detect                                             what was detected
+
+Installed, the command is ``cuwheels-select``. Every site publishes the same code as one file,
+``cuwheels-select.pyz`` (tools.selector.bundle), that runs with nothing but Python >= 3.8
+(``python cuwheels-select.pyz flash-attn --index <site>``) in the environment that has the
+problem: the modules here use the standard library, tools.variant, tools.symbols and
+``packaging`` (carried inside the file), never yaml, jinja2 or torch (torch only as a last
+resort, in a subprocess).
+
+Modules, one job each: ``gpu`` (which GPU code runs on which GPU), ``detect`` (the machine:
+Python, OS, glibc, torch, driver, GPUs, with overrides), ``facts`` (what the site publishes for
+the selector), ``client`` (reading a site: PEP 691 JSON, HTML fallback, a wheel's manifest by
+range requests), ``checks`` (whether one wheel fits), ``answer`` (the pick and the pip/uv
+commands, or why nothing fits), ``doctor`` (an import error explained), ``cli`` (options and
+output), ``bundle`` (the single-file build; not shipped in it).
+
+Exit status: 0 a wheel fits (doctor: no problem found); 1 none fits (doctor: a problem was found
+and explained); 2 bad arguments; 3 the index could not be read.
+"""

@@ -1,0 +1,303 @@
+"""The answer: which wheel of a site fits the machine, with the pip and uv commands, or why none
+does, what would (other variant indexes, other versions) and how to build one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ..variant import Variant, cell_id, torch_index_url, uv_index_name
+from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
+                     same_public)
+from .client import Index, IndexFile
+from .detect import Machine, release, series_or_none
+
+
+@dataclass
+class Answer:
+    """What to install (``fits``), or why nothing fits and what would."""
+
+    package: str
+    fits: bool
+    machine: Machine
+    version: str | None = None
+    filename: str | None = None
+    index_path: str | None = None
+    index_url: str | None = None
+    pip: str | None = None
+    uv: dict[str, str] | None = None
+    reason: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    build: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as printed by ``--json``."""
+        doc: dict[str, Any] = {"package": self.package, "fits": self.fits}
+        if self.fits:
+            doc.update(version=self.version, filename=self.filename, index=self.index_path,
+                       index_url=self.index_url, pip=self.pip, uv=self.uv)
+        else:
+            doc.update(reason=self.reason, reasons=self.reasons, alternatives=self.alternatives)
+        doc.update(build=self.build, notes=self.notes, machine=self.machine.to_json())
+        return doc
+
+
+def install_commands(project: str, version: str, index_url: str, index_path: str) -> tuple[str, dict[str, str]]:
+    """The pip command and the uv command + pyproject configuration for one wheel.
+
+    ``--extra-index-url``, not ``--index-url``: the variant index holds only the extensions, and
+    their dependencies (torch, einops...) must still come from the default index. pip merges all
+    indexes and takes the best candidate, so the requirement pins the full version *with* its
+    local label: PyPI can't host local versions, so only our index can satisfy it, and a newer
+    release or an sdist of the same name elsewhere can never be picked (or built for an hour).
+    uv's default strategy takes a package from the first index that has it, and it tries
+    ``--extra-index-url`` before the default index: the same command means the same there. A uv
+    project gets an ``explicit`` index, consulted only for the package its source names.
+    """
+    requirement = f"{project}=={version}"
+    quoted = f'"{requirement}"'  # a project name and a version: nothing in it the shell expands
+    pip = f"pip install {quoted} --extra-index-url {index_url}"
+    name = uv_index_name(index_path)
+    pyproject = (
+        f"# in [project] dependencies: \"{requirement}\"\n"
+        "[[tool.uv.index]]\n"
+        f"name = \"{name}\"\n"
+        f"url = \"{index_url}\"\n"
+        "explicit = true\n\n"
+        "[tool.uv.sources]\n"
+        f"{project} = {{ index = \"{name}\" }}\n"
+    )
+    uv = {
+        "command": f"uv pip install {quoted} --extra-index-url {index_url}",
+        "requirement": requirement,
+        "index_name": name,
+        "pyproject": pyproject,
+    }
+    return pip, uv
+
+
+def build_command(project: str, m: Machine, *, archs: list[str] | None = None) -> str:
+    """How to build the package for this machine from a clone of the cuwheels repository."""
+    pkg = canonicalize_name(project).replace("-", "_")
+    py = f"{m.python[0]}.{m.python[1]}"
+    extra = f" --archs {','.join(archs)}" if archs else ""
+    series = series_or_none(m.torch)
+    if m.torch_build == "cuda" and m.torch_cuda and series:
+        return (f"nox -s build-{cell_id(pkg, py, m.torch_cuda, series)} -- --backend host{extra}  (in a clone of "
+                f"the cuwheels repository; the session is build-{cell_id(pkg, py, m.torch_cuda)} when torch "
+                f"{series} is the recipe's first torch for CUDA {m.torch_cuda}: `nox -l -t {pkg}` lists them)")
+    return (f"nox -s build-{pkg}-{py}-cu<CUDA> -- --backend host{extra}  (in a clone of the cuwheels "
+            f"repository; `nox -l -t {pkg}` lists the sessions)")
+
+
+def _tag_rank(w: WheelName) -> int:
+    # Prefer the most specific wheel: cpXY-cpXY over abi3 over pure py3.
+    return 2 if w.abi.startswith("cp") else 1 if w.abi == "abi3" else 0
+
+
+def pick_order(cands: list[Candidate], pinned: bool) -> list[Candidate]:
+    """Best first: final releases (unless a version is pinned), newest version, most specific
+    tags, then the highest build tag (a recipe's build number: a rebuild wins, as in pip and uv)."""
+    def key(c: Candidate) -> tuple:
+        final = pinned or not c.wheel.version.is_prerelease
+        return (final, c.wheel.version, _tag_rank(c.wheel), c.wheel.build or (-1, ""))
+    return sorted(cands, key=key, reverse=True)
+
+
+def _python_summary(cands: list[Candidate]) -> str:
+    tags = sorted({f"{c.wheel.python}-{c.wheel.abi}" for c in cands})
+    return ", ".join(tags)
+
+
+def _variants_in(files: list[IndexFile]) -> dict[str, dict[str, Any]]:
+    """``{index path: {variant, versions, pythons, files}}`` of the files that state a variant."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        w = parse_wheel(f.filename)
+        if w is None:
+            continue
+        v = file_variant(f, w)
+        if v is None:
+            continue
+        entry = out.setdefault(v.index_path, {"variant": v, "versions": set(), "files": []})
+        entry["versions"].add(w.version.public)
+        entry["files"].append((f, w))
+    return out
+
+
+def _sorted_versions(versions: Any) -> list[str]:
+    return sorted(versions, key=Version, reverse=True)
+
+
+def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machine, *,
+                 version: str | None, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Other variant indexes with wheels of ``project`` (of ``version`` if given), nearest first.
+
+    ``fits_otherwise`` says whether one of its wheels fits this machine apart from the torch it
+    needs (Python, platform, glibc, driver).
+    """
+    out = []
+    series = series_or_none(m.torch)
+    facts = index.facts()
+    for path, entry in _variants_in(combined).items():
+        if path in exclude:
+            continue
+        v: Variant = entry["variant"]
+        files = [(f, w) for f, w in entry["files"] if version is None or same_public(w.version, version)]
+        if not files:
+            continue
+        fits = False
+        for f, w in files:
+            c = Candidate(f, w, v, path)
+            check(c, m, facts, index.facts_note)
+            if not [k for k, _ in c.problems if k not in ("abi",)]:
+                fits = True
+                break
+        item: dict[str, Any] = {
+            "index": path, "index_url": index.index_url(path + "/"), "cuda": v.cuda, "torch": v.torch,
+            "versions": _sorted_versions({w.version.public for _, w in files}),
+            "pythons": sorted({f"{w.python}-{w.abi}" for _, w in files}),
+            "fits_otherwise": fits,
+        }
+        if v.exact_cuda:
+            item["torch_install"] = f'pip install "torch=={v.torch}.*" --index-url {torch_index_url(v.cuda)}'
+        out.append(item)
+
+    def key(item: dict[str, Any]) -> tuple:
+        same_major = m.torch_cuda is not None and item["cuda"].split(".")[0] == m.torch_cuda.split(".")[0]
+        distance = 99
+        if series:
+            a, b = release(item["torch"]), release(series)
+            distance = abs((a[0] - b[0]) * 100 + a[1] - b[1])
+        return (not item["fits_otherwise"], not same_major, distance, [-x for x in release(item["cuda"])])
+    return sorted(out, key=key)
+
+
+def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True,
+           timeout: float = 30) -> Answer:
+    """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does."""
+    project = canonicalize_name(package)
+    ans = Answer(package=project, fits=False, machine=m)
+    ans.build = build_command(project, m)
+    combined = index.files("", project) or []
+    if not combined:
+        ans.reason = f"{project} is not in the index at {index.root}"
+        known = index.projects() or []
+        squashed = project.replace("-", "")
+        close = [p for p in known if squashed in p.replace("-", "") or p.replace("-", "") in squashed]
+        ans.alternatives = [{"project": p} for p in (close or known)[:10]]
+        return ans
+    if version is not None and not any(
+        (w := parse_wheel(f.filename)) and same_public(w.version, version) for f in combined
+    ):
+        ans.reason = f"the index has no {project} {version}"
+        have = {w.version.public for f in combined if (w := parse_wheel(f.filename))}
+        ans.reasons = [f"versions in the index: {', '.join(_sorted_versions(have))}"]
+        ans.alternatives = alternatives(index, project, combined, m, version=None)
+        return ans
+
+    what = f"{project}{' ' + version if version else ''}"
+    if m.torch is None:
+        ans.reason = f"torch is not installed here, and {what} must match the torch it runs with"
+        ans.reasons = ["install torch first (or pass --torch-version, e.g. 2.8.0+cu128), then run this again"]
+        ans.alternatives = alternatives(index, project, combined, m, version=version)
+        return ans
+    if m.torch_build in ("cpu", "rocm"):
+        ans.reason = (f"torch {m.torch} is a {'CPU-only' if m.torch_build == 'cpu' else 'ROCm'} build; "
+                      f"{project}'s wheels are CUDA extensions for a CUDA build of torch")
+        ans.alternatives = alternatives(index, project, combined, m, version=version)
+        return ans
+    series = series_or_none(m.torch)
+    if m.torch_build is None or not m.torch_cuda or series is None:
+        ans.reason = f"couldn't tell which CUDA torch {m.torch} is built with: pass --torch-cuda (e.g. 12.8)"
+        ans.alternatives = alternatives(index, project, combined, m, version=version)
+        return ans
+
+    facts = index.facts()
+    if driver_problem(m.torch_cuda, m, facts)[0]:
+        need = facts.driver_for(m.torch_cuda) if facts is not None else None
+        ans.notes.append(f"this machine's NVIDIA driver is too old for torch {m.torch} itself "
+                         f"(CUDA {m.torch_cuda} needs driver >= {need or 'a newer one'})")
+    cuda = ".".join(m.torch_cuda.split(".")[:2])  # index paths name major.minor ("12.4", never "12.4.1")
+    exact = Variant(cuda, series).index_path
+    paths = (exact, Variant(cuda.split(".")[0], series).index_path)
+    budget = [PEEK_MAX]
+    seen: list[Candidate] = []
+    for path in paths:
+        files = index.files(path + "/", project) or []
+        cands = []
+        for f in files:
+            w = parse_wheel(f.filename)
+            if w is None or (version is not None and not same_public(w.version, version)):
+                continue
+            c = Candidate(f, w, file_variant(f, w), path)
+            check(c, m, facts, index.facts_note)
+            cands.append(c)
+        seen += cands
+        for c in pick_order([c for c in cands if not c.problems], pinned=version is not None):
+            check_arch(c, m, peek=peek, budget=budget, timeout=timeout)
+            if c.problems:
+                continue
+            ans.fits = True
+            ans.version, ans.filename, ans.index_path = c.version, c.file.filename, path
+            ans.index_url = index.index_url(path + "/")
+            ans.pip, ans.uv = install_commands(project, c.version, ans.index_url, path)
+            ans.notes = list(dict.fromkeys(ans.notes + c.notes))
+            newest = _sorted_versions({w.version.public for f in combined if (w := parse_wheel(f.filename))})
+            if (version is None and newest and not same_public(c.wheel.version, newest[0])
+                    and not Version(newest[0]).is_prerelease):
+                ans.notes.append(f"{project} {newest[0]} exists in the index, but not for torch {series} + "
+                                 f"CUDA {m.torch_cuda}")
+            ans.build = None
+            return ans
+
+    tv = f"torch {series} + CUDA {m.torch_cuda}"
+    ans.alternatives = alternatives(index, project, combined, m, version=version, exclude=paths)
+    if not seen:
+        ans.reason = f"no {what} wheel for {tv} (the variant index {exact}/simple/ has none)"
+        if ans.alternatives:
+            ans.reasons = ["wheels exist for: " + "; ".join(
+                f"torch {a['torch']} + CUDA {a['cuda']} ({a['index']})" for a in ans.alternatives[:6])]
+        return ans
+    ans.reasons = _summarize(seen, m)
+    ans.reason = f"no {what} wheel for {tv} fits this machine; {ans.reasons[0]}"
+    arch_failures = [c for c in seen if any(k == "arch" for k, _ in c.problems)]
+    if arch_failures and m.gpus:
+        ans.build = build_command(project, m, archs=sorted({g.sm for g in m.gpus}, key=int))
+    ans.notes = list(dict.fromkeys(ans.notes + [n for c in seen for n in c.notes]))
+    # Other versions in the same index that fit (when a version was asked for).
+    if version is not None:
+        others = select(index, project, m, version=None, peek=peek, timeout=timeout)
+        if others.fits:
+            ans.alternatives.insert(0, {"index": others.index_path, "index_url": others.index_url,
+                                        "versions": [Version(others.version or "0").public], "pip": others.pip,
+                                        "fits_otherwise": True})
+    return ans
+
+
+def _summarize(cands: list[Candidate], m: Machine) -> list[str]:
+    """Why nothing fits, nearest first: the newest version's wheels, those for this Python first;
+    when none is for this Python, one line naming the Python tags there are."""
+    newest = pick_order(cands, pinned=True)[0].wheel.version
+    group = [c for c in cands if same_public(c.wheel.version, newest)]
+    # Wheels for another OS/CPU or another Python are the farthest from fitting: reported last.
+    distance = {"platform": 2, "python": 1}
+    group.sort(key=lambda c: (max((distance.get(k, 0) for k, _ in c.problems), default=0), len(c.problems)))
+    reasons: list[str] = []
+    no_python = all(any(k == "python" for k, _ in c.problems) for c in group)
+    if no_python:
+        reasons.append(f"{newest.public} is built for {_python_summary(group)} only, this is "
+                       f"Python {m.python[0]}.{m.python[1]} ({m.python_tag})")
+    for c in group:
+        for kind, message in c.problems:
+            if kind == "python" and no_python:
+                continue
+            text = f"{c.file.filename} {message[3:]}" if message.startswith("it ") else f"{c.file.filename}: {message}"
+            if text not in reasons:
+                reasons.append(text)
+    return reasons

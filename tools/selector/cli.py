@@ -1,0 +1,170 @@
+"""The command line: options, overrides, human and JSON output, exit status.
+
+    cuwheels-select flash-attn --index https://example.org/cuwheels/ [--json]
+    python -m tools.selector ...              (in the repository)
+    python cuwheels-select.pyz ...            (the single file every site publishes)
+
+See tools.selector for what it detects and answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from .answer import Answer, select
+from .client import Index, IndexReadError
+from .detect import Machine, detect_machine
+from .doctor import Diagnosis, doctor
+
+EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from argparse
+
+
+# --------------------------------------------------------------------------- output
+
+
+def format_machine(m: Machine) -> str:
+    """The detected facts, one per line, with what couldn't be detected."""
+    lines = [f"  python   {'.'.join(map(str, m.python))} ({m.python_tag}), {m.os} {m.arch}"
+             + (f", glibc {m.glibc[0]}.{m.glibc[1]}" if m.glibc else "")]
+    if m.torch:
+        build = {"cuda": f"CUDA {m.torch_cuda}", "cpu": "CPU-only", "rocm": "ROCm"}.get(m.torch_build or "",
+                                                                                        "build unknown")
+        abi = {True: ", C++11 ABI", False: ", pre-C++11 ABI"}.get(m.cxx11_abi, "")  # type: ignore[arg-type]
+        lines.append(f"  torch    {m.torch} ({build}{abi})")
+    if m.driver or m.driver_cuda:
+        parts = [p for p in (m.driver, f"CUDA {m.driver_cuda}" if m.driver_cuda else None) if p]
+        lines.append(f"  driver   {', '.join(parts)}")
+    if m.gpus:
+        lines.append("  GPUs     " + ", ".join(f"sm_{g.sm}" + (f" ({g.name})" if g.name else "") for g in m.gpus))
+    for key, why in m.unknown.items():
+        lines.append(f"  ?        {key}: {why}")
+    return "\n".join(lines)
+
+
+def format_answer(a: Answer) -> str:
+    """The human-readable answer."""
+    out = ["This machine:", format_machine(a.machine), ""]
+    if a.fits:
+        out += [f"{a.package} {a.version} fits: {a.filename}",
+                f"  variant index: {a.index_url}", "",
+                "pip:", f"  {a.pip}", "",
+                "uv (pip interface):", f"  {a.uv['command'] if a.uv else ''}", "",
+                "uv project (pyproject.toml):"]
+        out += [f"  {line}" if line else "" for line in (a.uv or {}).get("pyproject", "").splitlines()]
+    else:
+        out.append(f"No wheel fits: {a.reason}")
+        out += [f"  - {r}" for r in a.reasons if r not in (a.reason or "")]
+        if a.alternatives:
+            out += ["", "Alternatives:"]
+            for alt in a.alternatives[:8]:
+                if "project" in alt:
+                    out.append(f"  - project {alt['project']}")
+                elif "pip" in alt:
+                    out.append(f"  - {a.package} {alt['versions'][0]} fits from {alt['index']}: {alt['pip']}")
+                else:
+                    fit = "" if alt["fits_otherwise"] else " (not for this machine's Python/platform/driver)"
+                    line = (f"  - torch {alt['torch']} + CUDA {alt['cuda']}: {alt['index_url']} "
+                            f"({', '.join(alt['versions'][:4])}; {', '.join(alt['pythons'])}){fit}")
+                    out.append(line)
+                    if alt.get("torch_install") and alt["fits_otherwise"]:
+                        out.append(f"      with torch from: {alt['torch_install']}")
+    if a.build:
+        out += ["", "Build from source:", f"  {a.build}"]
+    if a.notes:
+        out += ["", "Notes:"] + [f"  - {n}" for n in a.notes]
+    return "\n".join(out)
+
+
+def format_diagnosis(d: Diagnosis, m: Machine) -> str:
+    """The human-readable diagnosis."""
+    out = ["This machine:", format_machine(m), ""]
+    if d.error:
+        out += ["Error:"] + [f"  {line}" for line in d.error.strip().splitlines()[-3:]] + [""]
+    out.append(f"Diagnosis ({d.kind}): {d.summary}")
+    out += [f"  {line}" for line in d.details]
+    if d.fixes:
+        out += ["", "Fix:"] + [f"  - {f}" for f in d.fixes]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = argparse.ArgumentParser(
+        prog="cuwheels-select",
+        description="Which cuwheels wheel fits this machine, with the pip and uv commands; or why an "
+                    "installed one fails to import (--doctor).",
+    )
+    p.add_argument("package", nargs="?", help="project name, e.g. flash-attn")
+    p.add_argument("--version", help="a version of the package (default: the newest that fits)")
+    p.add_argument("--index", help="the cuwheels site: its URL or a local site directory")
+    p.add_argument("--site-url", help="public URL of a local --index, used in the printed commands")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--doctor", action="store_true", help="explain an import error of PACKAGE")
+    err = p.add_mutually_exclusive_group()
+    err.add_argument("--error", help="the error text to explain (default: try the import here)")
+    err.add_argument("--error-file", type=Path, help="a file holding the error text (a log, a traceback)")
+    p.add_argument("--detect", action="store_true", help="print the detected facts and exit")
+    p.add_argument("--no-peek", action="store_true", help="never read a wheel's manifest for the GPU arch check")
+    p.add_argument("--timeout", type=float, default=30, help="seconds per network request (default 30)")
+    o = p.add_argument_group("facts of another machine (each replaces what is detected here)")
+    o.add_argument("--python-version", help="3.12 (3.13t for free-threaded)")
+    o.add_argument("--machine", help="CPU arch as in wheel tags: x86_64, aarch64")
+    o.add_argument("--glibc", help="glibc version, e.g. 2.28")
+    o.add_argument("--torch-version", help="torch version with its label, e.g. 2.8.0+cu128 or 2.9.1+cpu")
+    o.add_argument("--torch-cuda", help="CUDA version torch is built with (12.8; none for CPU)")
+    o.add_argument("--cxx11-abi", help="torch's C++ ABI: 1 (C++11, torch >= 2.7) or 0")
+    o.add_argument("--cuda-driver", help="NVIDIA driver version (580.65.06) or the CUDA version it supports (13.0)")
+    o.add_argument("--sm", help="GPU compute capabilities: 90, 8.6, 80,120 or none")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.detect and not args.package:
+        parser.error("PACKAGE is required (or --detect)")
+    if not args.detect and not args.doctor and not args.index:
+        parser.error("--index is required: the URL (or local directory) of the cuwheels site")
+    overrides = {k: getattr(args, k) for k in ("python_version", "machine", "glibc", "torch_version",
+                                                "torch_cuda", "cxx11_abi", "cuda_driver", "sm")}
+    try:
+        machine = detect_machine(overrides)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.version is not None:
+        try:
+            Version(args.version)
+        except InvalidVersion:
+            parser.error(f"--version {args.version!r} is not a version (PEP 440), e.g. 2.8.3")
+    if args.detect:
+        print(json.dumps(machine.to_json(), indent=2) if args.json else "This machine:\n" + format_machine(machine))
+        return EXIT_FITS
+    try:
+        index = Index(args.index, site_url=args.site_url, timeout=args.timeout) if args.index else None
+        if args.doctor:
+            error = args.error
+            if args.error_file is not None:
+                error = args.error_file.read_text(encoding="utf-8", errors="replace")
+            d = doctor(args.package, machine, error=error, index=index, peek=not args.no_peek, timeout=args.timeout)
+            print(json.dumps(d.to_json(machine), indent=2) if args.json else format_diagnosis(d, machine))
+            return EXIT_FITS if d.kind == "ok" else EXIT_NO_FIT
+        answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek,
+                        timeout=args.timeout)
+    except IndexReadError as exc:
+        print(f"index error: {exc}", file=sys.stderr)
+        return EXIT_INDEX
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INDEX
+    print(json.dumps(answer.to_json(), indent=2) if args.json else format_answer(answer))
+    return EXIT_FITS if answer.fits else EXIT_NO_FIT
