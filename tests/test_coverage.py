@@ -74,7 +74,35 @@ def test_home_page_in_a_headless_browser(tmp_path):
         server.server_close()
     # Built without --site-url: the page's script fills in its own address.
     assert f'--extra-index-url <span class="site">{server.url}/</span>cu128/torch2.8/simple/' in dom
-    png = shot.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert struct.unpack(">II", png[16:24]) == (1280, 1400)
-    assert len(png) > 20_000  # a blank page compresses to a few KB
+    assert f'uv pip install flash-attn --extra-index-url <span class="site">{server.url}/</span>cu130/torch2.13/simple/' in dom
+    assert f'url = "<span class="site">{server.url}/</span>cu12/torch2.8/simple/"' in dom
+    # The coverage matrix as the browser built it: a column per variant index, then simple/ only.
+    tables = re.findall(r"<table>(.*?)</table>", dom, re.S)
+    flash = next(t for t in tables if "<code>cu12/torch2.8</code>" in t)
+    assert re.findall(r"<th><code>(.*?)</code></th>", flash) == ["cu12/torch2.8", "cu128/torch2.8", "cu130/torch2.13"]
+    row = re.search(r"<tr><td>2\.8\.3</td>(.*?)</tr>", flash).group(1)
+    assert row.count('<span class="py yes">3.11</span>') == 3
+    pure = next(t for t in tables if "<code>simple/ only</code>" in t)
+    assert '<tr><td>1.0</td><td><span class="py yes">py3</span></td></tr>' in pure
+    assert "<script>" in dom and "span.site" in dom  # the script ran in the page, not removed
+    # The screenshot shows a rendered page, not a blank one: many distinct pixel values.
+    width, height, pixels = _png_pixels(shot.read_bytes())
+    assert (width, height) == (1280, 1400)
+    assert len(set(pixels)) > 20, "the screenshot is blank (a page that failed to render)"
+
+
+def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
+    """(width, height, the decompressed scanlines) of an 8-bit RGB(A) PNG, still filtered: a blank
+    page filters to a handful of byte values (0, the filter types, 255), a drawn one to many."""
+    import zlib
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height, depth, color = struct.unpack(">IIBB", png[16:26])
+    assert depth == 8 and color in (2, 6), f"unexpected PNG format: depth {depth}, color type {color}"
+    data, pos = b"", 8
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos: pos + 8])
+        if kind == b"IDAT":
+            data += png[pos + 8: pos + 8 + length]
+        pos += 12 + length
+    return width, height, zlib.decompress(data)
