@@ -3,6 +3,8 @@
 One module per pipeline step; each has a thin ``main()`` run as ``python -m tools.<step>``.
 """
 
+from __future__ import annotations
+
 import os
 from pathlib import Path
 

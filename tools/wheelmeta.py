@@ -9,7 +9,9 @@ only renamed ("inconsistent version"). The unpinned ``Requires-Dist: torch`` bec
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import re
 import time
@@ -115,12 +117,15 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
         entries.append((info, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"))
     # .dist-info last, RECORD very last (the wheel spec's recommended order)
     entries.sort(key=lambda e: (e[0].filename.startswith(new_dist + "/"), e[0].filename))
-    record_lines = [f"{i.filename},{_record_hash(d)},{len(d)}" for i, d in entries]
-    record_lines.append(f"{new_dist}/RECORD,,")
+    # csv quotes a path holding a comma or a quote, as the wheel spec's RECORD (a CSV file) requires.
+    record_text = io.StringIO()
+    record_csv = csv.writer(record_text, lineterminator="\n")
+    record_csv.writerows((i.filename, _record_hash(d), len(d)) for i, d in entries)
+    record_csv.writerow((f"{new_dist}/RECORD", "", ""))
     record = zipfile.ZipInfo(f"{new_dist}/RECORD", date_time=stamp)
     record.external_attr = 0o644 << 16
     record.compress_type = zipfile.ZIP_DEFLATED
-    entries.append((record, ("\n".join(record_lines) + "\n").encode()))
+    entries.append((record, record_text.getvalue().encode()))
 
     build_part = f"-{build[0]}{build[1]}" if build else ""
     tag_part = "-".join([

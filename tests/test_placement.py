@@ -1,0 +1,114 @@
+"""tools.placement: which files each variant index lists (labels, manifests, C++ ABI, cu12 wheels)."""
+
+from __future__ import annotations
+
+
+import pytest
+from wheelfactory import make_wheel
+from index_support import (
+    ANY, build, listed, load_entry,
+)
+
+from tools.variant import Variant
+from tools import placement
+
+
+@pytest.mark.parametrize(
+    "local, manifest, index",
+    [
+        ("cu130.torch2.13", None, "cu130/torch2.13"),  # our label
+        ("cu128torch2.8", None, "cu128/torch2.8"),  # no separator
+        ("cu.12.8.torch.2.10", None, "cu128/torch2.10"),  # dotted
+        ("pt28cu126", None, "cu126/torch2.8"),  # PyG
+        ("cu12torch2.8cxx11abiTRUE", None, "cu12/torch2.8"),  # Dao-AILab: any CUDA 12.x
+        (None, {"cuda": "12.9", "torch": "2.8.0"}, "cu129/torch2.8"),  # manifest only
+        ("cu129.torch2.8", {"cuda": "12.9", "torch": "2.8.0", "cxx11_abi": True}, "cu129/torch2.8"),
+    ],
+)
+def test_variant_comes_from_manifest_or_label(tmp_path, local, manifest, index):
+    fn = make_wheel(tmp_path / "wheels", "ext", "1.0", local=local, manifest=manifest).name
+    report = build(tmp_path)
+    assert report.variant_indexes == (index,)
+    assert listed(tmp_path / "site", index + "/", "ext") == [fn]
+    assert listed(tmp_path / "site", "", "ext") == [fn]
+
+
+@pytest.mark.parametrize("local", [None, "cpu", "post1"])
+def test_wheels_without_cuda_identity_are_only_in_the_combined_index(tmp_path, local):
+    make_wheel(tmp_path / "wheels", "pure", "1.0", local=local, tag=ANY)
+    report = build(tmp_path)
+    assert report.variant_indexes == ()
+    assert len(listed(tmp_path / "site", "", "pure")) == 1
+
+
+def test_manifest_wins_over_an_unparsable_label(tmp_path):
+    make_wheel(tmp_path / "wheels", "ext", "1.0", local="build7", manifest={"cuda": "13.0", "torch": "2.13.0"})
+    assert build(tmp_path).variant_indexes == ("cu130/torch2.13",)
+
+
+def test_each_torch_gets_its_own_index(tmp_path):
+    w = tmp_path / "wheels"
+    for label in ("cu128.torch2.8", "cu128.torch2.9", "cu128.torch2.10"):
+        make_wheel(w, "ext", "1.0", local=label)
+    report = build(tmp_path)
+    # Numeric order: torch2.10 after torch2.9.
+    assert report.variant_indexes == ("cu128/torch2.8", "cu128/torch2.9", "cu128/torch2.10")
+    for label in ("2.8", "2.9", "2.10"):
+        assert listed(tmp_path / "site", f"cu128/torch{label}/", "ext") == [
+            f"ext-1.0+cu128.torch{label}-cp311-cp311-manylinux_2_28_x86_64.whl"
+        ]
+
+
+def test_any_cuda12_wheels_join_the_exact_12x_indexes_of_their_torch(tmp_path):
+    w = tmp_path / "wheels"
+    dao = make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiTRUE").name
+    dao312 = make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiTRUE", tag="cp312-cp312-linux_x86_64").name
+    ours = make_wheel(w, "flash-attn", "2.8.3", local="cu128.torch2.8").name  # exact build, cp311 only
+    other = make_wheel(w, "causal-conv1d", "1.6", local="cu126.torch2.8").name  # makes cu126/torch2.8 exist
+    make_wheel(w, "flash-attn", "2.8.3", local="cu130.torch2.8")  # CUDA 13: not a 12.x index
+    report = build(tmp_path)
+    site = tmp_path / "site"
+    assert report.variant_indexes == ("cu12/torch2.8", "cu126/torch2.8", "cu128/torch2.8", "cu130/torch2.8")
+    assert listed(site, "cu12/torch2.8/", "flash-attn") == [dao, dao312]
+    assert listed(site, "cu126/torch2.8/", "flash-attn") == [dao, dao312]
+    assert listed(site, "cu126/torch2.8/", "causal-conv1d") == [other]
+    # cu128 has an exact cp311 build: that one wins; cp312 only exists as the generic wheel.
+    assert sorted(listed(site, "cu128/torch2.8/", "flash-attn")) == sorted([ours, dao312])
+    assert dao not in listed(site, "cu130/torch2.8/", "flash-attn")
+    assert not (site / "cu129").exists()  # no index is invented for a CUDA nothing was built for
+
+
+@pytest.mark.parametrize(
+    "local, index",
+    [
+        ("cu12torch2.8cxx11abiTRUE", "cu12/torch2.8"),  # torch >= 2.7: C++11 ABI
+        ("cu12torch2.8cxx11abiFALSE", None),
+        ("cu12torch2.6cxx11abiFALSE", "cu12/torch2.6"),  # torch 2.6 on PyPI: pre-C++11 ABI
+        ("cu12torch2.6cxx11abiTRUE", None),
+        ("cu124.torch2.6.cxx11abi0", "cu124/torch2.6"),
+        ("cu126.torch2.6", "cu126/torch2.6"),  # no ABI stated: trusted
+    ],
+)
+def test_cxx11_abi_must_match_the_official_torch(tmp_path, local, index):
+    fn = make_wheel(tmp_path / "wheels", "ext", "1.0", local=local).name
+    report = build(tmp_path)
+    assert report.variant_indexes == ((index,) if index else ())
+    assert listed(tmp_path / "site", "", "ext") == [fn]
+
+
+def test_official_abi_rule_agrees_with_the_global_table():
+    from tools.table import load_table
+
+    for series, torch in load_table().torch.items():
+        assert placement.official_cxx11_abi(series) == torch.cxx11_abi, series
+
+
+def test_official_abi_table():
+    assert placement.official_cxx11_abi("2.7") and placement.official_cxx11_abi("2.13")
+    assert placement.official_cxx11_abi("2.6") is False  # the PyPI build of 2.6: pre-C++11 ABI
+    assert placement.official_cxx11_abi("2.5") is None  # a series the table doesn't have
+
+
+def test_place_variants_is_pure():
+    e = load_entry("ext-1.0+cu128.torch2.8-py3-none-any.whl", Variant("12.8", "2.8"))
+    assert placement.place_variants([e]) == {Variant("12.8", "2.8"): [e]}

@@ -1,0 +1,218 @@
+"""tools.scan: a batch against the ledger: known files compared, new ones read (here or in workers), bad ones named."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+from wheelfactory import make_wheel
+from index_support import (
+    ANY, BASE, assert_site_valid, build, listed, project_json, snapshot,
+)
+
+from tools import digest
+from tools import index as idx
+from tools.errors import IndexBuildError
+from tools.ledger import load_ledger
+from tools import scan
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_release_for_several_pythons_shares_one_metadata_file(tmp_path, monkeypatch, jobs):
+    # Same METADATA, so one file and hard links to it: one per process that read some of them
+    # (each worker links only to its own). Each is still the right METADATA, the one the page's
+    # data-core-metadata hash describes.
+    import zipfile
+
+    w = tmp_path / "wheels"
+    pythons = ("cp310", "cp311", "cp312")
+    wheels = [make_wheel(w, "ext", "1.0", local="cu128.torch2.8", tag=f"{py}-{py}-manylinux_2_28_x86_64")
+              for py in pythons]
+    other = make_wheel(w, "ext", "1.1", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_28_x86_64")
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # with jobs=2: workers, as for a large batch
+    build(tmp_path, jobs=jobs)
+    inodes = {(st.st_dev, st.st_ino): st.st_nlink for st in (os.stat(f"{p}.metadata") for p in wheels)}
+    assert len(inodes) <= jobs and sum(inodes.values()) == len(pythons)
+    if jobs == 1:
+        assert list(inodes.values()) == [len(pythons)]
+    assert os.stat(f"{other}.metadata").st_nlink == 1
+    files = {f["filename"]: f for f in project_json(tmp_path / "site", "cu128/torch2.8/simple/ext/index.json")["files"]}
+    for wheel in [*wheels, other]:
+        data = Path(f"{wheel}.metadata").read_bytes()
+        with zipfile.ZipFile(wheel) as zf:
+            assert data == zf.read(f"ext-{wheel.name.split('-')[1]}.dist-info/METADATA")
+        assert files[wheel.name]["core-metadata"] == {"sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_same_name_other_bytes_is_refused_and_nothing_changes(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    before = {p: p.read_bytes() for p in [tmp_path / "ledger.json", *(tmp_path / "site").rglob("*.html")]}
+    (w / fn).unlink()
+    (w / (fn + ".metadata")).unlink()
+    make_wheel(w, "demo", "1.0", tag=ANY, requires_dist=["numpy"])  # rebuilt, same name
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    with pytest.raises(IndexBuildError, match="files are immutable") as exc:
+        build(tmp_path, init_ledger=False)
+    assert fn in str(exc.value) and "published with" in str(exc.value)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (w / "demo-2.0-py3-none-any.whl.metadata").exists()  # nothing written for the batch
+
+
+def test_known_files_are_not_hashed_again(tmp_path, monkeypatch):
+    w = tmp_path / "wheels"
+    for v in ("1.0", "1.1", "1.2"):
+        make_wheel(w, "demo", v, tag=ANY)
+    assert build(tmp_path).hashed == 3
+    reads = []
+    real_hash_files, real_index_wheel = scan.hash_files, scan.index_wheel
+
+    def hash_files(paths, **kw):  # known wheels whose hashes aren't cached
+        reads.extend(os.path.basename(p) for p in paths)
+        return real_hash_files(paths, **kw)
+
+    def index_wheel(path, **kw):  # new wheels, in this process (a small batch)
+        reads.append(os.path.basename(path))
+        return real_index_wheel(path, **kw)
+
+    monkeypatch.setattr(scan, "hash_files", hash_files)
+    monkeypatch.setattr(scan, "index_wheel", index_wheel)
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    report = build(tmp_path, init_ledger=False)
+    assert report.hashed == 1 and reads == ["demo-2.0-py3-none-any.whl"]
+    # A touched file is hashed again, found unchanged, and stays published as it was.
+    os.utime(w / "demo-1.0-py3-none-any.whl", ns=(1, 1))
+    reads.clear()
+    report = build(tmp_path, init_ledger=False)
+    assert reads == ["demo-1.0-py3-none-any.whl"] and report.added == () and report.files == 4
+
+
+def test_missing_metadata_file_of_a_known_wheel_is_restored(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    content = (w / (fn + ".metadata")).read_bytes()
+    (w / (fn + ".metadata")).unlink()
+    build(tmp_path, init_ledger=False)
+    assert (w / (fn + ".metadata")).read_bytes() == content
+
+
+def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    good = make_wheel(w, "good", "1.0", tag=ANY).name
+    make_wheel(w, "renamed", "1.0", tag=ANY, metadata_name="other")
+    make_wheel(w, "relabelled", "1.0", local="cu128.torch2.8", tag=ANY, metadata_version="1.0")
+    make_wheel(w, "nometa", "1.0", tag=ANY, omit_metadata=True)
+    make_wheel(w, "liar", "1.0", local="cu128.torch2.8", tag=ANY, manifest={"cuda": "13.0", "torch": "2.13"})
+    (w / "broken-1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 not really a zip")
+    (w / "not_a_wheel.whl").write_bytes(b"")
+    (w / "demo-1.0.tar.gz").write_bytes(b"")
+    rc = idx.main([
+        "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+        "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
+    ])
+    err = capsys.readouterr().err
+    assert rc == 11
+    reasons = dict(re.findall(r"^  (\S+): (.*)$", err, re.M))
+    assert reasons == {
+        "broken-1.0-py3-none-any.whl": reasons["broken-1.0-py3-none-any.whl"],
+        "demo-1.0.tar.gz": "not a wheel: only .whl files are indexed",
+        "liar-1.0+cu128.torch2.8-py3-none-any.whl": reasons["liar-1.0+cu128.torch2.8-py3-none-any.whl"],
+        "nometa-1.0-py3-none-any.whl": reasons["nometa-1.0-py3-none-any.whl"],
+        "not_a_wheel.whl": reasons["not_a_wheel.whl"],
+        "relabelled-1.0+cu128.torch2.8-py3-none-any.whl": reasons["relabelled-1.0+cu128.torch2.8-py3-none-any.whl"],
+        "renamed-1.0-py3-none-any.whl": reasons["renamed-1.0-py3-none-any.whl"],
+    }
+    assert reasons["broken-1.0-py3-none-any.whl"].startswith("unreadable zip")
+    assert "build manifest says CUDA 13.0" in reasons["liar-1.0+cu128.torch2.8-py3-none-any.whl"]
+    assert reasons["nometa-1.0-py3-none-any.whl"].startswith("no METADATA")
+    assert reasons["not_a_wheel.whl"].startswith("invalid wheel filename")
+    assert "METADATA Version '1.0' disagrees" in reasons["relabelled-1.0+cu128.torch2.8-py3-none-any.whl"]
+    assert "METADATA Name 'other' disagrees" in reasons["renamed-1.0-py3-none-any.whl"]
+    assert sorted(load_ledger(tmp_path / "ledger.json")) == [good]
+    assert listed(tmp_path / "site", "", "good") == [good]
+    assert_site_valid(tmp_path / "site")
+
+
+def test_unusual_zips_go_through_the_zipfile_module(tmp_path):
+    w = tmp_path / "wheels"
+    prefixed = make_wheel(w, "prefixed", "1.0", tag=ANY)
+    prefixed.write_bytes(b"#!/bin/sh\n" + prefixed.read_bytes())  # data before the archive: still a zip
+    corrupt = make_wheel(w, "corrupt", "1.0", tag=ANY)
+    data = bytearray(corrupt.read_bytes())
+    # The first occurrence of the name is METADATA's local header; its deflated bytes follow.
+    meta_at = data.index(b"corrupt-1.0.dist-info/METADATA") + len("corrupt-1.0.dist-info/METADATA")
+    data[meta_at + 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    report = build(tmp_path)
+    assert [r.filename for r in report.rejected] == [corrupt.name]
+    assert report.rejected[0].reason.startswith("unreadable zip")
+    assert listed(tmp_path / "site", "", "prefixed") == [prefixed.name]
+
+
+def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypatch):
+    w = tmp_path / "wheels"
+    for v in range(12):
+        make_wheel(w, "ext", f"1.{v}", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"})
+    make_wheel(w, "renamed", "1.0", tag=ANY, metadata_name="other")
+    (w / "broken-1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 not really a zip")
+    (w / "bad name.whl").write_bytes(b"")
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # a small batch, as if it were a large one
+    started = []
+    real_index, real_hash = scan.map_in_workers, digest.map_in_workers
+    monkeypatch.setattr(scan, "map_in_workers", lambda target, items, **kw: started.append((target, len(items), kw["workers"]))
+                        or real_index(target, items, **kw))
+    monkeypatch.setattr(digest, "map_in_workers", lambda target, items, **kw: started.append((target, len(items), kw["workers"]))
+                        or real_hash(target, items, **kw))
+    reports = {}
+    for jobs in (1, 2):
+        reports[jobs] = build(tmp_path, output_dir=tmp_path / f"site{jobs}",
+                              ledger_path=tmp_path / f"ledger{jobs}.json", jobs=jobs)
+    assert started == [("tools.wheelread:indexer", 15, 2)]  # jobs=1 started none
+    assert reports[1].rejected == reports[2].rejected and len(reports[2].rejected) == 3
+    assert reports[2].hashed == 12
+    assert (tmp_path / "ledger1.json").read_text() == (tmp_path / "ledger2.json").read_text()
+    assert snapshot(tmp_path / "site1") == snapshot(tmp_path / "site2")
+    # Known wheels whose hashes aren't cached are compared in the workers too.
+    os.unlink(tmp_path / ".site2.hashcache.json")
+    assert build(tmp_path, output_dir=tmp_path / "site2", ledger_path=tmp_path / "ledger2.json",
+                 init_ledger=False, jobs=2).hashed == 12
+    assert started[1:] == [("tools.digest:hasher", 12, 2),
+                           ("tools.wheelread:indexer", 3, 2)]  # the rejected files, read again as new
+
+
+def test_an_error_while_reading_a_batch_stops_the_workers_at_once(tmp_path, monkeypatch):
+    import subprocess as sp
+
+    from tools import workers
+
+    w = tmp_path / "wheels"
+    for v in range(300):
+        make_wheel(w, "ext", f"1.{v}", tag=ANY)
+    monkeypatch.setattr(digest, "PARALLEL_MIN_BYTES", 0)  # a small batch, as if it were a large one
+    started = []
+
+    class Popen(sp.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    def parse_indexed(line, filename):
+        raise IndexBuildError(f"{filename}: stop here")
+
+    monkeypatch.setattr(workers.subprocess, "Popen", Popen)
+    monkeypatch.setattr(scan, "parse_indexed", parse_indexed)
+    try:
+        build(tmp_path, jobs=2)
+    except IndexBuildError as exc:
+        # Checked while the traceback (and so the reading loop's frame) is still alive: the
+        # workers were stopped and waited for by the error itself, not by garbage collection.
+        assert "stop here" in str(exc)
+        assert len(started) == 2 and all(proc.returncode is not None for proc in started)
+    else:
+        pytest.fail("the build went on after an error")
+    assert not (tmp_path / "ledger.json").exists() and not (tmp_path / "site").exists()
