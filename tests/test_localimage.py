@@ -192,10 +192,18 @@ def test_image_tar_layout(tmp_path):
     cuda = _fake_nvcc(tmp_path / "cuda-13.0", "13.0")
 
     buf = io.BytesIO()
-    write_image_tar(buf, rootfs, [LocalPython("3.12", prefix)], cuda, "13.0")
+    prefix313 = tmp_path / "pyenv/versions/3.13.0"
+    (prefix313 / "bin").mkdir(parents=True)
+    (prefix313 / "bin/python3.13").write_text("interpreter")
+    write_image_tar(buf, rootfs, [LocalPython("3.12", prefix), LocalPython("3.13", prefix313)],
+                    cuda, "13.0")
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tar:
+        names = [m.name.removeprefix("./").rstrip("/") for m in tar.getmembers()]
         members = {m.name.removeprefix("./").rstrip("/"): m for m in tar.getmembers()}
+    # podman refuses a layer naming a path twice ("duplicates of file paths not supported").
+    assert len(names) == len(set(names))
+    assert members["opt/python/cp313-cp313"].linkname == str(prefix313)
     p = str(prefix).lstrip("/")
     assert "usr/bin/g++" in members
     assert "var/cache/apt/archives/gcc_12.deb" not in members

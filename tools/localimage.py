@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -249,11 +250,13 @@ def _link(tar: tarfile.TarFile, name: str, target: str) -> None:
     tar.addfile(info)
 
 
-def _dirs(tar: tarfile.TarFile, path: PurePosixPath, rootfs: Path) -> None:
-    """Directory entries (root-owned, 0755) for the parents of ``path`` the rootfs lacks."""
+def _dirs(tar: tarfile.TarFile, path: PurePosixPath, rootfs: Path, added: set) -> None:
+    """Directory entries (root-owned, 0755) for the parents of ``path`` that neither the rootfs
+    nor an earlier call gave: the engine refuses a layer naming one path twice."""
     for parent in reversed(path.parents[:-1]):
-        if (rootfs / str(parent).lstrip("/")).is_dir():
+        if parent in added or (rootfs / str(parent).lstrip("/")).is_dir():
             continue
+        added.add(parent)
         info = tarfile.TarInfo("." + str(parent))
         info.type = tarfile.DIRTYPE
         info.mode = 0o755
@@ -266,11 +269,12 @@ def write_image_tar(out, rootfs: Path, pythons: Sequence[LocalPython], cuda_home
     prefix linked from ``/opt/python``, and the toolkit at ``/usr/local/cuda-X.Y``."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         tar.add(rootfs, arcname=".", filter=_skip_rootfs_member)
+        added: set[PurePosixPath] = set()
         for py in pythons:
             prefix = PurePosixPath(py.prefix)
-            _dirs(tar, prefix, rootfs)
+            _dirs(tar, prefix, rootfs, added)
             tar.add(py.prefix, arcname="." + str(prefix), filter=_keep_python_member)
-        _dirs(tar, PurePosixPath("/opt/python/x"), rootfs)
+        _dirs(tar, PurePosixPath("/opt/python/x"), rootfs, added)
         for py in pythons:
             _link(tar, f"./opt/python/{python_tag(py.version)}", str(py.prefix))
         tar.add(cuda_home, arcname=f"./usr/local/cuda-{cuda}")
@@ -320,18 +324,22 @@ def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: st
     rootfs = debootstrap(rootfs_dir(cache=cache), mirror=mirror)
     argv = [engine, "import", *(arg for c in image_changes(cuda, wanted)
                                  for arg in ("--change", c)), "-", name]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        write_image_tar(proc.stdin, rootfs, local, cuda_home, cuda)
-    except BrokenPipeError:
-        pass   # the engine stopped reading; its own error is reported below
-    finally:
-        proc.stdin.close()
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        raise ToolchainError(f"`{engine} import ... {name}` failed (exit {proc.returncode}): "
-                             f"{err.decode(errors='replace').strip()}",
+    # stderr goes to a file, not a pipe: a pipe nobody reads while the tar streams could fill
+    # and stall the engine.
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        try:
+            write_image_tar(proc.stdin, rootfs, local, cuda_home, cuda)
+        except BrokenPipeError:
+            pass   # the engine stopped reading; its own error is reported below
+        finally:
+            proc.stdin.close()
+        code = proc.wait()
+        err.seek(0)
+        said = err.read().decode(errors="replace").strip()
+    if code != 0:
+        raise ToolchainError(f"`{engine} import ... {name}` failed (exit {code}): {said}",
                              hint=f"check `{engine} info` and the free space of its storage")
     took = time.monotonic() - started
     print(f"built {name} in {took:.0f} s: Debian {SUITE} (glibc {GLIBC}), "
