@@ -297,8 +297,8 @@ def test_real_container_compiles_cuda(local_image, tmp_path):
 
 @pytest.mark.network
 def test_real_container_pip_trusts_this_machines_cas(local_image, tmp_path):
-    """pip inside reaches the registry with this machine's CA bundles mounted and named, as
-    behind a TLS-intercepting proxy."""
+    """pip inside reaches the registry with this machine's CA bundles mounted and named (what
+    a TLS-intercepting proxy needs); the mounts and variables must not get in its way."""
     store = trust_store()
     env_args = [arg for name in store.variables for arg in ("--env", name)]
     proc = _in_container(local_image, "/opt/python/cp312-cp312/bin/python", "-m", "pip",
