@@ -164,7 +164,8 @@ def test_containers_conf_names_the_wrapper(tmp_path):
 RUNC_ERROR = ("Error: runc: runc create failed: unable to start container process: error during "
               "container init: error setting rlimits for ready process: error setting rlimit "
               "type 7: operation not permitted: OCI permission denied")
-CRUN_ERROR = "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied"
+CRUN_ERROR = ("Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: "
+              "OCI permission denied")
 
 
 def test_is_rlimit_failure():

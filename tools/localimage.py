@@ -74,7 +74,8 @@ def _run(argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def image_name(cuda: str, suite: str = SUITE) -> str:
-    """The default name: what the image holds, e.g. ``localhost/cuwheels-builder:cuda13.0-bookworm``."""
+    """The default name, saying what the image holds:
+    ``localhost/cuwheels-builder:cuda13.0-bookworm``."""
     return f"localhost/cuwheels-builder:cuda{cuda}-{suite}"
 
 
@@ -96,7 +97,8 @@ def find_local_python(version: str, run: Runner = _run) -> LocalPython:
     """The install prefix of ``python<version>`` on PATH (or pyenv's), or ToolchainError."""
     candidates = [shutil.which(f"python{version}")]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))
+    candidates += sorted(str(p) for p in
+                         pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))
     for exe in filter(None, candidates):
         proc = run([exe, "-I", "-c", "import sys; print(sys.version_info[:2] == "
                     f"({version.replace('.', ', ')}), sys.base_prefix)"])
