@@ -12,6 +12,7 @@ import io
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import yaml
 
 from tests.conftest import MINI_TABLE, plan_cell
 from tools import ROOT, build, cibw, container
-from tools.errors import CompileError, RepairError, ToolchainError, VerifyError
+from tools.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
 from tools.matrix import find_cell
 
 
@@ -253,35 +254,55 @@ def test_classified_finish_error_keeps_its_fix(tmp_path):
 
 # --- the local script ---------------------------------------------------------------------------
 
-def _local(tmp_path, *args):
+def _local(world, tmp_path, *args):
+    """Run tools/build_local.sh with an interpreter that runs the real planner on the test world
+    and prints what tools.build would be given (its working directory, then its argv)."""
+    world()
     stub = tmp_path / "python"
-    stub.write_text('#!/bin/sh\necho "$PWD"\nfor a in "$@"; do echo "$a"; done\n')
+    stub.write_text(f"""#!/bin/sh
+if [ "$2" = tools.matrix ]; then
+    shift 2
+    exec {sys.executable} -m tools.matrix "$@" --recipes {tmp_path / 'recipes'} \\
+        --table {tmp_path / 'table.yaml'}
+fi
+echo "$PWD"
+for a in "$@"; do echo "$a"; done
+""")
     stub.chmod(0o755)
     return subprocess.run([str(ROOT / "tools" / "build_local.sh"), *args], capture_output=True,
                           text=True, env={**os.environ, "CUWHEELS_PYTHON": str(stub)})
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["docker", "flash_attn", "3.12", "12.9"],
-     ["flash_attn-3.12-cu129", "--backend", "container", "--engine", "docker"]),
-    (["podman", "flash_attn", "3.12", "129", "--dry-run"],
-     ["flash_attn-3.12-cu129", "--backend", "container", "--engine", "podman", "--dry-run"]),
-    (["docker", "mamba_ssm", "3.11", "13.0", "--torch", "2.9", "--archs", "90"],
-     ["mamba_ssm-3.11-cu130-torch2.9", "--backend", "container", "--engine", "docker",
+    (["docker", "demo_ext", "3.12", "12.9"],
+     ["demo_ext-3.12-cu129", "--backend", "container", "--engine", "docker"]),
+    (["podman", "demo_ext", "3.12", "129", "--dry-run"],
+     ["demo_ext-3.12-cu129", "--backend", "container", "--engine", "podman", "--dry-run"]),
+    (["docker", "demo_ext", "3.11", "13.0", "--torch", "2.9", "--archs", "90"],
+     ["demo_ext-3.11-cu130-torch2.9", "--backend", "container", "--engine", "docker",
       "--archs", "90"]),
+    # the default torch named explicitly is still the default torch's cell
+    (["docker", "demo_ext", "3.11", "13.0", "--torch", "2.10"],
+     ["demo_ext-3.11-cu130", "--backend", "container", "--engine", "docker"]),
 ])
-def test_build_local_calls_the_container_backend(tmp_path, args, expected):
-    proc = _local(tmp_path, *args)
+def test_build_local_calls_the_container_backend(world, tmp_path, args, expected):
+    proc = _local(world, tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [str(ROOT), "-m", "tools.build", *expected]
 
 
-@pytest.mark.parametrize("args,says", [
-    (["lxc", "flash_attn", "3.12", "12.9"], "unknown engine: lxc"),
-    (["docker", "flash_attn", "312", "12.9"], "PYTHON is like 3.12"),
-    (["docker", "flash_attn", "3.12", "cu129"], "CUDA is like 12.9 or 129"),
-    (["docker", "flash_attn"], "usage:"),
+@pytest.mark.parametrize("args,rc,says", [
+    (["lxc", "demo_ext", "3.12", "12.9"], 2, "unknown engine: lxc"),
+    (["docker", "demo_ext", "312", "12.9"], 2, "PYTHON is like 3.12"),
+    (["docker", "demo_ext", "3.12", "cu129"], 2, "CUDA is like 12.9 or 129"),
+    (["docker", "demo_ext"], 2, "usage:"),
+    # demo_ext needs Python >= 3.10: the planner has no such cell
+    (["docker", "demo_ext", "3.9", "12.9"], 2, "no cell of demo_ext for Python 3.9, CUDA 12.9"),
+    (["docker", "demo_ext", "3.12", "12.9", "--torch", "2.9"], 2,
+     "no cell of demo_ext for Python 3.12, CUDA 12.9, torch 2.9"),
+    (["docker", "fused_thing", "3.12", "12.9"], PlanError.exit_code,
+     "unknown package(s): fused_thing"),
 ])
-def test_build_local_rejects_bad_arguments(tmp_path, args, says):
-    proc = _local(tmp_path, *args)
-    assert proc.returncode == 2 and says in proc.stderr
+def test_build_local_rejects_bad_arguments(world, tmp_path, args, rc, says):
+    proc = _local(world, tmp_path, *args)
+    assert proc.returncode == rc and says in proc.stderr, proc.stderr

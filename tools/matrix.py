@@ -188,13 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=int, default=0,
                     help="at most this many cells (0: no cap); says so on stderr when capped")
     ap.add_argument("--format", choices=["json", "github", "ids"], default="json")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
+                    help="recipes directory (its parent is the git repository --changed-since "
+                         "reads)")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
     args = ap.parse_args(argv)
 
-    cells = plan()
+    table = load_table(args.table)
+    cells = plan(load_all(args.recipes, table), table)
     packages = _csv(args.package)
     if args.changed_since or args.changed_files:
         if args.changed_since:
-            paths = git_changed_files(args.changed_since)
+            paths = git_changed_files(args.changed_since, args.recipes.resolve().parent)
         elif args.changed_files == "-":
             paths = sys.stdin.read().splitlines()
         else:
