@@ -21,10 +21,12 @@ import yaml
 
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tools import ROOT
-from tools.build import build_cell
+from tools.build import build_cell, resolve_archs
 from tools.host import find_nvcc
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
+from tools.matrix import cells_for
+from tools.recipe import load_recipe
 from tools.digest import sha256_file
 from tools.table import load_table
 
@@ -251,3 +253,14 @@ def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
                    probe=lambda engine: (False, f"{engine} is not installed"))
     assert "backend: host (auto: no container engine answers (docker is not installed; " \
            "podman is not installed), using host)" in stream.getvalue()
+
+
+def test_archs_override_is_checked_against_the_toolkit(mini_table, write_recipe, good_recipe):
+    cell = next(c for c in cells_for(load_recipe(write_recipe(good_recipe), mini_table),
+                                     mini_table) if c.id == "demo_ext-3.12-cu130")
+    assert resolve_archs(cell, None, mini_table) == cell.archs
+    assert resolve_archs(cell, "sm_90a;80, 90", mini_table) == ("80", "90", "90a")
+    with pytest.raises(ToolchainError, match="--archs 70,121: CUDA 13.0 cannot compile "
+                                             "sm_70, sm_121") as info:
+        resolve_archs(cell, "70,121", mini_table)
+    assert info.value.hint.startswith("CUDA 13.0 compiles 75, 80")
