@@ -15,8 +15,15 @@ import pytest
 
 from tools import ROOT
 from tools.errors import PlanError
-from tools.matrix import cells_for, changed_packages, find_cell, load_cell, plan, select, \
-    torch_index
+from tools.matrix import (
+    cells_for,
+    changed_packages,
+    find_cell,
+    load_cell,
+    plan,
+    select,
+    torch_index,
+)
 from tools.recipe import load_recipe
 from tools.table import load_table
 

@@ -43,8 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from . import RECIPES_DIR, ROOT, errors
-from .cibw import TOOLS_DIR, Invocation, Limits, check_options, default_limits, identifier, \
-    plan_invocation
+from .cibw import (
+    TOOLS_DIR,
+    Invocation,
+    Limits,
+    check_options,
+    default_limits,
+    identifier,
+    plan_invocation,
+)
 from .compilelog import failing_file
 from .engine import Probe, engine_answers, find_engine
 from .errors import CompileError, CuwheelsError, ToolchainError, cli
