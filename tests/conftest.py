@@ -1,14 +1,22 @@
-"""Shared fixtures: a small compatibility table and a valid recipe to mutate."""
+"""Shared fixtures: a small compatibility table, a valid recipe to mutate, and a small world of
+two recipes with real sdists on disk (the planner's and the backends' tests use it)."""
 
 from __future__ import annotations
 
 import copy
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tools.cibw import Limits, plan_invocation
+from tools.digest import sha256_file
+from tools.matrix import find_cell, plan
+from tools.recipe import load_all
 from tools.table import parse_table
+
 
 #: A small table with the shape of recipes/table.yaml; values are real where they matter.
 MINI_TABLE = {
@@ -91,3 +99,81 @@ def write_recipe(tmp_path):
 def good_recipe():
     """A deep copy of the valid test recipe, to mutate."""
     return copy.deepcopy(GOOD_RECIPE)
+
+
+SETUP_PY = 'from setuptools import setup\nsetup(name="{name}", version="{version}")\n'
+PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] Mark the tree as patched
+Why: the stage step must hand cibuildwheel the patched tree.
+---
+--- a/setup.py
++++ b/setup.py
+@@ -1,2 +1,3 @@
+ from setuptools import setup
++# patched by the recipe
+ setup(name="{name}", version="{version}")
+"""
+#: A second recipe unlike demo_ext: nvcc threads, a torch-style arch variable, versioned build
+#: requirements, a flag value with spaces, torch from PyTorch's index for CUDA 12.6.
+FLASHY = {
+    **copy.deepcopy(GOOD_RECIPE),
+    "package": "flashy",
+    "source": {"pypi": "flashy", "version": "2.0.0", "sdist": "flashy-2.0.0.tar.gz",
+               "sha256": "b" * 64, "url": "https://files.example.invalid/flashy-2.0.0.tar.gz"},
+    "imports": ["flashy"],
+    "cuda": {"12.6": {"torch": ["2.8", "2.9"], "reason": "the oldest CUDA torch 2.8 ships"}},
+    "archs": {"*": ["80", "90"]},
+    "arch_env": {"name": "FLASHY_ARCH_LIST", "style": "torch",
+                 "reason": "read as TORCH_CUDA_ARCH_LIST style"},
+    "env": {"FLASHY_NVCC_FLAGS": {"value": "-O3 --use_fast_math",
+                                  "reason": "upstream's release flags"}},
+    "build": {"isolation": False,
+              "requires": [{"requirement": "packaging>=20", "reason": "setup.py imports it"},
+                           {"requirement": "setuptools>=70", "reason": "bdist_wheel built in"}],
+              "job_memory_gib": 4.0, "job_memory_reason": "measured peak of one nvcc job",
+              "nvcc_threads": 4},
+}
+
+
+def write_sdist_recipe(root: Path, data: dict, *, sdist: bool = True) -> dict:
+    """A recipe folder with a real patch; with ``sdist``, a real sdist it matches."""
+    data = copy.deepcopy(data)
+    src = data["source"]
+    folder = root / "recipes" / data["package"]
+    (folder / "patches").mkdir(parents=True, exist_ok=True)
+    fill = {"name": src["pypi"], "version": src["version"]}
+    (folder / "patches" / "0001-Read-arch-list.patch").write_text(PATCH.format(**fill))
+    if sdist:
+        top = src["sdist"].removesuffix(".tar.gz")
+        archive = root / "sdists" / src["sdist"]
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive, "w:gz") as tar:
+            body = SETUP_PY.format(**fill).encode()
+            info = tarfile.TarInfo(f"{top}/setup.py")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+        src["sha256"] = sha256_file(archive)
+    (folder / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return data
+
+
+@pytest.fixture
+def world(tmp_path):
+    """The mini table on disk and two recipes (demo_ext, flashy) with their sdists."""
+    def make(table_data=MINI_TABLE):
+        (tmp_path / "table.yaml").write_text(yaml.safe_dump(table_data))
+        table = parse_table(copy.deepcopy(table_data), tmp_path / "table.yaml")
+        for data in (GOOD_RECIPE, FLASHY):
+            write_sdist_recipe(tmp_path, data)
+        recipes = load_all(tmp_path / "recipes", table)
+        return table, recipes, plan(recipes, table)
+    return make
+
+
+def plan_cell(cell_id, table, recipes, cells, tmp_path, *, limits=Limits(14, 4), engine="docker"):
+    """A cell of the world, its recipe and its cibuildwheel plan (work under ``tmp_path``)."""
+    cell = find_cell(cell_id, cells)
+    recipe = next(r for r in recipes if r.package == cell.package)
+    return cell, recipe, plan_invocation(
+        cell, recipe, table, archs=cell.archs, engine=engine, limits=limits,
+        work_root=tmp_path / "work", recipe_revision="abc123")

@@ -8,6 +8,7 @@ person uses (``python -m tools.build``).
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -20,9 +21,12 @@ import yaml
 
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tools import ROOT
+from tools.build import build_cell, resolve_archs
 from tools.host import find_nvcc
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
+from tools.matrix import cells_for
+from tools.recipe import load_recipe
 from tools.digest import sha256_file
 from tools.table import load_table
 
@@ -238,11 +242,25 @@ def test_python_not_installed(sdist, tmp_path):
 
 
 def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
+    """Whatever engines this machine has: the probe is told that none answers."""
     data = _recipe(sdist)
     data["source"]["sha256"] = "0" * 64   # stop right after the backend choice is printed
     recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
-    proc = subprocess.run([sys.executable, "-m", "tools.build", _cell(data), "--recipes",
-                           str(recipes), "--out", str(tmp_path / "o"), "--work",
-                           str(tmp_path / "w"), "--sdist", str(sdist)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert "backend: host (auto: no container engine answers" in proc.stderr
+    stream = io.StringIO()
+    with pytest.raises(SourceError):
+        build_cell(_cell(data), recipes_root=recipes, out_dir=tmp_path / "o",
+                   work_root=tmp_path / "w", sdist=sdist, stream=stream,
+                   probe=lambda engine: (False, f"{engine} is not installed"))
+    assert "backend: host (auto: no container engine answers (docker is not installed; " \
+           "podman is not installed), using host)" in stream.getvalue()
+
+
+def test_archs_override_is_checked_against_the_toolkit(mini_table, write_recipe, good_recipe):
+    cell = next(c for c in cells_for(load_recipe(write_recipe(good_recipe), mini_table),
+                                     mini_table) if c.id == "demo_ext-3.12-cu130")
+    assert resolve_archs(cell, None, mini_table) == cell.archs
+    assert resolve_archs(cell, "sm_90a;80, 90", mini_table) == ("80", "90", "90a")
+    with pytest.raises(ToolchainError, match="--archs 70,121: CUDA 13.0 cannot compile "
+                                             "sm_70, sm_121") as info:
+        resolve_archs(cell, "70,121", mini_table)
+    assert info.value.hint.startswith("CUDA 13.0 compiles 75, 80")

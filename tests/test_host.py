@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tools.errors import ToolchainError
-from tools.host import Nvcc, check_nvcc, failing_file, find_nvcc, torch_index
+from tools.host import Nvcc, check_nvcc, find_nvcc
 from tools.matrix import cells_for
 from tools.recipe import load_recipe
 
@@ -37,27 +37,3 @@ def test_check_nvcc(cells):
     assert "same major" in check_nvcc(Nvcc("/x/nvcc", "13.2", "/x"), cu130)
     with pytest.raises(ToolchainError, match="needs CUDA 12.9, but nvcc at /x/nvcc is CUDA 13.0"):
         check_nvcc(Nvcc("/x/nvcc", "13.0", "/x"), cells["demo_ext-3.12-cu129"])
-
-
-def test_torch_index(cells, mini_table):
-    # mini table: torch 2.10's PyPI build is CUDA 13.0; torch 2.8's is 12.9
-    assert torch_index(cells["demo_ext-3.12-cu130"], mini_table) is None
-    assert torch_index(cells["demo_ext-3.12-cu129"], mini_table) is None
-    assert torch_index(cells["demo_ext-3.12-cu130-torch2.9"], mini_table) == \
-        "https://download.pytorch.org/whl/cu130"
-
-
-@pytest.mark.parametrize("log,expect", [
-    # ninja's target plus gcc's first error (header missing)
-    ("  FAILED: [code=1] /b/temp/csrc/ext.o\n  /t/include/x.h:7:10: fatal error: cuda_runtime.h: "
-     "No such file or directory\n", "ext.o (first error: /t/include/x.h:7: cuda_runtime.h"),
-    # nvcc's error format
-    ('FAILED: /b/k.o\ncsrc/k.cu(12): error: identifier "foo" is undefined\n',
-     'k.o (first error: csrc/k.cu:12: identifier "foo" is undefined)'),
-    # no ninja (setuptools' serial build)
-    ("csrc/a.cpp:3:1: error: expected ';'\n", "csrc/a.cpp:3: expected ';'"),
-    ("nothing useful\n", None),
-])
-def test_failing_file(log, expect):
-    got = failing_file(log)
-    assert (got is None) if expect is None else got.startswith(expect) or expect in got

@@ -1,16 +1,29 @@
-"""The matrix planner: cells, ids, filters, changed-recipe selection, GitHub JSON."""
+"""The matrix planner: cells, ids, filters, changed-recipe selection, GitHub JSON.
+
+The planner's logic runs on the tests' own table and recipes (``world``: demo_ext and flashy on
+the mini table); one test checks that the repository's real recipes load and plan at all.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from tools import ROOT
 from tools.errors import PlanError
-from tools.matrix import cells_for, changed_packages, find_cell, plan, select
+from tools.matrix import (
+    cells_for,
+    changed_packages,
+    find_cell,
+    load_cell,
+    plan,
+    select,
+    torch_index,
+)
 from tools.recipe import load_recipe
 from tools.table import load_table
 
@@ -56,7 +69,36 @@ def test_changed_packages(paths, expect):
     assert changed_packages(paths, {"flash_attn", "mamba_ssm", "xformers"}) == expect
 
 
-def test_every_planned_cell_is_allowed_by_the_table():
+def test_cell_facts_from_the_table(demo_cells, mini_table):
+    cells = {c.id: c for c in demo_cells}
+    cell = cells["demo_ext-3.12-cu130-torch2.9"]
+    assert cell.platform_tag == "manylinux_2_28_x86_64"    # the torch entry's manylinux
+    assert cell.torch_requirement == "torch==2.9.1"
+    # mini table: torch 2.10's PyPI build is CUDA 13.0; torch 2.8's is 12.9
+    assert torch_index(cells["demo_ext-3.12-cu130"], mini_table) is None
+    assert torch_index(cells["demo_ext-3.12-cu129"], mini_table) is None
+    assert torch_index(cell, mini_table) == "https://download.pytorch.org/whl/cu130"
+
+
+def test_platform_tag_follows_the_tables_manylinux(write_recipe, good_recipe, mini_table):
+    torch = mini_table.torch["2.8"]
+    table = replace(mini_table, torch={**mini_table.torch, "2.8": replace(torch, manylinux="2_34")})
+    cells = cells_for(load_recipe(write_recipe(good_recipe), table), table)
+    assert {c.platform_tag for c in cells if c.torch == "2.8"} == {"manylinux_2_34_x86_64"}
+
+
+def test_load_cell(world, tmp_path):
+    world()
+    cell, recipe, table = load_cell("flashy-3.12-cu126-torch2.9", tmp_path / "recipes",
+                                    tmp_path / "table.yaml")
+    assert (cell.package, cell.torch, recipe.package) == ("flashy", "2.9", "flashy")
+    assert table.path == tmp_path / "table.yaml"
+    with pytest.raises(PlanError, match="no cell 'flashy-3.12-cu118'") as info:
+        load_cell("flashy-3.12-cu118", tmp_path / "recipes", tmp_path / "table.yaml")
+    assert "flashy-3.12-cu126" in info.value.hint
+
+
+def test_the_repositorys_recipes_plan_cells_the_table_allows():
     table = load_table()
     cells = plan()
     assert cells
@@ -64,51 +106,78 @@ def test_every_planned_cell_is_allowed_by_the_table():
         t = table.torch[c.torch]
         assert c.python in t.python and c.cuda in t.cuda, c.id
         assert set(c.archs) <= set(table.cuda[c.cuda].archs), c.id
-    assert any(c.id == "flash_attn-3.12-cu129" for c in cells)
-    assert any(c.id == "causal_conv1d-3.11-cu130" for c in cells)
 
 
-def _run(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "tools.matrix", *args], cwd=ROOT, input=stdin,
-                          capture_output=True, text=True, timeout=60)
+def _run(tmp_path, *args, stdin=None, cwd=ROOT):
+    """``python -m tools.matrix`` on the test world's recipes and table."""
+    return subprocess.run([sys.executable, "-m", "tools.matrix", *args, "--recipes",
+                           str(tmp_path / "recipes"), "--table", str(tmp_path / "table.yaml")],
+                          cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60)
 
 
-def test_github_matrix_from_a_fake_diff():
-    proc = _run("--format", "github", "--changed-files", "-",
-                stdin="recipes/causal_conv1d/recipe.yaml\ntools/index.py\n")
+def test_github_matrix_from_a_fake_diff(world, tmp_path):
+    world()
+    proc = _run(tmp_path, "--format", "github", "--changed-files", "-",
+                stdin="recipes/flashy/recipe.yaml\ntools/index.py\n")
     assert proc.returncode == 0, proc.stderr
     matrix = json.loads(proc.stdout)
-    assert set(matrix) == {"include"} and matrix["include"]
-    assert {row["package"] for row in matrix["include"]} == {"causal_conv1d"}
+    assert set(matrix) == {"include"}
+    # flashy: CUDA 12.6 x torch 2.8 (3.10-3.13) and 2.9 (3.10-3.14)
+    assert len(matrix["include"]) == 4 + 5
+    assert {row["package"] for row in matrix["include"]} == {"flashy"}
     for row in matrix["include"]:
-        assert row["id"].startswith("causal_conv1d-")
+        assert row["id"].startswith("flashy-")
         assert all(isinstance(v, (str, bool, list)) for v in row.values())
 
 
-def test_cap_says_so():
-    proc = _run("--format", "ids", "--package", "flash_attn", "--cap", "2")
+def test_a_table_change_plans_every_recipe(world, tmp_path):
+    world()
+    proc = _run(tmp_path, "--format", "ids", "--changed-files", "-", stdin="recipes/table.yaml\n")
+    assert proc.returncode == 0, proc.stderr
+    assert {i.split("-")[0] for i in proc.stdout.split()} == {"demo_ext", "flashy"}
+    assert "changed recipes: demo_ext, flashy" in proc.stderr
+
+
+def test_cap_says_so(world, tmp_path):
+    world()
+    proc = _run(tmp_path, "--format", "ids", "--package", "demo_ext", "--cap", "2")
     assert proc.returncode == 0
-    assert len(proc.stdout.split()) == 2 and "capped:" in proc.stderr
+    assert proc.stdout.split() == ["demo_ext-3.10-cu129", "demo_ext-3.11-cu129"]
+    assert "capped: 14 cells planned, building the first 2" in proc.stderr
 
 
-def test_changed_since_a_git_ref(tmp_path):
+def test_one_cell_by_its_coordinates(world, tmp_path):
+    """What tools/build_local.sh asks: one package, Python, CUDA and torch (or the default)."""
+    world()
+    default = _run(tmp_path, "--format", "ids", "--package", "demo_ext", "--python", "3.12",
+                   "--cuda", "130", "--default-torch-only")
+    other = _run(tmp_path, "--format", "ids", "--package", "demo_ext", "--python", "3.12",
+                 "--cuda", "13.0", "--torch", "2.9")
+    assert default.stdout.split() == ["demo_ext-3.12-cu130"]
+    assert other.stdout.split() == ["demo_ext-3.12-cu130-torch2.9"]
+
+
+def test_changed_since_a_git_ref(world, tmp_path):
     """A real git history: a commit touching one recipe yields only that recipe's cells."""
-    repo = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True,
-                   timeout=120)
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "pr"], check=True)
-    recipe = repo / "recipes" / "xformers" / "recipe.yaml"
+    world()
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                        *args], check=True, capture_output=True, timeout=60)
+    git("init", "-q", "-b", "main")
+    git("add", "recipes", "table.yaml")
+    git("commit", "-qm", "recipes")
+    recipe = tmp_path / "recipes" / "flashy" / "recipe.yaml"
     recipe.write_text(recipe.read_text() + "\n# touched\n")
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
-                    "commit", "-qam", "touch"], check=True)
-    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--changed-since", "HEAD~1",
-                           "--format", "ids"], cwd=repo, capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo)})
+    git("commit", "-qam", "touch")
+    proc = _run(tmp_path, "--changed-since", "HEAD~1", "--format", "ids")
     assert proc.returncode == 0, proc.stderr
     ids = proc.stdout.split()
-    assert ids and all(i.startswith("xformers-") for i in ids)
+    assert ids and all(i.startswith("flashy-") for i in ids)
 
 
-def test_unknown_package_is_refused():
-    proc = _run("--package", "flash-attn")
-    assert proc.returncode == PlanError.exit_code and "known:" in proc.stderr
+def test_unknown_package_is_refused(world, tmp_path):
+    world()
+    proc = _run(tmp_path, "--package", "flash-attn")
+    assert proc.returncode == PlanError.exit_code
+    assert "known: demo_ext, flashy" in proc.stderr

@@ -209,7 +209,7 @@ def tinyext_wheel(tmp_path_factory):
 def test_repair_tinyext(tinyext_wheel, tmp_path):
     result = repair_wheel(tinyext_wheel, tmp_path / "out")
     if _glibc() == (2, 36):
-        # FACTS.md: what a host build on Debian 12 reaches
+        # what a host build on Debian 12 reaches
         assert result.platform_tags == ("manylinux_2_34_x86_64",)
     assert result.platform_tags[0].startswith("manylinux_")
     with zipfile.ZipFile(result.wheel) as zf:

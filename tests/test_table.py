@@ -23,7 +23,7 @@ def test_repository_table_is_valid_and_cites_sources():
 
 def test_repository_table_facts_checked_elsewhere():
     table = load_table()
-    # FACTS.md: the registry's torch 2.13.0 is built with CUDA 13.0, torch 2.9.1 with 12.8
+    # the registry's torch 2.13.0 is built with CUDA 13.0, torch 2.9.1 with 12.8
     assert table.torch["2.13"].pypi_cuda == "13.0"
     assert table.torch["2.9"].pypi_cuda == "12.8"
     # CUDA 13 dropped Volta (sm_70); CUDA 12.8 added Blackwell sm_100/sm_120
@@ -71,3 +71,9 @@ def test_relax_nvcc_check_is_optional_and_per_cuda(tmp_path):
     assert table.torch["2.9"].nvcc_check_relaxed("13.0").startswith("the cu130 build")
     assert table.torch["2.9"].nvcc_check_relaxed("12.6") is None
     assert table.torch["2.8"].relax_nvcc_check == ()   # absent: nothing relaxed
+
+
+def test_uncompilable_names_what_the_toolkit_cannot_build(mini_table):
+    cuda = mini_table.cuda["13.0"]
+    assert cuda.uncompilable(("70", "90", "90a", "120", "121")) == ["70", "121"]
+    assert cuda.uncompilable(cuda.archs) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -33,6 +34,7 @@ from tools.verify import (
     extension_modules,
     is_torch_symbol,
     main,
+    smoke_argv,
     smoke_test,
     undefined_torch_symbols,
 )
@@ -393,7 +395,7 @@ def test_tinyext_abi_matches_its_torch(tinyext):
 @pytest.mark.cuda
 @pytest.mark.network
 def test_tinyext_abi_fails_against_torch_2_9_1(tinyext):
-    # FACTS.md: the "undefined symbol" users report when a wheel meets an older torch.
+    # the "undefined symbol" users report when a wheel meets an older torch.
     _, _, module = tinyext
     with pytest.raises(VerifyError) as info:
         abi_check([module], torch_lib_dir("2.9.1"), torch_version="2.9.1")
@@ -409,10 +411,11 @@ def test_tinyext_abi_fails_against_torch_2_9_1(tinyext):
 def test_tinyext_smoke_test(tinyext, tmp_path):
     _, repaired, _ = tinyext
     seconds = smoke_test(repaired, python="3.11", torch_requirement=f"torch=={TORCH_VERSION}",
-                         imports=("tinyext_cuda", "tinyext"), workdir=tmp_path)
+                         imports=("tinyext_cuda", "tinyext"), workdir=tmp_path,
+                         torch_version=TORCH_VERSION)
     assert seconds > 0
     log = (tmp_path / "smoke-import.log").read_text()
-    assert "torch 2.13.0+cu130 cuda 13.0" in log and "imported tinyext\n" in log
+    assert "torch 2.13.0+cu130 cuda 13.0" in log and "imported tinyext from " in log
 
 
 @pytest.mark.cuda
@@ -425,3 +428,27 @@ def test_smoke_test_names_the_failing_import(tinyext, tmp_path):
     text = str(info.value)
     assert "importing tinyext_missing failed" in text
     assert "No module named 'tinyext_missing'" in text
+
+
+def _fake_torch(site: Path, version: str) -> None:
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(
+        f"__version__ = {version!r}\nclass version:\n    cuda = '13.0'\n")
+    (site / "fine_ext.py").write_text("")
+
+
+@pytest.mark.parametrize("torch_version,imports,rc,says", [
+    ("2.9.1", ["fine_ext"], 0, "imported fine_ext from "),
+    ("", ["fine_ext"], 0, "torch 2.9.1+cu130 cuda 13.0"),          # empty: any torch
+    ("2.8.0", ["fine_ext"], 1, "AssertionError"),                  # another torch installed
+    ("2.9.1", ["fine_ext", "missing_ext"], 1, "No module named 'missing_ext'"),
+])
+def test_smoke_script(tmp_path, torch_version, imports, rc, says):
+    """The one smoke script (host verify step, container test command, demo), on a stand-in
+    torch: it checks the torch release and imports each module in order."""
+    _fake_torch(tmp_path / "site", "2.9.1+cu130")
+    argv = smoke_argv(sys.executable, torch_version, imports)
+    assert "'" not in argv[2] and "{" not in argv[2]     # shell- and format-safe
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == rc and says in proc.stdout + proc.stderr

@@ -19,12 +19,12 @@ from pathlib import Path
 from . import ROOT, pyenv
 from .build import build_cell
 from .errors import CuwheelsError, PlanError, ToolchainError, cli
-from .host import find_nvcc, torch_requirement
-from .matrix import Cell, plan
-from .recipe import load_all
+from .host import find_nvcc
+from .matrix import Cell, load_cell, plan
 from .serve import make_server
 from .table import load_table
 from .variant import Variant, uv_index_name
+from .verify import smoke_argv
 
 DEMO_DIR = ROOT / "demo"
 
@@ -33,7 +33,7 @@ def pick_cell(package: str, python: str, cuda: str) -> Cell:
     """The cell of ``package`` for this Python and CUDA whose torch the registry serves built
     for exactly that CUDA (so nothing but the registry is needed)."""
     table = load_table()
-    cells = [c for c in plan(load_all(table=table), table)
+    cells = [c for c in plan(table=table)
              if c.package == package and c.python == python and c.cuda == cuda]
     if not cells:
         raise PlanError(f"{package} has no cell for Python {python} and CUDA {cuda}",
@@ -106,15 +106,14 @@ def main(argv: list[str] | None = None) -> int:
             # development machines) must not pick the torch; users without one need no flag.
             pip = [str(python), "-m", "pip", "--isolated", "install", "--progress-bar", "off",
                    f"{cell.package.replace('_', '-')}=={cell.version}",
-                   torch_requirement(cell), "--extra-index-url", variant]
+                   cell.torch_requirement, "--extra-index-url", variant]
             if _run(pip).returncode != 0:
                 raise CuwheelsError("pip could not install the wheel from the local index")
             current = "importing the wheel"
             _step(5, total, current, start)
-            recipe = next(r for r in load_all() if r.package == cell.package)
-            code = "import torch\n" + "".join(f"import {m}; print('imported', {m}.__name__, "
-                                              f"'from', {m}.__file__)\n" for m in recipe.imports)
-            proc = _run([str(python), "-c", code], cwd=str(args.dir))
+            _, recipe, _ = load_cell(cell.id)
+            proc = _run(smoke_argv(str(python), cell.torch_version, recipe.imports),
+                        cwd=str(args.dir))
             if proc.returncode != 0:
                 raise CuwheelsError("the installed wheel does not import (see above)")
         finally:

@@ -1,8 +1,9 @@
 """Host backend: build a cell with this machine's toolchain, in a fresh venv per cell.
 
-Wheels built here need this host's glibc or newer (auditwheel tags them accordingly, e.g.
-manylinux_2_34 on Debian 12); the container backend builds the broadly installable
-manylinux_2_28 wheels CI publishes.
+``build_host`` runs every step here: toolchain -> source -> python -> compile -> the finish
+stage (``tools.finish``) -> verify (import smoke test) -> publish. Wheels built here need this
+host's glibc or newer (auditwheel tags them accordingly, e.g. manylinux_2_34 on Debian 12); the
+container backend builds the broadly installable manylinux_2_28 wheels CI publishes.
 """
 
 from __future__ import annotations
@@ -14,15 +15,24 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import pyenv
+from .buildenv import available_memory_gib, build_env, size_for, usable_cores
+from .compilelog import failing_file
 from .errors import CompileError, ToolchainError
-from .matrix import Cell
+from .finish import finish_wheel
+from .matrix import Cell, torch_index
+from .progress import Progress, Step, publish
 from .recipe import Recipe
+from .source import prepare_source
 from .table import Table
-from .variant import torch_index_url
+from .verify import smoke_test
+
+#: The host backend's steps, as the progress lines and the report name them.
+HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
+              "verify", "publish"]
 
 #: Where CUDA installers put the toolkit when CUDA_HOME is not set.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
@@ -94,19 +104,6 @@ def check_nvcc(nvcc: Nvcc, cell: Cell) -> str | None:
     return None
 
 
-def torch_index(cell: Cell, table: Table) -> str | None:
-    """Where the cell's torch comes from: None for PyPI (whose torch is built with the table's
-    ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version."""
-    if table.torch[cell.torch].pypi_cuda == cell.cuda:
-        return None
-    return torch_index_url(cell.cuda)
-
-
-def torch_requirement(cell: Cell) -> str:
-    """The exact torch a cell builds against."""
-    return f"torch=={cell.torch_version}"
-
-
 _PROBE = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
           "'cuda': torch.version.cuda, 'lib': os.path.join(os.path.dirname(torch.__file__), "
           "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
@@ -146,7 +143,7 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
     extra = (index_url,) if index_url else ()
     if not index_url and (url := torch_index(cell, table)):
         extra = (url,)
-    reqs = [torch_requirement(cell), *(d.requirement for d in recipe.build.requires)]
+    reqs = [cell.torch_requirement, *(d.requirement for d in recipe.build.requires)]
     pyenv.install(python, reqs, extra_index_urls=extra, offline=offline,
                   find_links=(wheelhouse,) if wheelhouse else (), log=log,
                   what=f"the build requirements of {cell.id}")
@@ -154,25 +151,6 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
 
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-_NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(\S+)")
-_COMPILER_ERROR = re.compile(
-    r"^(\S+\.(?:cu|cuh|cpp|cc|cxx|c|h|hpp))(?:\((\d+)\)|:(\d+)(?::\d+)?):? "
-    r"(?:catastrophic |fatal )?error\b:?\s*(.*)")
-
-
-def failing_file(log_text: str) -> str | None:
-    """What a compile log blames: the target ninja says failed and the first compiler error
-    (file:line: message), when the log names them."""
-    target = error = None
-    for line in log_text.splitlines():
-        line = line.strip()
-        if target is None and (m := _NINJA_FAILED.match(line)):
-            target = Path(m.group(1)).name
-        if error is None and (m := _COMPILER_ERROR.match(line)):
-            error = f"{m.group(1)}:{m.group(2) or m.group(3)}: {m.group(4)[:160]}"
-    if target and error:
-        return f"{target} (first error: {error})"
-    return target or error
 
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
@@ -223,3 +201,71 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     if len(wheels) != 1:
         raise CompileError(f"the build made {len(wheels)} wheels in {out_dir}, expected one")
     return wheels[0]
+
+
+def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
+               work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
+               sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
+               torch_index_override: str | None) -> Path:
+    """The host backend: every step on this machine; returns the published wheel."""
+    def toolchain(step: Step) -> Nvcc:
+        nvcc = find_nvcc()
+        if warning := check_nvcc(nvcc, cell):
+            progress.say(f"note: {warning}")
+        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version, cuda_home=nvcc.cuda_home)
+        return nvcc
+
+    nvcc = progress.run("toolchain", toolchain)
+
+    def source(step: Step):
+        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
+        step.detail.update(sdist=prepared.sdist.name, sha256=prepared.sha256,
+                           patches=list(prepared.patches))
+        return prepared
+
+    prepared = progress.run("source", source)
+
+    def python(step: Step) -> BuildPython:
+        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
+                            index_url=torch_index_override, log=work / "python.log")
+        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
+                           cxx11_abi=bp.cxx11_abi)
+        return bp
+
+    bp = progress.run("python", python)
+
+    sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
+    env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
+
+    def compile_(step: Step) -> Path:
+        progress.say(f"sizing: {sizing.note}")
+        progress.say("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+        step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
+        last = [0.0]
+
+        def on_line(line: str) -> None:
+            now = time.monotonic()
+            if now - last[0] > 5:
+                last[0] = now
+                counter = line.split("]", 1)[0] + "]"
+                source = re.search(r"\s-c\s+(\S+)", line)
+                progress.say(f"compiling {counter} "
+                             f"{Path(source.group(1)).name if source else line[len(counter):80]}")
+        return compile_wheel(bp.python, prepared.tree, env, work / "dist", work / "compile.log",
+                             isolation=recipe.build.isolation, on_line=on_line)
+
+    raw = progress.run("compile", compile_)
+    final, _ = finish_wheel(raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
+                            torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
+                            progress=progress, plat="auto", backend="host", nvcc=nvcc.path)
+
+    def verify(step: Step) -> None:
+        index = torch_index_override or torch_index(cell, table)
+        seconds = smoke_test(final, python=cell.python, torch_requirement=cell.torch_requirement,
+                             torch_version=cell.torch_version, imports=recipe.imports,
+                             workdir=work / "smoke", extra_index_urls=(index,) if index else (),
+                             find_links=(wheelhouse,) if wheelhouse else (), offline=offline)
+        step.detail.update(smoke_test="passed", imports=list(recipe.imports), seconds=seconds)
+
+    progress.run("verify", verify)
+    return progress.run("publish", lambda step: publish(final, out_dir, step))

@@ -22,7 +22,10 @@ from . import RECIPES_DIR, ROOT
 from .errors import PlanError, cli
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
-from .variant import cell_id, cuda_nodot, format_label
+from .variant import cell_id, cuda_nodot, format_label, torch_index_url
+
+#: The one machine architecture every cell targets (torch's CUDA wheels are x86_64).
+ARCH = "x86_64"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,17 @@ class Cell:
                        None if self.default_torch else self.torch)
 
     @property
+    def platform_tag(self) -> str:
+        """The wheel platform this cell targets: the table's manylinux baseline of its torch
+        (``manylinux_2_28_x86_64``), what the container backend repairs to."""
+        return f"manylinux_{self.manylinux}_{ARCH}"
+
+    @property
+    def torch_requirement(self) -> str:
+        """The exact torch the cell builds against (``torch==2.8.0``)."""
+        return f"torch=={self.torch_version}"
+
+    @property
     def label(self) -> str:
         """The local version label of this cell's wheel (``cu129.torch2.8``)."""
         return format_label(self.cuda, self.torch, self.cxx11_abi)
@@ -71,6 +85,14 @@ def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
                                 t.release, i == 0, t.cxx11_abi, t.manylinux, cuda.image,
                                 recipe.archs_for(target.cuda, table)))
     return out
+
+
+def torch_index(cell: Cell, table: Table) -> str | None:
+    """Where the cell's torch comes from: None for PyPI (whose torch is built with the table's
+    ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version."""
+    if table.torch[cell.torch].pypi_cuda == cell.cuda:
+        return None
+    return torch_index_url(cell.cuda)
 
 
 def plan(recipes: list[Recipe] | None = None, table: Table | None = None) -> list[Cell]:
@@ -103,6 +125,16 @@ def find_cell(cell_id: str, cells: list[Cell] | None = None) -> Cell:
     hint = f"cells of {package}: {', '.join(near)}" if near else \
         f"known packages: {', '.join(sorted({c.package for c in cells}))}"
     raise PlanError(f"no cell {cell_id!r} in the plan", hint=hint)
+
+
+def load_cell(cell_id: str, recipes_root: Path = RECIPES_DIR, table_path: Path = TABLE_PATH
+              ) -> tuple[Cell, Recipe, Table]:
+    """The cell with this id, its recipe and the table, loaded from ``recipes_root`` and
+    ``table_path``: PlanError (near misses named) when no recipe plans that cell."""
+    table = load_table(table_path)
+    recipes = load_all(recipes_root, table)
+    cell = find_cell(cell_id, plan(recipes, table))
+    return cell, next(r for r in recipes if r.package == cell.package), table
 
 
 def changed_packages(paths: list[str], known: set[str]) -> set[str]:
@@ -156,13 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=int, default=0,
                     help="at most this many cells (0: no cap); says so on stderr when capped")
     ap.add_argument("--format", choices=["json", "github", "ids"], default="json")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
+                    help="recipes directory (its parent is the git repository --changed-since "
+                         "reads)")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
     args = ap.parse_args(argv)
 
-    cells = plan()
+    table = load_table(args.table)
+    cells = plan(load_all(args.recipes, table), table)
     packages = _csv(args.package)
     if args.changed_since or args.changed_files:
         if args.changed_since:
-            paths = git_changed_files(args.changed_since)
+            paths = git_changed_files(args.changed_since, args.recipes.resolve().parent)
         elif args.changed_files == "-":
             paths = sys.stdin.read().splitlines()
         else:

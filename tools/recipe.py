@@ -288,13 +288,12 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
             p.add("archs", f"no arch list for CUDA {t.cuda}",
                   f'add "{t.cuda}": [...] or a "*" entry')
             continue
-        can = table.cuda[t.cuda].archs
-        for arch in archs:
-            if arch not in can:
-                src = t.cuda if t.cuda in out else "*"
-                p.add(f"archs.{src}", f"sm_{arch} cannot be compiled by CUDA {t.cuda} "
-                      f"(its nvcc knows {', '.join(can)})",
-                      f'give CUDA {t.cuda} its own list: archs: {{"{t.cuda}": [...]}}')
+        entry = table.cuda[t.cuda]
+        for arch in entry.uncompilable(archs):
+            src = t.cuda if t.cuda in out else "*"
+            p.add(f"archs.{src}", f"sm_{arch} cannot be compiled by CUDA {t.cuda} "
+                  f"(its nvcc knows {', '.join(entry.archs)})",
+                  f'give CUDA {t.cuda} its own list: archs: {{"{t.cuda}": [...]}}')
     return out
 
 

@@ -51,6 +51,11 @@ class CudaEntry:
         """The major version: torch requires nvcc's major to match its own CUDA's."""
         return int(self.version.split(".")[0])
 
+    def uncompilable(self, archs: tuple[str, ...] | list[str]) -> list[str]:
+        """The archs of ``archs`` this CUDA version's nvcc cannot compile, in the given order
+        (the one check behind a recipe's arch list and ``--archs``)."""
+        return [a for a in archs if a not in self.archs]
+
 
 @dataclass(frozen=True)
 class TorchEntry:

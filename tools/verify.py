@@ -326,22 +326,33 @@ def check_archs(found: dict[str, ArchReport], requested: tuple[str, ...]) -> Non
                  "honours it (a hard-coded arch list needs a patch)")
 
 
-_IMPORT_SCRIPT = """\
-import importlib, sys
-import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, flush=True)
-for name in sys.argv[1:]:
-    importlib.import_module(name)
-    print("imported", name, flush=True)
-"""
+#: The import smoke test, in one line without single quotes or braces: it runs as an argv
+#: entry, and shell-quoted inside cibuildwheel's test command (which formats braces). argv: the
+#: torch release the cell needs (a torch other than that, e.g. one pip swapped in for the wheel's
+#: pin, fails the assert; empty: any), then the modules to import, in order.
+_SMOKE_SCRIPT = (
+    "import importlib, sys, torch; "
+    "print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, flush=True); "
+    "assert torch.__version__.startswith(sys.argv[1]), (torch.__version__, sys.argv[1]); "
+    "[print(\"imported\", m, \"from\", importlib.import_module(m).__file__, flush=True) "
+    "for m in sys.argv[2:]]")
+
+
+def smoke_argv(python: str, torch_version: str, imports: tuple[str, ...] | list[str]
+               ) -> list[str]:
+    """The import smoke test as a command for ``python``: import torch (checking it is
+    ``torch_version``), then each of ``imports``, printing where each came from. The host's
+    verify step, the container's test command and the demo all run this one script."""
+    return [python, "-c", _SMOKE_SCRIPT, torch_version, *imports]
 
 
 def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tuple[str, ...],
-               workdir: Path, index_url: str | None = None,
+               workdir: Path, torch_version: str = "", index_url: str | None = None,
                extra_index_urls: tuple[str, ...] = (), find_links: tuple[Path, ...] = (),
                offline: bool = False) -> float:
     """Install ``wheel`` with ``torch_requirement`` into a fresh Python ``python`` venv under
-    ``workdir``, import torch then each of ``imports``; return the step's wall seconds.
+    ``workdir``, import torch (``torch_version``, when given) then each of ``imports``; return
+    the step's wall seconds.
 
     Both are installed in one resolution, so a wheel pinning another torch fails here instead
     of silently swapping torch. The imports run from an empty directory, so a source tree
@@ -367,15 +378,17 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
     with tempfile.TemporaryDirectory(prefix="smoke-cwd-", dir=workdir) as empty:
-        proc = subprocess.run([str(venv_python), "-c", _IMPORT_SCRIPT, *imports],
+        proc = subprocess.run(smoke_argv(str(venv_python), torch_version, imports),
                               capture_output=True, text=True, cwd=empty, env=env, timeout=600)
     (workdir / "smoke-import.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        done = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+        done = [line.split()[1] for line in proc.stdout.splitlines()
                 if line.startswith("imported ")]
         failed = "torch"
-        if any(line.startswith("torch ") for line in proc.stdout.splitlines()):
+        if "AssertionError" in proc.stderr:
+            failed = f"torch {torch_version} (another torch is installed)"
+        elif any(line.startswith("torch ") for line in proc.stdout.splitlines()):
             failed = next((name for name in imports if name not in done), "?")
         hint = ("an 'undefined symbol' means the wheel was built against another torch: run "
                 "the ABI check" if "undefined symbol" in proc.stderr else

@@ -1,0 +1,224 @@
+"""The cibuildwheel plan of a cell: the configuration generated per cell, checked by the real
+cibuildwheel (its option parser and ``--print-build-identifiers``) without starting a container.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from cibuildwheel.environment import parse_environment
+from cibuildwheel.util.helpers import prepare_command
+
+from tests.conftest import GOOD_RECIPE, SETUP_PY, plan_cell, write_sdist_recipe
+from tools import ROOT, cibw, incontainer
+from tools.errors import ToolchainError
+from tools.matrix import cells_for, plan
+from tools.recipe import load_all, load_recipe, recipe_folders
+from tools.table import TABLE_PATH, load_table
+
+
+def _environment(options: dict[str, str]) -> dict[str, str]:
+    return parse_environment(options["CIBW_ENVIRONMENT"]).as_dictionary({})
+
+
+# --- the generated configuration, cell by cell ---------------------------------------------------
+
+@pytest.mark.parametrize("cell_id,ident,image,torch_install,env_expect,absent", [
+    # default torch of CUDA 12.9 is 2.8, whose PyPI build is CUDA 12.9: torch from PyPI
+    ("demo_ext-3.12-cu129", "cp312-manylinux_x86_64", "pytorch/manylinux2_28-builder:cuda12.9",
+     "torch==2.8.0 --index-url https://pypi.org/simple",
+     {"DEMO_CUDA_ARCHS": "80;90;120", "TORCH_CUDA_ARCH_LIST": "8.0;9.0;12.0", "MAX_JOBS": "4",
+      "DEMO_FORCE_BUILD": "TRUE"}, ["NVCC_THREADS"]),
+    # a non-default torch (2.9) for CUDA 13.0: PyTorch's cu130 index; Python 3.14
+    ("demo_ext-3.14-cu130-torch2.9", "cp314-manylinux_x86_64",
+     "pytorch/manylinux2_28-builder:cuda13.0",
+     "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130",
+     {"DEMO_CUDA_ARCHS": "80;90", "TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, ["NVCC_THREADS"]),
+    # nvcc threads and a torch-style arch variable; 14 GiB at 4 GiB/thread: 3 threads x 1 job
+    ("flashy-3.10-cu126", "cp310-manylinux_x86_64", "pytorch/manylinux2_28-builder:cuda12.6",
+     "torch==2.8.0 --index-url https://download.pytorch.org/whl/cu126",
+     {"FLASHY_ARCH_LIST": "8.0;9.0", "NVCC_THREADS": "2", "MAX_JOBS": "1",
+      "FLASHY_NVCC_FLAGS": "-O3 --use_fast_math"}, []),
+    # the same recipe, torch 2.9 for CUDA 12.6 comes from PyPI (its PyPI build is CUDA 12.6)
+    ("flashy-3.13-cu126-torch2.9", "cp313-manylinux_x86_64",
+     "pytorch/manylinux2_28-builder:cuda12.6",
+     "torch==2.9.1 --index-url https://pypi.org/simple", {"FLASHY_ARCH_LIST": "8.0;9.0"}, []),
+])
+def test_generated_options(world, tmp_path, cell_id, ident, image, torch_install, env_expect,
+                           absent):
+    table, recipes, cells = world()
+    cell, recipe, inv = plan_cell(cell_id, table, recipes, cells, tmp_path)
+    o = inv.env
+    assert o["CIBW_BUILD"] == ident and o["CIBW_ARCHS"] == "x86_64"
+    assert o["CIBW_MANYLINUX_X86_64_IMAGE"] == image == cell.image
+    assert o["CIBW_BUILD_FRONTEND"] == "pip; args: --no-build-isolation"
+    assert o["CIBW_CONTAINER_ENGINE"] == \
+        "docker; create_args: --memory=14g --memory-swap=14g --cpus=4"
+    env = _environment(o)
+    assert env["SOURCE_DATE_EPOCH"] == "1577750400" and env["CUDA_HOME"] == "/usr/local/cuda"
+    assert env.items() >= env_expect.items()
+    assert not set(absent) & set(env)
+    # torch alone from its index, the build requirements from PyPI, in the build venv
+    torch_step, deps_step = o["CIBW_BEFORE_BUILD"].split(" && ")
+    assert torch_step == f"python -m pip install {torch_install}"
+    assert deps_step.endswith("--index-url https://pypi.org/simple")
+    assert "torch" not in deps_step
+    assert o["CIBW_BEFORE_TEST"] == torch_step
+    # the finish step, for this cell and its arch list; the smoke test imports the recipe's
+    assert f"finish {{wheel}} {{dest_dir}} --cell {cell.id} --archs {','.join(cell.archs)}" \
+        in o["CIBW_REPAIR_WHEEL_COMMAND"]
+    assert o["CIBW_TEST_COMMAND"].endswith(f"{cell.torch_version} {' '.join(recipe.imports)}")
+    assert f"toolchain --cell {cell.id}" in o["CIBW_BEFORE_ALL"]
+
+
+def test_build_requirements_are_quoted_and_seeded_once(world, tmp_path):
+    table, recipes, cells = world()
+    _, _, inv = plan_cell("flashy-3.12-cu126", table, recipes, cells, tmp_path)
+    deps = inv.env["CIBW_BEFORE_BUILD"].split(" && ")[1]
+    # the recipe pins setuptools itself: no second, unpinned setuptools
+    assert deps == ("python -m pip install wheel 'packaging>=20' 'setuptools>=70' "
+                    "--index-url https://pypi.org/simple")
+
+
+def test_isolated_recipe_uses_plain_pip(world, tmp_path):
+    data = copy.deepcopy(GOOD_RECIPE)
+    data["build"]["isolation"] = True
+    table, recipes, cells = world()
+    write_sdist_recipe(tmp_path, data)
+    recipe = load_recipe(tmp_path / "recipes" / "demo_ext", table)
+    cell = cells_for(recipe, table)[0]
+    options = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
+                                     limits=cibw.Limits(8, 2), recipe_revision="r")
+    assert options["CIBW_BUILD_FRONTEND"] == "pip"
+    assert options["CIBW_CONTAINER_ENGINE"].startswith("podman; create_args: --memory=8g")
+
+
+def test_finish_requirements_are_the_projects_pins():
+    pins = cibw.finish_requirements()
+    text = (ROOT / "pyproject.toml").read_text()
+    assert [p.split("==")[0] for p in pins] == list(cibw.FINISH_REQUIREMENTS)
+    assert all(f'"{p}"' in text for p in pins)
+
+
+@pytest.mark.parametrize("value", [
+    "80;90;120",                      # a plain arch list
+    "8.0;9.0a",                       # torch style
+    "-O3 --use_fast_math",            # spaces
+    "$HOME/not-expanded",             # a dollar sign stays literal
+    'say "hi"',                       # double quotes
+    "it's",                           # a single quote
+    "`uname`",                        # no command substitution either
+])
+def test_environment_values_reach_the_build_literally(value):
+    env = {"A": value, "MAX_JOBS": "2"}
+    assert parse_environment(cibw.environment(env)).as_dictionary({}) == env
+
+
+def test_repair_command_is_what_the_finish_step_parses(world, tmp_path):
+    table, recipes, cells = world()
+    cell, _, inv = plan_cell("demo_ext-3.11-cu130", table, recipes, cells, tmp_path)
+    command = prepare_command(inv.env["CIBW_REPAIR_WHEEL_COMMAND"],
+                              wheel="/tmp/cibuildwheel/built_wheel/demo_ext-1.0.0-cp311.whl",
+                              dest_dir="/tmp/cibuildwheel/repaired_wheel",
+                              project="/project", package="/project/demo_ext-1.0.0")
+    words = shlex.split(command)
+    assert words[:4] == ["PYTHONPATH=/project/cuwheels", "/tmp/cuwheels-tools/bin/python", "-m",
+                         "tools.incontainer"]
+    args = incontainer.parser().parse_args(words[4:])
+    assert args.command == "finish" and args.cell == cell.id
+    assert args.wheel == Path("/tmp/cibuildwheel/built_wheel/demo_ext-1.0.0-cp311.whl")
+    assert args.dest_dir == Path("/tmp/cibuildwheel/repaired_wheel")
+    assert tuple(args.archs.split(",")) == cell.archs
+    assert args.build_python == "$(command -v python)" and args.recipe_revision == "abc123"
+
+
+# --- cibuildwheel itself reads the configuration -----------------------------------------------
+
+@pytest.mark.parametrize("cell_id", ["demo_ext-3.10-cu129", "demo_ext-3.14-cu130",
+                                     "flashy-3.12-cu126-torch2.9"])
+def test_cibuildwheel_plans_exactly_the_cell(world, tmp_path, cell_id):
+    table, recipes, cells = world()
+    cell, recipe, inv = plan_cell(cell_id, table, recipes, cells, tmp_path)
+    tree = inv.cwd / inv.argv[-1]
+    tree.mkdir(parents=True)
+    (tree / "setup.py").write_text(SETUP_PY.format(name="x", version="1"))
+    # the real command line, with the generated variables and nothing else from CIBW_*
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | inv.env
+    argv = [*inv.argv[:-1], "--print-build-identifiers", inv.argv[-1]]
+    proc = subprocess.run(argv, cwd=inv.cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [cibw.identifier(cell)]
+    # and its option parser reads back every option as generated
+    opts = cibw.check_options(inv.env, tree, tmp_path / "out", cibw.identifier(cell))
+    assert opts.build_frontend.name == "pip" and \
+        list(opts.build_frontend.args) == ["--no-build-isolation"]
+    assert opts.container_engine.name == "docker"
+    assert opts.container_engine.create_args == ("--memory=14g", "--memory-swap=14g", "--cpus=4")
+    assert opts.manylinux_images["x86_64"] == cell.image
+    assert opts.environment.as_dictionary({}) == _environment(inv.env)
+    assert opts.before_all == inv.env["CIBW_BEFORE_ALL"]
+    assert opts.before_build == inv.env["CIBW_BEFORE_BUILD"]
+    assert opts.repair_command == inv.env["CIBW_REPAIR_WHEEL_COMMAND"]
+    assert opts.before_test == inv.env["CIBW_BEFORE_TEST"]
+    assert opts.test_command == inv.env["CIBW_TEST_COMMAND"]
+    assert opts.build_verbosity == 1
+
+
+def test_a_packages_own_cibuildwheel_table_is_ignored(world, tmp_path):
+    table, recipes, cells = world()
+    cell, _, inv = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
+    tree = inv.cwd / inv.argv[-1]
+    tree.mkdir(parents=True)
+    (tree / "pyproject.toml").write_text('[tool.cibuildwheel]\nbefore-all = "rm -rf /"\n'
+                                         'test-requires = ["pytest"]\n')
+    opts = cibw.check_options(inv.env, tree, tmp_path / "out", cibw.identifier(cell))
+    assert opts.before_all == inv.env["CIBW_BEFORE_ALL"] and opts.test_requires == []
+
+
+def test_every_test_cell_is_accepted_by_cibuildwheel(world, tmp_path):
+    table, recipes, cells = world()
+    assert len(cells) > 15
+    for cell in cells:
+        _, _, inv = plan_cell(cell.id, table, recipes, cells, tmp_path)
+        opts = cibw.check_options(inv.env, inv.cwd / inv.argv[-1], tmp_path / "out",
+                                       cibw.identifier(cell))
+        assert opts.manylinux_images["x86_64"] == cell.image, cell.id
+
+
+def test_every_cell_of_every_recipe_is_accepted_by_cibuildwheel(tmp_path):
+    assert TABLE_PATH.is_file() and recipe_folders()
+    cells = plan()
+    recipes = {r.package: r for r in load_all()}
+    table = load_table()
+    for cell in cells:
+        inv = cibw.plan_invocation(cell, recipes[cell.package], table, archs=cell.archs,
+                                        engine="docker", limits=cibw.Limits(14, 4),
+                                        work_root=tmp_path)
+        opts = cibw.check_options(inv.env, inv.cwd / inv.argv[-1], tmp_path / "out",
+                                       cibw.identifier(cell))
+        assert opts.manylinux_images["x86_64"] == table.cuda[cell.cuda].image, cell.id
+
+
+def test_a_rejected_configuration_is_a_toolchain_error(world, tmp_path):
+    table, recipes, cells = world()
+    cell, _, inv = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
+    bad = {**inv.env, "CIBW_BUILD_FRONTEND": "poetry"}
+    with pytest.raises(ToolchainError, match="cibuildwheel rejects the generated options"):
+        cibw.check_options(bad, tmp_path, tmp_path / "out", cibw.identifier(cell))
+    with pytest.raises(ToolchainError, match="would build nothing, not cp312"):
+        cibw.check_options({**inv.env, "CIBW_BUILD": "cp27-*"}, tmp_path, tmp_path / "o",
+                                cibw.identifier(cell))
+
+
+def test_limits_come_from_the_environment_or_the_machine(monkeypatch):
+    assert cibw.default_limits({"CUWHEELS_CONTAINER_MEMORY_GIB": "30",
+                                     "CUWHEELS_CONTAINER_CPUS": "8"}) == cibw.Limits(30, 8)
+    mine = cibw.default_limits({})
+    assert mine.memory_gib >= 2 and mine.cpus >= 1
+    with pytest.raises(ToolchainError, match="whole numbers"):
+        cibw.default_limits({"CUWHEELS_CONTAINER_MEMORY_GIB": "lots"})

@@ -1,0 +1,85 @@
+"""The commands run inside the builder image: the nvcc check and the torch nvcc-check
+relaxation, run from a staged copy of the tools outside the repository (as in the container)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import container, incontainer
+from tools.errors import ToolchainError
+from tools.matrix import find_cell
+
+
+def _fake_nvcc(root: Path, release: str) -> Path:
+    bin_dir = root / "cuda" / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+    nvcc.chmod(0o755)
+    return root / "cuda"
+
+
+@pytest.mark.parametrize("release,rc,says", [
+    ("12.9", 0, "nvcc 12.9 at"),                          # the image matches the cell
+    ("12.8", 0, "same major, so torch accepts it"),       # a minor difference: noted
+    ("13.0", ToolchainError.exit_code, "refuses a different major"),  # wrong image: refused
+])
+def test_staged_tools_check_the_images_nvcc(world, tmp_path, release, rc, says):
+    """What before-all runs in the container, run from the staged copy outside the repo."""
+    table, recipes, cells = world()
+    cell = find_cell("demo_ext-3.12-cu129", cells)
+    recipe = next(r for r in recipes if r.package == "demo_ext")
+    staged = container.stage(cell, recipe, table, tmp_path / "work" / cell.id,
+                             sdist=tmp_path / "sdists" / "demo_ext-1.0.0.tar.gz")
+    env = {**os.environ, "PYTHONPATH": str(staged.project / "cuwheels"),
+           "CUDA_HOME": str(_fake_nvcc(tmp_path, release))}
+    where = subprocess.run([sys.executable, "-c", "import tools; print(tools.__file__)"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert where.stdout.strip() == str(staged.project / "cuwheels" / "tools" / "__init__.py")
+    proc = subprocess.run([sys.executable, "-m", "tools.incontainer", "toolchain", "--cell",
+                           cell.id], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == rc, proc.stderr
+    assert says in proc.stdout + proc.stderr
+
+
+# --- CUDA newer than the torch build's: relaxed only where the table says so ---------------------
+CHECK_213 = """\
+        if cuda_ver.major != torch_cuda_version.major:
+            raise RuntimeError(CUDA_MISMATCH_MESSAGE, cuda_str_version, torch.version.cuda)
+        logger.warning(CUDA_MISMATCH_WARN, cuda_str_version, torch.version.cuda)
+"""
+CHECK_OLD = """\
+        if cuda_ver.major != torch_cuda_version.major:
+            raise RuntimeError(CUDA_MISMATCH_MESSAGE.format(cuda_str_version, torch.version.cuda))
+        warnings.warn(CUDA_MISMATCH_WARN.format(cuda_str_version, torch.version.cuda))
+"""
+
+
+@pytest.mark.parametrize("source", [CHECK_213, CHECK_OLD])   # torch 2.13's form; torch 2.0-2.8's
+def test_relax_turns_the_major_check_into_the_minor_warning(source):
+    relaxed = incontainer.relax_nvcc_check(source)
+    assert "        if False:  # if cuda_ver.major" in relaxed
+    assert incontainer.relax_nvcc_check(relaxed) == relaxed               # idempotent
+    compile(relaxed.replace("        ", "", 1).replace("\n        ", "\n"), "x", "exec")
+
+
+def test_relax_refuses_a_torch_without_the_check():
+    with pytest.raises(ToolchainError, match="0 copies of the nvcc check"):
+        incontainer.relax_nvcc_check("def _check_cuda_version():\n    pass\n")
+
+
+def test_relax_patches_the_torch_a_python_imports(tmp_path, monkeypatch):
+    torch = tmp_path / "site" / "torch"
+    (torch / "utils").mkdir(parents=True)
+    (torch / "__init__.py").write_text("")
+    (torch / "utils" / "cpp_extension.py").write_text("def check():\n" + CHECK_213)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    changed = incontainer.relax_installed(sys.executable)
+    assert changed == torch / "utils" / "cpp_extension.py"
+    assert "if False:" in changed.read_text()
