@@ -15,7 +15,6 @@ from index_support import (
     ANY, BASE, FOUND, SO, TAG_311, assert_site_valid, build, load_entry, manifest_wheel, page, project_json,
 )
 
-from tools import ROOT
 from tools import render, templating
 from tools.ledger import load_ledger
 from tools.selector.bundle import ZIPAPP_FILE, zipapp_bytes
