@@ -61,7 +61,9 @@ def test_installed_tools_read_the_checkout_they_run_in(installed, tmp_path):
 
 
 def test_installed_index_finds_its_templates(installed, tmp_path):
-    # The page templates are package data, read next to the installed module.
+    # The page templates are package data, read next to the installed module; the C++ ABI of
+    # each torch series comes from the checkout's table.
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
     site = tmp_path / "site"
     wheels = tmp_path / "wheels"
     wheels.mkdir()

@@ -6,18 +6,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from markupsafe import Markup
 
 from .ledger import Entry
-from .placement import version_key, wheel_tags
+from .placement import FileView, version_key, wheel_tags
 from .templating import jinja_env
 from .variant import Variant
 from .wheelread import parse_version
 
-if TYPE_CHECKING:
-    from .render import FileView
 
 @lru_cache(maxsize=None)
 def _python_labels(tags: str) -> tuple[str, ...]:

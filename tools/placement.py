@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from packaging.utils import canonicalize_name
@@ -103,3 +104,15 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
                     placed[k].append(e)
     variants = {Variant(cuda, torch): files for (cuda, torch), files in placed.items()}
     return dict(sorted(variants.items(), key=lambda kv: variant_sort_key(kv[0])))
+
+
+@dataclass
+class FileView:
+    """One file as every page shows it; its HTML and JSON are rendered once, when first needed."""
+
+    entry: Entry
+    project: str
+    yanked: str | None
+    sort_key: tuple
+    html: str | None = None
+    json: str | None = None

@@ -27,7 +27,7 @@ from markupsafe import Markup
 
 from .coverage import coverage_matrix
 from .ledger import Entry, dump_ledger
-from .placement import place_variants, project_name
+from .placement import FileView, place_variants, project_name
 from .selector.bundle import site_files as selector_site_files
 from . import templating
 from .templating import jinja_env
@@ -52,18 +52,6 @@ class _Link(NamedTuple):
     requires_python: str | None
     metadata_sha256: str
     yanked: str | None
-
-
-@dataclass
-class FileView:
-    """One file as every page shows it; its HTML and JSON are rendered once, when first needed."""
-
-    entry: Entry
-    project: str
-    yanked: str | None
-    sort_key: tuple
-    html: str | None = None
-    json: str | None = None
 
 
 def file_views(entries: Mapping[str, Entry], yanked: Mapping[str, str]) -> dict[str, FileView]:
