@@ -99,10 +99,3 @@ def install(python: Path, requirements: list[str], *, index_url: str | None = No
                 "the wheelhouse lacks a wheel for this Python/platform: add it")
         raise ToolchainError(f"installing {what} ({' '.join(requirements)}) failed:\n{tail}",
                              hint=hint)
-
-
-def run_python(python: Path, code: str, *, cwd: Path | None = None, timeout: int = 600,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -c code`` and capture its output (no exception on failure)."""
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=env)
