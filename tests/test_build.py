@@ -23,6 +23,7 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tools import ROOT
 from tools.build import build_cell, resolve_archs
 from tools.host import find_nvcc
+from tools.engine import Readiness
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
 from tools.matrix import cells_for
@@ -250,9 +251,10 @@ def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
     with pytest.raises(SourceError):
         build_cell(_cell(data), recipes_root=recipes, out_dir=tmp_path / "o",
                    work_root=tmp_path / "w", sdist=sdist, stream=stream,
-                   probe=lambda engine: (False, f"{engine} is not installed"))
-    assert "backend: host (auto: no container engine answers (docker is not installed; " \
-           "podman is not installed), using host)" in stream.getvalue()
+                   probe=lambda engine, image: Readiness(engine, image, False,
+                                                         f"{engine} is not installed"))
+    assert "(docker is not installed; podman is not installed), using host)" in \
+        stream.getvalue()
 
 
 def test_archs_override_is_checked_against_the_toolkit(mini_table, write_recipe, good_recipe):

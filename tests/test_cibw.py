@@ -64,7 +64,12 @@ def test_generated_options(world, tmp_path, cell_id, ident, image, torch_install
     assert env.items() >= env_expect.items()
     assert not set(absent) & set(env)
     # torch alone from its index, the build requirements from PyPI, in the build venv
-    torch_step, deps_step = o["CIBW_BEFORE_BUILD"].split(" && ")
+    torch_step, deps_step, *checks = o["CIBW_BEFORE_BUILD"].split(" && ")
+    # ninja off PATH would make torch compile one file at a time: the build stops instead
+    assert checks == (["{ command -v ninja >/dev/null || { echo 'toolchain error: ninja is not "
+                       "on PATH after installing the build requirements (is the image Python "
+                       "read-only?): torch would compile serially'; exit 1; }; }"]
+                      if "ninja" in deps_step else [])
     assert torch_step == f"python -m pip install {torch_install}"
     assert deps_step.endswith("--index-url https://pypi.org/simple")
     assert "torch" not in deps_step

@@ -20,6 +20,7 @@ import yaml
 
 from tests.conftest import MINI_TABLE, plan_cell
 from tools import ROOT, build, cibw, container
+from tools.engine import Readiness
 from tools.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
 from tools.matrix import find_cell
 
@@ -63,7 +64,8 @@ def test_dry_run_prints_a_script_that_runs(world, tmp_path, monkeypatch, capsys)
     expected = cibw.plan_invocation(
         cell, next(r for r in recipes if r.package == "demo_ext"), table, archs=cell.archs,
         engine="docker", limits=cibw.Limits(14, 4), work_root=tmp_path / "work",
-        recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1])
+        recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1],
+        mounts=cibw.default_mounts())
     assert variables == expected.env and argv == list(expected.argv)
     # the first command stages the source for real (from the recipe's sdist, here local)
     stage_words = shlex.split(stage_line)
@@ -144,8 +146,8 @@ def test_container_backend_without_an_engine_says_so(world, tmp_path, monkeypatc
                      "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == ToolchainError.exit_code
-    assert "toolchain error: no container engine answers (`docker info` failed: Cannot " \
-           "connect to the Docker daemon" in err
+    assert "toolchain error: no container engine can build from " in err
+    assert "(`docker info` failed: Cannot connect to the Docker daemon" in err
     assert "podman is not installed" in err
     assert "fix: start the engine" in err and "--backend host" in err and "--dry-run" in err
     assert not (tmp_path / "out").exists()
@@ -156,9 +158,12 @@ def test_container_backend_without_an_engine_says_so(world, tmp_path, monkeypatc
 
 
 def _answering(*engines: str):
-    """An engine probe under which exactly ``engines`` answer."""
-    return lambda engine: ((True, f"{engine} answers") if engine in engines
-                           else (False, f"`{engine} info` failed: not running"))
+    """An engine probe under which exactly ``engines`` can build (from a local image)."""
+    def probe(engine, image):
+        if engine in engines:
+            return Readiness(engine, image, True, "it starts containers", local=True)
+        return Readiness(engine, image, False, f"`{engine} info` failed: not running")
+    return probe
 
 
 def _in_world(tmp_path, stream, probe) -> dict:
@@ -170,19 +175,20 @@ def _in_world(tmp_path, stream, probe) -> dict:
 def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_path):
     world()
     stream = io.StringIO()
-    with pytest.raises(ToolchainError, match=r"no container engine answers \(`docker info` "
-                                             r"failed: not running\)"):
+    with pytest.raises(ToolchainError, match=r"no container engine can build from \S+ here "
+                                             r"\(`docker info` failed: not running\)"):
         build.build_cell("demo_ext-3.12-cu129", backend="container", engine="docker",
                          **_in_world(tmp_path, stream, _answering("podman")))
-    assert "step 1/5: engine FAILED" in stream.getvalue()
+    assert "step 1/6: engine FAILED" in stream.getvalue()
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("answering,expect", [
-    ((), "host (auto: no container engine answers (`docker info` failed: not running; "
-         "`podman info` failed: not running), using host)"),
-    (("podman",), "container (auto: podman answers)"),
-    (("docker", "podman"), "container (auto: docker answers)"),
+    ((), "host (auto: no container engine can build from pytorch/manylinux2_28-builder:"
+         "cuda12.9 here (`docker info` failed: not running; `podman info` failed: not "
+         "running), using host)"),
+    (("podman",), "container (auto: podman: it starts containers)"),
+    (("docker", "podman"), "container (auto: docker: it starts containers)"),
 ])
 def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, answering,
                                                       expect):
@@ -202,16 +208,17 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
 def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkeypatch, capsys):
     world()
     _no_engine_path(tmp_path, monkeypatch)
-    chosen, why = build.choose_backend("auto", None)
-    assert chosen == "host"
-    assert why.startswith("auto: no container engine answers (`docker info` failed: Cannot")
+    chosen, why, engine = build.choose_backend("auto", None, "some/image:tag")
+    assert chosen == "host" and engine is None
+    assert why.startswith("auto: no container engine can build from some/image:tag here "
+                          "(`docker info` failed: Cannot")
     assert why.endswith("podman is not installed), using host")
     # through the command line: the host backend starts (and stops at its first step here)
     rc = build.main(["demo_ext-3.12-cu129", *_world_args(tmp_path),
                      "--sdist", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert rc != 0
-    assert "backend: host (auto: no container engine answers" in err
+    assert "backend: host (auto: no container engine can build from" in err
 
 
 # --- a failed run names its cause ----------------------------------------------------------------
@@ -222,7 +229,8 @@ def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkey
      "missing\n  fix: check the arch env var\n", VerifyError, "in the container: requested GPU"),
     # nvcc killed at the container's memory limit
     ("Building wheel...\nKilled\nerror: command '/usr/local/cuda/bin/nvcc' failed with exit "
-     "code 137\n", CompileError, "most likely out of memory (limit 14 GiB, no swap)"),
+     "code 137\n", CompileError, "out of memory: the compile was killed (exit 137) in the "
+     "container (limit 14 GiB, no swap)"),
     # a compile error names the file
     ("Building wheel...\ncsrc/kernel.cu(12): error: identifier \"x\" is undefined\n",
      CompileError, "while compiling csrc/kernel.cu:12"),

@@ -3,8 +3,9 @@
 ``python -m tools.build CELL_ID [--backend host|container|auto] [--archs 90] [--sdist PATH]``
 (what ``nox -s build-<cell id>`` runs). The backends are peers this module calls:
 ``tools.host.build_host`` (this machine's toolchain) and ``tools.container.build_container``
-(cibuildwheel in the cell's manylinux image); ``auto`` takes the container when an engine
-answers (``tools.engine``). Every step is timed and reported; the wheel reaches ``wheelhouse/``
+(cibuildwheel in the cell's manylinux image); ``auto`` takes the container only when an engine
+can start a container from the cell's image, here or pulled (``tools.engine.readiness``), and
+otherwise says why it fell back to the host. Every step is timed and reported; the wheel reaches ``wheelhouse/``
 only after every check passed, and the build report (JSON) says what each check found. A
 failure names the step, explains itself and exits non-zero.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from . import RECIPES_DIR, ROOT
 from .container import CONTAINER_STEPS, build_container
-from .engine import Probe, engine_answers, first_answering
+from .engine import Probe, first_ready, readiness
 from .errors import ToolchainError, cli
 from .host import HOST_STEPS, build_host
 from .matrix import Cell, load_cell
@@ -44,15 +45,17 @@ def resolve_archs(cell: Cell, override: str | None, table: Table) -> tuple[str, 
     return archs
 
 
-def choose_backend(requested: str, engine: str | None,
-                   probe: Probe = engine_answers) -> tuple[str, str]:
-    """Resolve ``auto``: container when an engine answers, otherwise host; says why."""
+def choose_backend(requested: str, engine: str | None, image: str,
+                   probe: Probe = readiness) -> tuple[str, str, str | None]:
+    """Resolve ``auto``: container when an engine can build from ``image``, otherwise host.
+    Returns (backend, why, the engine that can build or None)."""
     if requested != "auto":
-        return requested, f"--backend {requested}"
-    found, why, reasons = first_answering(engine, probe)
+        return requested, f"--backend {requested}", engine
+    found, reasons = first_ready(engine, image, probe)
     if found:
-        return "container", f"auto: {why}"
-    return "host", "auto: no container engine answers (" + "; ".join(reasons) + "), using host"
+        return "container", f"auto: {found.engine}: {found.why}", found.engine
+    return "host", ("auto: no container engine can build from " + image + " here (" +
+                    "; ".join(reasons) + "), using host"), None
 
 
 def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
@@ -62,14 +65,16 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
-               stream=None, probe: Probe = engine_answers) -> dict[str, Any]:
+               image: str | None = None, stream=None, probe: Probe = readiness
+               ) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
-    ``probe`` answers whether a container engine runs (for ``auto`` and the container backend).
+    ``probe`` says whether an engine can build from an image (for ``auto`` and the container
+    backend); ``image`` replaces the table's image for the cell's CUDA.
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
-    chosen, why = choose_backend(backend, engine, probe)
+    chosen, why, engine = choose_backend(backend, engine, image or cell.image, probe)
     cell_archs = resolve_archs(cell, archs, table)
     if chosen == "container":
         progress = Progress(cell.id, CONTAINER_STEPS, stream or sys.stderr)
@@ -77,7 +82,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
         report = build_container(cell, recipe, table, archs=cell_archs, engine=engine,
                                  dry_run=dry_run, out_dir=out_dir, work_root=work_root,
                                  progress=progress, sdist=sdist, sdist_dir=sdist_dir,
-                                 memory_gib=memory_gib, cpus=cpus, probe=probe)
+                                 memory_gib=memory_gib, cpus=cpus, image=image, probe=probe)
         report.setdefault("why", why)
         return report
     progress = Progress(cell.id, HOST_STEPS, stream or sys.stderr)
@@ -109,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                                  " --format ids lists them)")
     ap.add_argument("--backend", choices=["auto", "host", "container"], default="auto")
     ap.add_argument("--engine", choices=["docker", "podman"], help="container engine")
+    ap.add_argument("--image", help="container backend: build in this image instead of the "
+                                    "table's (e.g. a local stand-in: python -m tools.localimage)")
     ap.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
     ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
@@ -134,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                         offline=args.offline, torch_index=args.torch_index, out_dir=args.out,
                         work_root=args.work, recipes_root=args.recipes,
                         table_path=args.table, engine=args.engine,
-                        dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus)
+                        dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus,
+                        image=args.image)
     if report.get("wheel"):
         print(report["wheel"])
     return 0

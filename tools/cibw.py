@@ -29,6 +29,7 @@ from . import RECIPES_DIR, ROOT
 from .buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from .errors import ToolchainError
 from .matrix import ARCH, Cell, torch_index
+from .oci_runtime import cache_dir, trust_store
 from .pyenv import PYPI_SIMPLE
 from .recipe import Recipe
 from .table import TABLE_PATH, Table
@@ -72,6 +73,54 @@ class Limits:
         """docker/podman ``create`` flags; swap equal to memory means no swap at all."""
         return (f"--memory={self.memory_gib}g", f"--memory-swap={self.memory_gib}g",
                 f"--cpus={self.cpus}")
+
+
+@dataclass(frozen=True)
+class Image:
+    """The image a cell builds in and the manylinux policy its wheels are repaired to: the
+    table's image and the cell's tag, or a local stand-in whose glibc allows less (``auto``:
+    the lowest policy the wheel's symbols allow)."""
+
+    name: str
+    plat: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """What the build container gets from this machine besides the project: read-only CA
+    bundles at their own paths (pip behind a TLS-intercepting proxy), the variables to pass
+    through, and a package cache so torch downloads once, not every build."""
+
+    volumes: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def create_args(self) -> tuple[str, ...]:
+        """``create`` flags for the volumes."""
+        return tuple(arg for volume in self.volumes for arg in ("--volume", volume))
+
+
+#: Where the package cache is mounted inside the container.
+CONTAINER_PIP_CACHE = "/cuwheels-cache/pip"
+
+
+def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None) -> Mounts:
+    """The trust store (``tools.oci_runtime.trust_store``) and a pip cache of its own
+    (``CUWHEELS_CONTAINER_PIP_CACHE``, default ``~/.cache/cuwheels/container-pip``; empty:
+    none). The container runs as root: a cache of its own keeps root-owned files out of the
+    user's pip cache."""
+    env = dict(os.environ) if env is None else env
+    trust = trust_store(env)
+    cache = env.get("CUWHEELS_CONTAINER_PIP_CACHE")
+    if cache is None:
+        cache = str((cache_root or cache_dir(env)) / "container-pip")
+    volumes, extra = list(trust.volumes), []
+    if cache:
+        volumes.append(f"{cache}:{CONTAINER_PIP_CACHE}")
+        extra.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
+    return Mounts(tuple(volumes), trust.variables, tuple(extra))
 
 
 def default_limits(env: dict[str, str] | None = None) -> Limits:
@@ -155,16 +204,25 @@ def before_build(cell: Cell, recipe: Recipe, table: Table) -> str:
     steps = [pip_install_torch(cell, table),
              _sh(["python", "-m", "pip", "install", *(_q(r) for r in rest),
                   "--index-url", PYPI_SIMPLE])]
+    if "ninja" in names:
+        # A Python pip can't write to puts ninja in the user site, off PATH, and torch's
+        # BuildExtension then compiles one file at a time without a word: stop here instead.
+        steps.append("{ command -v ninja >/dev/null || { echo 'toolchain error: ninja is not "
+                     "on PATH after installing the build requirements (is the image Python "
+                     "read-only?): torch would compile serially'; exit 1; }; }")
     if table.torch[cell.torch].nvcc_check_relaxed(cell.cuda):
         steps.append(_sh([*_tools("relax-nvcc-check"), "--python", _BUILD_PYTHON]))
     return " && ".join(steps)
 
 
-def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str) -> str:
+def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str,
+                   image: Image | None = None) -> str:
     """The finish stage (``tools.finish.finish_wheel``) on cibuildwheel's ``{wheel}``, writing
-    the finished wheel to ``{dest_dir}``."""
+    the finished wheel to ``{dest_dir}``, repaired to the policy the image can give."""
+    image = image or Image(cell.image, cell.platform_tag)
     return _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell", cell.id,
                 "--archs", ",".join(archs), "--build-python", _BUILD_PYTHON,
+                "--plat", image.plat, "--image", _q(image.name),
                 "--recipe-revision", _q(recipe_revision)])
 
 
@@ -185,9 +243,9 @@ def environment(env: dict[str, str]) -> str:
     return " ".join(f"{k}={quote(v)}" for k, v in env.items())
 
 
-def engine_option(engine: str, limits: Limits) -> str:
-    """``CIBW_CONTAINER_ENGINE``: the engine and its ``create`` limits."""
-    return f"{engine}; create_args: {' '.join(limits.create_args)}"
+def engine_option(engine: str, limits: Limits, mounts: Mounts = Mounts()) -> str:
+    """``CIBW_CONTAINER_ENGINE``: the engine and its ``create`` limits and mounts."""
+    return f"{engine}; create_args: {' '.join([*limits.create_args, *mounts.create_args])}"
 
 
 def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: Limits) -> Sizing:
@@ -196,25 +254,37 @@ def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: Limits) -> Sizin
 
 
 def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
-                 engine: str, limits: Limits, recipe_revision: str) -> dict[str, str]:
-    """Every cibuildwheel option for one cell, as the ``CIBW_*`` variables that set them."""
+                 engine: str, limits: Limits, recipe_revision: str, image: Image | None = None,
+                 mounts: Mounts = Mounts(), containers_conf: Path | None = None
+                 ) -> dict[str, str]:
+    """Every cibuildwheel option for one cell, as the ``CIBW_*`` variables that set them (and
+    ``CONTAINERS_CONF`` where podman needs the runtime wrapper)."""
+    image = image or Image(cell.image, cell.platform_tag)
     env = build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs,
                     cuda_home=CONTAINER_CUDA_HOME)
+    env.update(mounts.env)
     frontend = "pip" if recipe.build.isolation else "pip; args: --no-build-isolation"
-    return {
+    options = {
         "CIBW_BUILD": identifier(cell),
         "CIBW_ARCHS": ARCH,
-        "CIBW_MANYLINUX_X86_64_IMAGE": cell.image,
-        "CIBW_CONTAINER_ENGINE": engine_option(engine, limits),
+        "CIBW_MANYLINUX_X86_64_IMAGE": image.name,
+        "CIBW_CONTAINER_ENGINE": engine_option(engine, limits, mounts),
         "CIBW_BUILD_FRONTEND": frontend,
         "CIBW_BUILD_VERBOSITY": "1",
         "CIBW_ENVIRONMENT": environment(env),
         "CIBW_BEFORE_ALL": before_all(cell),
         "CIBW_BEFORE_BUILD": before_build(cell, recipe, table),
-        "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision),
+        "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image),
         "CIBW_BEFORE_TEST": pip_install_torch(cell, table),
         "CIBW_TEST_COMMAND": smoke_command(cell, recipe),
     }
+    if mounts.pass_env:
+        options["CIBW_ENVIRONMENT_PASS_LINUX"] = " ".join(mounts.pass_env)
+    if containers_conf is not None:
+        # cibuildwheel runs `podman create/start/exec` itself: a global --runtime can't reach
+        # those, the configuration file can.
+        options["CONTAINERS_CONF"] = str(containers_conf)
+    return options
 
 
 def cibuildwheel_argv(output_dir: Path, package: str) -> list[str]:
@@ -276,7 +346,9 @@ class Invocation:
 def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                     engine: str, limits: Limits, work_root: Path, tree_name: str | None = None,
                     sdist: Path | None = None, sdist_dir: Path | None = None,
-                    recipe_revision: str = "unknown") -> Invocation:
+                    recipe_revision: str = "unknown", image: Image | None = None,
+                    mounts: Mounts = Mounts(), containers_conf: Path | None = None
+                    ) -> Invocation:
     """The whole plan for a cell, without touching the network or an engine.
 
     ``tree_name`` is the sdist's top directory once extracted; before that it is the sdist's
@@ -294,20 +366,23 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         stage_argv += ["--sdist", str(sdist)]
     elif sdist_dir:
         stage_argv += ["--sdist-dir", str(sdist_dir)]
+    image = image or Image(cell.image, cell.platform_tag)
     options = cibw_options(cell, recipe, table, archs=archs, engine=engine, limits=limits,
-                           recipe_revision=recipe_revision)
+                           recipe_revision=recipe_revision, image=image, mounts=mounts,
+                           containers_conf=containers_conf)
     sizing = cell_sizing(recipe, archs, limits)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     index = torch_index(cell, table)
     header = (
         f"cell {cell.id}: {recipe.source.pypi} {cell.version}, Python {cell.python}, "
         f"CUDA {cell.cuda}, torch {cell.torch_version}",
-        f"image {cell.image} via {engine}, limited to {limits.memory_gib} GiB (no swap) and "
-        f"{limits.cpus} CPUs",
+        f"image {image.name} via {engine}, limited to {limits.memory_gib} GiB (no swap) and "
+        f"{limits.cpus} CPUs" + (f"; {image.note}" if image.note else ""),
         f"compile: {sizing.note}",
         f"archs: {' '.join('sm_' + a for a in archs)}",
         f"torch from {index or 'PyPI (its build is this CUDA)'}",
-        f"wheel: {recipe.source.pypi} {cell.version}+{cell.label}, {cell.platform_tag}, "
+        f"wheel: {recipe.source.pypi} {cell.version}+{cell.label}, "
+        f"{cell.platform_tag if image.plat == cell.platform_tag else 'repaired to ' + image.plat}, "
         f"Requires-Dist torch=={cell.torch}.*",
         "workaround: " + (f"torch's nvcc version check relaxed ({relaxed})" if relaxed
                           else "none"),

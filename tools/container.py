@@ -45,15 +45,19 @@ from typing import Any
 from . import RECIPES_DIR, ROOT, errors
 from .cibw import (
     TOOLS_DIR,
+    TOOLS_PYTHON,
+    Image,
     Invocation,
     Limits,
+    Mounts,
     check_options,
     default_limits,
+    default_mounts,
     identifier,
     plan_invocation,
 )
 from .compilelog import failing_file
-from .engine import Probe, engine_answers, find_engine
+from .engine import Probe, Readiness, find_engine, pull, qualified, readiness
 from .errors import CompileError, CuwheelsError, ToolchainError, cli
 from .finish import recipe_git_revision
 from .manifest import read_manifest
@@ -64,7 +68,52 @@ from .source import prepare_source
 from .table import TABLE_PATH, Table
 
 #: The container backend's steps, as the progress lines and the report name them.
-CONTAINER_STEPS = ["engine", "source", "stage", "cibuildwheel", "publish"]
+CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
+#: Labels of a local stand-in image (``tools.localimage``): what it is and which policy its
+#: glibc allows.
+STAND_IN_LABEL = "org.cuwheels.builder.stand-in"
+POLICY_LABEL = "org.cuwheels.builder.manylinux"
+#: What cibuildwheel itself runs in the container (``oci_container.UTILITY_PYTHON``).
+CIBW_UTILITY_PYTHON = "/opt/python/cp39-cp39/bin/python"
+
+
+def image_for(cell: Cell, name: str, labels: dict[str, str]) -> Image:
+    """The image the cell builds in and the policy its wheels are repaired to: the cell's
+    manylinux tag, or, in a local stand-in image (its labels say so), the lowest policy the
+    wheel's symbols allow (``auto``): its glibc is newer than the tag's."""
+    if labels.get(STAND_IN_LABEL) == "true":
+        policy = labels.get(POLICY_LABEL, "its glibc's")
+        return Image(name, "auto", f"a local stand-in (wheels up to {policy}): they are "
+                     "repaired to the lowest policy their symbols allow, not "
+                     f"{cell.platform_tag}")
+    return Image(name, cell.platform_tag)
+
+
+def image_paths(cell: Cell) -> dict[str, str]:
+    """What the build needs inside the image, and why: path -> what it is for."""
+    tag = identifier(cell).split("-")[0]
+    return {f"/opt/python/{tag}-{tag}/bin/python": f"the cell's Python {cell.python}",
+            f"/usr/local/cuda-{cell.cuda}/bin/nvcc": f"the cell's CUDA {cell.cuda}",
+            TOOLS_PYTHON: "the finish step's Python (cp312)",
+            CIBW_UTILITY_PYTHON: "cibuildwheel's own helper Python (cp39)"}
+
+
+def check_image(ready: Readiness, cell: Cell, run=subprocess.run) -> list[str]:
+    """Start one container from the image and list what of :func:`image_paths` it lacks, as
+    ``path (what it is for)``; ToolchainError when no container starts."""
+    paths = image_paths(cell)
+    script = "for p in " + " ".join(paths) + '; do [ -e "$p" ] || echo "$p"; done'
+    argv = [ready.engine, *ready.runtime_args, "run", "--rm", "--pull=never", "--network=none",
+            ready.image, "sh", "-c", script]
+    try:
+        proc = run(argv, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"a container from {ready.image} did not finish a file check in "
+                             "300 s") from None
+    if proc.returncode != 0:
+        raise ToolchainError(f"`{' '.join(argv[:-1])} ...` failed (exit {proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    return [f"{p} ({paths[p]})" for p in proc.stdout.split() if p in paths]
 
 
 @dataclass(frozen=True)
@@ -123,9 +172,11 @@ def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> 
                 step = name
     tail = log_text[-6000:]
     if step == "compile" and re.search(r"\bKilled\b|code 137\b|exit status 137|signal 9", tail):
+        culprit = failing_file(log_text)
         return CompileError(
-            f"the compile was killed in the container, most likely out of memory (limit "
-            f"{limits.memory_gib} GiB, no swap); log: {log}",
+            f"out of memory: the compile was killed (exit 137) in the container"
+            f"{' while compiling ' + culprit if culprit else ''} (limit {limits.memory_gib} "
+            f"GiB, no swap); log: {log}",
             hint="raise build.job_memory_gib in the recipe (fewer parallel jobs) or "
                  "CUWHEELS_CONTAINER_MEMORY_GIB on a machine with more memory")
     if step in ("before-all", "before-build"):
@@ -170,25 +221,32 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     engine: str | None, dry_run: bool, out_dir: Path, work_root: Path,
                     progress: Progress, sdist: Path | None, sdist_dir: Path | None,
                     memory_gib: int | None = None, cpus: int | None = None,
-                    stdout=None, probe: Probe = engine_answers) -> dict[str, Any]:
+                    image: str | None = None, mounts: Mounts | None = None,
+                    stdout=None, probe: Probe = readiness) -> dict[str, Any]:
     """Build one cell with cibuildwheel in its image and return the build report.
 
+    ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
     With ``dry_run``, print the plan as a shell script on ``stdout`` and stop: no download, no
-    engine needed. Otherwise the engine must answer (``probe`` says which do); the wheel reaches
-    ``out_dir`` only after the repair, inspection and smoke test in the container passed.
+    engine needed. Otherwise an engine must be able to start a container from the image
+    (``probe`` says which can; an image that is not here is pulled first), and the image must
+    hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
+    inspection and smoke test in the container passed.
     """
     stdout = stdout or sys.stdout
     limits = default_limits()
     limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
+    mounts = default_mounts() if mounts is None else mounts
+    image_name = image or cell.image
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
-    report: dict[str, Any] = {"cell": cell.id, "backend": "container", "image": cell.image,
+    report: dict[str, Any] = {"cell": cell.id, "backend": "container", "image": image_name,
                               "archs": list(archs), "label": cell.label,
                               "limits": asdict(limits), "workarounds": workarounds}
     if dry_run:
         inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
                               limits=limits, work_root=work_root, sdist=sdist,
-                              sdist_dir=sdist_dir, recipe_revision=recipe_git_revision(recipe))
+                              sdist_dir=sdist_dir, recipe_revision=recipe_git_revision(recipe),
+                              image=Image(image_name, cell.platform_tag), mounts=mounts)
         check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
                       identifier(cell))
         stdout.write(inv.shell())
@@ -197,15 +255,43 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
 
     work = work_root / cell.id
     work.mkdir(parents=True, exist_ok=True)
+    for volume in mounts.volumes:
+        if not volume.endswith(":ro"):   # a cache the container writes: it must exist first
+            Path(volume.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
     report["verdict"] = "failed"
     with reporting(work / "report.json", report, progress):
-        def engine_step(step) -> str:
-            found = find_engine(engine, probe)
-            step.detail["engine"] = found
-            return found
+        def engine_step(step) -> Readiness:
+            ready = find_engine(engine, image_name, probe)
+            step.detail.update(engine=ready.engine, why=ready.why)
+            if not ready.local:
+                name = qualified(image_name) if ready.engine.endswith("podman") else image_name
+                progress.say(f"pulling {name} with {ready.engine}")
+                pull(ready.engine, name)
+                ready = probe(ready.engine, image_name)
+                if not ready.ok:
+                    raise ToolchainError(f"pulled {image_name}, but {ready.why}")
+            step.detail["runtime_args"] = list(ready.runtime_args)
+            return ready
 
-        chosen = progress.run("engine", engine_step)
-        report["engine"] = chosen
+        ready = progress.run("engine", engine_step)
+        report["engine"] = ready.engine
+
+        def image_step(step) -> Image:
+            missing = check_image(ready, cell)
+            if missing:
+                raise ToolchainError(
+                    f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
+                    hint="use an image that has them (the table's image for CUDA "
+                         f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
+                         f"--pythons {cell.python}`), or leave this Python out of the recipe")
+            chosen = image_for(cell, image_name, ready.labels)
+            step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
+            if chosen.note:
+                progress.say(f"image: {chosen.note}")
+            return chosen
+
+        chosen = progress.run("image", image_step)
+        report["plat"] = chosen.plat
 
         def source(step) -> Staged:
             staged = stage(cell, recipe, table, work, sdist=sdist, sdist_dir=sdist_dir)
@@ -216,10 +302,11 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         staged = progress.run("source", source)
 
         def plan_step(step) -> Invocation:
-            inv = plan_invocation(cell, recipe, table, archs=archs, engine=chosen,
+            inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
                                   limits=limits, work_root=work_root, tree_name=staged.tree.name,
                                   sdist=sdist, sdist_dir=sdist_dir,
-                                  recipe_revision=recipe_git_revision(recipe))
+                                  recipe_revision=recipe_git_revision(recipe), image=chosen,
+                                  mounts=mounts, containers_conf=ready.containers_conf)
             check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
             step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
             if relaxed:

@@ -77,8 +77,9 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         step.detail.update(size_before=result.size_before, size_after=result.size_after,
                            platform_tags=list(result.platform_tags))
         if plat == "auto" and cell.platform_tag not in result.platform_tags:
-            progress.say(f"note: host build tagged {', '.join(result.platform_tags)}: it needs "
-                         f"this host's glibc or newer; the container backend makes "
+            where = "the local stand-in image" if backend == "container" else "this host"
+            progress.say(f"note: tagged {', '.join(result.platform_tags)}: it needs {where}'s "
+                         f"glibc or newer; the table's manylinux image makes "
                          f"{cell.platform_tag}")
         return result.wheel
 

