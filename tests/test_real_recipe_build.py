@@ -50,3 +50,44 @@ def test_causal_conv1d_host_build(tmp_path):
                           "print(causal_conv1d_cuda.__file__)"], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert imp.returncode == 0, imp.stderr
+
+
+CONTAINER_CELL = "causal_conv1d-3.12-cu130"
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.cuda
+def test_causal_conv1d_container_build(tmp_path):
+    """The path CI publishes from: cibuildwheel in a container (here the local stand-in image),
+    the finish step and the import test inside it, then pip-installed here and imported."""
+    from tools import localimage
+    from tools.engine import readiness
+
+    cell = find_cell(CONTAINER_CELL)
+    image = localimage.image_name(cell.cuda)
+    ready = readiness("podman", image)
+    if not ready.ok or not ready.local:
+        pytest.skip(f"no container can be started from {image}: {ready.why}")
+    out = tmp_path / "wheelhouse"
+    nox = Path(sys.executable).parent / "nox"
+    proc = subprocess.run([str(nox), "-s", f"build-{CONTAINER_CELL}", "--", "--backend",
+                           "container", "--engine", "podman", "--image", image, "--archs", "90",
+                           "--out", str(out)], cwd=ROOT, timeout=3 * 3600, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    (wheel,) = out.glob("*.whl")
+    assert f"+{cell.label}-cp312-cp312-manylinux_2_" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = read_manifest(zf)
+    assert manifest["backend"] == "container" and manifest["image"] == image
+    assert all(v["sass"] == ["90"] for v in manifest["archs"]["found"].values())
+
+    python = pyenv.create_venv(tmp_path / "venv", "3.12", seed=True)
+    pip = subprocess.run([str(python), "-m", "pip", "--isolated", "install",
+                          f"torch=={cell.torch_version}", str(wheel)],
+                         capture_output=True, text=True, timeout=1800)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    imp = subprocess.run([str(python), "-c", "import torch, causal_conv1d_cuda, causal_conv1d"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert imp.returncode == 0, imp.stderr

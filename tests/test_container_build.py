@@ -1,0 +1,142 @@
+"""The container backend for real: cibuildwheel drives podman, in the local builder image, end to
+end (engine, image, source, stage, cibuildwheel with the finish step and the smoke test inside
+the container, publish), and a compile that outgrows the container's memory is named as such.
+
+These start real containers. They need podman able to start a container from the local stand-in
+image (``tools/ci_podman.sh`` sets both up; ``.ci/run`` calls it): the engine's own readiness check
+decides, and where it says no the tests skip with its reason, so a machine with docker, podman or
+neither gets the same verdicts on everything else. torch comes from the registry the first time
+and from the container pip cache (``~/.cache/cuwheels/container-pip``) after that.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+
+from tests.test_build import PATCH, _recipe, _write
+from tools import localimage
+from tools.build import build_cell
+from tools.engine import readiness
+from tools.errors import CompileError
+from tools.host import find_nvcc
+from tools.manifest import read_manifest
+
+#: The cell's Python: the one the causal_conv1d container run uses too, so both share one cached
+#: torch download.
+PYTHON = "3.12"
+
+
+@pytest.fixture(scope="module")
+def local_image() -> str:
+    """The local stand-in image, when podman can start a container from it here."""
+    try:
+        cuda = find_nvcc().version
+    except Exception as exc:   # no toolkit: the image can't exist either
+        pytest.skip(f"no CUDA toolkit here: {exc}")
+    image = localimage.image_name(cuda)
+    ready = readiness("podman", image)
+    if not ready.ok or not ready.local:
+        pytest.skip(f"no container can be started from {image}: {ready.why} "
+                    f"(tools/ci_podman.sh sets it up)")
+    return image
+
+
+def _tinyext(tmp_path, sdist):
+    data = _recipe(sdist)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    cuda = next(iter(data["cuda"]))
+    return recipes, f"tinyext-{PYTHON}-cu{cuda.replace('.', '')}", data
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    from tests.fixtures.make_tinyext_sdist import make_sdist
+    return make_sdist(tmp_path_factory.mktemp("sdist"))
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
+    recipes, cell, data = _tinyext(tmp_path, sdist)
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    stream = io.StringIO()
+    report = build_cell(cell, backend="container", engine="podman", image=local_image,
+                        archs="90", sdist=sdist, recipes_root=recipes, out_dir=out,
+                        work_root=work, stream=stream)
+    said = stream.getvalue()
+    assert report["verdict"] == "passed", said[-4000:]
+    for step in ("engine", "image", "source", "stage", "cibuildwheel", "publish"):
+        assert f": {step} ok (" in said, step
+    # the stand-in's glibc is newer than manylinux_2_28: the wheel says what it needs
+    assert "image: a local stand-in" in said
+    assert report["image"] == local_image and report["plat"] == "auto"
+    (wheel,) = out.glob("*.whl")
+    torch_series = next(iter(data["cuda"].values()))["torch"][0]
+    assert f"+cu130.torch{torch_series}-cp312-cp312-manylinux_2_" in wheel.name
+    assert "manylinux_2_28" not in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = read_manifest(zf)
+        init = zf.read("tinyext/__init__.py").decode()
+        names = zf.namelist()
+    assert "PATCHED_BY_RECIPE = True" in init
+    assert not any("libtorch" in n or "libc10" in n for n in names)
+    # the finish step ran inside the container
+    assert manifest["backend"] == "container" and manifest["image"] == local_image
+    assert manifest["build_platform"].endswith("glibc 2.36")
+    assert [v["sass"] for v in manifest["archs"]["found"].values()] == [["90"]]
+    log = (work / cell / "cibuildwheel.log").read_text()
+    assert "Testing wheel..." in log          # cibuildwheel's smoke test ran in the container
+    saved = json.loads((work / cell / "report.json").read_text())
+    assert [s["name"] for s in saved["steps"]] == ["engine", "image", "source", "stage",
+                                                   "cibuildwheel", "publish"]
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_image_without_the_cells_python_is_refused_before_compiling(local_image, sdist,
+                                                                    tmp_path):
+    """cp314 is not in the stand-in: a named error from the image step, nothing staged."""
+    recipes, _, data = _tinyext(tmp_path, sdist)
+    cuda = next(iter(data["cuda"]))
+    table = tmp_path / "table.yaml"
+    from tools.table import TABLE_PATH
+    import yaml
+    raw = yaml.safe_load(TABLE_PATH.read_text())
+    torch_series = next(iter(data["cuda"].values()))["torch"][0]
+    raw["torch"][torch_series]["python"].append("3.14")
+    table.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cell = f"tinyext-3.14-cu{cuda.replace('.', '')}"
+    stream = io.StringIO()
+    from tools.errors import ToolchainError
+    with pytest.raises(ToolchainError) as info:
+        build_cell(cell, backend="container", engine="podman", image=local_image, archs="90",
+                   sdist=sdist, recipes_root=recipes, table_path=table,
+                   out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream)
+    assert f"{local_image} lacks what {cell} needs: /opt/python/cp314-cp314/bin/python " \
+           "(the cell's Python 3.14)" in str(info.value)
+    assert "tools.localimage" in info.value.hint
+    assert not (tmp_path / "work" / cell / "src").exists()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist, tmp_path):
+    """A real nvcc compile in a container limited to less memory than it needs: exit 137,
+    reported as out of memory, with the unit that was compiling; no wheel."""
+    recipes, cell, _ = _tinyext(tmp_path, sdist)
+    # The limit covers the whole container: pip's install of torch fits in 1 GiB (it streams),
+    # the compile of a unit that includes torch's headers does not (about 1.2 GiB here).
+    stream = io.StringIO()
+    with pytest.raises(CompileError) as info:
+        build_cell(cell, backend="container", engine="podman", image=local_image, archs="90",
+                   sdist=sdist, recipes_root=recipes, out_dir=tmp_path / "out",
+                   work_root=tmp_path / "work", memory_gib=1, stream=stream)
+    said = str(info.value)
+    assert said.startswith("out of memory: the compile was killed (exit 137) in the container")
+    assert "limit 1 GiB, no swap" in said
+    assert not (tmp_path / "out").exists()
