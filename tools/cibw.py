@@ -144,16 +144,17 @@ def identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-manylinux_{ARCH}"
 
 
-def finish_requirements(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
+def finish_requirements(pyproject: Path = ROOT / "pyproject.toml",
+                        names: tuple[str, ...] = FINISH_REQUIREMENTS) -> tuple[str, ...]:
     """The finish step's requirements, pinned as this project pins them (pyproject.toml)."""
     text = pyproject.read_text()
     pins = {m.group(1).lower(): m.group(0).strip('"')
             for m in re.finditer(r'"([A-Za-z0-9_.-]+)==[^"\s]+"', text)}
-    missing = [name for name in FINISH_REQUIREMENTS if name.lower() not in pins]
+    missing = [name for name in names if name.lower() not in pins]
     if missing:
         raise ToolchainError(f"{pyproject} pins no {', '.join(missing)}",
                              hint="the finish step installs the project's own pins")
-    return tuple(pins[name.lower()] for name in FINISH_REQUIREMENTS)
+    return tuple(pins[name.lower()] for name in names)
 
 
 def _sh(words: list[str]) -> str:
@@ -186,10 +187,15 @@ def before_all(cell: Cell) -> str:
     """Once per container: the finish step's venv, then the image's nvcc checked against the
     cell's CUDA (the same check as the host backend's)."""
     venv_python = str(TOOLS_VENV / "bin" / "python")
+    (cuobjdump,) = finish_requirements(names=("nvidia-cuda-cuobjdump",))
     return " && ".join([
         _sh([TOOLS_PYTHON, "-m", "venv", str(TOOLS_VENV)]),
         _sh([venv_python, "-m", "pip", "install", "--quiet",
              *(_q(r) for r in finish_requirements())]),
+        # PyTorch's images carry the toolkit's own cuobjdump; a toolkit assembled from PyPI's
+        # packages (the local stand-in's) has none, and the arch check needs one.
+        f"{{ [ -x {CONTAINER_CUDA_HOME}/bin/cuobjdump ] || "
+        + _sh([venv_python, "-m", "pip", "install", "--quiet", _q(cuobjdump)]) + "; }",
         _sh([*_tools("toolchain"), "--cell", cell.id]),
     ])
 
