@@ -198,7 +198,10 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
     if answering:
         report = build.build_cell("demo_ext-3.12-cu129", dry_run=True, **kwargs)
         assert report["verdict"] == "planned" and report["why"] == expect.split("(", 1)[1][:-1]
-        assert capsys.readouterr().out.startswith("#!/bin/sh\n")
+        script = capsys.readouterr().out
+        assert script.startswith("#!/bin/sh\n")
+        # the plan names the engine that can build, not a default
+        assert f"CIBW_CONTAINER_ENGINE='{answering[0]}; create_args:" in script
     else:
         with pytest.raises(ToolchainError, match="--dry-run is for the container backend"):
             build.build_cell("demo_ext-3.12-cu129", dry_run=True, **kwargs)
