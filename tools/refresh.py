@@ -29,6 +29,7 @@ import sys
 import tempfile
 import urllib.parse
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,8 +253,11 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
         raise RegistryError(f"{url}: downloaded bytes have sha256 {sha256_file(archive)}, "
                             f"the registry says {sha}", hint="nothing was written; run again")
     try:
-        tree = extract_sdist(archive, workdir / f"src-{recipe.package}")
-        applied = apply_patches(tree, recipe.patches)
+        # Without patches there is nothing to try; the source step extracts it when building
+        # (flash-attn's 8 MB sdist takes 8 s to extract here).
+        tree = extract_sdist(archive, workdir / f"src-{recipe.package}") if recipe.patches \
+            else None
+        applied = apply_patches(tree, recipe.patches) if tree else ()
     except (SourceError, PatchError) as exc:
         proposal.notes.append(f"{what}, but the recipe's patches do not apply to its sdist: "
                               f"{exc.message}; refresh the patch against {latest}, then bump "
@@ -300,7 +304,10 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     oldest = min(table.torch, key=version_key)
     releases = {s: r for s, r in newest_by_series(torch_doc).items()
                 if version_key(s) >= version_key(oldest)}
-    facts = {s: read_torch(registry, torch_doc, torch_url, r) for s, r in releases.items()}
+    # One wheel per series, each a few range requests: read side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        read = pool.map(lambda r: read_torch(registry, torch_doc, torch_url, r), releases.values())
+        facts = dict(zip(releases, read))
     proposal.torch = list(facts.values())
     variants, why = read_variants(registry)
     refresh_torch(table_doc, table, facts, variants, why, date, proposal)
