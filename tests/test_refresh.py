@@ -30,7 +30,7 @@ import yaml
 from packaging.version import Version
 
 from tools import ROOT
-from tools.errors import RegistryError
+from tools.errors import CuwheelsError, RegistryError
 from tools.recipe import load_all
 from tools import refresh
 from tools.refresh import propose, write_all
@@ -268,7 +268,8 @@ def test_torch_row_agrees_and_nothing_changes(repo, fake):
     without_release(fake, "causal-conv1d", "1.7.0")
     proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
     assert proposal.new == {}
-    assert proposal.agreement == ["torch 2.14: agrees (2.14.1)"]
+    assert proposal.agreement == ["torch 2.14: agrees (2.14.1)",
+                                  "causal_conv1d: 1.6.1 is the newest release of causal-conv1d"]
     (facts,) = proposal.torch
     assert (facts.python, facts.free_threaded) == (["3.10", "3.11", "3.12", "3.13", "3.14"], ["3.14t"])
     assert (facts.pypi_cuda, facts.manylinux, facts.cxx11_abi) == ("13.0", "2_28", True)
@@ -313,7 +314,7 @@ def test_a_changed_value_is_named_with_its_reason(repo, fake):
     table = repo / "table.yaml"
     table.write_text(table.read_text().replace("cxx11_abi: true", "cxx11_abi: false"))
     proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
-    assert proposal.agreement == ["torch 2.14: differs in cxx11_abi"]
+    assert proposal.agreement[0] == "torch 2.14: differs in cxx11_abi"
     assert proposal.changes == ["torch 2.14: cxx11_abi false -> true (the registry says "
                                 "otherwise; std::__cxx11 symbols in torch/lib/libshm.so)"]
     row = yaml.safe_load(proposal.new[table])["torch"]["2.14"]
@@ -439,7 +440,7 @@ def test_write_all_puts_back_what_it_renamed_when_a_rename_fails(tmp_path, monke
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", flaky)
-    with pytest.raises(RegistryError, match="every file is as it was"):
+    with pytest.raises(CuwheelsError, match="every file is as it was"):
         write_all({a: "a: 2\n", b: "b: 2\n"}, {a: "a: 1\n", b: "b: 1\n"})
     assert (a.read_text(), b.read_text()) == ("a: 1\n", "b: 1\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]

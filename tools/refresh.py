@@ -42,7 +42,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from . import RECIPES_DIR
 from .digest import sha256_file
-from .errors import PatchError, RegistryError, SourceError, cli
+from .errors import CuwheelsError, PatchError, RegistryError, SourceError, cli
 from .recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .registry import (PYPI_JSON, TORCH_VARIANTS, Registry, TorchFacts, newest_by_series,
                        newest_release, read_torch, read_variants)
@@ -231,7 +231,11 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
     data, json_url = registry.project(src.pypi)
     latest = newest_release(data)
     if latest is None or Version(latest) <= Version(src.version):
+        proposal.agreement.append(f"{recipe.package}: {src.version} is the newest release of "
+                                  f"{src.pypi}" if latest else f"{recipe.package}: {src.pypi} "
+                                  "has no final release on PyPI")
         return False
+    proposal.agreement.append(f"{recipe.package}: builds {src.version}; PyPI's newest is {latest}")
     files = [f for f in data["releases"][latest] if not f.get("yanked")]
     sdists = [f for f in files if f.get("packagetype") == "sdist"]
     what = f"{recipe.package}: {src.pypi} {latest} is out (the recipe builds {src.version})"
@@ -358,7 +362,7 @@ def write_all(new: dict[Path, str], old: dict[Path, str]) -> None:
     except OSError as exc:
         for path in done:
             path.write_text(old[path], encoding="utf-8")
-        raise RegistryError(f"writing {path} failed ({exc}); every file is as it was") from None
+        raise CuwheelsError(f"writing {path} failed ({exc}); every file is as it was") from None
     finally:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
