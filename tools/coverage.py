@@ -141,7 +141,8 @@ def load_reports(reports_dir: Path) -> dict[str, dict[str, Any]]:
 def _covers(filename: str, python: str) -> bool:
     """Whether a wheel's tags install on CPython ``python`` (cp312, abi3 from its minimum, py3)."""
     for label in _python_labels(wheel_tags(filename)):
-        if label == python or (label.endswith("+") and version_key(label[:-1]) <= version_key(python)):
+        if label == python or (label.endswith("+")
+                               and version_key(label[:-1]) <= version_key(python)):
             return True
         if label.startswith("py3"):
             return True

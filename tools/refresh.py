@@ -378,7 +378,8 @@ def summary(proposal: Proposal) -> str:
     for f in proposal.torch:
         lines.append(f"| {f.series} | {f.release} | {', '.join(f.python)} | "
                      f"{', '.join(f.free_threaded) or '-'} | {f.pypi_cuda or '?'} | "
-                     f"{f.manylinux or '?'} | {_show(f.cxx11_abi) if f.cxx11_abi is not None else '?'}"
+                     f"{f.manylinux or '?'} | "
+                     f"{_show(f.cxx11_abi) if f.cxx11_abi is not None else '?'}"
                      f" | {', '.join(f.variants) if f.variants is not None else 'not read'} |")
     lines += ["", "### Agreement with the table", ""] + [f"- {a}" for a in proposal.agreement]
     if proposal.notes:

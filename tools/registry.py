@@ -267,8 +267,9 @@ def read_torch(registry: Registry, doc: dict, json_url: str, release: str) -> To
         floor = elf_facts(got["torch/lib/libc10.so"])[1] if "torch/lib/libc10.so" in got else None
         if floor:
             facts.manylinux = floor
-            facts.how["manylinux"] = (f"legacy platform tag in the file names; GLIBC_{floor.replace('_', '.')}"
-                                      " is the newest glibc version torch/lib/libc10.so needs")
+            glibc = floor.replace("_", ".")
+            facts.how["manylinux"] = (f"legacy platform tag in the file names; GLIBC_{glibc} is "
+                                      "the newest glibc version torch/lib/libc10.so needs")
         else:
             facts.notes.append(f"torch {release}: the file names carry no PEP 600 manylinux tag "
                                "and libc10.so's glibc needs could not be read; check its glibc "
