@@ -106,3 +106,68 @@ def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
             data += png[pos + 8: pos + 8 + length]
         pos += 12 + length
     return width, height, zlib.decompress(data)
+
+
+# --------------------------------------------------------------------------- missing cells
+
+
+def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, good_recipe):
+    import json
+
+    import yaml
+    from conftest import MINI_TABLE
+
+    from tools.coverage import missing_cells
+
+    write_recipe(good_recipe)  # demo_ext 1.0.0: CUDA 12.9 for torch 2.8, 13.0 for 2.10 and 2.9
+    recipes = tmp_path / "recipes"
+    (recipes / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE))
+    w = tmp_path / "wheels"
+    make_wheel(w, "demo-ext", "1.0.0", local="cu130.torch2.10", tag="cp312-cp312-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "0.9.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_x86_64")
+    reports = tmp_path / "build-cells"
+    (reports / "demo_ext-3.11-cu130").mkdir(parents=True)
+    (reports / "demo_ext-3.11-cu130" / "report.json").write_text(json.dumps(
+        {"cell": "demo_ext-3.11-cu130", "error": {"kind": "compile", "message": "nvcc failed"}}))
+    (reports / "demo_ext-3.10-cu130").mkdir()
+    (reports / "demo_ext-3.10-cu130" / "report.json").write_text('{"cell": "demo_ext-3.10-cu130"}')
+    build(tmp_path, recipes_dir=recipes, reports_dir=reports)
+
+    html = page(tmp_path / "site", "index.html")
+    (demo,) = missing_cells(*_world(recipes), [], {})  # nothing built: every cell is missing
+    rows = {(g["torch"], g["cuda"], g["kind"]): [c["python"] for c in g["cells"]]
+            for g in demo["groups"]}
+    assert rows[("2.10", "13.0", "todo")] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    assert rows[("2.8", "12.9", "todo")] == ["3.10", "3.11", "3.12", "3.13"]  # python >=3.10
+    assert ("2.8", "12.6", "unsupported") in rows and ("2.9", "13.0", "todo") in rows
+
+    # On the page: 3.12 has a wheel of 1.0.0 (0.9.0's 3.13 doesn't count), 3.11 failed and links
+    # to its report, 3.10 built without an error (then: not built yet), the rest not built yet.
+    section = html[html.index('<h2 id="missing">'):]
+    row = re.search(r'<tr class="failed"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>(.*?)</td>',
+                    section)
+    assert row.group(1) == ('<a class="py failed" href="reports/demo_ext-3.11-cu130.json" '
+                            'title="demo_ext-3.11-cu130: compile error">3.11</a>')
+    assert row.group(2) == "the build failed: see each cell&#39;s report"
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>not built yet</td>',
+                    section)
+    assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
+    assert '<td>2.9</td><td>13.0</td><td><span class="py no" title="demo_ext-3.10-cu130-torch2.9">' in section
+    assert ("<td>the package isn&#39;t known to support torch 2.10 yet: the recipe builds no CUDA "
+            "12.6 wheels (it lists CUDA 12.9, 13.0)</td>") in section
+    report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
+    assert report["error"] == {"kind": "compile", "message": "nvcc failed"}
+
+
+def test_no_missing_section_without_recipes(tmp_path):
+    make_wheel(tmp_path / "wheels", "demo-ext", "1.0.0", local="cu130.torch2.10")
+    build(tmp_path)
+    assert 'id="missing"' not in page(tmp_path / "site", "index.html")
+
+
+def _world(recipes):
+    from tools.recipe import load_all
+    from tools.table import load_table
+
+    table = load_table(recipes / "table.yaml")
+    return load_all(recipes, table), table

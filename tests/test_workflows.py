@@ -72,7 +72,7 @@ def test_workflows_are_clean():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "workflows clean" in proc.stdout
-    assert {p.name for p in workflow_files()} >= {"checks.yml", "wheels.yml"}
+    assert {p.name for p in workflow_files()} >= {"checks.yml", "refresh.yml", "wheels.yml"}
 
 
 def test_lint_reports_each_tool(tmp_path):
@@ -152,7 +152,8 @@ def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflo
         cond = " ".join(str(job.get("if", "")).split())
         for guard in WRITE_GUARDS:
             assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
-    assert writers == [("wheels.yml:attest", ["attestations", "id-token"]),
+    assert writers == [("refresh.yml:refresh", ["actions", "contents", "pull-requests"]),
+                       ("wheels.yml:attest", ["attestations", "id-token"]),
                        ("wheels.yml:publish", ["contents", "id-token", "pages"])]
 
 
@@ -188,7 +189,7 @@ def test_no_secrets_and_the_token_only_where_publishing(workflows):
         assert not re.search(r"\$\{\{[^}]*\bsecrets\b", path.read_text()), path.name
     for where, job in _jobs(workflows):
         if "github.token" in yaml.safe_dump(job):
-            assert where == "wheels.yml:publish", where
+            assert where in ("wheels.yml:publish", "refresh.yml:refresh"), where
 
 
 def test_every_job_has_a_timeout(workflows):
@@ -271,7 +272,9 @@ def test_checks_run_the_make_targets(workflows):
     runs = [r for r in (s.get("run") for j in workflows["checks.yml"]["jobs"].values()
                         for s in j["steps"]) if r]
     assert runs == ["make test", "make recipes", "make lint"]
-    assert workflows["checks.yml"]["on"] == {"pull_request": None, "push": {"branches": ["main"]}}
+    # workflow_dispatch: refresh.yml starts the checks on its branch that way.
+    assert workflows["checks.yml"]["on"] == {"pull_request": None, "push": {"branches": ["main"]},
+                                             "workflow_dispatch": None}
 
 
 # --------------------------------------------------------------------------- the plan step
@@ -530,3 +533,106 @@ def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_pa
     assert rc == 0, log
     assert outputs == "new=1\n" and "::warning" not in log
     assert [p.name for p in wheelhouse.iterdir()] == [new.name]
+
+
+# --------------------------------------------------------------------------- the refresh workflow
+
+
+def test_refresh_runs_daily_and_by_hand_and_only_on_main(workflows):
+    wf = workflows["refresh.yml"]
+    assert set(wf["on"]) == {"schedule", "workflow_dispatch"}  # never for a pull request
+    assert len(wf["on"]["schedule"]) == 1
+    assert wf["concurrency"] == {"group": "registry-refresh", "cancel-in-progress": False}
+    (job_id, job), = wf["jobs"].items()
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write",
+                                  "actions": "write"}
+    _, read = _step(job, "Read the registry")
+    _, pr = _step(job, "Open or update the pull request")
+    assert read["run"].startswith(".venv/bin/python -m tools.refresh --write --summary ")
+    assert "env" not in read  # the registry is read without the token
+    assert pr["env"] == {"GH_TOKEN": "${{ github.token }}"}
+
+
+FAKE_GH = """#!/bin/bash
+# Stands in for the GitHub CLI: logs each call; `pr list` answers $FAKE_PR.
+echo "gh $*" >> "$GH_LOG"
+if [[ "$1 $2" == "pr list" ]]; then echo "${FAKE_PR:-}"; fi
+"""
+
+
+@pytest.fixture
+def refresh_repo(tmp_path):
+    """A clone of a bare 'origin' holding a recipe, and a fake gh on PATH; returns a runner."""
+    origin, work, bin_dir = tmp_path / "origin.git", tmp_path / "work", tmp_path / "bin"
+    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(origin))
+    git(tmp_path, "clone", "--quiet", str(origin), str(work))
+    (work / "recipes" / "causal_conv1d").mkdir(parents=True)
+    (work / "recipes" / "table.yaml").write_text("schema: 1\n")
+    (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.6.1"\n')
+    commit(work, "base")
+    git(work, "push", "--quiet", "origin", "HEAD:refs/heads/main")
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+
+    def run(workflows, *, pr: str = "") -> tuple[int, str, list[str]]:
+        """Run the pull request step as Actions does: (exit status, summary, gh calls)."""
+        wf = workflows["refresh.yml"]
+        _, step = _step(wf["jobs"]["refresh"], "Open or update the pull request")
+        runner_temp = tmp_path / ".runner-temp"
+        runner_temp.mkdir(exist_ok=True)
+        (runner_temp / "summary.md").write_text("## Registry refresh\n\n- causal_conv1d: 1.6.1 -> 1.7.0\n")
+        script, log, summary = runner_temp / "pr.sh", runner_temp / "gh.log", runner_temp / "step"
+        script.write_text(step["run"])
+        for f in (log, summary):
+            f.write_text("")
+        env = {**os.environ, **GIT_ENV, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+               "RUNNER_TEMP": str(runner_temp), "GITHUB_STEP_SUMMARY": str(summary),
+               "GH_LOG": str(log), "FAKE_PR": pr, "GH_TOKEN": "not-a-token",
+               "BRANCH": wf["env"]["BRANCH"], "BUILD_CAP": str(wf["env"]["BUILD_CAP"])}
+        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.returncode, summary.read_text(), log.read_text().splitlines()
+    return work, origin, run
+
+
+def test_refresh_with_nothing_new_opens_nothing(refresh_repo, workflows):
+    _, origin, run = refresh_repo
+    _, summary, calls = run(workflows)
+    assert calls == []
+    assert "Nothing new in the registry" in summary
+    assert git(origin, "branch", "--list", "--format=%(refname:short)") == "main"
+
+
+def test_refresh_opens_one_pull_request_and_dispatches_its_checks(refresh_repo, workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.7.0"\n')
+    _, summary, calls = run(workflows)
+    pushed = git(origin, "show", f"{branch}:recipes/causal_conv1d/recipe.yaml")
+    assert pushed == 'version: "1.7.0"'
+    assert calls[0] == "gh auth setup-git"
+    assert calls[1].startswith(f"gh pr list --head {branch} --base main --state open")
+    assert calls[2].startswith(f"gh pr create --base main --head {branch} --title ")
+    assert calls[3:] == [
+        f"gh workflow run checks.yml --ref {branch}",
+        f"gh workflow run wheels.yml --ref {branch} -f package=causal_conv1d -f cap=8 "
+        "-f publish=false"]
+    assert "Dispatched the checks and the builds of: causal_conv1d" in summary
+
+
+def test_refresh_with_the_same_change_updates_the_pull_request_only(refresh_repo, workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    recipe = work / "recipes" / "causal_conv1d" / "recipe.yaml"
+    recipe.write_text('version: "1.7.0"\n')
+    run(workflows)
+    first = git(origin, "rev-parse", branch)
+    # The next day: a fresh checkout of main, the same change, the pull request open (#7).
+    git(work, "switch", "--quiet", "main")
+    recipe.write_text('version: "1.7.0"\n')
+    _, summary, calls = run(workflows, pr="7")
+    assert git(origin, "rev-parse", branch) == first  # not pushed again
+    assert [c.split(" --title")[0] for c in calls[2:]] == ["gh pr edit 7"]  # no new dispatch
+    assert "no new checks dispatched" in summary

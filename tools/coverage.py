@@ -1,19 +1,27 @@
 """The coverage matrix of the front page: per project, which Python versions each (version,
-variant index) pair has, yanked wheels marked, and the wheels that are in no variant index."""
+variant index) pair has, yanked wheels marked, and the wheels that are in no variant index; and,
+where the index is built with the recipes, what is missing: per recipe, the cells the table allows
+that have no wheel yet, and why (not built yet, the package isn't known to support that torch yet,
+or a build failed, linked to its report)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
+from packaging.utils import canonicalize_name
 
 from .ledger import Entry
 from .placement import FileView, version_key, wheel_tags
+from .recipe import Recipe, load_all
+from .table import Table, load_table
 from .templating import jinja_env
-from .variant import Variant
+from .variant import Variant, cell_id
 from .wheelread import parse_version
 
 
@@ -111,3 +119,115 @@ def _coverage_cell(pills: tuple[tuple[str, str], ...]) -> Markup:
     ``pills``: ``(python, state)``, state "yes", "yanked" or "no".
     """
     return Markup(jinja_env().get_template("coverage_cell.html").render(pills=pills))
+
+
+# --------------------------------------------------------------------------- missing cells
+
+
+def load_reports(reports_dir: Path) -> dict[str, dict[str, Any]]:
+    """Build reports by cell id (``<dir>/<cell>/report.json``, as tools.build writes them);
+    an unreadable one is skipped: the page then says "not built yet", never a wrong reason."""
+    reports = {}
+    for path in sorted(Path(reports_dir).glob("*/report.json")):
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(report, dict):
+            reports[str(report.get("cell") or path.parent.name)] = report
+    return reports
+
+
+def _covers(filename: str, python: str) -> bool:
+    """Whether a wheel's tags install on CPython ``python`` (cp312, abi3 from its minimum, py3)."""
+    for label in _python_labels(wheel_tags(filename)):
+        if label == python or (label.endswith("+")
+                               and version_key(label[:-1]) <= version_key(python)):
+            return True
+        if label.startswith("py3"):
+            return True
+    return False
+
+
+def missing_cells(recipes: Iterable[Recipe], table: Table, entries: Iterable[Entry],
+                  reports: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Per recipe, the cells the table allows (each torch series x its CUDA versions x the
+    Pythons both allow) that have no wheel of the recipe's version, grouped by (CUDA, torch) and
+    why: ``failed`` (a build report with an error; its cell links to it), ``todo`` (the recipe
+    lists the pair: not built yet), or ``unsupported`` (the recipe doesn't list the pair: the
+    package isn't known to support that torch with that CUDA yet)."""
+    reports = reports or {}
+    have: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for e in entries:
+        if e.variant is not None:
+            have[(canonicalize_name(e.name), e.version.partition("+")[0], e.variant.cuda,
+                  e.variant.torch)].append(e.filename)
+    out = []
+    for recipe in sorted(recipes, key=lambda r: r.package):
+        name, version = canonicalize_name(recipe.source.pypi), recipe.source.version
+        listed = {t.cuda: t.torch for t in recipe.cuda}
+        groups = []
+        for series in sorted(table.torch, key=version_key, reverse=True):
+            for cuda in table.torch[series].cuda:
+                files = have.get((name, version, cuda, series), [])
+                rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+                for python in recipe.pythons_for(series, table):
+                    if any(_covers(f, python) for f in files):
+                        continue
+                    torches = listed.get(cuda, ())
+                    cell = cell_id(recipe.package, python, cuda,
+                                   None if torches and torches[0] == series else series)
+                    report = reports.get(cell)
+                    if series not in torches:
+                        kind = "unsupported"
+                    elif report and report.get("error"):
+                        kind = "failed"
+                    else:
+                        kind = "todo"
+                    rows[kind].append({"python": python, "cell": cell, "report": None,
+                                       "error": report["error"] if kind == "failed" else None})
+                for kind in ("failed", "todo", "unsupported"):
+                    if rows[kind]:
+                        groups.append({"cuda": cuda, "torch": series, "kind": kind,
+                                       "cells": rows[kind],
+                                       "reason": _why_missing(kind, recipe, cuda, series, listed)})
+        out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
+                    "groups": groups})
+    return out
+
+
+def _why_missing(kind: str, recipe: Recipe, cuda: str, series: str,
+                 listed: Mapping[str, tuple[str, ...]]) -> str:
+    if kind == "failed":
+        return "the build failed: see each cell's report"
+    if kind == "todo":
+        return "not built yet"
+    if cuda not in listed:
+        return (f"the package isn't known to support torch {series} yet: the recipe builds no "
+                f"CUDA {cuda} wheels (it lists CUDA {', '.join(listed)})")
+    return (f"the package isn't known to support torch {series} yet: for CUDA {cuda} the recipe "
+            f"lists torch {', '.join(listed[cuda])}")
+
+
+def missing_report_pages(missing: list[dict[str, Any]],
+                         reports: Mapping[str, dict[str, Any]]) -> dict[str, bytes]:
+    """The build report of each failed cell as a site page (``reports/<cell>.json``), which the
+    coverage page links to; sets each failed cell's ``report`` link."""
+    pages = {}
+    for recipe in missing:
+        for group in recipe["groups"]:
+            for c in group["cells"]:
+                if group["kind"] == "failed":
+                    c["report"] = f"reports/{c['cell']}.json"
+                    pages[c["report"]] = (json.dumps(reports[c["cell"]], indent=2, sort_keys=True,
+                                                     default=str) + "\n").encode("utf-8")
+    return pages
+
+
+def missing_for(recipes_dir: Path, reports_dir: Path | None, entries: Iterable[Entry]
+                ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """``missing_cells`` for the recipes under ``recipes_dir`` (with its ``table.yaml``) and the
+    build reports under ``reports_dir``; returns (missing, reports) for render_site."""
+    table = load_table(Path(recipes_dir) / "table.yaml")
+    reports = load_reports(reports_dir) if reports_dir else {}
+    return missing_cells(load_all(recipes_dir, table), table, entries, reports), reports

@@ -98,6 +98,13 @@ class IndexBuildError(CuwheelsError):
     kind = "index"
 
 
+class RegistryError(CuwheelsError):
+    """The package registry (or torch's own index) did not answer, or answered nonsense."""
+
+    exit_code = 12
+    kind = "registry"
+
+
 def cli(func: Callable[..., int | None]) -> Callable[..., int]:
     """Wrap a ``main()`` so a CuwheelsError prints its message and exits with its code."""
 

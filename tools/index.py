@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .coverage import missing_for
 from .digest import PARALLEL_MIN_BYTES
 from .errors import IndexBuildError, cli
 from .ledger import atomic_write, dump_ledger, parse_ledger, read_ledger_text
@@ -137,13 +138,17 @@ def build_index(
     remove: Sequence[str] = (),
     now: datetime | None = None,
     jobs: int = 1,
+    recipes_dir: Path | None = None,
+    reports_dir: Path | None = None,
 ) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
     Writes each new wheel's ``.metadata`` beside it, then the ledger, then swaps the new site in
     at ``output_dir``. Raises IndexBuildError (changing nothing) for a changed immutable file, a
     bad yank list, a missing ledger, or a site that would lose files. ``jobs``: the most worker
-    processes that read a large batch of wheels (see tools.workers).
+    processes that read a large batch of wheels (see tools.workers). ``recipes_dir``: the front
+    page also says, per recipe, which cells have no wheel yet and why (with the build reports
+    under ``reports_dir``, ``<cell>/report.json``, for the failed ones).
     """
     wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
     if not base_url:
@@ -198,8 +203,11 @@ def build_index(
             staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.new-"))
             try:
                 os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
+                missing, reports = (missing_for(recipes_dir, reports_dir, entries.values())
+                                    if recipes_dir else (None, None))
                 site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
-                                   pages=WrittenPages(staging), reuse=reuser(output_dir, staging))
+                                   pages=WrittenPages(staging), reuse=reuser(output_dir, staging),
+                                   missing=missing, reports=reports)
                 lap("render+write")
                 swap_in(staging, output_dir)
             except BaseException:
@@ -242,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                         help="worker processes reading a large batch of wheels (default: the CPUs available, "
                         f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
+    parser.add_argument("--recipes", type=Path, default=None, metavar="DIR",
+                        help="recipes folder: the front page then lists the cells with no wheel yet, and why")
+    parser.add_argument("--reports", type=Path, default=None, metavar="DIR",
+                        help="build reports (<DIR>/<cell>/report.json, e.g. build-cells): failed cells link to theirs")
     parser.add_argument("--verbose", action="store_true", help="print the time each step took")
     return _run(parser.parse_args(argv))
 
@@ -271,6 +283,8 @@ def _run(args: argparse.Namespace) -> int:
         init_ledger=args.init_ledger,
         remove=args.remove,
         jobs=args.jobs if args.jobs is not None else default_jobs(),
+        recipes_dir=args.recipes,
+        reports_dir=args.reports,
     )
     print(
         f"index: {report.files} files in {report.projects} projects, "

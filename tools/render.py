@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
-from .coverage import coverage_matrix
+from .coverage import coverage_matrix, missing_report_pages
 from .ledger import Entry, dump_ledger
 from .placement import FileView, place_variants, project_name
 from .selector.bundle import site_files as selector_site_files
@@ -176,12 +176,16 @@ def render_site(
     ledger_text: str | None = None,
     pages: dict[str, bytes] | None = None,
     reuse: Reuse | None = None,
+    missing: list[dict[str, Any]] | None = None,
+    reports: Mapping[str, dict[str, Any]] | None = None,
 ) -> Site:
     """Every page of the site; writes nothing itself (``pages`` may be a dict that writes).
 
     A project page whose fingerprint (page_fingerprint) matches the previous site's is left to
     ``reuse`` instead of being rendered again (it is then not in ``pages``); every other page is
-    rendered, each file's link once whatever the number of pages listing it.
+    rendered, each file's link once whatever the number of pages listing it. ``missing``
+    (tools.coverage.missing_cells) adds what is missing to the front page, with the ``reports``
+    of failed cells as pages it links to.
     """
     views = file_views(entries, yanked)
     pages = {} if pages is None else pages
@@ -246,14 +250,18 @@ def render_site(
         }
         for variant, (_prefix, _title, projects) in zip(placed, roots[1:], strict=True)
     ]
+    report_pages = missing_report_pages(missing or [], reports or {})  # sets each failed cell's link
     pages["index.html"] = jinja_env().get_template("home.html").render(
         api_version=API_VERSION,
         site_url=(site_url.rstrip("/") + "/") if site_url else None,
         variants=variants,
         matrix=coverage_matrix(views, placed),
+        missing=missing or [],
         file_count=len(entries),
         yanked_count=sum(1 for fn in yanked if fn in entries),
     ).encode("utf-8")
+    for name, data in report_pages.items():  # item by item: ``pages`` may write on assignment
+        pages[name] = data
     for name, data in selector_site_files().items():  # cuwheels-select.pyz and selector.json
         pages[name] = data
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")

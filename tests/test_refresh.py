@@ -1,0 +1,481 @@
+"""tools.refresh: the registry's change to the table and the recipes, from recorded answers.
+
+A registry stands in on 127.0.0.1 (PyPI's JSON API, files with HTTP range requests, torch's
+variant page). It replays the answers recorded in tests/fixtures/registry/ (torch 2.14.1 and
+2.15.0, causal-conv1d 1.6.1 and 1.7.0; `record.py` there regenerates them) with small stand-in
+files of the recorded names: torch wheels holding the recorded METADATA and torch/version.py, a
+libshm.so compiled here with or without the C++11 ABI, and 1 MiB of padding; sdists holding a
+setup.py. The repository is a copy of the fixture table (torch 2.14 only) and one recipe. One
+test reads the live registry (marked network) for the agreement with recipes/table.yaml.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+import threading
+import urllib.request
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.version import Version
+
+from tools import ROOT
+from tools.errors import CuwheelsError, RegistryError
+from tools.recipe import load_all
+from tools import refresh
+from tools.refresh import propose, write_all
+from tools.registry import Registry
+from tools.table import load_table, parse_table
+
+FIXTURES = Path(__file__).parent / "fixtures" / "registry"
+RECORDED = {name: json.loads((FIXTURES / f"{name}.json").read_text())
+            for name in ("torch", "causal-conv1d")}
+MEMBERS = json.loads((FIXTURES / "members.json").read_text())
+DATE = "2026-11-23"
+PYPI_FILES = "https://files.pythonhosted.org/"
+
+RECIPE = """\
+schema: 1
+package: causal_conv1d
+summary: "Causal depthwise 1D convolution kernels (a test copy)"
+source:
+  pypi: causal-conv1d
+  version: "1.6.1"
+  sdist: causal_conv1d-1.6.1.tar.gz
+  sha256: "{sha}"
+  url: "https://files.pythonhosted.org/packages/63/15/x/causal_conv1d-1.6.1.tar.gz"
+imports: [causal_conv1d_cuda, causal_conv1d]
+python: ">=3.9"
+cuda:
+  "13.0": {{torch: ["2.14"], reason: "torch 2.14's PyPI build is CUDA 13.0"}}
+# a comment the refresh must keep
+archs: {{"*": ["80", "90"]}}
+arch_env: {{name: CAUSAL_CONV1D_CUDA_ARCHS, style: plain, reason: "added by patch 0001"}}
+build:
+  isolation: false
+  requires:
+    - {{requirement: "ninja", reason: "parallel compiles"}}
+  job_memory_gib: 3.5
+  job_memory_reason: "measured"
+patches:
+  - {{file: 0001-Read-arch-list-from-environment.patch, reason: "setup.py hard-codes its archs", upstream: "not submitted"}}
+"""
+SETUP_PY = 'import os\n\nARCHS = ["80", "90"]\nVERSION = "{version}"\n'
+#: What 1.7.0 looks like when upstream rewrote the line patch 0001 touches.
+SETUP_PY_REWRITTEN = 'import os\n\nARCHS = arch_list()\nVERSION = "{version}"\n'
+PATCH = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] Read the arch list from the environment
+
+---
+--- a/setup.py
++++ b/setup.py
+@@ -1,4 +1,4 @@
+ import os
+ 
+-ARCHS = ["80", "90"]
++ARCHS = os.environ.get("CAUSAL_CONV1D_CUDA_ARCHS", "80;90").split(";")
+ VERSION = "{version}"
+"""
+LIBSHM_CPP = '#include <string>\nstd::string shm_name(const std::string& s) { return s + "x"; }\n'
+
+
+def sdist_bytes(version: str, setup_py: str = SETUP_PY) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        body = setup_py.format(version=version).encode()
+        info = tarfile.TarInfo(f"causal_conv1d-{version}/setup.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def libshm(tmp_path_factory) -> dict[bool, bytes]:
+    """A libshm.so stand-in built here with the C++11 ABI (True) and without (False)."""
+    out = {}
+    folder = tmp_path_factory.mktemp("libshm")
+    (folder / "shm.cpp").write_text(LIBSHM_CPP)
+    for abi in (True, False):
+        so = folder / f"libshm-{int(abi)}.so"
+        subprocess.run(["g++", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(abi)}",
+                        "-o", str(so), str(folder / "shm.cpp")], check=True, timeout=120)
+        out[abi] = so.read_bytes()
+    return out
+
+
+def torch_wheel(release: str, libshm: bytes, padding: bytes) -> bytes:
+    """A stand-in torch wheel: the recorded METADATA and version.py, libshm.so, 1 MiB of padding."""
+    meta = "Metadata-Version: 2.4\nName: torch\nVersion: " + release + "\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in MEMBERS[release]["requires_dist"])
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("torch/lib/libtorch_cuda.so", padding)  # stored: reading it would show
+        zf.writestr("torch/version.py", MEMBERS[release]["version_py"])
+        zf.writestr("torch/lib/libshm.so", libshm, compress_type=zipfile.ZIP_DEFLATED)
+        zf.writestr(f"torch-{release}.dist-info/METADATA", meta)
+        zf.writestr(f"torch-{release}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
+    return buf.getvalue()
+
+
+@dataclass
+class LocalRegistry(Registry):
+    """The registry client, with PyPI's file host (the recorded absolute https URLs, which the
+    recipe loader requires) answered by the local server."""
+
+    files: str = ""
+
+    def _get(self, url: str) -> bytes:
+        if url.startswith(PYPI_FILES):
+            url = self.files + url.rsplit("/", 1)[-1]
+        return super()._get(url)
+
+
+class FakeRegistry:
+    """PyPI's JSON API and files on 127.0.0.1; ``docs`` and ``files`` can be changed by a test."""
+
+    def __init__(self, docs: dict, files: dict[str, bytes]):
+        self.docs, self.files = docs, files
+        self.fail: set[str] = set()      # paths answered with 500
+        self.variant_page: str | None = None
+        self.sent: dict[str, int] = {}   # bytes sent per file
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                path = self.path
+                if path in registry.fail:
+                    return self._send(500, b"recorded outage")
+                if path.startswith("/pypi/") and path.endswith("/json"):
+                    doc = registry.served(path.split("/")[2])
+                    return self._send(200, json.dumps(doc).encode()) if doc else self._send(404)
+                if path == "/whl/torch/" and registry.variant_page is not None:
+                    return self._send(200, registry.variant_page.encode())
+                name = path.rsplit("/", 1)[-1]
+                if not path.startswith("/files/") or name not in registry.files:
+                    return self._send(404)
+                data = registry.files[name]
+                rng = self.headers.get("Range")
+                if rng:
+                    lo, hi = (int(x) for x in rng.removeprefix("bytes=").split("-"))
+                    chunk = data[lo: hi + 1]
+                    registry.sent[name] = registry.sent.get(name, 0) + len(chunk)
+                    return self._send(206, chunk, {"Content-Range":
+                                                   f"bytes {lo}-{lo + len(chunk) - 1}/{len(data)}"})
+                registry.sent[name] = registry.sent.get(name, 0) + len(data)
+                return self._send(200, data)
+
+            def _send(self, status, body=b"", headers=None):
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def served(self, name: str) -> dict | None:
+        """The recorded answer with each file's URL, size and sha256 those of its stand-in."""
+        doc = copy.deepcopy(self.docs.get(name))
+        for files in (doc or {}).get("releases", {}).values():
+            for f in files:
+                data = self.files[f["filename"]]
+                f.update(size=len(data), digests={"sha256": hashlib.sha256(data).hexdigest()})
+                if not f["url"].startswith("https://"):
+                    # Relative, as this network's registry answers torch's files.
+                    f["url"] = f"../../files/{f['filename']}"
+        return doc
+
+    def registry(self) -> Registry:
+        return LocalRegistry(f"{self.base}/pypi/", f"{self.base}/whl/torch/", timeout=30,
+                             files=f"{self.base}/files/")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def fake(libshm):
+    padding = os.urandom(1 << 20)
+    files = {}
+    for release, entries in RECORDED["torch"]["releases"].items():
+        wheel = torch_wheel(release, libshm[True], padding)
+        for f in entries:
+            files[f["filename"]] = wheel
+    for version in RECORDED["causal-conv1d"]["releases"]:
+        files[f"causal_conv1d-{version}.tar.gz"] = sdist_bytes(version)
+    docs = copy.deepcopy(RECORDED)
+    registry = FakeRegistry(docs, files)
+    yield registry
+    registry.close()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """recipes/ with the fixture table and a causal_conv1d recipe at 1.6.1 with its patch."""
+    recipes = tmp_path / "recipes"
+    folder = recipes / "causal_conv1d"
+    (folder / "patches").mkdir(parents=True)
+    (recipes / "table.yaml").write_text((FIXTURES / "table.yaml").read_text())
+    (folder / "recipe.yaml").write_text(RECIPE.format(sha=hashlib.sha256(sdist_bytes("1.6.1")).hexdigest()))
+    (folder / "patches" / "0001-Read-arch-list-from-environment.patch").write_text(
+        PATCH.format(version="1.6.1"))
+    return recipes
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_cli(recipes: Path, fake: FakeRegistry, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``python -m tools.refresh`` in this process (its registry client sent to ``fake``):
+    (exit status, stdout, stderr)."""
+    monkeypatch.setattr(refresh, "Registry", lambda *a: fake.registry())
+    capsys.readouterr()
+    rc = refresh.main(["--recipes", str(recipes), "--date", DATE, *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def without_release(fake: FakeRegistry, name: str, release: str) -> None:
+    del fake.docs[name]["releases"][release]
+
+
+# --------------------------------------------------------------------------- torch
+
+
+def test_torch_row_agrees_and_nothing_changes(repo, fake):
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.new == {}
+    assert proposal.agreement == ["torch 2.14: agrees (2.14.1)",
+                                  "causal_conv1d: 1.6.1 is the newest release of causal-conv1d"]
+    (facts,) = proposal.torch
+    assert (facts.python, facts.free_threaded) == (["3.10", "3.11", "3.12", "3.13", "3.14"], ["3.14t"])
+    assert (facts.pypi_cuda, facts.manylinux, facts.cxx11_abi) == ("13.0", "2_28", True)
+    assert facts.how["pypi_cuda"] == ("wheel METADATA (cuda-toolkit[...]==13.0.3), "
+                                      "torch/version.py (2.14.1+cu130)")
+    # The wheel was read with range requests: its tail and two members, not the 1 MiB padding.
+    read = fake.sent["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    assert read < len(fake.files["torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"]) // 4
+    # torch's own index doesn't answer here: the cuda lists are named as unchecked, not changed.
+    assert any("torch's own index could not be read" in n for n in proposal.notes)
+
+
+def test_a_new_torch_series_gets_a_row_with_its_sources(repo, fake):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    table_path = repo / "table.yaml"
+    assert list(proposal.new) == [table_path]
+    new = proposal.new[table_path]
+    old = proposal.old[table_path]
+    assert new.startswith(old)  # every comment and row kept, byte for byte
+    row = yaml.safe_load(new)["torch"]["2.15"]
+    assert {k: row[k] for k in ("release", "python", "cuda", "pypi_cuda", "manylinux",
+                                "cxx11_abi")} == {
+        "release": "2.15.0", "python": ["3.11", "3.12", "3.13", "3.14", "3.15"],
+        "cuda": ["13.2"], "pypi_cuda": "13.2", "manylinux": "2_28", "cxx11_abi": True}
+    for read in ("PyPI JSON releases['2.15.0']", "cuda-toolkit[...]==13.2.2",
+                 "torch/version.py (2.15.0+cu132)", "std::__cxx11 symbols in torch/lib/libshm.so",
+                 "torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl read with HTTP range",
+                 f"tools.refresh on {DATE}"):
+        assert read in row["source"]
+    assert "3.14t, 3.15t" in row["note"] and "only the PyPI build's CUDA" in row["note"]
+    assert '\n\n  "2.15":\n    release: "2.15.0"\n    python: ["3.11",' in new  # the table's layout
+    assert "new Python versions torch ships for: 3.15" in proposal.changes
+    assert any(n.startswith("new torch series 2.15: no recipe lists it") for n in proposal.notes)
+    parse_table(yaml.safe_load(new), table_path)  # what the loaders accept
+
+
+def test_a_changed_value_is_named_with_its_reason(repo, fake):
+    """The table says the old C++ ABI; the registry's libshm.so says otherwise."""
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = repo / "table.yaml"
+    table.write_text(table.read_text().replace("cxx11_abi: true", "cxx11_abi: false"))
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.agreement[0] == "torch 2.14: differs in cxx11_abi"
+    assert proposal.changes == ["torch 2.14: cxx11_abi false -> true (the registry says "
+                                "otherwise; std::__cxx11 symbols in torch/lib/libshm.so)"]
+    row = yaml.safe_load(proposal.new[table])["torch"]["2.14"]
+    assert row["cxx11_abi"] is True
+    assert row["source"].endswith("; refreshed: cxx11_abi: std::__cxx11 symbols in "
+                                  "torch/lib/libshm.so; torch-2.14.1-cp312-cp312-manylinux_2_28_"
+                                  f"x86_64.whl read with HTTP range requests, by tools.refresh on {DATE}")
+
+
+def test_an_old_abi_library_reads_as_the_old_abi(repo, fake, libshm):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    padding = b"\0" * 1024
+    fake.files.update({f["filename"]: torch_wheel("2.15.0", libshm[False], padding)
+                       for f in RECORDED["torch"]["releases"]["2.15.0"]})
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    facts = next(f for f in proposal.torch if f.series == "2.15")
+    assert facts.cxx11_abi is False
+    assert yaml.safe_load(proposal.new[repo / "table.yaml"])["torch"]["2.15"]["cxx11_abi"] is False
+
+
+def test_variants_from_torchs_index_when_it_answers(repo, fake):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = "".join(
+        f'<a href="/whl/{cu}/torch-{rel}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">x</a>\n'
+        for rel, cu in [("2.14.1", "cu126"), ("2.14.1", "cu130"), ("2.14.1", "cu132"),
+                        ("2.15.0", "cu130"), ("2.15.0", "cu132"), ("2.15.0", "cu133")])
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert "torch 2.14: agrees (2.14.1)" in proposal.agreement
+    row = yaml.safe_load(proposal.new[repo / "table.yaml"])["torch"]["2.15"]
+    assert row["cuda"] == ["13.0", "13.2"]
+    assert "index was not read" not in row.get("note", "")
+    assert any("CUDA 13.3, which the table has no cuda: entry for" in n for n in proposal.notes)
+    assert not any("could not be read" in n for n in proposal.notes)
+
+
+def test_a_new_series_whose_cuda_the_table_lacks_is_left_out(repo, fake):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = repo / "table.yaml"
+    text = table.read_text()
+    text = text[:text.index('  "13.2":')] + text[text.index("torch:"):]  # no CUDA 13.2 entry
+    table.write_text(text.replace('cuda: ["12.6", "13.0", "13.2"]', 'cuda: ["12.6", "13.0"]'))
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.new == {}
+    assert any(n.startswith("new torch series 2.15 (2.15.0) is left out: cuda.13.2 (the table "
+                            "has no entry") for n in proposal.notes)
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+def test_a_new_recipe_release_is_proposed_with_its_patch_applied(repo, fake, monkeypatch, capsys):
+    without_release(fake, "torch", "2.15.0")
+    fake.files["causal_conv1d-1.7.0.tar.gz"] = sdist_bytes("1.7.0")
+    rc, diff, err = run_cli(repo, fake, monkeypatch, capsys)
+    assert rc == 0, err
+    sha = hashlib.sha256(fake.files["causal_conv1d-1.7.0.tar.gz"]).hexdigest()
+    url = RECORDED["causal-conv1d"]["releases"]["1.7.0"][0]["url"]
+    assert "--- a/recipes/causal_conv1d/recipe.yaml\n+++ b/recipes/causal_conv1d/recipe.yaml" in diff
+    assert ('+  version: "1.7.0"  # PyPI JSON releases[\'1.7.0\'] (sdist, sha256, URL), read by '
+            f'tools.refresh on {DATE}; patches 0001-Read-arch-list-from-environment.patch apply') in diff
+    assert f'+  sha256: "{sha}"' in diff
+    assert f'+  url: "{url}"' in diff  # the URL the registry states
+    assert "table.yaml" not in diff
+    assert "causal_conv1d: 1.6.1 -> 1.7.0" in err
+    # Without --write nothing changed; with it, the recipe loads and keeps its comment.
+    assert 'version: "1.6.1"' in (repo / "causal_conv1d" / "recipe.yaml").read_text()
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write")
+    assert rc == 0, err
+    text = (repo / "causal_conv1d" / "recipe.yaml").read_text()
+    assert "# a comment the refresh must keep\n" in text
+    (recipe,) = load_all(repo, load_table(repo / "table.yaml"))
+    assert (recipe.source.version, recipe.source.sha256) == ("1.7.0", sha)
+    assert run_cli(repo, fake, monkeypatch, capsys)[1] == ""  # a second run proposes nothing more
+
+
+def test_a_new_release_whose_patch_no_longer_applies_is_not_proposed(repo, fake):
+    without_release(fake, "torch", "2.15.0")
+    fake.files["causal_conv1d-1.7.0.tar.gz"] = sdist_bytes("1.7.0", SETUP_PY_REWRITTEN)
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.new == {}
+    (note,) = [n for n in proposal.notes if n.startswith("causal_conv1d")]
+    assert note.startswith("causal_conv1d: causal-conv1d 1.7.0 is out (the recipe builds 1.6.1), "
+                           "but the recipe's patches do not apply to its sdist: "
+                           "0001-Read-arch-list-from-environment.patch does not apply to "
+                           "causal_conv1d-1.7.0: Hunk #1 FAILED at 1 in setup.py")
+    assert note.endswith("refresh the patch against 1.7.0, then bump the recipe")
+
+
+def test_a_release_without_an_sdist_is_named_not_guessed(repo, fake):
+    without_release(fake, "torch", "2.15.0")
+    wheel = "causal_conv1d-1.7.0-cp312-cp312-linux_x86_64.whl"
+    fake.files[wheel] = b"PK\x05\x06" + b"\0" * 18
+    fake.docs["causal-conv1d"]["releases"]["1.7.0"] = [
+        {"filename": wheel, "packagetype": "bdist_wheel", "yanked": False, "url": "",
+         "size": 0, "digests": {}, "requires_python": ">=3.9"}]
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.new == {}
+    assert ("causal_conv1d: causal-conv1d 1.7.0 is out (the recipe builds 1.6.1), but it has no "
+            "sdist on PyPI (files: linux_x86_64.whl)") in " ".join(proposal.notes)
+
+
+def test_a_registry_error_mid_run_leaves_every_file_untouched(repo, fake, monkeypatch, capsys):
+    """torch is read (and would add a row), then the recipe's project answers 500."""
+    fake.fail.add("/pypi/causal-conv1d/json")
+    before = snapshot(repo)
+    rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--write")
+    assert rc == RegistryError.exit_code
+    assert "registry error: reading http://127.0.0.1:" in err
+    assert "/pypi/causal-conv1d/json failed: HTTP Error 500" in err
+    assert "nothing was written" in err and out == ""
+    assert snapshot(repo) == before  # no file changed, no temporary file left
+
+
+def test_write_all_puts_back_what_it_renamed_when_a_rename_fails(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("a: 1\n")
+    b.write_text("b: 1\n")
+    real = os.replace
+
+    def flaky(src, dst):
+        if Path(dst) == b:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    with pytest.raises(CuwheelsError, match="every file is as it was"):
+        write_all({a: "a: 2\n", b: "b: 2\n"}, {a: "a: 1\n", b: "b: 1\n"})
+    assert (a.read_text(), b.read_text()) == ("a: 1\n", "b: 1\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]
+
+
+# --------------------------------------------------------------------------- the live registry
+
+
+def _pypi_answers() -> bool:
+    try:
+        with urllib.request.urlopen("https://pypi.org/pypi/torch/json", timeout=15) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.network
+def test_live_registry_agrees_with_the_table():
+    """Every torch row of recipes/table.yaml is what the registry says, unless PyPI now has a
+    newer release of the series (then that is the proposal); causal-conv1d is at 1.7.0 or later
+    in the recipe or in the proposal."""
+    if not _pypi_answers():
+        pytest.skip("https://pypi.org/pypi/torch/json does not answer from here")
+    table = load_table()
+    proposal = propose(Registry(timeout=60), recipes_dir=ROOT / "recipes")
+    facts = {f.series: f for f in proposal.torch}
+    for series, row in table.torch.items():
+        f = facts[series]
+        if Version(f.release) > Version(row.release):
+            assert f"torch {series}: release {row.release} -> {f.release}" in " ".join(proposal.changes)
+            continue
+        assert (f.release, f.python, f.pypi_cuda, f.manylinux, f.cxx11_abi) == (
+            row.release, list(row.python), row.pypi_cuda, row.manylinux, row.cxx11_abi), series
+        assert f"torch {series}: agrees ({row.release})" in proposal.agreement
+    conv = next(r for r in load_all() if r.package == "causal_conv1d")
+    proposed = [c for c in proposal.changes if c.startswith(f"causal_conv1d: {conv.source.version} -> ")]
+    version = proposed[0].split(" -> ")[1].split()[0] if proposed else conv.source.version
+    assert Version(version) >= Version("1.7.0"), (conv.source.version, proposal.notes)
