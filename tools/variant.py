@@ -68,15 +68,33 @@ def uv_index_name(index_path: str) -> str:
     return "cuwheels-" + index_path.replace("/", "-")
 
 
+#: The Python part of a collapsed cell's id: one ``abi3`` build serves every CPython from the
+#: recipe's ``python_from`` on; one build without the Python C API (``none``) serves every Python.
+PYTHON_PART = {"abi3": "abi3", "none": "py3"}
+
+
+def stable_torch_part(torch_from: str) -> str:
+    """The torch part of a stable-ABI cell's id: ``"2.10"`` -> ``"2.10+"`` (every listed series
+    from 2.10 on)."""
+    return f"{torch_from}+"
+
+
 def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
     """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
 
-    ``torch`` is None for the CUDA version's default torch series.
+    ``<package>-<python part>-cu<cuda-nodot>[-torch<torch part>]``. The python part is the
+    interpreter (``3.12``) for a per-Python build, ``abi3`` or ``py3`` for one build serving many
+    (PYTHON_PART); the torch part is left out for the CUDA version's default torch series, is
+    ``2.8`` for another series, and ``2.10+`` for a stable-ABI build serving every listed series
+    from 2.10 on (stable_torch_part). Every character is one of ``[a-z0-9._+-]``: valid in a nox
+    session name, a GitHub job and artifact name, and a file name.
 
     >>> cell_id("flash_attn", "3.12", "12.9")
     'flash_attn-3.12-cu129'
     >>> cell_id("flash_attn", "3.12", "12.9", "2.8")
     'flash_attn-3.12-cu129-torch2.8'
+    >>> cell_id("xformers", PYTHON_PART["none"], "13.0", stable_torch_part("2.10"))
+    'xformers-py3-cu130-torch2.10+'
     """
     base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
     return base if torch is None else f"{base}-torch{torch}"
