@@ -39,14 +39,11 @@ from typing import Any
 from . import RECIPES_DIR
 from .errors import VerifyError, cli
 from .table import version_key
-from .verify import _symbols, demangle, extension_modules, is_torch_symbol
+from .verify import _symbols, demangle, extension_modules, is_shim_symbol, is_torch_symbol
 
 #: Where the committed shim lists live, one JSON file per torch series.
 SHIM_DIR = RECIPES_DIR / "torch-shim"
 SHIM_SCHEMA = 1
-#: Prefixes of the C names of torch's stable shim: ``aoti_torch_*`` (torch/csrc/inductor/aoti_torch/
-#: c/shim.h, the CUDA ones in libtorch_cuda) and ``torch_*`` (torch/csrc/stable/c/shim.h).
-SHIM_PREFIXES = ("aoti_torch_", "torch_")
 #: Prefixes of the Python C API's symbols (``PyLong_FromLong``, ``_Py_Dealloc``...).
 PYTHON_PREFIXES = ("Py", "_Py")
 #: The libraries of a torch wheel that define its shim; the others export none of it (measured
@@ -56,17 +53,6 @@ SHIM_LIBRARIES = ("libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so")
 _SHOWN = 12
 #: Bytes fetched per HTTP range request: zipfile reads in small pieces.
 _RANGE_BLOCK = 16 << 20
-
-
-def is_shim_symbol(name: str) -> bool:
-    """True for a C name of torch's stable shim.
-
-    >>> is_shim_symbol("aoti_torch_get_sizes"), is_shim_symbol("torch_library_impl")
-    (True, True)
-    >>> is_shim_symbol("_ZN3c1019UndefinedTensorImpl10_singletonE")
-    False
-    """
-    return not name.startswith("_Z") and name.startswith(SHIM_PREFIXES)
 
 
 def is_python_symbol(name: str) -> bool:

@@ -308,7 +308,7 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         f"archs: {' '.join('sm_' + a for a in archs)}",
         f"torch from {index or 'PyPI (its build is this CUDA)'}",
         f"wheel: {recipe.source.pypi} {cell.version}+{cell.label}, {cell.platform_tag}, "
-        f"Requires-Dist torch=={cell.torch}.*",
+        f"Requires-Dist {cell.torch_pin}",
         "workaround: " + (f"torch's nvcc version check relaxed ({relaxed})" if relaxed
                           else "none"),
         f"source tree: {work / 'src' / tree_name} (made by the first command: sdist "

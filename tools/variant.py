@@ -27,11 +27,15 @@ class Variant:
 
     ``cuda`` is ``"12.8"``, or just the major (``"12"``) when the label only says "any 12.x";
     ``torch`` is the ``major.minor`` series; ``cxx11_abi`` is None when the label doesn't say.
+    ``serves`` is empty for a build for ``torch`` alone; for a build on torch's stable ABI it
+    lists every torch series the wheel was checked against and is listed for (its build manifest
+    says so; a label never does).
     """
 
     cuda: str
     torch: str
     cxx11_abi: bool | None = None
+    serves: tuple[str, ...] = ()
 
     @property
     def cuda_nodot(self) -> str:
@@ -42,6 +46,16 @@ class Variant:
     def index_path(self) -> str:
         """The variant index's directory under the site root: ``cu128/torch2.8``."""
         return f"cu{self.cuda_nodot}/torch{self.torch}"
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The torch series whose variant index lists the wheel: ``serves``, else ``(torch,)``."""
+        return self.serves or (self.torch,)
+
+    @property
+    def index_paths(self) -> tuple[str, ...]:
+        """Every variant index the wheel belongs in: ``("cu130/torch2.11", "cu130/torch2.12")``."""
+        return tuple(f"cu{self.cuda_nodot}/torch{series}" for series in self.served)
 
     @property
     def exact_cuda(self) -> bool:
@@ -152,11 +166,11 @@ def parse_label(label: str) -> Variant | None:
     ``cu128torch2.8.post1``); what the metadata may be is described at ``_TRAILER``.
 
     >>> parse_label("cu12torch2.8cxx11abiTRUE")
-    Variant(cuda='12', torch='2.8', cxx11_abi=True)
+    Variant(cuda='12', torch='2.8', cxx11_abi=True, serves=())
     >>> parse_label("pt210cu128")
-    Variant(cuda='12.8', torch='2.10', cxx11_abi=None)
+    Variant(cuda='12.8', torch='2.10', cxx11_abi=None, serves=())
     >>> parse_label("cu130torch2.10gite2743ab")
-    Variant(cuda='13.0', torch='2.10', cxx11_abi=None)
+    Variant(cuda='13.0', torch='2.10', cxx11_abi=None, serves=())
     >>> parse_label("cpu") is None
     True
     """
