@@ -358,6 +358,28 @@ def test_select(case, index):
     assert cli.format_answer(answer)
 
 
+def test_a_stable_abi_build_is_picked_for_every_torch_it_serves(tmp_path_factory):
+    # One build against torch 2.14 on its stable ABI, for every Python (py39-none), listed for 2.11-2.14.
+    man = {**manifest("13.0", "2.14.1", ["80", "90"]), "package": "stable_ext",
+           "abi": {"python": "none", "torch": "stable", "torch_from": "2.10", "serves": ["2.14", "2.13", "2.12", "2.11"]}}
+    served = _site(tmp_path_factory.mktemp("stable"),
+                   [("stable-ext", "1.0", "cu130.torch2.14", "py39-none-manylinux_2_28_x86_64", man)])
+    try:
+        idx = client.Index(served.url)
+        for torch, python in (("2.11.0+cu130", "3.10"), ("2.13.0+cu130", "3.14")):
+            m = machine(torch_version=torch, python_version=python, cuda_driver="580.65.06")
+            answer = selection.select(idx, "stable-ext", m)
+            assert answer.fits, (answer.reason, answer.reasons)
+            assert answer.index_path == f"cu130/torch{torch[:4]}"
+            assert answer.filename == "stable_ext-1.0+cu130.torch2.14-py39-none-manylinux_2_28_x86_64.whl"
+        # torch 2.9 is not served: the alternatives are the four indexes that list it.
+        answer = selection.select(idx, "stable-ext", machine(torch_version="2.9.1+cu130", cuda_driver="580.65.06"))
+        assert not answer.fits
+        assert [a["index"] for a in answer.alternatives] == [f"cu130/torch2.{m}" for m in (11, 12, 13, 14)]
+    finally:
+        served.stop()
+
+
 def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
     def cand(filename):
         return checks.Candidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")
