@@ -762,6 +762,17 @@ DOCTOR_CASES = [
      "undefined-symbol", ["manifest is missing"]),
     ("undefined-symbol-not-torch", "ImportError: /v/x.so: undefined symbol: _ZN5flash12run_mha_fwd_EPv",
      {}, _installed(), "undefined-symbol", ["isn't torch's", "flash::run_mha_fwd_"]),
+    # A stable-ABI build under a torch older than it serves: the shim function is what's missing.
+    ("undefined-symbol-stable-shim", "OSError: /v/_C.so: undefined symbol: torch_exception_get_what",
+     {"torch_version": "2.11.0+cu130"},
+     _installed(torch="2.14.1", abi={"python": "none", "torch": "stable", "torch_from": "2.13",
+                                     "serves": ["2.14", "2.13"]}),
+     "undefined-symbol", ["stable ABI for torch 2.14, 2.13", "torch 2.11.0+cu130, which doesn't export "
+                          "torch_exception_get_what", 'pip install "torch==2.14.*"']),
+    # A shim symbol is torch's, even without a manifest saying stable.
+    ("undefined-symbol-shim-no-manifest", "OSError: /v/x.so: undefined symbol: aoti_torch_get_sizes",
+     {"torch_version": "2.9.1+cu128"}, doctor.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     "undefined-symbol", ["manifest is missing"]),
     ("missing-cuda-module", "ModuleNotFoundError: No module named 'flash_attn_2_cuda'", {},
      doctor.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
      "missing-extension", ["without its compiled CUDA extension flash_attn_2_cuda", "source-only or CPU-only",
