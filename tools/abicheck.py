@@ -39,7 +39,7 @@ from typing import Any
 from . import RECIPES_DIR
 from .errors import VerifyError, cli
 from .table import version_key
-from .verify import _symbols, demangle, extension_modules, is_shim_symbol, is_torch_symbol
+from .verify import demangle, dynamic_symbols, extension_modules, is_shim_symbol, is_torch_symbol
 
 #: Where the committed shim lists live, one JSON file per torch series.
 SHIM_DIR = RECIPES_DIR / "torch-shim"
@@ -191,7 +191,7 @@ class RangeReader(io.RawIOBase):
 
 
 def _exports(path: Path) -> list[str]:
-    return sorted(name for name in _symbols(path)[0] if is_shim_symbol(name))
+    return sorted(name for name in dynamic_symbols(path)[0] if is_shim_symbol(name))
 
 
 def shim_from_lib_dir(lib_dir: Path) -> dict[str, tuple[str, ...]]:
@@ -276,7 +276,7 @@ class ModuleSymbols:
 
 def module_symbols(module: Path) -> ModuleSymbols:
     """Classify the strong undefined symbols of ``module``."""
-    undefined = _symbols(Path(module))[1]
+    undefined = dynamic_symbols(module)[1]
     return ModuleSymbols(tuple(sorted(n for n in undefined if is_shim_symbol(n))),
                          tuple(sorted(n for n in undefined if is_torch_symbol(n))),
                          tuple(sorted(n for n in undefined if is_python_symbol(n))))

@@ -155,6 +155,11 @@ def _symbols(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     return _dynamic_symbols(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
+def dynamic_symbols(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(exported, strong undefined) dynamic symbol names of the ELF file ``path`` (cached)."""
+    return _symbols(Path(path))
+
+
 def is_torch_symbol(name: str) -> bool:
     """True for a mangled name in torch's namespaces (c10::, at::, torch::, caffe2::).
 
