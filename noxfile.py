@@ -49,11 +49,15 @@ def _register(cell: dict) -> None:
     def build(session: nox.Session) -> None:
         _project(session, "-m", "tools.build", cell["id"], *session.posargs)
 
-    build.__doc__ = (f"Build {cell['package']} {cell['version']} for Python {cell['python']}, "
-                     f"CUDA {cell['cuda']}, torch {cell['torch']}"
-                     + ("" if cell["default_torch"] else " (non-default torch)"))
-    tags = [cell["package"], "build", f"py{cell['python']}",
-            f"cu{cell['cuda'].replace('.', '')}", f"torch{cell['torch']}"]
+    # A collapsed cell (one build serving several Pythons or torch series) is tagged with each.
+    pythons = cell.get("serves_python") or [cell["python"]]
+    torches = cell.get("serves_torch") or [cell["torch"]]
+    build.__doc__ = (f"Build {cell['package']} {cell['version']} for Python {', '.join(pythons)}, "
+                     f"CUDA {cell['cuda']}, torch {', '.join(torches)}"
+                     + ("" if cell["default_torch"] else " (non-default torch)")
+                     + (f" (one build, against torch {cell['torch']})" if len(torches) > 1 else ""))
+    tags = [cell["package"], "build", *(f"py{py}" for py in pythons),
+            f"cu{cell['cuda'].replace('.', '')}", *(f"torch{t}" for t in torches)]
     # default=False: a plain `nox` runs tests, recipes and lint, never hours of builds
     nox.session(name=f"build-{cell['id']}", venv_backend="none", tags=tags,
                 default=False)(build)

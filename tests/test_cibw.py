@@ -108,6 +108,9 @@ def test_finish_requirements_are_the_projects_pins():
     text = (ROOT / "pyproject.toml").read_text()
     assert [p.split("==")[0] for p in pins] == list(cibw.FINISH_REQUIREMENTS)
     assert all(f'"{p}"' in text for p in pins)
+    # An abi3 recipe's finish step also runs abi3audit, at the project's pin.
+    abi3 = cibw.finish_requirements(abi3=True)
+    assert abi3[:-1] == pins and abi3[-1].startswith("abi3audit==") and f'"{abi3[-1]}"' in text
 
 
 @pytest.mark.parametrize("value", [

@@ -48,27 +48,29 @@ def test_round_trip_keeps_every_field():
 
 
 def schema_1_text(entries: dict) -> str:
-    """A ledger as schema 1 wrote it: no ``archs`` key."""
+    """A ledger as schema 1 wrote it: no ``archs`` key, no ``variant.serves``."""
     lines = []
     for fn in sorted(entries):
         data = entries[fn].to_json()
         del data["archs"]
+        if data["variant"] is not None:
+            del data["variant"]["serves"]
         lines.append(json.dumps(fn) + ": " + json.dumps(data, sort_keys=True))
     return '{"schema": 1, "files": {\n' + ",\n".join(lines) + "\n}}\n"
 
 
 @pytest.mark.parametrize("trusted", [False, True])
-def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_2(trusted):
+def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_3(trusted):
     entries = {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "b-1.0-py3-none-any.whl")}
     old = schema_1_text(entries)
     parsed = parse_ledger(old, trusted=trusted)
     assert parsed == entries and all(e.archs is None for e in parsed.values())
-    # Adding to it must not keep its schema-1 lines under a schema-2 header.
+    # Adding to it must not keep its schema-1 lines under a newer header.
     new = dict(parsed) | {"c-1.0-py3-none-any.whl": entry("c-1.0-py3-none-any.whl", archs=ARCHS)}
     text = dump_ledger(new, base=(old, parsed))
     assert text == dump_ledger(new)
     doc = json.loads(text)
-    assert doc["schema"] == 2 and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
+    assert doc["schema"] == 3 and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
     assert doc["files"]["c-1.0-py3-none-any.whl"]["archs"] == ARCHS
     assert parse_ledger(text) == new
 
@@ -88,16 +90,17 @@ def test_one_line_per_file_sorted_by_filename():
     # A diff of the ledger must show exactly which files were published or deleted.
     entries = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl")}
     lines = dump_ledger(entries).splitlines()
-    assert lines[0] == '{"schema": 2, "files": {'
+    assert lines[0] == '{"schema": 3, "files": {'
     assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
     assert lines[3] == "}}"
-    assert json.loads(dump_ledger(entries))["schema"] == 2
+    assert json.loads(dump_ledger(entries))["schema"] == 3
 
 
 ARCHS = {"ext/_C.so": {"ptx": ["120"], "sass": ["80", "90"]}, "ext/é.so": {"ptx": [], "sass": []}}
 
 
-@pytest.mark.parametrize("variant", [None, Variant("12", "2.8", None), Variant("13.0", "2.13", False)])
+@pytest.mark.parametrize("variant", [None, Variant("12", "2.8", None), Variant("13.0", "2.13", False),
+                                     Variant("13.0", "2.14", True, ("2.11", "2.12", "2.13", "2.14"))])
 @pytest.mark.parametrize("archs", [None, ARCHS])
 def test_hand_written_encoder_matches_json_dumps(variant, archs):
     e = entry("dé-1.0-py3-none-any.whl", variant=variant, requires_python=None, name='quote"d', archs=archs)
@@ -167,11 +170,35 @@ def test_missing_key_is_named():
         entry_from_json("x.whl", data)
 
 
-@pytest.mark.parametrize("text", ["[]", '{"schema": 3, "files": {}}', '{"schema": 2}', '{"schema": true, "files": {}}',
+@pytest.mark.parametrize("text", ["[]", '{"schema": 4, "files": {}}', '{"schema": 2}', '{"schema": true, "files": {}}',
                                   "{"])
 def test_other_documents_are_refused(text):
     with pytest.raises(IndexBuildError):
         parse_ledger(text, source="L")
+
+
+def test_schema_3_records_which_torch_series_a_stable_abi_build_serves():
+    # One stable-ABI file, listed in four variant indexes: the ledger keeps the list.
+    stable = Variant("13.0", "2.14", True, ("2.11", "2.12", "2.13", "2.14"))
+    fn = "xformers-0.0.35+cu130.torch2.14-py39-none-manylinux_2_28_x86_64.whl"
+    text = dump_ledger({fn: entry(fn, variant=stable)})
+    assert '"serves": ["2.11", "2.12", "2.13", "2.14"]' in text
+    for trusted in (False, True):
+        assert parse_ledger(text, trusted=trusted)[fn].variant == stable
+    # An exact build says serves: null, and reads back as serving its own series only.
+    one = "a-1.0-py3-none-any.whl"
+    exact = parse_ledger(dump_ledger({one: entry(one, variant=Variant("13.0", "2.13", True))}))
+    assert '"serves": null' in dump_ledger(exact) and exact[one].variant.served == ("2.13",)
+
+
+def test_schema_2_variants_may_not_name_serves_and_schema_3_serves_must_be_a_nonempty_list():
+    data = entry(variant=Variant("13.0", "2.14", True, ("2.13", "2.14"))).to_json()
+    with pytest.raises(IndexBuildError, match="cuda: str, torch: str, cxx11_abi: bool.null},"):
+        parse_ledger('{"schema": 2, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data) + "}}")
+    for bad in ([], "2.13", [2.13]):
+        data["variant"]["serves"] = bad
+        with pytest.raises(IndexBuildError, match=r"serves: \[str\]\|null"):
+            parse_ledger('{"schema": 3, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data) + "}}")
 
 
 def test_write_ledger_replaces_atomically(tmp_path):

@@ -52,6 +52,69 @@ def test_select_filters(demo_cells):
     assert len(select(demo_cells, cudas=["13.0"], torches=["2.9"])) == 5
 
 
+def _abi(good_recipe, **abi):
+    good_recipe["abi"] = {**abi, "reason": "what the package's setup.py compiles"}
+    return good_recipe
+
+
+def test_stable_none_collapses_to_one_cell_per_cuda(write_recipe, good_recipe, mini_table):
+    recipe = load_recipe(write_recipe(_abi(good_recipe, python="none", torch="stable", torch_from="2.8")),
+                         mini_table)
+    cells = cells_for(recipe, mini_table)
+    # 14 per-Python, per-torch cells (test_cells_and_ids) become one build per CUDA version.
+    assert [c.id for c in cells] == ["demo_ext-py3-cu129-torch2.8+", "demo_ext-py3-cu130-torch2.8+"]
+    cu130 = cells[1]
+    # Built once, against the CUDA version's default torch, with the lowest Python it serves.
+    assert (cu130.torch, cu130.torch_version, cu130.python, cu130.label) == ("2.10", "2.10.0", "3.10", "cu130.torch2.10")
+    assert cu130.serves_torch == ("2.10", "2.9") and cu130.serves_python == ("3.10", "3.11", "3.12", "3.13", "3.14")
+    assert cu130.torch_pin == "torch>=2.8,<3"     # the table knows no torch 3
+    assert cells[0].serves_python == ("3.10", "3.11", "3.12", "3.13")  # torch 2.8, narrowed by python >=3.10
+    # Every filter a per-Python cell answers to reaches the cell that serves it.
+    assert select(cells, pythons=["3.14"], torches=["2.9"]) == [cu130]
+    assert find_cell("demo_ext-py3-cu130-torch2.8+", cells) == cu130
+    assert cu130.to_json()["torch_pin"] == "torch>=2.8,<3"
+
+
+def test_abi3_and_exact_keep_one_cell_per_torch(write_recipe, good_recipe, mini_table):
+    recipe = load_recipe(write_recipe(_abi(good_recipe, python="abi3", python_from="3.11", torch="exact")),
+                         mini_table)
+    cells = cells_for(recipe, mini_table)
+    assert [c.id for c in cells] == ["demo_ext-abi3-cu129", "demo_ext-abi3-cu130", "demo_ext-abi3-cu130-torch2.9"]
+    # The build interpreter is the limited API's floor; the pin stays on the one torch.
+    assert {c.python for c in cells} == {"3.11"} and cells[2].torch_pin == "torch==2.9.*"
+    assert cells[1].serves_python == ("3.11", "3.12", "3.13", "3.14") and cells[1].serves_torch == ("2.10",)
+
+
+def test_cpython_and_stable_keep_one_cell_per_python(write_recipe, good_recipe, mini_table):
+    recipe = load_recipe(write_recipe(_abi(good_recipe, python="cpython", torch="stable", torch_from="2.8")),
+                         mini_table)
+    ids = [c.id for c in cells_for(recipe, mini_table)]
+    assert ids[:4] == [f"demo_ext-3.{m}-cu129-torch2.8+" for m in (10, 11, 12, 13)]
+    assert len(ids) == 4 + 5 == len(set(ids))
+
+
+def test_the_repositorys_plan_has_one_build_per_file_name():
+    # The wheel's file name is set by package, version, label (CUDA + built-against torch) and
+    # its python tag: two cells sharing all four would publish two different files of one name.
+    cells = plan()
+    names = [(c.package, c.version, c.label, c.python if c.python_abi == "cpython" else c.python_abi) for c in cells]
+    assert len(names) == len(set(names))
+    xformers = [c.id for c in cells if c.package == "xformers"]
+    assert xformers == ["xformers-py3-cu128-torch2.10+", "xformers-py3-cu130-torch2.10+",
+                        "xformers-py3-cu132-torch2.10+"]
+
+
+def test_counts_before_and_after_for_every_recipe():
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "counts"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    assert rows["xformers"][-2:] == ["30", "3"] and "none + stable>=2.10" in proc.stdout
+    for package in ("causal_conv1d", "flash_attn", "mamba_ssm"):
+        assert rows[package][-1] == rows[package][-2]  # per-Python, per-torch: nothing collapses
+    assert int(rows["total"][-1]) == len(plan())
+
+
 def test_find_cell_names_near_misses(demo_cells):
     with pytest.raises(PlanError) as info:
         find_cell("demo_ext-3.12-cu118", demo_cells)

@@ -41,3 +41,9 @@ def test_nox_from_its_own_environment_lists_every_cell(tmp_path):
     assert {"tests", "recipes", "lint"} <= listed
     assert (repo / ".nox" / "_nox_script_mode").is_dir()  # it did re-run itself
     assert not (repo / ".venv").exists()  # listing never creates the project's environment
+    # A collapsed cell keeps its id as the session name, and answers to every torch it serves.
+    assert "build-xformers-py3-cu130-torch2.10+" in listed
+    tagged = subprocess.run([uv_bin(), "tool", "run", "--from", NOX, "nox", "-l", "-t", "torch2.12"], cwd=repo,
+                            capture_output=True, text=True, timeout=300)
+    assert tagged.returncode == 0, tagged.stderr
+    assert "build-xformers-py3-cu130-torch2.10+" in tagged.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from wheelfactory import make_wheel
 from index_support import (
-    ANY, build, listed, load_entry,
+    ANY, build, listed, load_entry, page, project_json,
 )
 
 from tools.variant import Variant
@@ -112,3 +112,41 @@ def test_official_abi_table():
 def test_place_variants_is_pure():
     e = load_entry("ext-1.0+cu128.torch2.8-py3-none-any.whl", Variant("12.8", "2.8"))
     assert placement.place_variants([e]) == {Variant("12.8", "2.8"): [e]}
+
+
+#: A stable-ABI build's manifest (finish writes ``abi`` from tools.abicheck.check_claims).
+STABLE_MANIFEST = {"cuda": "13.0", "torch": "2.14.1", "cxx11_abi": True,
+                   "abi": {"python": "none", "torch": "stable", "torch_from": "2.10",
+                           "serves": ["2.14", "2.13", "2.12", "2.11"]}}
+STABLE_TAG = "py39-none-manylinux_2_28_x86_64"
+
+
+def test_a_stable_abi_build_is_listed_in_every_torch_series_it_serves(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "xformers", "0.0.35", local="cu130.torch2.14", manifest=STABLE_MANIFEST, tag=STABLE_TAG,
+                    requires_dist=["torch>=2.10,<3"]).name
+    exact = make_wheel(w, "ext", "1.0", local="cu130.torch2.13").name
+    report = build(tmp_path)
+    site = tmp_path / "site"
+    # One file, four variant indexes; the exact build stays in its own.
+    assert report.variant_indexes == ("cu130/torch2.11", "cu130/torch2.12", "cu130/torch2.13", "cu130/torch2.14")
+    for series in ("2.11", "2.12", "2.13", "2.14"):
+        assert listed(site, f"cu130/torch{series}/", "xformers") == [fn]
+    assert listed(site, "cu130/torch2.13/", "ext") == [exact] and listed(site, "cu130/torch2.12/", "ext") == []
+    # The ledger keeps which series it serves; the JSON tells the selector; the label says 2.14.
+    ledger = (tmp_path / "ledger.json").read_text()
+    assert '"serves": ["2.14", "2.13", "2.12", "2.11"], "torch": "2.14"' in ledger
+    data = project_json(site, "cu130/torch2.11/simple/xformers/index.json")
+    assert data["files"][0]["_cuwheels"]["serves"] == ["2.14", "2.13", "2.12", "2.11"]
+    assert data["files"][0]["_cuwheels"]["torch"] == "2.14"
+    # The front page's coverage agrees: the one build, for Python 3.9 and newer, in each column.
+    html = page(site, "index.html")
+    row = html[html.index("<tr><td>0.0.35</td>"):].split("</tr>", 1)[0]
+    assert row.count('<span class="py yes">3.9+</span>') == 4
+
+
+def test_a_stable_abi_build_with_a_bad_serves_list_is_refused(tmp_path):
+    bad = {**STABLE_MANIFEST, "abi": {**STABLE_MANIFEST["abi"], "serves": "2.11"}}
+    make_wheel(tmp_path / "wheels", "xformers", "0.0.35", local="cu130.torch2.14", manifest=bad, tag=STABLE_TAG)
+    report = build(tmp_path)
+    assert [r.reason for r in report.rejected] and "abi.serves must be a non-empty list" in report.rejected[0].reason

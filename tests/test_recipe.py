@@ -23,6 +23,17 @@ def test_good_recipe_loads(write_recipe, good_recipe, mini_table):
     assert r.patches[0].path.is_file()
 
 
+def test_abi_defaults_to_one_build_per_python_and_torch(write_recipe, good_recipe, mini_table):
+    r = load_recipe(write_recipe(good_recipe), mini_table)
+    assert (r.abi.python, r.abi.torch, r.abi.collapsed) == ("cpython", "exact", False)
+    good_recipe["abi"] = {"python": "abi3", "python_from": "3.11", "torch": "stable", "torch_from": "2.8",
+                          "reason": "py_limited_api=True and TORCH_TARGET_VERSION=2.8 in setup.py"}
+    r = load_recipe(write_recipe(good_recipe), mini_table)
+    assert (r.abi.python, r.abi.python_from, r.abi.torch, r.abi.torch_from) == ("abi3", "3.11", "stable", "2.8")
+    # abi3 from 3.11 serves 3.11 and newer of the torches it serves, nothing older.
+    assert r.served_pythons(("2.10", "2.9"), mini_table) == ["3.11", "3.12", "3.13", "3.14"]
+
+
 def test_inherit_takes_the_table_default(write_recipe, good_recipe, mini_table):
     good_recipe["archs"] = "inherit"
     r = load_recipe(write_recipe(good_recipe), mini_table)
@@ -95,6 +106,28 @@ BAD = [
     ("build-number-not-a-number", "build/number", "2", ["build.number: must be"]),
     ("build-number-reason-without-number", "build/number_reason", "rebuilt against the fixed patch",
      ["build.number_reason: explains a rebuild, but build.number is 0"]),
+    # abi: what the binary depends on, which decides how many builds serve the matrix
+    ("abi-python-kind", "abi", {"python": "pypy", "torch": "exact", "reason": "a pybind11 module"},
+     ["abi.python", "'pypy' is not one of cpython, abi3, none"]),
+    ("abi-torch-kind", "abi", {"python": "cpython", "torch": "any", "reason": "a pybind11 module"},
+     ["abi.torch", "'any' is not one of exact, stable"]),
+    ("abi-without-reason", "abi", {"python": "none", "torch": "exact"}, ["abi.reason: required key is missing"]),
+    ("abi3-without-python-from", "abi", {"python": "abi3", "torch": "exact", "reason": "py_limited_api=True"},
+     ["abi.python_from", "abi3 needs the oldest Python"]),
+    ("python-from-without-abi3", "abi", {"python": "none", "python_from": "3.10", "torch": "exact",
+                                         "reason": "no Python C API"}, ["abi.python_from", "only means something"]),
+    ("python-from-not-a-version", "abi", {"python": "abi3", "python_from": "310", "torch": "exact",
+                                          "reason": "py_limited_api=True"}, ["abi.python_from", "not a Python version"]),
+    ("stable-without-torch-from", "abi", {"python": "none", "torch": "stable", "reason": "TORCH_TARGET_VERSION"},
+     ["abi.torch_from", "stable needs the oldest torch series"]),
+    ("torch-from-unknown", "abi", {"python": "none", "torch": "stable", "torch_from": "2.5",
+                                   "reason": "TORCH_TARGET_VERSION=2.5"},
+     ["abi.torch_from", "torch '2.5' is not in the compatibility table"]),
+    # the recipe lists torch 2.8 (CUDA 12.9) and 2.9 (CUDA 13.0): a build for 2.10's shim can't load there
+    ("torch-from-newer-than-a-listed-series", "abi", {"python": "none", "torch": "stable", "torch_from": "2.10",
+                                                      "reason": "TORCH_TARGET_VERSION=2.10"},
+     ["cuda.12.9.torch: lists torch 2.8, older than abi.torch_from 2.10", "cuda.13.0.torch: lists torch 2.9",
+      "drop 2.9 or lower abi.torch_from"]),
     ("patch-bad-name", "patches", [{"file": "fix.patch", "reason": "fixes the build",
                                     "upstream": "not submitted"}],
      ["patches[0].file", "not named NNNN-Subject.patch"]),

@@ -358,6 +358,28 @@ def test_select(case, index):
     assert cli.format_answer(answer)
 
 
+def test_a_stable_abi_build_is_picked_for_every_torch_it_serves(tmp_path_factory):
+    # One build against torch 2.14 on its stable ABI, for every Python (py39-none), listed for 2.11-2.14.
+    man = {**manifest("13.0", "2.14.1", ["80", "90"]), "package": "stable_ext",
+           "abi": {"python": "none", "torch": "stable", "torch_from": "2.10", "serves": ["2.14", "2.13", "2.12", "2.11"]}}
+    served = _site(tmp_path_factory.mktemp("stable"),
+                   [("stable-ext", "1.0", "cu130.torch2.14", "py39-none-manylinux_2_28_x86_64", man)])
+    try:
+        idx = client.Index(served.url)
+        for torch, python in (("2.11.0+cu130", "3.10"), ("2.13.0+cu130", "3.14")):
+            m = machine(torch_version=torch, python_version=python, cuda_driver="580.65.06")
+            answer = selection.select(idx, "stable-ext", m)
+            assert answer.fits, (answer.reason, answer.reasons)
+            assert answer.index_path == f"cu130/torch{torch[:4]}"
+            assert answer.filename == "stable_ext-1.0+cu130.torch2.14-py39-none-manylinux_2_28_x86_64.whl"
+        # torch 2.9 is not served: the alternatives are the four indexes that list it.
+        answer = selection.select(idx, "stable-ext", machine(torch_version="2.9.1+cu130", cuda_driver="580.65.06"))
+        assert not answer.fits
+        assert [a["index"] for a in answer.alternatives] == [f"cu130/torch2.{m}" for m in (11, 12, 13, 14)]
+    finally:
+        served.stop()
+
+
 def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
     def cand(filename):
         return checks.Candidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")
@@ -740,6 +762,17 @@ DOCTOR_CASES = [
      "undefined-symbol", ["manifest is missing"]),
     ("undefined-symbol-not-torch", "ImportError: /v/x.so: undefined symbol: _ZN5flash12run_mha_fwd_EPv",
      {}, _installed(), "undefined-symbol", ["isn't torch's", "flash::run_mha_fwd_"]),
+    # A stable-ABI build under a torch older than it serves: the shim function is what's missing.
+    ("undefined-symbol-stable-shim", "OSError: /v/_C.so: undefined symbol: torch_exception_get_what",
+     {"torch_version": "2.11.0+cu130"},
+     _installed(torch="2.14.1", abi={"python": "none", "torch": "stable", "torch_from": "2.13",
+                                     "serves": ["2.14", "2.13"]}),
+     "undefined-symbol", ["stable ABI for torch 2.14, 2.13", "torch 2.11.0+cu130, which doesn't export "
+                          "torch_exception_get_what", 'pip install "torch==2.14.*"']),
+    # A shim symbol is torch's, even without a manifest saying stable.
+    ("undefined-symbol-shim-no-manifest", "OSError: /v/x.so: undefined symbol: aoti_torch_get_sizes",
+     {"torch_version": "2.9.1+cu128"}, doctor.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     "undefined-symbol", ["manifest is missing"]),
     ("missing-cuda-module", "ModuleNotFoundError: No module named 'flash_attn_2_cuda'", {},
      doctor.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
      "missing-extension", ["without its compiled CUDA extension flash_attn_2_cuda", "source-only or CPU-only",

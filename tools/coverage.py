@@ -27,13 +27,16 @@ from .wheelread import parse_version
 
 @lru_cache(maxsize=None)
 def _python_labels(tags: str) -> tuple[str, ...]:
-    """``cp311-...`` -> ``3.11``; ``py3`` -> ``py3``; ``cp39-abi3-...`` -> ``3.9+`` (for the matrix)."""
+    """``cp311-...`` -> ``3.11``; ``py3`` -> ``py3``; ``cp39-abi3-...`` and ``py39-none-...``
+    (one build for every Python from 3.9 on: abi3, or no Python C API) -> ``3.9+`` (for the matrix)."""
     py, abi, _plat = tags.split("-")
     labels = []
     for tag in py.split("."):
         if tag.startswith("cp") and tag[2:].isdigit() and len(tag) >= 4:
             label = f"{tag[2]}.{tag[3:]}"
             labels.append(label + "+" if abi == "abi3" else label)
+        elif tag.startswith("py") and tag[2:].isdigit() and len(tag) >= 4:
+            labels.append(f"{tag[2]}.{tag[3:]}+")
         else:
             labels.append(tag)
     return tuple(labels)

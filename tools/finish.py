@@ -1,8 +1,9 @@
 """The finish stage: what turns a raw wheel from a package's own build into a publishable one.
 
 repair (auditwheel, torch/CUDA libraries excluded) -> inspect (every torch symbol resolves in
-the cell's torch; the SASS inside covers the requested archs) -> metadata (local version label,
-torch pin, build tag, the ``cuwheels.json`` manifest) -> the platform tag check. The host
+the cell's torch; the recipe's ``abi`` claims hold (tools.abicheck); the SASS inside covers the
+requested archs) -> metadata (local version label, torch pin, build tag, the ``cuwheels.json``
+manifest) -> the platform tag check. The host
 backend runs it after its compile; the container backend runs the same function inside the
 image as cibuildwheel's repair command (``python -m tools.incontainer finish``). The import
 smoke test follows in a fresh environment (``tools.verify.smoke_test`` on the host,
@@ -18,6 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from .abicheck import check_claims
 from .buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from .errors import VerifyError
 from .manifest import MANIFEST_SCHEMA
@@ -97,14 +99,18 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
                               hint="the package's build skipped its CUDA extension: check the "
                                    "recipe's FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc was found")
         abi = abi_check(modules, torch_lib, torch_version=torch_version)
+        # What the recipe's abi claims beyond this torch: one build for many Pythons/torches.
+        step.detail["abi"] = check_claims(repaired, modules, python_abi=cell.python_abi,
+                                          torch_abi=cell.torch_abi, torch_from=cell.torch_from,
+                                          serves=cell.serves_torch)
         found = {m.relative_to(unpacked).as_posix(): cuda_archs(m) for m in modules}
         step.detail.update(abi_symbols_checked=abi.checked,
                            archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
                                   for k, v in found.items()})
         check_archs(found, archs)
-        return step.detail["archs"]
+        return step.detail["archs"], step.detail["abi"]
 
-    found = progress.run("inspect", inspect)
+    found, claims = progress.run("inspect", inspect)
 
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -125,12 +131,14 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         "compiler": compiler_versions(nvcc),
         "torch_cuda": torch_cuda,
         "archs_override": archs != cell.archs,
+        # The recipe's abi as checked: a stable build's ``serves`` places it in each variant index.
+        "abi": claims,
         "build_platform": build_platform(),
         **(manifest_extra or {}),
     }
 
     def metadata(step: Step) -> Path:
-        pin = f"torch=={cell.torch}.*"
+        pin = cell.torch_pin
         out = set_version_and_pin(repaired, work / "final", label=cell.label, torch_pin=pin,
                                   manifest=manifest, epoch=epoch, build_number=recipe.build.number)
         step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,

@@ -15,8 +15,8 @@ of a local server never enter a real ledger.
 
 Format (JSON, schema 2), one file per line so that a diff shows exactly what was published::
 
-    {"schema": 2, "files": {
-    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    {"schema": 3, "files": {
+    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "serves": null, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
     }}
 
 ``url`` is where the file was published (the wheel's ``.metadata`` is at the same URL plus
@@ -30,8 +30,13 @@ Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels-dir D 
 wheels of a batch whose file names the ledger already has to H (a re-run of a build, or a rebuild
 without a new version or build number), saying which, so that only new files are released.
 
-Schema 1 (no ``archs``) is still read: its entries get ``archs: null``, and the next write is
-schema 2. A schema-1 reader refuses a schema-2 ledger (rather than silently drop ``archs``).
+Schema 3 adds ``serves`` to ``variant``: null for a build for its one torch series, or the list
+of torch series a stable-ABI build serves (listed in each one's variant index; ``torch`` is the
+series it was built against).
+
+Schemas 1 (no ``archs``) and 2 (no ``variant.serves``) are still read: their entries get
+``archs: null`` / ``serves: null``, and the next write is schema 3. A reader refuses a newer
+schema than its own (rather than silently drop what it doesn't know).
 """
 
 from __future__ import annotations
@@ -50,18 +55,19 @@ from .variant import Variant
 _encode_str = json.encoder.encode_basestring_ascii
 
 #: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
-LEDGER_SCHEMA = 2
-#: Schemas this reader accepts: 1 is schema 2 without ``archs``.
-READABLE_SCHEMAS = (1, 2)
+LEDGER_SCHEMA = 3
+#: Schemas this reader accepts: 1 is schema 2 without ``archs``, 2 is 3 without ``variant.serves``.
+READABLE_SCHEMAS = (1, 2, 3)
 
 _KEYS_1 = frozenset({
     "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
     "metadata_sha256", "variant",
 })
 _KEYS = _KEYS_1 | {"archs"}
-_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS}
+_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS}
 _ARCH_KEYS = {"sass", "ptx"}
-_VARIANT_KEYS = {"cuda", "torch", "cxx11_abi"}
+_VARIANT_KEYS_2 = frozenset({"cuda", "torch", "cxx11_abi"})
+_VARIANT_KEYS_BY_SCHEMA = {1: _VARIANT_KEYS_2, 2: _VARIANT_KEYS_2, 3: _VARIANT_KEYS_2 | {"serves"}}
 
 
 class Entry(NamedTuple):
@@ -91,6 +97,7 @@ class Entry(NamedTuple):
                 "cuda": self.variant.cuda,
                 "torch": self.variant.torch,
                 "cxx11_abi": self.variant.cxx11_abi,
+                "serves": list(self.variant.serves) or None,
             }
         return {
             "name": self.name,
@@ -152,18 +159,20 @@ def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema:
     variant = None
     raw = data["variant"]
     if raw is not None:
+        serves = raw.get("serves") if type(raw) is dict else None
         if (
             type(raw) is not dict
-            or raw.keys() != _VARIANT_KEYS
+            or raw.keys() != _VARIANT_KEYS_BY_SCHEMA[schema]
             or type(raw["cuda"]) is not str
             or type(raw["torch"]) is not str
             or not (raw["cxx11_abi"] is None or type(raw["cxx11_abi"]) is bool)
+            or not (serves is None or (type(serves) is list and serves
+                                       and all(type(x) is str for x in serves)))
         ):
-            raise IndexBuildError(
-                f"{where}: 'variant' must be null or {{cuda: str, torch: str, cxx11_abi: bool|null}}, "
-                f"got {raw!r}"
-            )
-        variant = _variant(raw["cuda"], raw["torch"], raw["cxx11_abi"])
+            shape = "cuda: str, torch: str, cxx11_abi: bool|null" + (
+                ", serves: [str]|null" if schema >= 3 else "")
+            raise IndexBuildError(f"{where}: 'variant' must be null or {{{shape}}}, got {raw!r}")
+        variant = _variant(raw["cuda"], raw["torch"], raw["cxx11_abi"], tuple(serves or ()))
     archs = data.get("archs")
     if not valid_archs(archs):
         raise IndexBuildError(
@@ -176,9 +185,9 @@ def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema:
 
 
 @lru_cache(maxsize=None)
-def _variant(cuda: str, torch: str, cxx11_abi: bool | None) -> Variant:
+def _variant(cuda: str, torch: str, cxx11_abi: bool | None, serves: tuple[str, ...] = ()) -> Variant:
     # An index has a few dozen variants and thousands of files: share one object per variant.
-    return Variant(cuda, torch, cxx11_abi)
+    return Variant(cuda, torch, cxx11_abi, serves)
 
 
 def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
@@ -204,7 +213,8 @@ def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) ->
                 name, d["name"], d["version"], d["url"], d["sha256"], d["size"], d["upload_time"],
                 d["requires_python"], d["metadata_sha256"],
                 None if d["variant"] is None else _variant(d["variant"]["cuda"], d["variant"]["torch"],
-                                                           d["variant"]["cxx11_abi"]),
+                                                           d["variant"]["cxx11_abi"],
+                                                           tuple(d["variant"].get("serves") or ())),
                 d.get("archs"),
             )
             for name, d in doc["files"].items()
@@ -250,7 +260,9 @@ def encode_entry(e: Entry) -> str:
         variant = "null"
     else:
         abi = {None: "null", True: "true", False: "false"}[e.variant.cxx11_abi]
-        variant = f'{{"cuda": {s(e.variant.cuda)}, "cxx11_abi": {abi}, "torch": {s(e.variant.torch)}}}'
+        serves = "null" if not e.variant.serves else "[" + ", ".join(map(s, e.variant.serves)) + "]"
+        variant = (f'{{"cuda": {s(e.variant.cuda)}, "cxx11_abi": {abi}, "serves": {serves}, '
+                   f'"torch": {s(e.variant.torch)}}}')
     archs = "null" if e.archs is None else json.dumps(e.archs, sort_keys=True)
     return (
         f'{s(e.filename)}: {{"archs": {archs}, "metadata_sha256": {s(e.metadata_sha256)}, "name": {s(e.name)}, '

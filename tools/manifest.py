@@ -34,8 +34,19 @@ def read_manifest(wheel: zipfile.ZipFile, names: list[str] | None = None) -> dic
 
 
 def variant_from_manifest(manifest: dict[str, Any]) -> Variant | None:
-    """The Variant a manifest records, or None when it records no CUDA build."""
+    """The Variant a manifest records, or None when it records no CUDA build.
+
+    A stable-ABI build's manifest has ``abi: {torch: "stable", serves: [series...]}``: the torch
+    series its shim symbols were checked against, each of whose variant indexes lists it.
+    """
     cuda, torch = manifest.get("cuda"), manifest.get("torch")
     if not cuda or not torch:
         return None
-    return Variant(str(cuda), torch_series(str(torch)), manifest.get("cxx11_abi"))
+    abi = manifest.get("abi")
+    serves: tuple[str, ...] = ()
+    if isinstance(abi, dict) and abi.get("torch") == "stable":
+        raw = abi.get("serves")
+        if not isinstance(raw, list) or not raw or not all(isinstance(x, str) for x in raw):
+            raise ValueError(f"abi.serves must be a non-empty list of torch series, got {raw!r}")
+        serves = tuple(torch_series(x) for x in raw)
+    return Variant(str(cuda), torch_series(str(torch)), manifest.get("cxx11_abi"), serves)

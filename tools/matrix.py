@@ -1,8 +1,14 @@
-"""The build matrix: recipes x table -> cells, one id per cell.
+"""The build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
 A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the first
 the recipe lists) and ``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id
 names the nox session (``build-<id>``), the CI job and the build report.
+
+A recipe's ``abi`` collapses cells: an ``abi3`` or ``none`` build serves several Pythons (python
+part ``abi3``/``py3``), a ``stable`` build serves every torch series the recipe lists for its CUDA
+version (torch part ``<torch_from>+``); see tools.variant.cell_id. A collapsed cell still builds
+with one interpreter and one torch: the lowest Python it serves (the limited API's floor) and the
+CUDA version's default torch series.
 
 ``python -m tools.matrix`` prints the planned cells as JSON (``--format github`` gives a GitHub
 Actions ``matrix`` object), filtered by package, Python, CUDA, torch, or by the recipes changed
@@ -22,7 +28,8 @@ from . import RECIPES_DIR, ROOT
 from .errors import PlanError, cli
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
-from .variant import cell_id, cuda_nodot, format_label, torch_index_url
+from .table import version_key
+from .variant import PYTHON_PART, cell_id, cuda_nodot, format_label, stable_torch_part, torch_index_url
 
 #: The one machine architecture every cell targets (torch's CUDA wheels are x86_64).
 ARCH = "x86_64"
@@ -43,12 +50,38 @@ class Cell:
     manylinux: str
     image: str
     archs: tuple[str, ...]
+    #: The recipe's ``abi``: ``cpython``/``abi3``/``none`` and ``exact``/``stable``.
+    python_abi: str = "cpython"
+    torch_abi: str = "exact"
+    #: For a stable-ABI cell: the oldest torch series its build targets (the recipe's torch_from);
+    #: empty otherwise (GitHub's matrix takes strings, booleans and lists only).
+    torch_from: str = ""
+    #: Torch series whose variant index lists the wheel (just ``torch`` for an exact build).
+    serves_torch: tuple[str, ...] = ()
+    #: Python versions the wheel installs on (just ``python`` for a per-Python build).
+    serves_python: tuple[str, ...] = ()
+    #: The first torch major the table knows nothing about (a stable wheel's pin stays below it).
+    torch_next_major: int = 3
 
     @property
     def id(self) -> str:
-        """``flash_attn-3.12-cu129`` (default torch) or ``flash_attn-3.12-cu129-torch2.8``."""
-        return cell_id(self.package, self.python, self.cuda,
-                       None if self.default_torch else self.torch)
+        """``flash_attn-3.12-cu129`` (default torch), ``flash_attn-3.12-cu129-torch2.8``, or
+        for a collapsed cell ``xformers-py3-cu130-torch2.10+`` (see tools.variant.cell_id)."""
+        python = PYTHON_PART.get(self.python_abi, self.python)
+        if self.torch_abi == "stable":
+            torch = stable_torch_part(self.torch_from or self.torch)
+        else:
+            torch = None if self.default_torch else self.torch
+        return cell_id(self.package, python, self.cuda, torch)
+
+    @property
+    def torch_pin(self) -> str:
+        """The wheel's torch requirement: the series it was built for (``torch==2.8.*``), or for a
+        stable-ABI build every series from ``torch_from`` below the next major the table doesn't
+        know (``torch>=2.10,<3``)."""
+        if self.torch_abi == "stable":
+            return f"torch>={self.torch_from},<{self.torch_next_major}"
+        return f"torch=={self.torch}.*"
 
     @property
     def platform_tag(self) -> str:
@@ -69,22 +102,59 @@ class Cell:
     def to_json(self) -> dict:
         """A JSON-ready dict with the id first (the GitHub matrix uses it as job name)."""
         data = asdict(self)
-        data["archs"] = list(self.archs)
-        return {"id": self.id, **data, "label": self.label}
+        for key in ("archs", "serves_torch", "serves_python"):
+            data[key] = list(data[key])
+        del data["torch_next_major"]  # said by torch_pin, as a string
+        return {"id": self.id, **data, "label": self.label, "torch_pin": self.torch_pin}
 
 
 def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
-    """Every cell of one recipe, ordered by CUDA, then torch (default first), then Python."""
+    """Every cell of one recipe, ordered by CUDA, then torch (default first), then Python: one
+    per distinct build (a recipe's ``abi`` decides which builds are the same, see the module
+    docstring)."""
+    abi = recipe.abi
+    next_major = max(version_key(series)[0] for series in table.torch) + 1
     out = []
     for target in recipe.cuda:
         cuda = table.cuda[target.cuda]
-        for i, series in enumerate(target.torch):
+        # A stable-ABI build is made once per CUDA version, against its default torch series.
+        groups = [target.torch] if abi.torch == "stable" else [(s,) for s in target.torch]
+        for i, served in enumerate(groups):
+            series = served[0]
             t = table.torch[series]
-            for py in recipe.pythons_for(series, table):
+            if abi.python == "cpython":
+                builds = [(py, (py,)) for py in recipe.pythons_for(series, table)]
+            else:
+                pythons = tuple(recipe.served_pythons(served, table))
+                # The build interpreter: the lowest the build's torch has (for abi3, the limited
+                # API's floor or above), so that the wheel's python tag is the lowest it serves.
+                usable = [py for py in recipe.pythons_for(series, table) if py in pythons]
+                builds = [(usable[0], pythons)] if usable else []
+            for py, pythons in builds:
                 out.append(Cell(recipe.package, recipe.source.version, py, target.cuda, series,
                                 t.release, i == 0, t.cxx11_abi, t.manylinux, cuda.image,
-                                recipe.archs_for(target.cuda, table)))
+                                recipe.archs_for(target.cuda, table), abi.python, abi.torch,
+                                abi.torch_from or "", tuple(served), pythons, next_major))
     return out
+
+
+def uncollapsed_count(recipe: Recipe, table: Table) -> int:
+    """How many cells the recipe would plan with one build per Python and per torch series (its
+    ``abi`` ignored): what ``--format counts`` compares the collapsed plan with."""
+    return sum(len(recipe.pythons_for(series, table)) for target in recipe.cuda
+               for series in target.torch)
+
+
+def counts(recipes: list[Recipe], table: Table) -> list[dict]:
+    """Per recipe: its ABI kinds, the cells one build per Python and torch would need (before)
+    and the distinct builds planned (after)."""
+    rows = []
+    for r in recipes:
+        kind = r.abi.python + (f">={r.abi.python_from}" if r.abi.python_from else "")
+        kind += " + " + r.abi.torch + (f">={r.abi.torch_from}" if r.abi.torch_from else "")
+        rows.append({"package": r.package, "abi": kind, "before": uncollapsed_count(r, table),
+                     "after": len(cells_for(r, table))})
+    return rows
 
 
 def torch_index(cell: Cell, table: Table) -> str | None:
@@ -105,11 +175,12 @@ def plan(recipes: list[Recipe] | None = None, table: Table | None = None) -> lis
 def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torches=None,
            ids=None) -> list[Cell]:
     """Cells matching every given filter (a filter left as None matches everything)."""
+    # A collapsed cell matches every Python and torch series its one build serves.
     def keep(c: Cell) -> bool:
         return ((not packages or c.package in packages)
-                and (not pythons or c.python in pythons)
+                and (not pythons or bool(set(c.serves_python or (c.python,)) & set(pythons)))
                 and (not cudas or c.cuda in cudas or cuda_nodot(c.cuda) in cudas)
-                and (not torches or c.torch in torches)
+                and (not torches or bool(set(c.serves_torch or (c.torch,)) & set(torches)))
                 and (not ids or c.id in ids))
     return [c for c in cells if keep(c)]
 
@@ -187,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="only recipes touched by the paths listed in FILE (- for stdin)")
     ap.add_argument("--cap", type=int, default=0,
                     help="at most this many cells (0: no cap); says so on stderr when capped")
-    ap.add_argument("--format", choices=["json", "github", "ids"], default="json")
+    ap.add_argument("--format", choices=["json", "github", "ids", "counts"], default="json",
+                    help="counts: per recipe, cells before and after collapsing by ABI kind")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
                     help="recipes directory (its parent is the git repository --changed-since "
                          "reads)")
@@ -195,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     table = load_table(args.table)
-    cells = plan(load_all(args.recipes, table), table)
+    recipes = load_all(args.recipes, table)
+    cells = plan(recipes, table)
     packages = _csv(args.package)
     if args.changed_since or args.changed_files:
         if args.changed_since:
@@ -222,7 +295,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capped: {len(selected)} cells planned, building the first {args.cap}; "
               "run the rest with a manual dispatch or narrower filters", file=sys.stderr)
         selected = selected[:args.cap]
-    if args.format == "ids":
+    if args.format == "counts":
+        chosen = {c.package for c in selected}
+        rows = [row for row in counts(recipes, table)
+                if row["package"] in chosen]
+        width = max([len(r["package"]) for r in rows] + [7])
+        print(f"{'package':<{width}}  {'abi (python + torch)':<28}  before  after")
+        for row in rows:
+            print(f"{row['package']:<{width}}  {row['abi']:<28}  {row['before']:>6}  {row['after']:>5}")
+        print(f"{'total':<{width}}  {'':<28}  {sum(r['before'] for r in rows):>6}  "
+              f"{sum(r['after'] for r in rows):>5}")
+    elif args.format == "ids":
         print("\n".join(c.id for c in selected))
     elif args.format == "github":
         print(json.dumps({"include": [c.to_json() for c in selected]}, separators=(",", ":")))

@@ -18,6 +18,11 @@ unambiguous inside one variant index:
   matches ``torch.version.cuda``. Where that index already has a wheel of the same project,
   version and wheel tags built for exactly that CUDA, the exact build wins and the generic one is
   left out of that index. No exact index is invented for a CUDA minor nothing was built for.
+* A build on torch's stable ABI (its variant ``serves`` several torch series, from its build
+  manifest) is placed in the variant index of each series it serves, with its own CUDA version:
+  one file, ``xformers-0.0.35+cu130.torch2.14-py39-none-...whl``, in ``cu130/torch2.11`` to
+  ``cu130/torch2.14``. Its label names the torch it was built against; its ``torch>=X.Y,<N`` pin
+  lets pip and uv install it next to each of them.
 """
 
 from __future__ import annotations
@@ -85,7 +90,8 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
         v = e.variant
         if v is None or not _abi_fits(v):
             continue
-        placed[(v.cuda, v.torch)].append(e)
+        for series in v.served:
+            placed[(v.cuda, series)].append(e)
         if "." not in v.cuda:
             generic.append(e)
     if generic:
@@ -98,7 +104,7 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
         for e in generic:
             v = e.variant
             ident = None
-            for k in targets.get((v.cuda, v.torch), ()):
+            for k in (k for series in v.served for k in targets.get((v.cuda, series), ())):
                 ident = ident or _identity(e)
                 if ident not in built_exactly[k]:
                     placed[k].append(e)

@@ -29,6 +29,14 @@ RECIPE_FILE = "recipe.yaml"
 #: How a package reads its arch list: "plain" is "80;90;120", "torch" is TORCH_CUDA_ARCH_LIST's
 #: "8.0;9.0;12.0".
 ARCH_STYLES = ("plain", "torch")
+#: What a binary's Python side depends on: ``cpython`` one build per interpreter (``cp312-cp312``),
+#: ``abi3`` CPython's limited API from ``python_from`` on (``cp310-abi3``), ``none`` no Python C API
+#: at all (a torch op library loaded by ``torch.ops.load_library``; ``py3-none``).
+PYTHON_ABIS = ("cpython", "abi3", "none")
+#: What it depends on of torch: ``exact`` torch's C++ API, one build per torch series; ``stable``
+#: only torch's stable C shim (``aoti_torch_*``, ``torch_*``; ``TORCH_TARGET_VERSION``), one build
+#: per CUDA version serving every listed series from ``torch_from`` on.
+TORCH_ABIS = ("exact", "stable")
 #: Variables the pipeline sizes or sets itself; a recipe asking for them is pointed elsewhere.
 RESERVED_ENV = {
     "MAX_JOBS": "it is sized from cores and memory: set build.job_memory_gib instead",
@@ -108,6 +116,25 @@ class BuildSpec:
 
 
 @dataclass(frozen=True)
+class Abi:
+    """What the built binary depends on, which decides how many builds serve the matrix.
+
+    The default (no ``abi:`` block) is one build per Python and per torch series.
+    """
+
+    python: str = "cpython"
+    python_from: str | None = None
+    torch: str = "exact"
+    torch_from: str | None = None
+    reason: str | None = None
+
+    @property
+    def collapsed(self) -> bool:
+        """True when one build serves several Pythons or several torch series."""
+        return self.python != "cpython" or self.torch != "exact"
+
+
+@dataclass(frozen=True)
 class Patch:
     """A patch file applied to the extracted sdist, in order."""
 
@@ -133,6 +160,7 @@ class Recipe:
     env: tuple[EnvVar, ...]
     build: BuildSpec
     patches: tuple[Patch, ...]
+    abi: Abi = Abi()
 
     @property
     def folder(self) -> Path:
@@ -157,6 +185,14 @@ class Recipe:
         return [py for py in table.torch[torch].python
                 if self.python.contains(f"{py}.0", prereleases=True)]
 
+    def served_pythons(self, torches: tuple[str, ...] | list[str], table: Table) -> list[str]:
+        """Python versions one build serves across ``torches``: every one of theirs for
+        ``abi: none``, those from ``python_from`` on for ``abi3``, sorted."""
+        found = {py for series in torches for py in self.pythons_for(series, table)}
+        if self.abi.python == "abi3" and self.abi.python_from:
+            found = {py for py in found if version_key(py) >= version_key(self.abi.python_from)}
+        return sorted(found, key=version_key)
+
 
 def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     """Validate parsed YAML as a recipe at ``path`` (which fixes the package and patch folder)."""
@@ -164,7 +200,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     top = p.mapping(data, "", {
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list})
+    }, {"env": dict, "patches": list, "abi": dict})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -197,10 +233,11 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     env = _env(p, top.get("env") or {}, arch_env)
     build = _build(p, top.get("build"))
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
+    abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches)
+                  env, build, patches, abi)
 
 
 def _source(p: Problems, raw: object) -> Source | None:
@@ -263,6 +300,50 @@ def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
             p.add(f"{where}.torch", "lists a torch series twice")
         out.append(CudaTarget(cuda, torches, m["reason"]))
     return tuple(sorted(out, key=lambda t: version_key(t.cuda)))
+
+
+def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
+    m = p.mapping(raw, "abi", {"python": str, "torch": str, "reason": str},
+                  {"python_from": str, "torch_from": str})
+    if m is None or len(m) < 3:
+        return Abi()
+    p.reason(m["reason"], "abi.reason")
+    python, torch = m["python"], m["torch"]
+    if python not in PYTHON_ABIS:
+        p.add("abi.python", f"{python!r} is not one of {', '.join(PYTHON_ABIS)}",
+              "cpython: one build per interpreter; abi3: the limited API (with python_from); "
+              "none: no Python C API")
+    if torch not in TORCH_ABIS:
+        p.add("abi.torch", f"{torch!r} is not one of {', '.join(TORCH_ABIS)}",
+              "exact: torch's C++ API, one build per series; stable: only the stable C shim "
+              "(with torch_from)")
+    python_from, torch_from = m.get("python_from"), m.get("torch_from")
+    if python == "abi3" and python_from is None:
+        p.add("abi.python_from", "abi3 needs the oldest Python whose limited API the build targets",
+              'add python_from: "3.10" (the X.Y of its cpXY-abi3 wheel tag)')
+    elif python != "abi3" and python_from is not None:
+        p.add("abi.python_from", f"only means something for python: abi3 (this is {python!r})",
+              "remove it")
+    elif python_from is not None and not re.fullmatch(r"3\.\d+", python_from):
+        p.add("abi.python_from", f"{python_from!r} is not a Python version like \"3.10\"")
+    if torch == "stable" and torch_from is None:
+        p.add("abi.torch_from", "stable needs the oldest torch series the build targets",
+              'add torch_from: "2.10" (the package\'s TORCH_TARGET_VERSION)')
+    elif torch != "stable" and torch_from is not None:
+        p.add("abi.torch_from", f"only means something for torch: stable (this is {torch!r})",
+              "remove it")
+    elif torch_from is not None and torch_from not in table.torch:
+        p.add("abi.torch_from", f"torch {torch_from!r} is not in the compatibility table",
+              f"use one of {', '.join(table.torch)}")
+    elif torch_from is not None:
+        for t in targets:
+            older = [s for s in t.torch if version_key(s) < version_key(torch_from)]
+            if older:
+                p.add(f"cuda.{t.cuda}.torch", f"lists torch {', '.join(older)}, older than "
+                      f"abi.torch_from {torch_from}: a build for torch's stable ABI from "
+                      f"{torch_from} calls shim functions older torch lacks",
+                      f"drop {', '.join(older)} or lower abi.torch_from")
+    return Abi(python, python_from, torch, torch_from, m["reason"])
 
 
 def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table

@@ -4,7 +4,8 @@ HTML pages follow PEP 503 (normalized names, trailing slashes, ``#sha256=`` on e
 (``pypi:repository-version``), PEP 592 (``data-yanked``) and PEP 658/714 (``data-core-metadata``
 and ``data-dist-info-metadata``). Each page has a PEP 691 JSON twin (API 1.1, PEP 700: ``size``,
 ``upload-time``, ``versions``) as ``index.json`` in the same directory. Every file with a variant
-also carries, in the JSON only, ``"_cuwheels": {cuda, torch, cxx11_abi, archs}`` (PEP 691 reserves
+also carries, in the JSON only, ``"_cuwheels": {cuda, torch, cxx11_abi, archs}`` (and ``serves``,
+the torch series of a stable-ABI build) (PEP 691 reserves
 ``_`` keys; pip and uv ignore them), read by tools.selector.
 
 Every file's link is rendered once, in one template pass, however many pages list it; a project
@@ -96,7 +97,10 @@ def _file_json(e: Entry, reason: str | None) -> str:
         v = e.variant
         abi = "null" if v.cxx11_abi is None else ("true" if v.cxx11_abi else "false")
         archs = "null" if e.archs is None else json.dumps(e.archs, separators=(",", ":"), sort_keys=True)
-        extra = f',"_cuwheels":{{"cuda":{s(v.cuda)},"torch":{s(v.torch)},"cxx11_abi":{abi},"archs":{archs}}}'
+        # A stable-ABI build also says which torch series it serves (absent otherwise, so that the
+        # pages of every other file stay as they were).
+        serves = f',"serves":[{",".join(map(s, v.serves))}]' if v.serves else ""
+        extra = f',"_cuwheels":{{"cuda":{s(v.cuda)},"torch":{s(v.torch)},"cxx11_abi":{abi},"archs":{archs}{serves}}}'
     return (
         f'{{"filename":{s(e.filename)},"url":{s(e.url)},"hashes":{{"sha256":{s(e.sha256)}}},{requires}'
         f'"core-metadata":{meta},"dist-info-metadata":{meta},"yanked":{yanked},"size":{int(e.size)},'

@@ -27,11 +27,15 @@ class Variant:
 
     ``cuda`` is ``"12.8"``, or just the major (``"12"``) when the label only says "any 12.x";
     ``torch`` is the ``major.minor`` series; ``cxx11_abi`` is None when the label doesn't say.
+    ``serves`` is empty for a build for ``torch`` alone; for a build on torch's stable ABI it
+    lists every torch series the wheel was checked against and is listed for (its build manifest
+    says so; a label never does).
     """
 
     cuda: str
     torch: str
     cxx11_abi: bool | None = None
+    serves: tuple[str, ...] = ()
 
     @property
     def cuda_nodot(self) -> str:
@@ -42,6 +46,16 @@ class Variant:
     def index_path(self) -> str:
         """The variant index's directory under the site root: ``cu128/torch2.8``."""
         return f"cu{self.cuda_nodot}/torch{self.torch}"
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The torch series whose variant index lists the wheel: ``serves``, else ``(torch,)``."""
+        return self.serves or (self.torch,)
+
+    @property
+    def index_paths(self) -> tuple[str, ...]:
+        """Every variant index the wheel belongs in: ``("cu130/torch2.11", "cu130/torch2.12")``."""
+        return tuple(f"cu{self.cuda_nodot}/torch{series}" for series in self.served)
 
     @property
     def exact_cuda(self) -> bool:
@@ -68,15 +82,33 @@ def uv_index_name(index_path: str) -> str:
     return "cuwheels-" + index_path.replace("/", "-")
 
 
+#: The Python part of a collapsed cell's id: one ``abi3`` build serves every CPython from the
+#: recipe's ``python_from`` on; one build without the Python C API (``none``) serves every Python.
+PYTHON_PART = {"abi3": "abi3", "none": "py3"}
+
+
+def stable_torch_part(torch_from: str) -> str:
+    """The torch part of a stable-ABI cell's id: ``"2.10"`` -> ``"2.10+"`` (every listed series
+    from 2.10 on)."""
+    return f"{torch_from}+"
+
+
 def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
     """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
 
-    ``torch`` is None for the CUDA version's default torch series.
+    ``<package>-<python part>-cu<cuda-nodot>[-torch<torch part>]``. The python part is the
+    interpreter (``3.12``) for a per-Python build, ``abi3`` or ``py3`` for one build serving many
+    (PYTHON_PART); the torch part is left out for the CUDA version's default torch series, is
+    ``2.8`` for another series, and ``2.10+`` for a stable-ABI build serving every listed series
+    from 2.10 on (stable_torch_part). Every character is one of ``[a-z0-9._+-]``: valid in a nox
+    session name, a GitHub job and artifact name, and a file name.
 
     >>> cell_id("flash_attn", "3.12", "12.9")
     'flash_attn-3.12-cu129'
     >>> cell_id("flash_attn", "3.12", "12.9", "2.8")
     'flash_attn-3.12-cu129-torch2.8'
+    >>> cell_id("xformers", PYTHON_PART["none"], "13.0", stable_torch_part("2.10"))
+    'xformers-py3-cu130-torch2.10+'
     """
     base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
     return base if torch is None else f"{base}-torch{torch}"
@@ -134,11 +166,11 @@ def parse_label(label: str) -> Variant | None:
     ``cu128torch2.8.post1``); what the metadata may be is described at ``_TRAILER``.
 
     >>> parse_label("cu12torch2.8cxx11abiTRUE")
-    Variant(cuda='12', torch='2.8', cxx11_abi=True)
+    Variant(cuda='12', torch='2.8', cxx11_abi=True, serves=())
     >>> parse_label("pt210cu128")
-    Variant(cuda='12.8', torch='2.10', cxx11_abi=None)
+    Variant(cuda='12.8', torch='2.10', cxx11_abi=None, serves=())
     >>> parse_label("cu130torch2.10gite2743ab")
-    Variant(cuda='13.0', torch='2.10', cxx11_abi=None)
+    Variant(cuda='13.0', torch='2.10', cxx11_abi=None, serves=())
     >>> parse_label("cpu") is None
     True
     """

@@ -4,9 +4,11 @@ Each check answers a question a user would otherwise answer with a crash:
 
 - ``check_tags``: is it a Linux platform wheel at all? (``py3-none-any`` means the CUDA extension
   was silently skipped.)
-- ``abi_check``: does every ``c10::``/``at::``/``torch::`` symbol the extensions need exist in the
-  torch they will run with? (Otherwise: ``ImportError: undefined symbol`` at import.) This runs
-  without a GPU, on the dynamic symbol tables alone.
+- ``abi_check``: does every ``c10::``/``at::``/``torch::`` symbol, and every C symbol of torch's
+  stable shim (``aoti_torch_*``, ``torch_*``), that the extensions need exist in the torch they
+  will run with? (Otherwise: ``ImportError: undefined symbol`` at import.) This runs without a
+  GPU, on the dynamic symbol tables alone. What a recipe's ``abi`` claims beyond that (one build
+  for many Pythons or torch series) is checked by tools.abicheck.
 - ``cuda_archs`` / ``check_archs``: is there SASS for every GPU architecture we promise?
   (Otherwise: ``no kernel image is available for execution on the device``.)
 - ``smoke_test``: does it install next to the right torch in a fresh venv and import?
@@ -44,6 +46,10 @@ from .variant import torch_series
 #: and the const/volatile/ref qualifiers a member function's nested name may carry.
 _TORCH_SYMBOL = re.compile(
     r"_Z(?:T[IVTS]|T[hv](?:n?\d+_)+)?N[rVKRO]*(?:3c10|2at|5torch|6caffe2)")
+
+#: Prefixes of the C names of torch's stable shim: ``aoti_torch_*`` (torch/csrc/inductor/aoti_torch/
+#: c/shim.h; the CUDA ones live in libtorch_cuda) and ``torch_*`` (torch/csrc/stable/c/shim.h).
+SHIM_PREFIXES = ("aoti_torch_", "torch_")
 
 #: The libraries whose exports an extension's torch symbols must resolve against.
 TORCH_LIBRARY_GLOBS = ("libtorch*.so*", "libc10*.so*", "libcaffe2*.so*", "libshm*.so*")
@@ -149,6 +155,11 @@ def _symbols(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     return _dynamic_symbols(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
+def dynamic_symbols(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """(exported, strong undefined) dynamic symbol names of the ELF file ``path`` (cached)."""
+    return _symbols(Path(path))
+
+
 def is_torch_symbol(name: str) -> bool:
     """True for a mangled name in torch's namespaces (c10::, at::, torch::, caffe2::).
 
@@ -160,9 +171,21 @@ def is_torch_symbol(name: str) -> bool:
     return _TORCH_SYMBOL.match(name) is not None
 
 
+def is_shim_symbol(name: str) -> bool:
+    """True for a C name of torch's stable shim (an unmangled ``aoti_torch_*`` or ``torch_*``).
+
+    >>> is_shim_symbol("aoti_torch_get_sizes"), is_shim_symbol("torch_library_impl")
+    (True, True)
+    >>> is_shim_symbol("_ZN3c1019UndefinedTensorImpl10_singletonE")
+    False
+    """
+    return not name.startswith("_Z") and name.startswith(SHIM_PREFIXES)
+
+
 def undefined_torch_symbols(so: Path) -> set[str]:
-    """The mangled torch-namespace symbols ``so`` needs from other libraries (strong, undefined)."""
-    return {name for name in _symbols(Path(so))[1] if is_torch_symbol(name)}
+    """The torch symbols ``so`` needs from other libraries (strong, undefined): mangled names in
+    torch's namespaces and the C names of its stable shim."""
+    return {name for name in _symbols(Path(so))[1] if is_torch_symbol(name) or is_shim_symbol(name)}
 
 
 def torch_libraries(lib_dir: Path) -> list[Path]:

@@ -124,9 +124,12 @@ def _variants_in(files: list[IndexFile]) -> dict[str, dict[str, Any]]:
         v = file_variant(f, w)
         if v is None:
             continue
-        entry = out.setdefault(v.index_path, {"variant": v, "versions": set(), "files": []})
-        entry["versions"].add(w.version.public)
-        entry["files"].append((f, w))
+        # A stable-ABI build is in the variant index of every torch series it serves.
+        for series, path in zip(v.served, v.index_paths):
+            entry = out.setdefault(path, {"variant": Variant(v.cuda, series, v.cxx11_abi),
+                                          "versions": set(), "files": []})
+            entry["versions"].add(w.version.public)
+            entry["files"].append((f, w))
     return out
 
 

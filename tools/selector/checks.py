@@ -172,8 +172,11 @@ def file_variant(f: IndexFile, wheel: WheelName) -> Variant | None:
     extra = f.extra or {}
     if extra.get("cuda") and extra.get("torch"):
         abi = extra.get("cxx11_abi")
+        # A stable-ABI build serves several torch series (the index says which); a label never does.
+        raw = extra.get("serves")
+        serves = tuple(series_or_none(str(x)) or str(x) for x in raw) if isinstance(raw, list) else ()
         return Variant(str(extra["cuda"]), series_or_none(str(extra["torch"])) or str(extra["torch"]),
-                       abi if isinstance(abi, bool) else None)
+                       abi if isinstance(abi, bool) else None, serves)
     label = wheel.version_text.partition("+")[2]
     return parse_label(label) if label else None
 

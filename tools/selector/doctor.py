@@ -143,10 +143,19 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
         module = re.search(r"([^/\s:]+\.so)\S*:\s*undefined symbol", error)
         where = f" (in {module.group(1)})" if module else ""
         built, built_cuda, built_abi = _built_for(inst)
-        torch_symbol = re.search(r"\b(c10|at|torch|caffe2)::", readable) is not None
+        # C functions of torch's stable shim (tools.verify.SHIM_PREFIXES) are torch's too.
+        shim_symbol = symbol.startswith(("aoti_torch_", "torch_"))
+        torch_symbol = shim_symbol or re.search(r"\b(c10|at|torch|caffe2)::", readable) is not None
         d = Diagnosis("undefined-symbol", "", [f"missing symbol: {readable}{where}", f"mangled: {symbol}"],
                       error=error)
-        if not torch_symbol:
+        abi = (inst.manifest or {}).get("abi") if inst else None
+        serves = abi.get("serves") if isinstance(abi, dict) and abi.get("torch") == "stable" else None
+        if serves and isinstance(serves, list):
+            d.summary = (f"{have} is built on torch's stable ABI for torch {', '.join(map(str, serves))}; this "
+                         f"environment has torch {m.torch}, which doesn't export {readable.split('(')[0]}")
+            d.fixes = [f"install a torch it serves (e.g. pip install \"torch=={serves[0]}.*\"), or the wheel for "
+                       f"this torch: {fix_install}"]
+        elif not torch_symbol:
             d.summary = (f"{have} needs a symbol that isn't torch's ({readable}): a library it links to is "
                          "missing or a different version, or the build is broken")
             d.fixes = [f"reinstall a binary wheel built for this torch: {fix_install}"]

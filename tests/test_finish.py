@@ -1,0 +1,70 @@
+"""tools.finish on a real build: the recipe's ``abi`` claim is checked inside the inspect step,
+never trusted, and a true claim reaches the manifest and the torch pin.
+
+The wheel is the shared tinyext build (tests/tinyext_support.py; built once per test process and
+shared with test_verify and test_repair): a pybind11 module on torch's C++ API, i.e. one build per
+Python and per torch series (``cpython`` + ``exact``).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
+
+from tools.errors import VerifyError
+from tools.finish import FINISH_STEPS, finish_wheel
+from tools.manifest import read_manifest
+from tools.matrix import Cell
+from tools.progress import Progress
+
+pytestmark = [pytest.mark.cuda, pytest.mark.network]
+
+#: tinyext's cell as the planner would make it for torch 2.13 + CUDA 13.0 (the shared build).
+CELL = Cell("tinyext", "0.1.0", "3.11", "13.0", "2.13", TORCH_VERSION, True, True, "2_28",
+            "pytorch/manylinux2_28-builder:cuda13.0", ("90",), serves_torch=("2.13",), serves_python=("3.11",))
+#: What finish reads of a recipe.
+RECIPE = SimpleNamespace(source=SimpleNamespace(sdist="tinyext-0.1.0.tar.gz", sha256="0" * 64,
+                                                url="https://files.example.invalid/tinyext-0.1.0.tar.gz"),
+                         patches=(), build=SimpleNamespace(number=0))
+
+
+@pytest.fixture(scope="module")
+def tinyext(tmp_path_factory):
+    if nvcc_path() is None:
+        pytest.skip("needs nvcc")
+    return shared_tinyext(tmp_path_factory)
+
+
+def _finish(build, cell, work):
+    progress = Progress(cell.id, FINISH_STEPS, io.StringIO())
+    final, manifest = finish_wheel(build.wheel, cell=cell, recipe=RECIPE, archs=("90",), torch_lib=build.torch_lib,
+                                   torch_version=TORCH_VERSION, torch_cuda="13.0", work=work, progress=progress,
+                                   plat="auto", backend="host", nvcc=nvcc_path(), recipe_revision="test")
+    return final, manifest, progress
+
+
+def test_a_true_claim_reaches_the_manifest_and_the_pin(tinyext, tmp_path):
+    final, manifest, _ = _finish(tinyext, CELL, tmp_path)
+    assert manifest["abi"] == {"python": "cpython", "torch": "exact"}
+    with zipfile.ZipFile(final) as zf:
+        assert read_manifest(zf)["abi"] == manifest["abi"]
+        metadata = zf.read("tinyext-0.1.0+cu130.torch2.13.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch==2.13.*" in metadata
+
+
+@pytest.mark.parametrize("claim, says", [
+    # pybind11 needs the Python C API: one build can't serve every Python.
+    ({"python_abi": "none"}, "abi.python: none (one build for every Python), but"),
+    # at::/c10:: symbols change between torch series: one build can't serve several.
+    ({"torch_abi": "stable", "torch_from": "2.13"}, "abi.torch: stable (one build for torch 2.13 and newer), but"),
+])
+def test_a_false_claim_stops_the_inspect_step(tinyext, tmp_path, claim, says):
+    with pytest.raises(VerifyError) as exc:
+        _finish(tinyext, replace(CELL, **claim), tmp_path)
+    assert says in exc.value.message
+    assert not list(tmp_path.glob("final/*.whl"))  # no wheel with a false claim was written
