@@ -230,3 +230,30 @@ def test_limits_come_from_the_environment_or_the_machine(monkeypatch):
     assert mine.memory_gib >= 2 and mine.cpus >= 1
     with pytest.raises(ToolchainError, match="whole numbers"):
         cibw.default_limits({"CUWHEELS_CONTAINER_MEMORY_GIB": "lots"})
+
+
+def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
+    """With the container cache mounted, torch and its dependencies are downloaded into a kept
+    directory (pip skips files already there) and installed from it alone; without it, from the
+    index as before. (pip's own HTTP cache stays empty behind a registry that marks its answers
+    uncacheable, so PIP_CACHE_DIR alone re-downloads 3 GB per build.)"""
+    table, recipes, cells = world()
+    cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
+    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": str(tmp_path / "c")})
+    assert mounts.volumes == (f"{tmp_path / 'c'}:/cuwheels-cache",)
+    assert mounts.torch_wheels == "/cuwheels-cache/wheels"
+    assert dict(mounts.env) == {"PIP_CACHE_DIR": "/cuwheels-cache/pip"}
+    download, install = cibw.pip_install_torch(cell, table, mounts.torch_wheels).split(" && ")
+    assert download.startswith(f"python -m pip download --quiet {cell.torch_requirement}")
+    assert download.endswith("--dest /cuwheels-cache/wheels")
+    assert install == (f"python -m pip install {cell.torch_requirement} --no-index "
+                       "--find-links /cuwheels-cache/wheels")
+    options = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
+                                limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    assert options["CIBW_BEFORE_TEST"] == f"{download} && {install}"
+    assert options["CIBW_BEFORE_BUILD"].startswith(f"{download} && {install} && ")
+    assert "--volume " + mounts.volumes[0] in options["CIBW_CONTAINER_ENGINE"]
+    # turned off: nothing mounted, torch from its index
+    off = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""})
+    assert off.volumes == () and off.torch_wheels is None
+    assert " download " not in cibw.pip_install_torch(cell, table, off.torch_wheels)

@@ -97,6 +97,9 @@ class Mounts:
     volumes: tuple[str, ...] = ()
     pass_env: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    #: A directory of torch wheels (and their dependencies) inside the container, kept across
+    #: builds; None: torch is installed from its index every time.
+    torch_wheels: str | None = None
 
     @property
     def create_args(self) -> tuple[str, ...]:
@@ -104,8 +107,12 @@ class Mounts:
         return tuple(arg for volume in self.volumes for arg in ("--volume", volume))
 
 
-#: Where the package cache is mounted inside the container.
-CONTAINER_PIP_CACHE = "/cuwheels-cache/pip"
+#: Where the package cache is mounted inside the container: pip's own cache, and the torch
+#: wheels downloaded once (a registry that marks its answers uncacheable leaves pip's HTTP cache
+#: empty, so pip's cache alone downloads torch, 3 GB, on every build).
+CONTAINER_CACHE = "/cuwheels-cache"
+CONTAINER_PIP_CACHE = f"{CONTAINER_CACHE}/pip"
+CONTAINER_TORCH_WHEELS = f"{CONTAINER_CACHE}/wheels"
 
 
 def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None) -> Mounts:
@@ -120,9 +127,10 @@ def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = 
         cache = str((cache_root or cache_dir(env)) / "container-pip")
     volumes, extra = list(trust.volumes), []
     if cache:
-        volumes.append(f"{cache}:{CONTAINER_PIP_CACHE}")
+        volumes.append(f"{cache}:{CONTAINER_CACHE}")
         extra.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
-    return Mounts(tuple(volumes), trust.variables, tuple(extra))
+    return Mounts(tuple(volumes), trust.variables, tuple(extra),
+                  CONTAINER_TORCH_WHEELS if cache else None)
 
 
 def default_limits(env: dict[str, str] | None = None) -> Limits:
@@ -180,12 +188,23 @@ def _tools(subcommand: str) -> list[str]:
             IN_IMAGE_MODULE, subcommand]
 
 
-def pip_install_torch(cell: Cell, table: Table) -> str:
+def pip_install_torch(cell: Cell, table: Table, wheels: str | None = None) -> str:
     """``pip install`` of the cell's exact torch from PyTorch's index for its CUDA (which also
-    carries torch's own dependencies), or PyPI when PyPI's torch is that CUDA build."""
+    carries torch's own dependencies), or PyPI when PyPI's torch is that CUDA build.
+
+    With ``wheels`` (a directory kept across builds), ``pip download`` first puts torch and its
+    dependencies there, skipping files already there, and the install reads only that
+    directory: torch is downloaded once per machine, not once per build.
+    """
     index = torch_index(cell, table) or PYPI_SIMPLE
-    return _sh(["python", "-m", "pip", "install", _q(cell.torch_requirement),
-                "--index-url", _q(index)])
+    if wheels is None:
+        return _sh(["python", "-m", "pip", "install", _q(cell.torch_requirement),
+                    "--index-url", _q(index)])
+    return " && ".join([
+        _sh(["python", "-m", "pip", "download", "--quiet", _q(cell.torch_requirement),
+             "--index-url", _q(index), "--dest", wheels]),
+        _sh(["python", "-m", "pip", "install", _q(cell.torch_requirement), "--no-index",
+             "--find-links", wheels])])
 
 
 def before_all(cell: Cell) -> str:
@@ -205,14 +224,14 @@ def before_all(cell: Cell) -> str:
     ])
 
 
-def before_build(cell: Cell, recipe: Recipe, table: Table) -> str:
+def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = None) -> str:
     """The build venv: torch from its CUDA's index, the rest from the default index (PyTorch's
     index doesn't carry them), then the nvcc check relaxed where the table says so."""
     names = {canonicalize_name(re.split(r"[<>=!~;\[ ]", d.requirement)[0])
              for d in recipe.build.requires}
     rest = [*(s for s in BUILD_SEED if s not in names),
             *(d.requirement for d in recipe.build.requires)]
-    steps = [pip_install_torch(cell, table),
+    steps = [pip_install_torch(cell, table, wheels),
              _sh(["python", "-m", "pip", "install", *(_q(r) for r in rest),
                   "--index-url", PYPI_SIMPLE])]
     if "ninja" in names:
@@ -284,9 +303,9 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         "CIBW_BUILD_VERBOSITY": "1",
         "CIBW_ENVIRONMENT": environment(env),
         "CIBW_BEFORE_ALL": before_all(cell),
-        "CIBW_BEFORE_BUILD": before_build(cell, recipe, table),
+        "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels),
         "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image),
-        "CIBW_BEFORE_TEST": pip_install_torch(cell, table),
+        "CIBW_BEFORE_TEST": pip_install_torch(cell, table, mounts.torch_wheels),
         "CIBW_TEST_COMMAND": smoke_command(cell, recipe),
     }
     if mounts.pass_env:
