@@ -18,6 +18,7 @@ in an environment where the wheel is installed (by default the Python running th
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -93,6 +94,51 @@ def check_file(recipe_folder: Path, declared: str | None = None) -> Path:
                           hint="declare the recipe's check in recipe.yaml "
                                "(check: {file: check.py, reason: ...}) and add the file")
     return path
+
+
+def declared_ops(check: Path) -> tuple[str, ...]:
+    """The ops a check file declares, read without running it (nothing is imported).
+
+    VerifyError when the file doesn't compile, has no literal ``OPS`` tuple of names or no
+    ``run(check)``, or compares, records or skips an op by a literal name it doesn't declare.
+    """
+    path = Path(check)
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise VerifyError(f"{path}:{exc.lineno}: {exc.msg}",
+                          hint="fix the check file's syntax") from None
+    ops: tuple[str, ...] | None = None
+    has_run = False
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "OPS"):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                value = None
+            if (isinstance(value, (tuple, list)) and value
+                    and all(isinstance(v, str) and v for v in value)):
+                ops = tuple(value)
+        elif isinstance(node, ast.FunctionDef) and node.name == "run" and node.args.args:
+            has_run = True
+    if ops is None:
+        raise VerifyError(f"{path} declares no OPS",
+                          hint='add OPS = ("op_name", ...) at the top level: the ops it checks')
+    if len(set(ops)) != len(ops):
+        raise VerifyError(f"{path}: OPS names an op twice")
+    if not has_run:
+        raise VerifyError(f"{path} defines no run(check)",
+                          hint="define run(check): it receives the harness's Check object")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("compare", "record", "skip") and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str) and node.args[0].value not in ops):
+            raise VerifyError(f"{path}:{node.lineno}: {node.func.attr}() names op "
+                              f"{node.args[0].value!r}, which OPS doesn't declare",
+                              hint="add it to OPS or fix the name")
+    return ops
 
 
 def run_check(check: Path, python: Path | str, *, workdir: Path, device: str = "cuda",
