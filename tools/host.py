@@ -320,6 +320,29 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     return wheels[0]
 
 
+def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, python: Path,
+                  pythonpath: tuple[Path, ...], work: Path, gpu_probe: GpuProbe = probe_gpu,
+                  device: str = "cuda", detail: dict | None = None) -> tuple[Path, dict]:
+    """Run the recipe's kernel check with ``python`` (where ``wheel`` is installed) and return
+    the wheel to publish (``<work>/checked``, its manifest holding the check's summary) with
+    that summary. A failing or broken check raises VerifyError naming op, dtype, shape, error
+    and tolerance, and nothing is written; no GPU, or no check in the recipe, is recorded as
+    not run. ``detail`` (the step's report entry) receives the summary either way.
+    """
+    if recipe.check is None:
+        result = {"verdict": "not run: the recipe has no kernel check", "results": []}
+    else:
+        result = run_check(recipe.check.path, python, workdir=work / "kernelcheck",
+                           device=device, pythonpath=pythonpath, gpu_probe=gpu_probe)
+    kept = summary(result)
+    if detail is not None:
+        detail.update(kernel_check=kept)
+    raise_if_failed(result, what=wheel.name)
+    checked, _ = record_kernel_check(wheel, manifest, kept, cell=cell, recipe=recipe,
+                                     out_dir=work / "checked")
+    return checked, kept
+
+
 def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
@@ -416,19 +439,12 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
     check_python, check_path = progress.run("verify", verify)
 
     def kernels(step: Step) -> Path:
-        if recipe.check is None:
-            result = {"verdict": "not run: the recipe has no kernel check", "results": []}
-        else:
-            result = run_check(recipe.check.path, check_python, workdir=work / "kernelcheck",
-                               device=kernel_device, pythonpath=check_path,
-                               gpu_probe=gpu_probe)
-        kept = summary(result)
-        step.detail.update(kernel_check=kept)
+        checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
+                                      python=check_python, pythonpath=check_path,
+                                      work=work, gpu_probe=gpu_probe, device=kernel_device,
+                                      detail=step.detail)
         progress.say(f"kernel check: {kept['verdict']}"
                      + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
-        raise_if_failed(result, what=final.name)
-        checked, _ = record_kernel_check(final, manifest, kept, cell=cell, recipe=recipe,
-                                         out_dir=work / "checked")
         return checked
 
     checked = progress.run("kernels", kernels)

@@ -241,8 +241,9 @@ def raise_if_failed(result: dict[str, Any], *, what: str) -> None:
                            "out of the wheelhouse; compare with the package's own tests")
 
 
-def print_result(result: dict[str, Any], stream=sys.stdout) -> None:
-    """One line per comparison and a verdict line, for people."""
+def print_result(result: dict[str, Any], stream=None) -> None:
+    """One line per comparison and a verdict line, for people (on stdout by default)."""
+    stream = stream or sys.stdout
     for r in result.get("results", []):
         print(("ok   " if r["passed"] else "FAIL ") + describe(r), file=stream)
     for op, why in sorted(result.get("skipped", {}).items()):
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(args.target)
     check = target if target.suffix == ".py" else check_file(args.recipes / args.target)
     with tempfile.TemporaryDirectory(prefix="kernelcheck-") as work:
-        result = run_check(check, args.python, workdir=Path(work), device=args.device)
+        result = run_check(check, args.python, workdir=Path(work), device=args.device,
+                           gpu_probe=probe_gpu)
     print_result(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -109,7 +109,8 @@ class Check:
                  "error": error, "tolerance": tolerance, "passed": ok, **extra}
         self.results.append(entry)
         mark = "ok  " if ok else "FAIL"
-        print(f"{mark} {op} {case} {dtype} {shape}: {metric} {error:.3g} "
+        label = f"{op} ({case})" if case else op
+        print(f"{mark} {label} {dtype} {shape}: {metric} {error:.3g} "
               f"(tolerance {tolerance:.3g})", flush=True)
         return ok
 
