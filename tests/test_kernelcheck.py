@@ -150,7 +150,7 @@ def test_no_gpu_is_recorded_as_not_run_and_runs_nothing(tmp_path):
     assert json.loads((tmp_path / "kernelcheck.json").read_text())["verdict"] == NOT_RUN_NO_GPU
     kept = summary(result)
     assert kept == {"verdict": "not run: no GPU", "check": "failing.py", "compared": 0,
-                    "max_errors": {}}
+                    "max_errors": {}, "device": "cuda"}
     raise_if_failed(result, what="x.whl")  # not run is no failure, and no pass either
 
 

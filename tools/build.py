@@ -64,12 +64,12 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
                stream=None, probe: Probe = engine_answers, python: Path | None = None,
-               gpu_probe: GpuProbe = probe_gpu, kernel_device: str = "cuda") -> dict[str, Any]:
+               gpu_probe: GpuProbe = probe_gpu) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     ``probe`` answers whether a container engine runs (for ``auto`` and the container backend).
-    ``python`` builds on the host against that existing interpreter's torch. ``gpu_probe`` and
-    ``kernel_device`` go to the kernel check (``tools.kernelcheck.run_check``).
+    ``python`` builds on the host against that existing interpreter's torch. ``gpu_probe``
+    answers which GPU the kernel check may use (``tools.kernelcheck.probe_gpu``).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
@@ -110,7 +110,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
                            torch_index_override=torch_index, python=python,
-                           gpu_probe=gpu_probe, kernel_device=kernel_device)
+                           gpu_probe=gpu_probe)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 

@@ -233,18 +233,19 @@ def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
     missing = missing_requirements(python, ["pip", *(d.requirement
                                                      for d in recipe.build.requires)])
     if missing:
-        quoted = " ".join(f"'{r}'" for r in missing)
+        quoted = " ".join(f"'{r}'" for r, _ in missing)
+        named = ", ".join(r if v is None else f"{r} (has {v})" for r, v in missing)
         raise ToolchainError(f"{flag} lacks build requirements of {recipe.package}: "
-                             f"{', '.join(missing)} (nothing is installed into an existing "
-                             "environment)",
+                             f"{named} (nothing is installed into an existing environment)",
                              hint=f"{python} -m pip install {quoted} (offline: add "
                                   "--no-index --find-links DIR_WITH_WHEELS)")
     return BuildPython(python, info["v"], info["cuda"], Path(info["lib"]), info["abi"])
 
 
-def missing_requirements(python: Path, requirements: list[str]) -> list[str]:
+def missing_requirements(python: Path, requirements: list[str]
+                         ) -> list[tuple[str, str | None]]:
     """Those of ``requirements`` (PEP 508 strings) that ``python``'s environment doesn't
-    satisfy: not installed, or installed at a version outside the specifier."""
+    satisfy, each with the version installed (None: not installed)."""
     reqs = [Requirement(r) for r in requirements]
     proc = subprocess.run([str(python), "-c", _DISTS_PROBE, *(r.name for r in reqs)],
                           capture_output=True, text=True, timeout=120)
@@ -261,7 +262,7 @@ def missing_requirements(python: Path, requirements: list[str]) -> list[str]:
         except InvalidVersion:
             ok = False
         if not ok:
-            missing.append(text if version is None else f"{text} (has {version})")
+            missing.append((text, version))
     return missing
 
 
@@ -347,13 +348,12 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
                torch_index_override: str | None, python: Path | None = None,
-               gpu_probe: GpuProbe = probe_gpu, kernel_device: str = "cuda") -> Path:
+               gpu_probe: GpuProbe = probe_gpu) -> Path:
     """The host backend: every step on this machine; returns the published wheel.
 
     ``python``: build against that existing interpreter's torch and build requirements, as
     they are (checked first; no venv, nothing installed). ``gpu_probe`` says which GPU the
-    kernel check may use (none: the check is recorded as not run); ``kernel_device`` is where
-    it runs (``cpu`` only for checks of plain-torch code, in tests).
+    kernel check may use (none: the check is recorded as not run).
     """
     def existing(step: Step) -> BuildPython:
         bp = check_existing_python(python, cell, recipe, table)
@@ -441,8 +441,7 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
     def kernels(step: Step) -> Path:
         checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
                                       python=check_python, pythonpath=check_path,
-                                      work=work, gpu_probe=gpu_probe, device=kernel_device,
-                                      detail=step.detail)
+                                      work=work, gpu_probe=gpu_probe, detail=step.detail)
         progress.say(f"kernel check: {kept['verdict']}"
                      + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
         return checked

@@ -202,7 +202,7 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
                                      "case": r["case"], "passed": r["passed"]}
     out = {"verdict": result["verdict"], "check": Path(result.get("check", "")).name,
            "compared": len(result.get("results", [])), "max_errors": worst}
-    for key in ("gpu", "capability", "torch", "error"):
+    for key in ("device", "gpu", "capability", "torch", "error"):
         if result.get(key):
             out[key] = result[key]
     if result.get("skipped"):
