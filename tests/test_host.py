@@ -4,16 +4,22 @@ without a build requirement."""
 
 from __future__ import annotations
 
+import re
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tinyext_support import TORCH_VERSION, cuda_torch_venv
+from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
 from tools import pyenv
-from tools.errors import ToolchainError
-from tools.host import (Nvcc, check_existing_python, check_nvcc, find_nvcc,
+from tools.errors import ToolchainError, VerifyError
+from tools.finish import torch_pin
+from tools.host import (Nvcc, check_existing_python, check_kernels, check_nvcc, find_nvcc,
                         missing_requirements)
+from tools.manifest import read_manifest
+from tools.verify import smoke_test_existing
+from tools.wheelmeta import set_version_and_pin
 from tools.matrix import cells_for
 from tools.recipe import Recipe, load_recipe
 from tools.table import load_table
@@ -79,7 +85,7 @@ def envs(tmp_path_factory):
 @pytest.fixture
 def real_recipe(tmp_path):
     """A tinyext-like recipe against the real table: torch 2.13 for CUDA 12.6 and 13.0."""
-    def make(**changes) -> Recipe:
+    def make(check: str | None = None, **changes) -> Recipe:
         data = {
             "schema": 1, "package": "tinyext", "summary": "Test fixture: a tiny extension",
             "source": {"pypi": "tinyext", "version": "0.1.0", "sdist": "tinyext-0.1.0.tar.gz",
@@ -100,6 +106,9 @@ def real_recipe(tmp_path):
         data.update(changes)
         folder = tmp_path / "recipes" / "tinyext"
         folder.mkdir(parents=True, exist_ok=True)
+        if check is not None:
+            (folder / "check.py").write_text(check)
+            data["check"] = {"file": "check.py", "reason": "the kernel check under test"}
         (folder / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         return load_recipe(folder, load_table())
     return make
@@ -166,3 +175,92 @@ def test_missing_requirements_reads_versions_in_that_environment(envs):
                                                            ["ninja", "wheel<0.1"])
     assert (ninja, none) == ("ninja", None)
     assert wheel == "wheel<0.1" and version and not version.startswith("0.0")
+
+
+# ---- the kernels step, on a real tinyext wheel, with checks that run on CPU tensors ----------
+
+KERNELCHECKS = Path(__file__).resolve().parent / "fixtures" / "kernelchecks"
+#: A check calling the real extension on a CPU tensor, which its C++ code refuses.
+CALLS_TINYEXT_ON_CPU = """OPS = ("add_one",)
+
+def run(check):
+    import tinyext
+    x = check.torch.ones(4, device=check.device)
+    check.compare("add_one", tinyext.add_one(x), x + 1, atol=0.0)
+"""
+
+
+@pytest.fixture(scope="module")
+def finished_tinyext(tmp_path_factory):
+    """The shared tinyext build labelled with a manifest, and unpacked for its build venv."""
+    build = shared_tinyext(tmp_path_factory)
+    root = tmp_path_factory.mktemp("finished")
+    table = load_table()
+    recipe = load_recipe(_write_plain_recipe(root), table)
+    cell = _cell(recipe, "tinyext-3.11-cu130")
+    final = set_version_and_pin(build.wheel, root / "final", label=cell.label,
+                                torch_pin=torch_pin(cell), manifest={"cell": cell.id}, epoch=0)
+    _, site = smoke_test_existing(final, python=build.python, torch_series="2.13",
+                                  imports=("tinyext_cuda", "tinyext"), workdir=root / "smoke")
+    return build.python, final, site
+
+
+def _write_plain_recipe(root: Path) -> Path:
+    folder = root / "recipes" / "tinyext"
+    folder.mkdir(parents=True)
+    (folder / "recipe.yaml").write_text(yaml.safe_dump({
+        "schema": 1, "package": "tinyext", "summary": "Test fixture: a tiny extension",
+        "source": {"pypi": "tinyext", "version": "0.1.0", "sdist": "tinyext-0.1.0.tar.gz",
+                   "sha256": "a" * 64,
+                   "url": "https://files.example.invalid/tinyext-0.1.0.tar.gz"},
+        "imports": ["tinyext_cuda", "tinyext"], "python": ">=3.10",
+        "cuda": {"13.0": {"torch": ["2.13"], "reason": "the registry's build"}},
+        "archs": {"*": ["90"]},
+        "arch_env": {"name": "TINYEXT_CUDA_ARCHS", "style": "plain",
+                     "reason": "setup.py turns it into -gencode flags"},
+        "env": {}, "build": {"isolation": False, "job_memory_gib": 1.5, "requires": [],
+                             "job_memory_reason": "measured: about 1.2 GiB per job"}}))
+    return folder
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_a_passing_check_is_recorded_in_the_manifest_and_nothing_else_changes(
+        finished_tinyext, real_recipe, tmp_path):
+    python, final, site = finished_tinyext
+    recipe = real_recipe(check=(KERNELCHECKS / "passing.py").read_text(),
+                         cuda={"13.0": {"torch": ["2.13"], "reason": "the registry's build"}})
+    cell = _cell(recipe, "tinyext-3.11-cu130")
+    detail: dict = {}
+    checked, kept = check_kernels(final, {"cell": cell.id}, cell=cell, recipe=recipe,
+                                  python=python, pythonpath=(site,), work=tmp_path,
+                                  device="cpu", detail=detail)
+    assert kept["verdict"] == "passed" and kept["device"] == "cpu" and kept["compared"] == 4
+    assert detail["kernel_check"] == kept
+    assert checked.name == final.name and checked.parent == tmp_path / "checked"
+    with zipfile.ZipFile(final) as before, zipfile.ZipFile(checked) as after:
+        assert read_manifest(after) == {"cell": cell.id, "kernel_check": kept}
+        changed = {i.filename for i in after.infolist()
+                   if before.read(i.filename) != after.read(i.filename)}
+        assert {n.rsplit("/", 1)[1] for n in changed} == {"cuwheels.json", "RECORD"}
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+@pytest.mark.parametrize("check, message", [
+    ((KERNELCHECKS / "failing.py").read_text(),
+     "blocked_matmul (last block dropped) float32 shape [64, 32]: max_abs_error"),
+    (CALLS_TINYEXT_ON_CPU, "tinyext.add_one: expected a CUDA tensor"),
+], ids=["beyond tolerance", "refused by the extension"])
+def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe, tmp_path,
+                                                   check, message):
+    python, final, site = finished_tinyext
+    recipe = real_recipe(check=check,
+                         cuda={"13.0": {"torch": ["2.13"], "reason": "the registry's build"}})
+    cell = _cell(recipe, "tinyext-3.11-cu130")
+    detail: dict = {}
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        check_kernels(final, {"cell": cell.id}, cell=cell, recipe=recipe, python=python,
+                      pythonpath=(site,), work=tmp_path, device="cpu", detail=detail)
+    assert detail["kernel_check"]["verdict"] in ("failed", "error")
+    assert not (tmp_path / "checked").exists()
