@@ -54,8 +54,12 @@ def _random_mask(torch, shape):
 def run(check):
     """fp16 and bf16 where the op takes both; bf16 where it takes only that."""
     torch = check.torch
-    import xformers.ops  # noqa: F401  (loads xformers._C, which registers torch.ops.xformers)
+    from xformers import _cpp_lib
 
+    # xformers only logs a warning when xformers._C fails to load (xformers/_cpp_lib.py), so
+    # an import succeeds without a single kernel: say why instead of a missing-op error
+    if _cpp_lib._cpp_library_load_exception is not None:
+        raise RuntimeError(f"xformers._C did not load: {_cpp_lib._cpp_library_load_exception}")
     ops = torch.ops.xformers
     dev = check.device
     major, _ = torch.cuda.get_device_capability(dev)
