@@ -32,6 +32,7 @@ from typing import Any
 
 from . import RECIPES_DIR
 from .errors import VerifyError, cli
+from .recipe import load_recipe
 
 #: The harness file copied next to the environment under test.
 HARNESS = Path(__file__).resolve().with_name("kernelharness.py")
@@ -86,14 +87,13 @@ def probe_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu |
 GpuProbe = Callable[..., "Gpu | None"]
 
 
-def check_file(recipe_folder: Path, declared: str | None = None) -> Path:
-    """The check file of a recipe folder: the declared name, else ``check.py``."""
-    path = Path(recipe_folder) / (declared or "check.py")
-    if not path.is_file():
-        raise VerifyError(f"{path} does not exist",
-                          hint="declare the recipe's check in recipe.yaml "
-                               "(check: {file: check.py, reason: ...}) and add the file")
-    return path
+def recipe_check(recipe_folder: Path) -> Path:
+    """The check file a recipe declares (``check: {file: ...}`` in its recipe.yaml)."""
+    recipe = load_recipe(recipe_folder)
+    if recipe.check is None:
+        raise VerifyError(f"{Path(recipe_folder) / 'recipe.yaml'} declares no kernel check",
+                          hint="add check: {file: check.py, reason: ...} and the file")
+    return recipe.check.path
 
 
 def declared_ops(check: Path) -> tuple[str, ...]:
@@ -115,7 +115,7 @@ def declared_ops(check: Path) -> tuple[str, ...]:
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "OPS"):
             try:
                 value = ast.literal_eval(node.value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError):
                 value = None
             if (isinstance(value, (tuple, list)) and value
                     and all(isinstance(v, str) and v for v in value)):
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the result here")
     args = ap.parse_args(argv)
     target = Path(args.target)
-    check = target if target.suffix == ".py" else check_file(args.recipes / args.target)
+    check = target if target.suffix == ".py" else recipe_check(args.recipes / args.target)
     with tempfile.TemporaryDirectory(prefix="kernelcheck-") as work:
         result = run_check(check, args.python, workdir=Path(work), device=args.device,
                            gpu_probe=probe_gpu)
