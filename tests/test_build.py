@@ -20,10 +20,12 @@ import pytest
 import yaml
 
 from tests.fixtures.make_tinyext_sdist import make_sdist
+from tinyext_support import cuda_torch_venv
 from tools import ROOT
 from tools.build import build_cell, resolve_archs
 from tools.host import find_nvcc
 from tools.engine import Readiness
+from tools.kernelcheck import probe_gpu
 from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.manifest import read_manifest
 from tools.matrix import cells_for
@@ -94,9 +96,22 @@ def _recipe(sdist: Path, **changes) -> dict:
     return data
 
 
-def _write(root: Path, data: dict, patches: dict[str, str]) -> Path:
+#: tinyext's kernel check: add_one on the GPU against plain torch (x + 1, exactly).
+TINYEXT_CHECK = """OPS = ("add_one",)
+
+def run(check):
+    import tinyext
+    x = check.torch.randn(1000, device=check.device)
+    check.compare("add_one", tinyext.add_one(x), x + 1, atol=0.0)
+"""
+
+
+def _write(root: Path, data: dict, patches: dict[str, str], check: str | None = None) -> Path:
     folder = root / data["package"]
     (folder / "patches").mkdir(parents=True, exist_ok=True)
+    if check is not None:
+        (folder / "check.py").write_text(check)
+        data = {**data, "check": {"file": "check.py", "reason": "add_one against x + 1"}}
     (folder / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     for name, text in patches.items():
         (folder / "patches" / name).write_text(text)
@@ -124,7 +139,8 @@ def sdist(tmp_path_factory):
 def test_fixture_builds_through_every_step(sdist, tmp_path):
     data = _recipe(sdist)
     data["build"].update(number=1, number_reason="exercises the build tag through every step")
-    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH},
+                     check=TINYEXT_CHECK)
     cell = _cell(data)
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     proc = _build(recipes, cell, out, work, "--sdist", str(sdist))
@@ -132,7 +148,7 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
 
     # progress names each step with the time so far
     for step in ("toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
-                 "verify", "publish"):
+                 "verify", "kernels", "publish"):
         assert f": {step} ok (" in proc.stderr, step
     wheels = list(out.glob("*.whl"))
     assert len(wheels) == 1
@@ -164,6 +180,15 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
     assert steps["repair"]["detail"]["size_before"] > 0 < steps["repair"]["detail"]["size_after"]
     assert steps["verify"]["detail"]["smoke_test"] == "passed"
     assert steps["inspect"]["detail"]["abi_symbols_checked"] > 0
+    # the kernel check ran on the GPU the smoke-test venv's torch sees, or, with none, says so
+    gpu = probe_gpu(work / cell / "smoke" / "smoke-venv" / "bin" / "python")
+    kernel_check = steps["kernels"]["detail"]["kernel_check"]
+    assert manifest["kernel_check"] == kernel_check
+    if gpu is None:
+        assert kernel_check["verdict"] == "not run: no GPU" and kernel_check["compared"] == 0
+    else:
+        assert kernel_check["verdict"] == "passed" and kernel_check["gpu"] == gpu.name
+        assert kernel_check["max_errors"]["add_one"]["float32"]["error"] == 0.0
 
 
 @pytest.mark.cuda
@@ -266,3 +291,71 @@ def test_archs_override_is_checked_against_the_toolkit(mini_table, write_recipe,
                                              "sm_70, sm_121") as info:
         resolve_archs(cell, "70,121", mini_table)
     assert info.value.hint.startswith("CUDA 13.0 compiles 75, 80")
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
+    """--python with --offline: the environment's own torch and build requirements, no venv,
+    nothing downloaded (every proxy points at a closed port, pip and uv are told to stay
+    offline), nothing installed into the environment."""
+    env_python = cuda_torch_venv(tmp_path / "cluster-env")   # made before the network goes
+    data = _recipe(sdist, cuda={find_nvcc().version: {
+        "torch": ["2.13"], "reason": "the environment's torch (tinyext_support's)"}})
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH},
+                     check=TINYEXT_CHECK)
+    before = _distributions(env_python)
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    stream = io.StringIO()
+    cell = _cell(data)
+    report = build_cell(cell, backend="auto", sdist=sdist, offline=True, python=env_python,
+                        out_dir=out, work_root=work, recipes_root=recipes, stream=stream,
+                        gpu_probe=lambda python, **_: None,
+                        probe=lambda engine: pytest.fail("--python must not probe engines"))
+    assert report["verdict"] == "passed", stream.getvalue()[-3000:]
+    assert report["why"] == f"--python {env_python}"
+    names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]
+    assert names == ["python", "toolchain", "source", "compile", "repair", "inspect",
+                     "metadata", "verify", "kernels", "publish"]
+    assert not (work / cell / "venv").exists()                 # no venv was made
+    wheel = Path(report["wheel"])
+    assert wheel.parent == out and "+cu130.torch2.13-cp311-cp311-" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = read_manifest(zf)
+    assert manifest["existing_python"] is True and manifest["torch"] == "2.13.0"
+    assert manifest["kernel_check"]["verdict"] == "not run: no GPU"
+    assert "--no-index" in (work / cell / "compile.log").read_text().splitlines()[0]
+    assert _distributions(env_python) == before                # the environment is untouched
+
+
+def _distributions(python: Path) -> str:
+    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(sorted("
+                           "f'{d.name}=={d.version}' for d in m.distributions()))"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    return proc.stdout.strip()
+
+
+def test_python_with_the_container_backend_is_refused(sdist, tmp_path):
+    data = _recipe(sdist)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    proc = _build(recipes, _cell(data), tmp_path / "out", tmp_path / "work", "--backend",
+                  "container", "--python", sys.executable, timeout=300)
+    assert proc.returncode == ToolchainError.exit_code
+    assert "the container backend brings its own" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--offline"], "--offline needs --wheelhouse (or --python"),
+    (["--offline", "--python", "/x/python"], "--offline needs --sdist or --sdist-dir"),
+])
+def test_offline_needs_what_it_cannot_download(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, "-m", "tools.build", "tinyext-3.11-cu130", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr

@@ -21,6 +21,7 @@ def test_good_recipe_loads(write_recipe, good_recipe, mini_table):
     assert r.archs_for("13.0", mini_table) == ("80", "90")  # from "*"
     assert r.pythons_for("2.8", mini_table) == ["3.10", "3.11", "3.12", "3.13"]
     assert r.patches[0].path.is_file()
+    assert r.check is None  # no kernel check declared, none in the folder
 
 
 def test_abi_defaults_to_one_build_per_python_and_torch(write_recipe, good_recipe, mini_table):
@@ -158,6 +159,44 @@ def test_patch_present_but_unlisted(write_recipe, good_recipe, mini_table):
     with pytest.raises(RecipeError, match=r"patches/0002-Stray.patch is in the folder but not "
                                           r"listed"):
         load_recipe(folder, mini_table)
+
+
+# ---- the kernel check entry (check: {file, reason}) -------------------------------------------
+
+def test_kernel_check_loads(write_recipe, good_recipe, mini_table):
+    good_recipe["check"] = {"file": "check.py", "reason": "demo_op against torch.softmax"}
+    folder = write_recipe(good_recipe)
+    (folder / "check.py").write_text("OPS = ('demo_op',)\n")
+    check = load_recipe(folder, mini_table).check
+    assert (check.file, check.path, check.reason) == ("check.py", folder / "check.py",
+                                                      "demo_op against torch.softmax")
+
+
+@pytest.mark.parametrize("entry, present, message", [
+    # declared, but the file was never added
+    ({"file": "check.py", "reason": "compares demo_op"}, False,
+     "check.file: check.py is declared but does not exist beside recipe.yaml"),
+    # a path out of the recipe folder, or not Python
+    ({"file": "../check.py", "reason": "compares demo_op"}, False,
+     "check.file: '../check.py' is not a Python file name in the recipe folder"),
+    ({"file": "check.sh", "reason": "compares demo_op"}, False,
+     "check.file: 'check.sh' is not a Python file name"),
+    # every line carries its why
+    ({"file": "check.py", "reason": "x"}, True, "check.reason: reason is too short"),
+    ({"file": "check.py"}, True, "check.reason: required key is missing"),
+    # present in the folder, but the recipe doesn't say so: it would never run
+    (None, True, "check: check.py is in the recipe folder but not declared"),
+])
+def test_kernel_check_problems_are_named(write_recipe, good_recipe, mini_table, entry, present,
+                                         message):
+    if entry is not None:
+        good_recipe["check"] = entry
+    folder = write_recipe(good_recipe)
+    if present:
+        (folder / "check.py").write_text("OPS = ('demo_op',)\n")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(folder, mini_table)
+    assert message in str(info.value)
 
 
 def test_every_problem_is_reported_at_once(write_recipe, good_recipe, mini_table):

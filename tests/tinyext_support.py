@@ -68,6 +68,18 @@ def cuda_home() -> str:
     return str(Path(nvcc).resolve().parent.parent) if nvcc else "/usr/local/cuda"
 
 
+def cuda_torch_venv(path: Path, *, python: str = PYTHON, torch_version: str = TORCH_VERSION
+                    ) -> Path:
+    """A uv venv at ``path`` with the registry's CUDA torch ``torch_version`` and tinyext's
+    build requirements (setuptools, wheel, ninja, and pip from the seed); returns its python.
+    Seconds once uv's cache holds torch."""
+    venv_python = pyenv.create_venv(Path(path), python, seed=True)
+    pyenv.install(venv_python, [f"torch=={torch_version}", "setuptools", "wheel", "ninja"],
+                  log=Path(path).parent / f"{Path(path).name}.log",
+                  what="the tinyext build environment")
+    return venv_python
+
+
 def build_tinyext_wheel(workdir: Path, *, archs: str = ARCHS, python: str = PYTHON,
                         torch_version: str = TORCH_VERSION) -> tuple[Path, Path]:
     """Build tinyext from its sdist under ``workdir``; return (wheel path, build venv's python).
@@ -77,9 +89,8 @@ def build_tinyext_wheel(workdir: Path, *, archs: str = ARCHS, python: str = PYTH
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    venv_python = pyenv.create_venv(workdir / "build-venv", python, seed=True)
-    pyenv.install(venv_python, [f"torch=={torch_version}", "setuptools", "wheel", "ninja"],
-                  log=workdir / "build-venv.log", what="the tinyext build environment")
+    venv_python = cuda_torch_venv(workdir / "build-venv", python=python,
+                                  torch_version=torch_version)
     sdist = make_sdist(workdir / "sdist")
     out = workdir / "dist"
     out.mkdir(exist_ok=True)

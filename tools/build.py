@@ -21,7 +21,8 @@ from . import RECIPES_DIR, ROOT
 from .container import CONTAINER_STEPS, build_container
 from .engine import Probe, first_ready, readiness
 from .errors import ToolchainError, cli
-from .host import HOST_STEPS, build_host
+from .host import EXISTING_PYTHON_STEPS, HOST_STEPS, build_host
+from .kernelcheck import GpuProbe, probe_gpu
 from .matrix import Cell, load_cell
 from .progress import Progress, reporting
 from .table import TABLE_PATH, Table, arch_key
@@ -65,16 +66,26 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
-               image: str | None = None, stream=None, probe: Probe = readiness
-               ) -> dict[str, Any]:
+               image: str | None = None, stream=None, probe: Probe = readiness,
+               python: Path | None = None, gpu_probe: GpuProbe = probe_gpu) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     ``probe`` says whether an engine can build from an image (for ``auto`` and the container
-    backend); ``image`` replaces the table's image for the cell's CUDA.
+    backend); ``image`` replaces the table's image for the cell's CUDA. ``python`` builds on the
+    host against that existing interpreter's torch. ``gpu_probe`` answers which GPU the kernel
+    check may use (``tools.kernelcheck.probe_gpu``).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
+    if python is not None:
+        if backend == "container":
+            raise ToolchainError("--python builds against an interpreter on this machine; the "
+                                 "container backend brings its own",
+                                 hint="drop --backend container (--python implies host)")
+        backend = "host"
     chosen, why, engine = choose_backend(backend, engine, image or cell.image, probe)
+    if python is not None:
+        why = f"--python {python}"
     cell_archs = resolve_archs(cell, archs, table)
     if chosen == "container":
         progress = Progress(cell.id, CONTAINER_STEPS, stream or sys.stderr)
@@ -85,7 +96,8 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                                  memory_gib=memory_gib, cpus=cpus, image=image, probe=probe)
         report.setdefault("why", why)
         return report
-    progress = Progress(cell.id, HOST_STEPS, stream or sys.stderr)
+    progress = Progress(cell.id, EXISTING_PYTHON_STEPS if python else HOST_STEPS,
+                        stream or sys.stderr)
     progress.say(f"backend: host ({why})")
     if dry_run:
         raise ToolchainError("--dry-run is for the container backend (it prints the "
@@ -101,7 +113,8 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
         wheel = build_host(cell, recipe, table, archs=cell_archs, work=work, out_dir=out_dir,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
-                           torch_index_override=torch_index)
+                           torch_index_override=torch_index, python=python,
+                           gpu_probe=gpu_probe)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 
@@ -122,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wheelhouse", type=Path,
                     help="a directory of wheels (torch, build deps) to install from")
     ap.add_argument("--offline", action="store_true",
-                    help="install only from --wheelhouse (no network)")
+                    help="no network: install only from --wheelhouse (with --python: install "
+                         "nothing; needs --sdist or --sdist-dir)")
+    ap.add_argument("--python", type=Path,
+                    help="host backend: build against this existing interpreter's torch and "
+                         "build requirements as they are (no venv, no download)")
     ap.add_argument("--torch-index", help="index URL for the cell's torch build")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where verified wheels go")
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="per-cell work directories")
@@ -134,15 +151,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="container backend: memory limit (default: available memory - 1 GiB)")
     ap.add_argument("--cpus", type=int, help="container backend: CPU limit (default: all)")
     args = ap.parse_args(argv)
-    if args.offline and not args.wheelhouse:
-        ap.error("--offline needs --wheelhouse")
+    if args.offline and not args.wheelhouse and not args.python:
+        ap.error("--offline needs --wheelhouse (or --python, an environment that has "
+                 "everything)")
+    if args.offline and not (args.sdist or args.sdist_dir):
+        ap.error("--offline needs --sdist or --sdist-dir (the sdist can't be downloaded)")
     report = build_cell(args.cell, backend=args.backend, archs=args.archs, sdist=args.sdist,
                         sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
                         offline=args.offline, torch_index=args.torch_index, out_dir=args.out,
                         work_root=args.work, recipes_root=args.recipes,
                         table_path=args.table, engine=args.engine,
                         dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus,
-                        image=args.image)
+                        image=args.image, python=args.python)
     if report.get("wheel"):
         print(report["wheel"])
     return 0

@@ -61,6 +61,21 @@ def build_platform() -> str:
     return f"{platform.system()} {platform.machine()} glibc {platform.libc_ver()[1]}"
 
 
+def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str, Any], *,
+                        cell: Cell, recipe: Recipe, out_dir: Path,
+                        epoch: int = DEFAULT_SOURCE_DATE_EPOCH) -> tuple[Path, dict[str, Any]]:
+    """The finished ``wheel`` again, in ``out_dir``, with ``result`` (the kernel check's
+    summary) as the manifest's ``kernel_check``; returns the new wheel and manifest.
+
+    The check needs the wheel installed, so it runs after the metadata step; only
+    ``cuwheels.json`` and RECORD differ from the wheel that was tested.
+    """
+    updated = {**manifest, "kernel_check": result}
+    out = set_version_and_pin(wheel, out_dir, label=cell.label, torch_pin=cell.torch_pin,
+                              manifest=updated, epoch=epoch, build_number=recipe.build.number)
+    return out, updated
+
+
 def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...],
                  torch_lib: Path, torch_version: str, torch_cuda: str, work: Path,
                  progress: Progress, plat: str, backend: str, nvcc: str | None,

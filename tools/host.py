@@ -18,21 +18,28 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
+
 from . import pyenv
 from .buildenv import available_memory_gib, build_env, size_for, usable_cores
 from .compilelog import failing_file
 from .errors import CompileError, ToolchainError
-from .finish import finish_wheel
+from .finish import finish_wheel, record_kernel_check
+from .kernelcheck import GpuProbe, probe_gpu, raise_if_failed, run_check, summary
 from .matrix import Cell, torch_index
 from .progress import Progress, Step, publish
 from .recipe import Recipe
 from .source import prepare_source
 from .table import Table
-from .verify import smoke_test
+from .variant import cell_id, torch_series
+from .verify import smoke_test, smoke_test_existing, smoke_venv
 
 #: The host backend's steps, as the progress lines and the report name them.
 HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
-              "verify", "publish"]
+              "verify", "kernels", "publish"]
+#: The steps with ``--python``: the given interpreter is checked first, before anything else.
+EXISTING_PYTHON_STEPS = ["python", *(s for s in HOST_STEPS if s != "python")]
 
 #: Where CUDA installers put the toolkit when CUDA_HOME is not set.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
@@ -109,15 +116,20 @@ _PROBE = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
           "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
 
 
+def _torch_info(python: Path | str, hint: str | None = None) -> dict:
+    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}",
+                             hint=hint)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def probe_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
     """The torch that ``python`` imports (version, CUDA, lib dir, ABI), checked against the
     cell: a CPU build, another CUDA major (unless the table relaxes it) or another C++ ABI than
     the table's is a ToolchainError."""
-    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    info = _torch_info(python)
     if not info["cuda"]:
         raise ToolchainError(
             f"the torch installed for {cell.id} ({info['v']}) is a CPU build",
@@ -150,12 +162,116 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
     return probe_torch(python, cell, table)
 
 
+_VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
+#: Prints the installed version of each distribution named in argv (null when absent).
+_DISTS_PROBE = ("import json, sys, importlib.metadata as m\n"
+                "def v(n):\n"
+                "    try:\n        return m.version(n)\n"
+                "    except m.PackageNotFoundError:\n        return None\n"
+                "print(json.dumps({n: v(n) for n in sys.argv[1:]}))")
+
+
+def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
+                          ) -> BuildPython:
+    """Check an existing interpreter (``--python``) for ``cell`` before anything compiles: it
+    runs, it is the cell's Python version, its torch imports and is a CUDA build of the cell's
+    CUDA major and torch series (and the table's C++ ABI), and the recipe's build requirements
+    (and pip, which runs the build) are installed. Nothing is installed or downloaded: each
+    failure is a ToolchainError naming what is wrong and how to fix it.
+    """
+    python = Path(python)
+    flag = f"--python {python}"
+    if not python.is_file() or not os.access(python, os.X_OK):
+        raise ToolchainError(f"{flag}: no executable interpreter there",
+                             hint="give the path of the environment's python, e.g. "
+                                  "/path/to/venv/bin/python")
+    proc = subprocess.run([str(python), "-c", _VERSION_PROBE], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        raise ToolchainError(f"{flag} does not run: {proc.stderr.strip()[-400:]}")
+    version = proc.stdout.strip()
+    if version != cell.python:
+        same = cell_id(cell.package, version, cell.cuda,
+                       None if cell.default_torch else cell.torch)
+        raise ToolchainError(f"{flag} is Python {version}; cell {cell.id} is for Python "
+                             f"{cell.python}",
+                             hint=f"build the cell of that interpreter ({same}) or give a "
+                                  f"Python {cell.python} interpreter")
+    info = _torch_info(python, hint=f"install the cell's torch ({cell.torch_requirement}, "
+                                    f"a CUDA {cell.cuda.split('.')[0]} build) into that "
+                                    "environment")
+    if not info["cuda"]:
+        raise ToolchainError(f"{flag} has torch {info['v']}, a CPU build: CUDA extensions "
+                             "need a CUDA build of torch",
+                             hint=f"install a CUDA {cell.cuda.split('.')[0]} build of torch "
+                                  f"{cell.torch} into that environment (e.g. from "
+                                  "https://download.pytorch.org/whl/)")
+    have, want = info["cuda"].split(".")[0], cell.cuda.split(".")[0]
+    if have != want and not table.torch[cell.torch].nvcc_check_relaxed(cell.cuda):
+        raise ToolchainError(f"{flag} has torch {info['v']}, built with CUDA {info['cuda']}; "
+                             f"cell {cell.id} is for CUDA {cell.cuda}",
+                             hint=f"build a cu{have}x cell with that environment, or give one "
+                                  f"whose torch is a CUDA {want} build")
+    series = torch_series(info["v"])
+    if series != cell.torch:
+        other = (cell_id(cell.package, cell.python, cell.cuda,
+                         None if series == recipe.target(cell.cuda).torch[0] else series)
+                 if series in recipe.target(cell.cuda).torch else None)
+        raise ToolchainError(f"{flag} has torch {info['v']}; cell {cell.id} builds against "
+                             f"torch {cell.torch} (its wheel is labelled and pinned for it)",
+                             hint=f"build {other}, the cell of that torch" if other else
+                                  f"the recipe builds no CUDA {cell.cuda} wheel for torch "
+                                  f"{series}; give an environment with torch {cell.torch}")
+    if info["abi"] != cell.cxx11_abi:
+        raise ToolchainError(f"{flag} has torch {info['v']} with cxx11_abi={info['abi']}; "
+                             f"the table says {cell.cxx11_abi} for torch {cell.torch}",
+                             hint="use the official torch build of that series")
+    if recipe.build.isolation:
+        raise ToolchainError(f"{flag}: {recipe.package} builds with build isolation, which "
+                             "installs its own build requirements, torch included",
+                             hint="use the default venv backend for this recipe")
+    missing = missing_requirements(python, ["pip", *(d.requirement
+                                                     for d in recipe.build.requires)])
+    if missing:
+        quoted = " ".join(f"'{r}'" for r, _ in missing)
+        named = ", ".join(r if v is None else f"{r} (has {v})" for r, v in missing)
+        raise ToolchainError(f"{flag} lacks build requirements of {recipe.package}: "
+                             f"{named} (nothing is installed into an existing environment)",
+                             hint=f"{python} -m pip install {quoted} (offline: add "
+                                  "--no-index --find-links DIR_WITH_WHEELS)")
+    return BuildPython(python, info["v"], info["cuda"], Path(info["lib"]), info["abi"])
+
+
+def missing_requirements(python: Path, requirements: list[str]
+                         ) -> list[tuple[str, str | None]]:
+    """Those of ``requirements`` (PEP 508 strings) that ``python``'s environment doesn't
+    satisfy, each with the version installed (None: not installed)."""
+    reqs = [Requirement(r) for r in requirements]
+    proc = subprocess.run([str(python), "-c", _DISTS_PROBE, *(r.name for r in reqs)],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise ToolchainError(f"could not list the packages of {python}: "
+                             f"{proc.stderr.strip()[-400:]}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    missing = []
+    for text, req in zip(requirements, reqs):
+        version = found.get(req.name)
+        try:
+            ok = version is not None and req.specifier.contains(Version(version),
+                                                                prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            missing.append((text, version))
+    return missing
+
+
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
                   *, isolation: bool, on_line: Callable[[str], None] | None = None,
-                  timeout: float = 6 * 3600) -> Path:
+                  timeout: float = 6 * 3600, offline: bool = False) -> Path:
     """Run the package's own build (``pip wheel``) and return the unrepaired wheel.
 
     Every line goes to ``log``; ninja's ``[N/M]`` progress lines go to ``on_line``. A failure
@@ -167,6 +283,8 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
            "-v", "-w", str(out_dir), str(tree)]
     if not isolation:
         cmd.insert(4, "--no-build-isolation")
+    if offline:
+        cmd.insert(4, "--no-index")
     full_env = {**os.environ, **env, "PATH": f"{python.parent}{os.pathsep}"
                 f"{Path(env['CUDA_HOME']) / 'bin' if env.get('CUDA_HOME') else ''}"
                 f"{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -203,11 +321,49 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     return wheels[0]
 
 
+def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, python: Path,
+                  pythonpath: tuple[Path, ...], work: Path, gpu_probe: GpuProbe = probe_gpu,
+                  device: str = "cuda", detail: dict | None = None) -> tuple[Path, dict]:
+    """Run the recipe's kernel check with ``python`` (where ``wheel`` is installed) and return
+    the wheel to publish (``<work>/checked``, its manifest holding the check's summary) with
+    that summary. A failing or broken check raises VerifyError naming op, dtype, shape, error
+    and tolerance, and nothing is written; no GPU, or no check in the recipe, is recorded as
+    not run. ``detail`` (the step's report entry) receives the summary either way.
+    """
+    if recipe.check is None:
+        result = {"verdict": "not run: the recipe has no kernel check", "results": []}
+    else:
+        result = run_check(recipe.check.path, python, workdir=work / "kernelcheck",
+                           device=device, pythonpath=pythonpath, gpu_probe=gpu_probe)
+    kept = summary(result)
+    if detail is not None:
+        detail.update(kernel_check=kept)
+    raise_if_failed(result, what=wheel.name)
+    checked, _ = record_kernel_check(wheel, manifest, kept, cell=cell, recipe=recipe,
+                                     out_dir=work / "checked")
+    return checked, kept
+
+
 def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
-               torch_index_override: str | None) -> Path:
-    """The host backend: every step on this machine; returns the published wheel."""
+               torch_index_override: str | None, python: Path | None = None,
+               gpu_probe: GpuProbe = probe_gpu) -> Path:
+    """The host backend: every step on this machine; returns the published wheel.
+
+    ``python``: build against that existing interpreter's torch and build requirements, as
+    they are (checked first; no venv, nothing installed). ``gpu_probe`` says which GPU the
+    kernel check may use (none: the check is recorded as not run).
+    """
+    def existing(step: Step) -> BuildPython:
+        bp = check_existing_python(python, cell, recipe, table)
+        step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
+                           torch_cuda=bp.torch_cuda, cxx11_abi=bp.cxx11_abi)
+        return bp
+
+    if python is not None:
+        bp = progress.run("python", existing)
+
     def toolchain(step: Step) -> Nvcc:
         nvcc = find_nvcc()
         if warning := check_nvcc(nvcc, cell):
@@ -225,14 +381,15 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
 
     prepared = progress.run("source", source)
 
-    def python(step: Step) -> BuildPython:
+    def fresh_python(step: Step) -> BuildPython:
         bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
                             index_url=torch_index_override, log=work / "python.log")
         step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
                            cxx11_abi=bp.cxx11_abi)
         return bp
 
-    bp = progress.run("python", python)
+    if python is None:
+        bp = progress.run("python", fresh_python)
 
     sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
     env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
@@ -252,20 +409,42 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                 progress.say(f"compiling {counter} "
                              f"{Path(source.group(1)).name if source else line[len(counter):80]}")
         return compile_wheel(bp.python, prepared.tree, env, work / "dist", work / "compile.log",
-                             isolation=recipe.build.isolation, on_line=on_line)
+                             isolation=recipe.build.isolation, on_line=on_line,
+                             offline=offline)
 
     raw = progress.run("compile", compile_)
-    final, _ = finish_wheel(raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
-                            torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
-                            progress=progress, plat="auto", backend="host", nvcc=nvcc.path)
+    final, manifest = finish_wheel(
+        raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
+        torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work, progress=progress,
+        plat="auto", backend="host", nvcc=nvcc.path,
+        manifest_extra={"existing_python": True} if python is not None else None)
 
-    def verify(step: Step) -> None:
+    def verify(step: Step) -> tuple[Path, tuple[Path, ...]]:
+        """The import smoke test; returns the Python and path the kernel check runs with."""
+        if python is not None:
+            seconds, site = smoke_test_existing(final, python=bp.python,
+                                                torch_series=cell.torch,
+                                                imports=recipe.imports, workdir=work / "smoke")
+            step.detail.update(smoke_test="passed", imports=list(recipe.imports),
+                               seconds=seconds, python=str(bp.python))
+            return bp.python, (site,)
         index = torch_index_override or torch_index(cell, table)
         seconds = smoke_test(final, python=cell.python, torch_requirement=cell.torch_requirement,
                              torch_version=cell.torch_version, imports=recipe.imports,
                              workdir=work / "smoke", extra_index_urls=(index,) if index else (),
                              find_links=(wheelhouse,) if wheelhouse else (), offline=offline)
         step.detail.update(smoke_test="passed", imports=list(recipe.imports), seconds=seconds)
+        return smoke_venv(work / "smoke") / "bin" / "python", ()
 
-    progress.run("verify", verify)
-    return progress.run("publish", lambda step: publish(final, out_dir, step))
+    check_python, check_path = progress.run("verify", verify)
+
+    def kernels(step: Step) -> Path:
+        checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
+                                      python=check_python, pythonpath=check_path,
+                                      work=work, gpu_probe=gpu_probe, detail=step.detail)
+        progress.say(f"kernel check: {kept['verdict']}"
+                     + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
+        return checked
+
+    checked = progress.run("kernels", kernels)
+    return progress.run("publish", lambda step: publish(checked, out_dir, step))

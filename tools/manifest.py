@@ -2,7 +2,9 @@
 
 It records the cell, the CUDA/torch/ABI the wheel was built against, the GPU architectures found
 in its extensions (not just requested), the source's sha256, the patches applied, the compiler
-versions and the recipe revision. The index reads the variant from it; the doctor reads it to
+versions, the recipe revision and, from the host backend, ``kernel_check``: the kernel check's
+verdict (``passed``, or ``not run: no GPU``), the GPU and the largest error of each op and dtype
+against its tolerance (``tools.kernelcheck.summary``). The index reads the variant from it; the doctor reads it to
 explain an ``undefined symbol``.
 """
 

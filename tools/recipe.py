@@ -145,6 +145,15 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class KernelCheck:
+    """The recipe's GPU kernel check: a file in its folder run by ``tools.kernelcheck``."""
+
+    file: str
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe."""
 
@@ -161,6 +170,7 @@ class Recipe:
     build: BuildSpec
     patches: tuple[Patch, ...]
     abi: Abi = Abi()
+    check: KernelCheck | None = None
 
     @property
     def folder(self) -> Path:
@@ -200,7 +210,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     top = p.mapping(data, "", {
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list, "abi": dict})
+    }, {"env": dict, "patches": list, "abi": dict, "check": dict})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -234,10 +244,11 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     build = _build(p, top.get("build"))
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
     abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
+    check = _kernel_check(p, top.get("check"), path.parent)
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches, abi)
+                  env, build, patches, abi, check)
 
 
 def _source(p: Problems, raw: object) -> Source | None:
@@ -481,6 +492,32 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
             p.add("patches", f"patches/{extra} is in the folder but not listed",
                   "list it under patches: with a reason, or delete it")
     return tuple(out)
+
+
+_CHECK_FILE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")
+#: The check file's conventional name: present in a folder, it must be declared.
+CHECK_FILE = "check.py"
+
+
+def _kernel_check(p: Problems, raw: object, folder: Path) -> KernelCheck | None:
+    if raw is None:
+        if (folder / CHECK_FILE).is_file():
+            p.add("check", f"{CHECK_FILE} is in the recipe folder but not declared",
+                  f"add check: {{file: {CHECK_FILE}, reason: what it compares}}, or delete it")
+        return None
+    m = p.mapping(raw, "check", {"file": str, "reason": str})
+    if m is None or len(m) < 2:
+        return None
+    p.reason(m["reason"], "check.reason")
+    if not _CHECK_FILE_RE.fullmatch(m["file"]):
+        p.add("check.file", f"{m['file']!r} is not a Python file name in the recipe folder",
+              f"name it like {CHECK_FILE}, beside recipe.yaml")
+        return None
+    path = folder / m["file"]
+    if not path.is_file():
+        p.add("check.file", f"{m['file']} is declared but does not exist beside recipe.yaml",
+              "add the file or remove the check entry")
+    return KernelCheck(m["file"], path, m["reason"])
 
 
 def load_recipe(folder: Path, table: Table | None = None) -> Recipe:

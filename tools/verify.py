@@ -384,7 +384,7 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
     start = time.monotonic()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    venv_python = pyenv.create_venv(workdir / "smoke-venv", python)
+    venv_python = pyenv.create_venv(smoke_venv(workdir), python)
     log = workdir / "smoke-install.log"
     try:
         pyenv.install(venv_python, [torch_requirement, str(Path(wheel).resolve())],
@@ -398,10 +398,51 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
             f"{Path(wheel).name} can't be installed with {torch_requirement}: {exc.message}",
             hint="the wheel's Requires-Dist conflicts with the cell's torch: check the pin "
                  "the pipeline wrote into its metadata") from None
+    _smoke_import(str(venv_python), torch_version, imports, workdir, torch_requirement)
+    return time.monotonic() - start
+
+
+def smoke_venv(workdir: Path) -> Path:
+    """The smoke test's venv under ``workdir`` (the kernel check runs in it afterwards)."""
+    return Path(workdir) / "smoke-venv"
+
+
+def smoke_test_existing(wheel: Path, *, python: Path, torch_series: str,
+                        imports: tuple[str, ...], workdir: Path) -> tuple[float, Path]:
+    """The smoke test for a build against an existing interpreter (``--python``): the wheel is
+    installed, without dependencies and offline, into ``<workdir>/site``, which goes first on
+    ``python``'s path; then torch (``torch_series``.x, that environment's own) and each of
+    ``imports`` are imported. Nothing is installed into the environment itself. Returns the
+    wall seconds and the directory holding the installed wheel.
+    """
+    start = time.monotonic()
+    workdir = Path(workdir)
+    site = workdir / "site"
+    if site.exists():
+        shutil.rmtree(site)
+    workdir.mkdir(parents=True, exist_ok=True)
+    cmd = [pyenv.uv_bin(), "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps",
+           "--python", str(python), "--target", str(site), str(Path(wheel).resolve())]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    (workdir / "smoke-install.log").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    if proc.returncode != 0:
+        raise VerifyError(f"{Path(wheel).name} could not be unpacked for {python}: "
+                          f"{proc.stderr.strip()[-800:]}",
+                          hint="the wheel's tags must fit that interpreter")
+    _smoke_import(str(python), f"{torch_series}.", imports, workdir, f"torch {torch_series}.x",
+                  pythonpath=(site,))
+    return time.monotonic() - start, site
+
+
+def _smoke_import(python: str, torch_version: str, imports: tuple[str, ...], workdir: Path,
+                  torch_requirement: str, *, pythonpath: tuple[Path, ...] = ()) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     with tempfile.TemporaryDirectory(prefix="smoke-cwd-", dir=workdir) as empty:
-        proc = subprocess.run(smoke_argv(str(venv_python), torch_version, imports),
+        proc = subprocess.run(smoke_argv(python, torch_version, imports),
                               capture_output=True, text=True, cwd=empty, env=env, timeout=600)
     (workdir / "smoke-import.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -416,9 +457,9 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
         hint = ("an 'undefined symbol' means the wheel was built against another torch: run "
                 "the ABI check" if "undefined symbol" in proc.stderr else
                 "check the recipe's imports and that the wheel ships those modules")
-        raise VerifyError(f"smoke test: importing {failed} failed in a fresh venv with "
+        where = f"with {python} and" if pythonpath else "in a fresh venv with"
+        raise VerifyError(f"smoke test: importing {failed} failed {where} "
                           f"{torch_requirement}:\n{tail}", hint=hint)
-    return time.monotonic() - start
 
 
 @cli

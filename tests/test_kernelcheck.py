@@ -1,0 +1,192 @@
+"""The kernel check: every recipe's check file read statically, and the harness run for real.
+
+No GPU is needed: the harness (tools/kernelharness.py) runs fixture checks of plain-torch code
+on CPU tensors in a real torch environment (tests/fixtures/kernelchecks/: one passing, one
+failing beyond tolerance), through the same runner the pipeline uses. Which GPU an environment
+has is injected (``gpu_probe``), so the no-GPU path is the same on every machine. The recipes'
+own checks need the packages' CUDA kernels and a GPU; here they are compiled and their
+declarations checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinyext_support import cuda_torch_venv
+from tools import RECIPES_DIR, ROOT
+from tools.errors import VerifyError
+from tools.kernelcheck import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, declared_ops,
+                               raise_if_failed, run_check, summary)
+from tools.recipe import load_all, recipe_folders
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernelchecks"
+
+
+def no_gpu(python, **_):
+    """A GPU probe answering that the environment sees no GPU."""
+    return None
+
+
+@pytest.fixture(scope="module")
+def torch_python(tmp_path_factory):
+    """A real Python with torch (the registry's CUDA 13.0 build; CPU tensors need no GPU)."""
+    return cuda_torch_venv(tmp_path_factory.mktemp("torchenv") / "venv")
+
+
+# ---- the recipes' check files, read without running them ------------------------------------
+
+@pytest.mark.parametrize("folder", recipe_folders(RECIPES_DIR), ids=lambda f: f.name)
+def test_every_recipe_declares_a_check_that_compiles_and_declares_its_ops(folder):
+    recipe = next(r for r in load_all(RECIPES_DIR) if r.folder == folder)
+    assert recipe.check is not None, f"{folder.name} declares no kernel check"
+    source = recipe.check.path.read_text()
+    compile(source, str(recipe.check.path), "exec")
+    ops = declared_ops(recipe.check.path)
+    assert ops
+    # every declared op is named again after OPS: compared, recorded or skipped
+    for op in ops:
+        assert source.count(f'"{op}"') >= 2, f"{op} is declared but never used"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("OPS = ('a',\ndef run(check):\n    pass\n", "was never closed"),       # syntax error
+    ("def run(check):\n    pass\n", "declares no OPS"),
+    ("OPS = ()\ndef run(check):\n    pass\n", "declares no OPS"),           # empty
+    ("OPS = ('a', 'a')\ndef run(check):\n    pass\n", "names an op twice"),
+    ("OPS = ('a',)\n", "defines no run(check)"),
+    ("OPS = ('a',)\ndef run(check):\n    check.compare('b', 1, 1, atol=0)\n",
+     "compare() names op 'b', which OPS doesn't declare"),
+    ("OPS = ('a',)\ndef run(check):\n    check.skip('c', 'why')\n", "skip() names op 'c'"),
+])
+def test_declared_ops_rejects(tmp_path, text, message):
+    path = tmp_path / "check.py"
+    path.write_text(text)
+    with pytest.raises(VerifyError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        declared_ops(path)
+
+
+# ---- the harness and the runner, for real on CPU tensors ------------------------------------
+
+@pytest.mark.network
+def test_passing_check_records_every_comparison(torch_python, tmp_path):
+    result = run_check(FIXTURES / "passing.py", torch_python, workdir=tmp_path, device="cpu")
+    assert result["verdict"] == "passed", result
+    assert json.loads((tmp_path / "kernelcheck.json").read_text()) == result
+    rows = result["results"]
+    assert {(r["op"], r["dtype"]) for r in rows} == {
+        ("blocked_matmul", "float32"), ("blocked_matmul", "bfloat16"),
+        ("softmax", "float32"), ("softmax", "bfloat16")}
+    for r in rows:
+        assert set(r) >= {"op", "case", "dtype", "shape", "metric", "error", "tolerance",
+                          "passed"}
+        assert r["passed"] and 0 <= r["error"] <= r["tolerance"]
+    assert rows[0]["shape"] == [64, 32] and rows[0]["metric"] == "max_abs_error"
+    softmax = next(r for r in rows if r["op"] == "softmax")
+    assert softmax["baseline_factor"] == 2 and "baseline_error" in softmax
+    assert result["skipped"] == {"not_on_this_device":
+                                 "shows a skipped op and its reason in the result"}
+    assert result["device"] == "cpu" and result["torch"].startswith("2.")
+    raise_if_failed(result, what="passing.py")  # a pass raises nothing
+
+
+@pytest.mark.network
+def test_failing_check_names_op_dtype_shape_and_error_against_tolerance(torch_python,
+                                                                        tmp_path):
+    result = run_check(FIXTURES / "failing.py", torch_python, workdir=tmp_path, device="cpu")
+    assert result["verdict"] == "failed"
+    ok, bad = result["results"]
+    assert ok["passed"] and not bad["passed"]
+    assert bad["error"] > 1 > bad["tolerance"]       # a whole block missing: errors of order 1+
+    with pytest.raises(VerifyError) as info:
+        raise_if_failed(result, what="tinyext.whl")
+    text = str(info.value)
+    assert "1 of 2 comparisons out of tolerance" in text
+    assert (f"blocked_matmul (last block dropped) float32 shape [64, 32]: max_abs_error "
+            f"{bad['error']:.4g} > tolerance {bad['tolerance']:.4g}") in text
+    kept = summary(result)
+    assert kept["verdict"] == "failed" and kept["compared"] == 2
+    assert kept["max_errors"]["blocked_matmul"]["float32"]["error"] == bad["error"]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("body, message", [
+    ("    raise RuntimeError('CUDA error: no kernel image is available')\n",
+     "RuntimeError: CUDA error: no kernel image is available"),
+    ("    check.compare('un' + 'declared', check.torch.ones(2), check.torch.ones(2), atol=0)\n",
+     "op 'undeclared' is compared but not declared"),
+    ("    pass\n", "declared but never checked or skipped: a"),
+])
+def test_a_broken_check_is_an_error_not_a_pass(torch_python, tmp_path, body, message):
+    check = tmp_path / "check.py"
+    check.write_text("OPS = ('a',)\n\ndef run(check):\n" + body)
+    result = run_check(check, torch_python, workdir=tmp_path / "work", device="cpu")
+    assert result["verdict"] == "error"
+    assert message in result["error"]
+    with pytest.raises(VerifyError, match="kernel check of x.whl broke"):
+        raise_if_failed(result, what="x.whl")
+
+
+@pytest.mark.network
+def test_a_check_that_kills_its_process_is_an_error(torch_python, tmp_path):
+    """An illegal memory access aborts the process: no result file, still a verdict."""
+    check = tmp_path / "check.py"
+    check.write_text("OPS = ('a',)\n\ndef run(check):\n    import os\n    os._exit(134)\n")
+    result = run_check(check, torch_python, workdir=tmp_path / "work", device="cpu")
+    assert result["verdict"] == "error"
+    assert "ended without a result (exit 134)" in result["error"]
+
+
+def test_no_gpu_is_recorded_as_not_run_and_runs_nothing(tmp_path):
+    """The probe says no GPU: nothing starts (the Python given doesn't even exist)."""
+    result = run_check(FIXTURES / "failing.py", tmp_path / "no-such-python", workdir=tmp_path,
+                       gpu_probe=no_gpu)
+    assert result["verdict"] == NOT_RUN_NO_GPU == "not run: no GPU"
+    assert result["results"] == []
+    assert json.loads((tmp_path / "kernelcheck.json").read_text())["verdict"] == NOT_RUN_NO_GPU
+    kept = summary(result)
+    assert kept == {"verdict": "not run: no GPU", "check": "failing.py", "compared": 0,
+                    "max_errors": {}, "device": "cuda"}
+    raise_if_failed(result, what="x.whl")  # not run is no failure, and no pass either
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("fixture, code, expected", [
+    ("passing.py", 0, "kernel check: passed"),
+    ("failing.py", VerifyError.exit_code, "1 of 2 comparisons out of tolerance"),
+])
+def test_command_line(torch_python, tmp_path, fixture, code, expected):
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", str(FIXTURES / fixture),
+                           "--python", str(torch_python), "--device", "cpu", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == code, proc.stderr
+    assert expected in proc.stdout + proc.stderr
+    assert json.loads(out.read_text())["check"].endswith(fixture)
+
+
+def test_command_line_without_a_gpu_exits_not_run(tmp_path, monkeypatch, capsys):
+    """The probe is told there is no GPU: the command says so and exits 12, not 0."""
+    import tools.kernelcheck as kernelcheck
+    monkeypatch.setattr(kernelcheck, "probe_gpu", no_gpu)
+    out = tmp_path / "result.json"
+    code = kernelcheck.main(["flash_attn", "--python", str(tmp_path / "unused"),
+                             "--json", str(out)])
+    assert code == EXIT_NOT_RUN == 12
+    assert "kernel check: not run: no GPU" in capsys.readouterr().out
+    assert json.loads(out.read_text())["check"].endswith("flash_attn/check.py")
+
+
+@pytest.mark.network
+def test_command_line_names_an_environment_without_torch(tmp_path):
+    from tools import pyenv
+    bare = pyenv.create_venv(tmp_path / "bare", "3.11")
+    proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "causal_conv1d",
+                           "--python", str(bare)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == VerifyError.exit_code
+    assert f"could not ask {bare} for a GPU: torch failed to import" in proc.stderr
