@@ -318,7 +318,7 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
     report = build_cell(cell, backend="auto", sdist=sdist, offline=True, python=env_python,
                         out_dir=out, work_root=work, recipes_root=recipes, stream=stream,
                         gpu_probe=lambda python, **_: None,
-                        probe=lambda engine: pytest.fail("--python must not probe engines"))
+                        probe=lambda engine, image: pytest.fail("--python must not probe engines"))
     assert report["verdict"] == "passed", stream.getvalue()[-3000:]
     assert report["why"] == f"--python {env_python}"
     names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]
