@@ -232,8 +232,13 @@ def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkey
      "missing\n  fix: check the arch env var\n", VerifyError, "in the container: requested GPU"),
     # nvcc killed at the container's memory limit
     ("Building wheel...\nKilled\nerror: command '/usr/local/cuda/bin/nvcc' failed with exit "
-     "code 137\n", CompileError, "out of memory: the compile was killed (exit 137) in the "
-     "container (limit 14 GiB, no swap)"),
+     "code 137\n", CompileError, "out of memory: the compiler was killed (SIGKILL, exit 137) in "
+     "the container (limit 14 GiB, no swap)"),
+    # gcc's driver turns the kill into exit 1, and a long traceback follows it
+    ("Building wheel...\nFAILED: [code=1] /p/build/temp/csrc/tinyext.o\nc++: fatal error: Killed "
+     "signal terminated program cc1plus\n" + "  File x, line 1\n" * 400, CompileError,
+     "out of memory: the compiler was killed (SIGKILL, exit 137) in the container while "
+     "compiling tinyext.o"),
     # a compile error names the file
     ("Building wheel...\ncsrc/kernel.cu(12): error: identifier \"x\" is undefined\n",
      CompileError, "while compiling csrc/kernel.cu:12"),

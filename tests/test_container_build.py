@@ -137,6 +137,7 @@ def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist
                    sdist=sdist, recipes_root=recipes, out_dir=tmp_path / "out",
                    work_root=tmp_path / "work", memory_gib=1, stream=stream)
     said = str(info.value)
-    assert said.startswith("out of memory: the compile was killed (exit 137) in the container")
+    assert said.startswith("out of memory: the compiler was killed (SIGKILL, exit 137) in the "
+                           "container while compiling tinyext.o")
     assert "limit 1 GiB, no swap" in said
     assert not (tmp_path / "out").exists()

@@ -144,6 +144,11 @@ def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path |
 
 #: Our CLI errors inside the container print ``<kind> error: <message>``.
 _OUR_ERROR = re.compile(r"^(\w+) error: (.*)$")
+#: How a compiler killed by the kernel's OOM killer shows in the log: gcc's driver ("Killed
+#: signal terminated program cc1plus", then exit 1), nvcc ("'cicc' died due to signal 9"), a
+#: shell or ninja (exit 137). The traceback after it can be long: search the whole compile.
+_OOM = re.compile(r"Killed signal terminated program|died due to signal 9|\bKilled\b|"
+                  r"code[= ]137\b|exit status 137|signal 9\b")
 _CIBW_STEPS = (("Running before_all", "before-all"), ("Running before_build", "before-build"),
                ("Building wheel", "compile"), ("Repairing wheel", "repair"),
                ("Testing wheel", "test"))
@@ -170,11 +175,11 @@ def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> 
         for marker, name in _CIBW_STEPS:
             if marker in line:
                 step = name
-    tail = log_text[-6000:]
-    if step == "compile" and re.search(r"\bKilled\b|code 137\b|exit status 137|signal 9", tail):
+    compile_log = log_text[log_text.rfind("Building wheel..."):]
+    if step == "compile" and _OOM.search(compile_log):
         culprit = failing_file(log_text)
         return CompileError(
-            f"out of memory: the compile was killed (exit 137) in the container"
+            f"out of memory: the compiler was killed (SIGKILL, exit 137) in the container"
             f"{' while compiling ' + culprit if culprit else ''} (limit {limits.memory_gib} "
             f"GiB, no swap); log: {log}",
             hint="raise build.job_memory_gib in the recipe (fewer parallel jobs) or "
