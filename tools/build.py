@@ -62,10 +62,12 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
-               stream=None, probe: Probe = engine_answers) -> dict[str, Any]:
+               stream=None, probe: Probe = engine_answers, cache: bool = True
+               ) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     ``probe`` answers whether a container engine runs (for ``auto`` and the container backend).
+    ``cache``: the host backend compiles through ccache (``tools.ccache``).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
@@ -87,7 +89,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                              "cibuildwheel command)", hint="add --backend container")
     work = work_root / cell.id
     work.mkdir(parents=True, exist_ok=True)
-    for stale in ("compile.log", "python.log", "repair.log"):
+    for stale in ("compile.log", "python.log", "repair.log", "ccache-stats.log"):
         (work / stale).unlink(missing_ok=True)
     report: dict[str, Any] = {"cell": cell.id, "backend": "host", "why": why,
                               "archs": list(cell_archs), "label": cell.label,
@@ -96,7 +98,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
         wheel = build_host(cell, recipe, table, archs=cell_archs, work=work, out_dir=out_dir,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
-                           torch_index_override=torch_index)
+                           torch_index_override=torch_index, cache=cache)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", type=int, metavar="GIB",
                     help="container backend: memory limit (default: available memory - 1 GiB)")
     ap.add_argument("--cpus", type=int, help="container backend: CPU limit (default: all)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="host backend: compile without the compiler cache (ccache in "
+                         "$CUWHEELS_CCACHE_DIR, default ~/.cache/cuwheels/ccache)")
     args = ap.parse_args(argv)
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                         offline=args.offline, torch_index=args.torch_index, out_dir=args.out,
                         work_root=args.work, recipes_root=args.recipes,
                         table_path=args.table, engine=args.engine,
-                        dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus)
+                        dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus,
+                        cache=not args.no_cache)
     if report.get("wheel"):
         print(report["wheel"])
     return 0

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import pyenv
+from . import ccache, pyenv
 from .buildenv import available_memory_gib, build_env, size_for, usable_cores
 from .compilelog import failing_file
 from .errors import CompileError, ToolchainError
@@ -155,22 +155,24 @@ _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
                   *, isolation: bool, on_line: Callable[[str], None] | None = None,
-                  timeout: float = 6 * 3600) -> Path:
+                  timeout: float = 6 * 3600, path_prefix: tuple[str, ...] = ()) -> Path:
     """Run the package's own build (``pip wheel``) and return the unrepaired wheel.
 
     Every line goes to ``log``; ninja's ``[N/M]`` progress lines go to ``on_line``. A failure
     raises CompileError naming the file that failed, the exit status (137: OOM-killed) and the
-    log.
+    log. ``path_prefix`` goes first on PATH (the compiler cache's ``c++``); an inherited
+    PYTHONPATH is dropped, one in ``env`` is kept.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
            "-v", "-w", str(out_dir), str(tree)]
     if not isolation:
         cmd.insert(4, "--no-build-isolation")
-    full_env = {**os.environ, **env, "PATH": f"{python.parent}{os.pathsep}"
-                f"{Path(env['CUDA_HOME']) / 'bin' if env.get('CUDA_HOME') else ''}"
-                f"{os.pathsep}{os.environ.get('PATH', '')}"}
-    full_env.pop("PYTHONPATH", None)
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env = {**inherited, **env, "PATH": os.pathsep.join(
+        [*path_prefix, str(python.parent),
+         str(Path(env['CUDA_HOME']) / 'bin') if env.get('CUDA_HOME') else '',
+         os.environ.get('PATH', '')])}
     start = time.monotonic()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
@@ -203,11 +205,28 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     return wheels[0]
 
 
+def _report_cache(setup: ccache.CompilerCache, step: Step, progress: Progress) -> None:
+    """Put the build's cache hits and misses in the report, also after a failed compile (an
+    unreadable stats log is noted, never hides the compile's own error)."""
+    try:
+        stats = ccache.read_stats(setup)
+    except ToolchainError as exc:
+        step.detail["cache"]["stats_error"] = str(exc)
+        return
+    step.detail["cache"].update(hits=stats.hits, direct_hits=stats.direct_hits,
+                                preprocessed_hits=stats.preprocessed_hits, misses=stats.misses,
+                                counters=stats.counters)
+    progress.say(f"compiler cache: {stats.summary}")
+
+
 def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
-               torch_index_override: str | None) -> Path:
-    """The host backend: every step on this machine; returns the published wheel."""
+               torch_index_override: str | None, cache: bool = True) -> Path:
+    """The host backend: every step on this machine; returns the published wheel.
+
+    ``cache`` compiles through ccache (``tools.ccache``); its hits and misses go in the
+    compile step's report."""
     def toolchain(step: Step) -> Nvcc:
         nvcc = find_nvcc()
         if warning := check_nvcc(nvcc, cell):
@@ -241,6 +260,14 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
         progress.say(f"sizing: {sizing.note}")
         progress.say("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
         step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
+        setup = ccache.prepare(work, python=bp.python, cuda_home=nvcc.cuda_home) if cache \
+            else None
+        if setup:
+            progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
+                         "(--no-cache builds without it)")
+            step.detail["cache"] = setup.describe()
+        else:
+            step.detail["cache"] = {"tool": None, "why": "--no-cache"}
         last = [0.0]
 
         def on_line(line: str) -> None:
@@ -251,8 +278,15 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                 source = re.search(r"\s-c\s+(\S+)", line)
                 progress.say(f"compiling {counter} "
                              f"{Path(source.group(1)).name if source else line[len(counter):80]}")
-        return compile_wheel(bp.python, prepared.tree, env, work / "dist", work / "compile.log",
-                             isolation=recipe.build.isolation, on_line=on_line)
+        try:
+            return compile_wheel(bp.python, prepared.tree,
+                                 {**env, **(setup.env if setup else ccache.disabled_env())},
+                                 work / "dist", work / "compile.log",
+                                 isolation=recipe.build.isolation, on_line=on_line,
+                                 path_prefix=setup.path_prefix if setup else ())
+        finally:
+            if setup:
+                _report_cache(setup, step, progress)
 
     raw = progress.run("compile", compile_)
     final, _ = finish_wheel(raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
