@@ -142,10 +142,10 @@ def _link(link: Path, target: Path | str) -> None:
     link.symlink_to(target)
 
 
-def prepare(work: Path, *, python: Path | str, cuda_home: str, directory: Path | None = None,
+def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = None,
             ccache: str | None = None) -> CompilerCache:
-    """Set up a cached compile in the cell's work directory ``work`` for the build venv of
-    ``python``: the torch-root link, the ``c++`` link, a fresh stats log; returns the setup."""
+    """Set up a cached compile in the cell's work directory ``work`` whose build venv's
+    site-packages is ``site``: the torch-root link, the ``c++`` link, a fresh stats log."""
     ccache = ccache or find_ccache()
     version = ccache_version(ccache)
     directory = (directory or cache_dir()).resolve()
@@ -157,7 +157,7 @@ def prepare(work: Path, *, python: Path | str, cuda_home: str, directory: Path |
                              ) from None
     work = work.resolve()
     root = work / TORCH_ROOT
-    _link(root, site_packages(python))
+    _link(root, site)
     bin_dir = work / BIN_DIR
     bin_dir.mkdir(exist_ok=True)
     for name in WRAPPED:

@@ -260,8 +260,8 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
         progress.say(f"sizing: {sizing.note}")
         progress.say("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
         step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
-        setup = ccache.prepare(work, python=bp.python, cuda_home=nvcc.cuda_home) if cache \
-            else None
+        setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
+                               cuda_home=nvcc.cuda_home) if cache else None
         if setup:
             progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
                          "(--no-cache builds without it)")
