@@ -331,3 +331,41 @@ def test_no_cache_builds_without_ccache(builds):
     assert "compiler cache:" not in builds["uncached"].stderr
     log = Path(detail["log"]).read_text()
     assert "ccache" not in log.split("running build_ext", 1)[-1]
+
+
+# --------------------------------------------------------------------------- a real recipe (slow)
+
+
+def _python_missing(version: str) -> str | None:
+    from tools import pyenv
+    try:
+        pyenv.find_python(version)
+    except ToolchainError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.cuda
+def test_causal_conv1d_second_python_compiles_only_its_binding(tmp_path):
+    """causal_conv1d for sm_90, cp311 then cp312, one cache (benchmarks/bench_ccache.py's run):
+    the second build takes its three kernel units from the cache and compiles the binding."""
+    for python in ("3.11", "3.12"):
+        if why := _python_missing(python):
+            pytest.skip(why)
+    from benchmarks.bench_ccache import build, compile_row
+    cache = tmp_path / "cache"
+    rows = []
+    for i, python in enumerate(("3.11", "3.12")):
+        report = build(f"causal_conv1d-{python}-cu130", archs="90", work=tmp_path / f"w{i}",
+                       out=tmp_path / f"o{i}", cache_dir=cache, no_cache=False,
+                       log=tmp_path / f"build{i}.log")
+        assert report["verdict"] == "passed"   # repair, ABI, archs and the import test passed
+        rows.append(compile_row(python, report))
+    first, second = rows
+    # csrc/: causal_conv1d.cpp (the binding: Python.h) and three .cu kernel units
+    assert (first["hits"], first["misses"]) == (0, 4)
+    assert (second["hits"], second["preprocessed_hits"], second["misses"]) == (3, 3, 1)
+    print(f"compile: cp311 {first['compile_s']:.0f} s, cp312 {second['compile_s']:.0f} s "
+          f"({second['compile_s'] / first['compile_s']:.0%})")
