@@ -157,9 +157,11 @@ def fake_cell(root: Path, python: str) -> FakeCell:
     (pyinc / "Python.h").write_text(f"#define PY_MINOR_VERSION {python.split('.')[1]}\n")
     tree = work / "src" / "pkg-1.0"
     (tree / "csrc").mkdir(parents=True)
-    (tree / "csrc" / "kernel.cpp").write_text('#include "kern.h"\nint k(int x) { return kern(x); }\n')
+    (tree / "csrc" / "kernel.cpp").write_text(
+        '#include "kern.h"\nint k(int x) { return kern(x); }\n')
     (tree / "csrc" / "kernel.cu").write_text(
-        '#include "kern.h"\n__global__ void k(float* x) { x[threadIdx.x] = kern(x[threadIdx.x]); }\n')
+        '#include "kern.h"\n'
+        '__global__ void k(float* x) { x[threadIdx.x] = kern(x[threadIdx.x]); }\n')
     (tree / "csrc" / "binding.cpp").write_text(
         '#include "kern.h"\n#include "Python.h"\nint b() { return kern(PY_MINOR_VERSION); }\n')
     build_temp = tree / "build" / f"temp.linux-x86_64-cpython-{python.replace('.', '')}"
@@ -235,7 +237,8 @@ def test_nvcc_units_hit_across_pythons_through_pytorch_nvcc(tmp_path):
     for python in ("3.11", "3.12"):
         cell = fake_cell(tmp_path, python)
         setup = ccache.prepare(cell.work, site=cell.site, cuda_home=cuda_home, directory=cache)
-        compile_units(cell, setup, ["kernel.cu"], torch_include=cell.work / "torch-root/torch/include")
+        compile_units(cell, setup, ["kernel.cu"],
+                      torch_include=cell.work / "torch-root/torch/include")
         results.append(counts(setup))
     assert results == [(0, 0, 1), (0, 1, 0)]
 

@@ -1,4 +1,4 @@
-"""Compiler cache for builds: ccache around nvcc and the C++ compiler, kernels shared across Pythons.
+"""Compiler cache: ccache around nvcc and the C++ compiler, kernels shared across Pythons.
 
 A per-Python extension compiles the same CUDA kernels once per Python. Only the binding unit (the
 one that includes ``torch/extension.h``, hence ``Python.h``) depends on the Python; kernel units

@@ -275,7 +275,7 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
             if now - last[0] > 5:
                 last[0] = now
                 counter = line.split("]", 1)[0] + "]"
-                source = re.search(r"\s-c\s+(\S+)", line)
+                source = re.search(r"\s-c\s+(?:-c\s+)*(\S+)", line)  # torch may pass -c twice
                 progress.say(f"compiling {counter} "
                              f"{Path(source.group(1)).name if source else line[len(counter):80]}")
         try:
