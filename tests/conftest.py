@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -69,6 +70,19 @@ GOOD_RECIPE = {
     "patches": [{"file": "0001-Read-arch-list.patch", "reason": "the arch list is hard-coded",
                  "upstream": "not submitted"}],
 }
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _compiler_cache_dir(tmp_path_factory):
+    """Builds in the tests compile through this run's own compiler cache, never the user's
+    (~/.cache/cuwheels/ccache); the builds of one run share it."""
+    before = os.environ.get("CUWHEELS_CCACHE_DIR")
+    os.environ["CUWHEELS_CCACHE_DIR"] = str(tmp_path_factory.mktemp("ccache"))
+    yield
+    if before is None:
+        os.environ.pop("CUWHEELS_CCACHE_DIR", None)
+    else:
+        os.environ["CUWHEELS_CCACHE_DIR"] = before
 
 
 @pytest.fixture

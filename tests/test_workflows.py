@@ -213,7 +213,11 @@ def test_build_job_runs_the_local_nox_session(workflows):
     assert 'docker pull --quiet "$IMAGE"' in pull_step["run"]
     # What the step runs, not how it is spelled: nox's session for the cell, on the container
     # backend with docker (what the runner has), and nothing else.
-    argv = shlex.split(build_step["run"])
+    (line,) = [ln for ln in build_step["run"].splitlines() if "nox" in ln]
+    argv = shlex.split(line.split("||")[0])
+    # the build stops itself before the step's and the job's limits (see the compiler cache)
+    assert argv[:3] == ["timeout", "--kill-after=5m", "$TIME_LIMIT"]
+    argv = argv[3:]
     assert Path(argv[0]).name == "nox"
     assert argv[1:3] == ["-s", "build-$CELL_ID"] and build_step["env"]["CELL_ID"] == "${{ matrix.id }}"
     posargs = argv[argv.index("--") + 1:]
@@ -225,6 +229,68 @@ def test_build_job_runs_the_local_nox_session(workflows):
                                                     "wheels-${{ matrix.id }}"}
     assert names.index("Upload the build report") > build
     assert next(u for u in uploads if "report" in u["with"]["name"])["if"] == "always()"
+
+
+CACHE_KEY = ("ccache-${{ matrix.package }}-cu${{ matrix.cuda }}-torch${{ matrix.torch }}"
+             "-py${{ matrix.python }}-")
+
+
+def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
+    job = workflows["wheels.yml"]["jobs"]["build"]
+    restore, restore_step = _step(job, "Restore the compiler cache")
+    build, build_step = _step(job, "Build the cell")
+    stop, stop_step = _step(job, "Stop the builder container")
+    save, save_step = _step(job, "Save the compiler cache")
+    assert restore < build < stop < save
+    assert restore_step["uses"].startswith("actions/cache/restore@")
+    assert save_step["uses"].startswith("actions/cache/save@")
+    assert restore_step["uses"].split("@")[1] == save_step["uses"].split("@")[1]
+    assert "if" not in restore_step                       # pull requests read it too
+    # only trusted runs write it, and also after a failed or stopped build (that is the point)
+    assert save_step["if"].startswith("always() && ")
+    assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
+    assert stop_step["if"] == "always()"
+    # the directory tools.ccache uses by default (the container backend mounts it)
+    from tools.ccache import DEFAULT_DIR
+    path = restore_step["with"]["path"]
+    assert path == save_step["with"]["path"] and Path(path).expanduser() == DEFAULT_DIR
+    # this cell's newest cache first, then another Python's of the same package, CUDA and torch
+    keys = restore_step["with"]["restore-keys"].strip().splitlines()
+    assert keys == [CACHE_KEY, CACHE_KEY.rsplit("-py", 1)[0] + "-"]
+    run_key = CACHE_KEY + "${{ github.run_id }}-${{ github.run_attempt }}"
+    assert restore_step["with"]["key"] == save_step["with"]["key"] == run_key
+    # the build stops itself well before the step's backstop and the job's limit
+    limit = int(build_step["env"]["TIME_LIMIT"].removesuffix("m"))
+    assert limit + 5 < build_step["timeout-minutes"] < job["timeout-minutes"]
+
+
+def _run_build_step(tmp_path, nox_script: str, limit: str) -> subprocess.CompletedProcess:
+    """The build step's own script, with a stand-in nox, in a scratch directory."""
+    job = _load(WORKFLOWS / "wheels.yml")["jobs"]["build"]
+    _, step = _step(job, "Build the cell")
+    nox = tmp_path / ".venv" / "bin" / "nox"
+    nox.parent.mkdir(parents=True)
+    nox.write_text("#!/bin/sh\n" + nox_script)
+    nox.chmod(0o755)
+    env = {**os.environ, "CELL_ID": "demo_ext-3.12-cu130", "TIME_LIMIT": limit}
+    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("nox_script,limit,code,out_of_time", [
+    # a build past its time: stopped, and the message says how to continue
+    ("sleep 30\n", "1s", 124, True),
+    # a build that fails by itself keeps its own exit status, without that message
+    ("exit 7\n", "10s", 7, False),
+    # a build that passes
+    ('test "$2" = build-demo_ext-3.12-cu130\n', "10s", 0, False),
+])
+def test_build_step_stops_itself_in_time(tmp_path, nox_script, limit, code, out_of_time):
+    proc = _run_build_step(tmp_path, nox_script, limit)
+    assert proc.returncode == code, proc.stderr
+    message = ("::error title=out of time::demo_ext-3.12-cu130 stopped after 1s; on main its "
+               "compiler cache is saved: re-run this job to continue from it")
+    assert (message in proc.stdout) is out_of_time
 
 
 def test_one_attestation_per_wheel(workflows):

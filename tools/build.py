@@ -67,13 +67,15 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
                image: str | None = None, stream=None, probe: Probe = readiness,
-               python: Path | None = None, gpu_probe: GpuProbe = probe_gpu) -> dict[str, Any]:
+               python: Path | None = None, gpu_probe: GpuProbe = probe_gpu, cache: bool = True
+               ) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
     ``probe`` says whether an engine can build from an image (for ``auto`` and the container
     backend); ``image`` replaces the table's image for the cell's CUDA. ``python`` builds on the
     host against that existing interpreter's torch. ``gpu_probe`` answers which GPU the kernel
-    check may use (``tools.kernelcheck.probe_gpu``).
+    check may use (``tools.kernelcheck.probe_gpu``). ``cache``: the host backend compiles
+    through ccache (``tools.ccache``).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
@@ -104,7 +106,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                              "cibuildwheel command)", hint="add --backend container")
     work = work_root / cell.id
     work.mkdir(parents=True, exist_ok=True)
-    for stale in ("compile.log", "python.log", "repair.log"):
+    for stale in ("compile.log", "python.log", "repair.log", "ccache-stats.log"):
         (work / stale).unlink(missing_ok=True)
     report: dict[str, Any] = {"cell": cell.id, "backend": "host", "why": why,
                               "archs": list(cell_archs), "label": cell.label,
@@ -114,7 +116,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
                            torch_index_override=torch_index, python=python,
-                           gpu_probe=gpu_probe)
+                           gpu_probe=gpu_probe, cache=cache)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 
@@ -150,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", type=int, metavar="GIB",
                     help="container backend: memory limit (default: available memory - 1 GiB)")
     ap.add_argument("--cpus", type=int, help="container backend: CPU limit (default: all)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="host backend: compile without the compiler cache (ccache in "
+                         "$CUWHEELS_CCACHE_DIR, default ~/.cache/cuwheels/ccache)")
     args = ap.parse_args(argv)
     if args.offline and not args.wheelhouse and not args.python:
         ap.error("--offline needs --wheelhouse (or --python, an environment that has "
@@ -162,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                         work_root=args.work, recipes_root=args.recipes,
                         table_path=args.table, engine=args.engine,
                         dry_run=args.dry_run, memory_gib=args.memory, cpus=args.cpus,
-                        image=args.image, python=args.python)
+                        image=args.image, python=args.python, cache=not args.no_cache)
     if report.get("wheel"):
         print(report["wheel"])
     return 0

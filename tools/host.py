@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from . import pyenv
+from . import ccache, pyenv
 from .buildenv import available_memory_gib, build_env, size_for, usable_cores
 from .compilelog import failing_file
 from .errors import CompileError, ToolchainError
@@ -271,12 +271,14 @@ _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
                   *, isolation: bool, on_line: Callable[[str], None] | None = None,
-                  timeout: float = 6 * 3600, offline: bool = False) -> Path:
+                  timeout: float = 6 * 3600, offline: bool = False,
+                  path_prefix: tuple[str, ...] = ()) -> Path:
     """Run the package's own build (``pip wheel``) and return the unrepaired wheel.
 
     Every line goes to ``log``; ninja's ``[N/M]`` progress lines go to ``on_line``. A failure
     raises CompileError naming the file that failed, the exit status (137: OOM-killed) and the
-    log.
+    log. ``path_prefix`` goes first on PATH (the compiler cache's ``c++``); an inherited
+    PYTHONPATH is dropped, one in ``env`` is kept.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
@@ -285,10 +287,11 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
         cmd.insert(4, "--no-build-isolation")
     if offline:
         cmd.insert(4, "--no-index")
-    full_env = {**os.environ, **env, "PATH": f"{python.parent}{os.pathsep}"
-                f"{Path(env['CUDA_HOME']) / 'bin' if env.get('CUDA_HOME') else ''}"
-                f"{os.pathsep}{os.environ.get('PATH', '')}"}
-    full_env.pop("PYTHONPATH", None)
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env = {**inherited, **env, "PATH": os.pathsep.join(
+        [*path_prefix, str(python.parent),
+         str(Path(env['CUDA_HOME']) / 'bin') if env.get('CUDA_HOME') else '',
+         os.environ.get('PATH', '')])}
     start = time.monotonic()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
@@ -344,16 +347,31 @@ def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, py
     return checked, kept
 
 
+def _report_cache(setup: ccache.CompilerCache, step: Step, progress: Progress) -> None:
+    """Put the build's cache hits and misses in the report, also after a failed compile (an
+    unreadable stats log is noted, never hides the compile's own error)."""
+    try:
+        stats = ccache.read_stats(setup)
+    except ToolchainError as exc:
+        step.detail["cache"]["stats_error"] = str(exc)
+        return
+    step.detail["cache"].update(hits=stats.hits, direct_hits=stats.direct_hits,
+                                preprocessed_hits=stats.preprocessed_hits, misses=stats.misses,
+                                counters=stats.counters)
+    progress.say(f"compiler cache: {stats.summary}")
+
+
 def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
                torch_index_override: str | None, python: Path | None = None,
-               gpu_probe: GpuProbe = probe_gpu) -> Path:
+               gpu_probe: GpuProbe = probe_gpu, cache: bool = True) -> Path:
     """The host backend: every step on this machine; returns the published wheel.
 
     ``python``: build against that existing interpreter's torch and build requirements, as
     they are (checked first; no venv, nothing installed). ``gpu_probe`` says which GPU the
-    kernel check may use (none: the check is recorded as not run).
+    kernel check may use (none: the check is recorded as not run). ``cache`` compiles through
+    ccache (``tools.ccache``); its hits and misses go in the compile step's report.
     """
     def existing(step: Step) -> BuildPython:
         bp = check_existing_python(python, cell, recipe, table)
@@ -398,6 +416,14 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
         progress.say(f"sizing: {sizing.note}")
         progress.say("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
         step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
+        setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
+                               cuda_home=nvcc.cuda_home) if cache else None
+        if setup:
+            progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
+                         "(--no-cache builds without it)")
+            step.detail["cache"] = setup.describe()
+        else:
+            step.detail["cache"] = {"tool": None, "why": "--no-cache"}
         last = [0.0]
 
         def on_line(line: str) -> None:
@@ -405,12 +431,18 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
             if now - last[0] > 5:
                 last[0] = now
                 counter = line.split("]", 1)[0] + "]"
-                source = re.search(r"\s-c\s+(\S+)", line)
+                source = re.search(r"\s-c\s+(?:-c\s+)*(\S+)", line)  # torch may pass -c twice
                 progress.say(f"compiling {counter} "
                              f"{Path(source.group(1)).name if source else line[len(counter):80]}")
-        return compile_wheel(bp.python, prepared.tree, env, work / "dist", work / "compile.log",
-                             isolation=recipe.build.isolation, on_line=on_line,
-                             offline=offline)
+        try:
+            return compile_wheel(bp.python, prepared.tree,
+                                 {**env, **(setup.env if setup else ccache.disabled_env())},
+                                 work / "dist", work / "compile.log",
+                                 isolation=recipe.build.isolation, on_line=on_line,
+                                 offline=offline, path_prefix=setup.path_prefix if setup else ())
+        finally:
+            if setup:
+                _report_cache(setup, step, progress)
 
     raw = progress.run("compile", compile_)
     final, manifest = finish_wheel(
