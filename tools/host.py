@@ -153,6 +153,28 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
+def pip_wheel_command(python: Path, tree: Path, out_dir: Path, *, isolation: bool) -> list[str]:
+    """The package's own build as the host backend runs it: ``pip wheel`` on the tree."""
+    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
+           "-v", "-w", str(out_dir), str(tree)]
+    if not isolation:
+        cmd.insert(4, "--no-build-isolation")
+    return cmd
+
+
+def build_process_env(python: Path, env: dict[str, str], *,
+                      first_on_path: tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment of the package's build: ours plus the cell's variables, with the build
+    venv's scripts (ninja) and the toolkit's bin on PATH; ``first_on_path`` goes before them."""
+    path = [*map(str, first_on_path), str(python.parent)]
+    if env.get("CUDA_HOME"):
+        path.append(str(Path(env["CUDA_HOME"]) / "bin"))
+    full_env = {**os.environ, **env,
+                "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
+    full_env.pop("PYTHONPATH", None)
+    return full_env
+
+
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
                   *, isolation: bool, on_line: Callable[[str], None] | None = None,
                   timeout: float = 6 * 3600) -> Path:
@@ -163,14 +185,8 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     log.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
-           "-v", "-w", str(out_dir), str(tree)]
-    if not isolation:
-        cmd.insert(4, "--no-build-isolation")
-    full_env = {**os.environ, **env, "PATH": f"{python.parent}{os.pathsep}"
-                f"{Path(env['CUDA_HOME']) / 'bin' if env.get('CUDA_HOME') else ''}"
-                f"{os.pathsep}{os.environ.get('PATH', '')}"}
-    full_env.pop("PYTHONPATH", None)
+    cmd = pip_wheel_command(python, tree, out_dir, isolation=isolation)
+    full_env = build_process_env(python, env)
     start = time.monotonic()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")

@@ -118,6 +118,14 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class ProbeSpec:
+    """The translation units a probe build compiles by default (paths in the source tree)."""
+
+    units: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe."""
 
@@ -133,6 +141,8 @@ class Recipe:
     env: tuple[EnvVar, ...]
     build: BuildSpec
     patches: tuple[Patch, ...]
+    #: Units ``python -m tools.probe`` compiles instead of its own pick of the heaviest, and why.
+    probe: ProbeSpec | None = None
 
     @property
     def folder(self) -> Path:
@@ -164,7 +174,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     top = p.mapping(data, "", {
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list})
+    }, {"env": dict, "patches": list, "probe": dict})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -197,10 +207,22 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     env = _env(p, top.get("env") or {}, arch_env)
     build = _build(p, top.get("build"))
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
+    probe = _probe(p, top.get("probe"))
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches)
+                  env, build, patches, probe)
+
+
+def _probe(p: Problems, raw: object) -> ProbeSpec | None:
+    if raw is None:
+        return None
+    m = p.mapping(raw, "probe", {"units": list, "reason": str})
+    if m is None or len(m) < 2:
+        return None
+    p.reason(m["reason"], "probe.reason")
+    units = p.strings(m["units"], "probe.units")
+    return ProbeSpec(units, m["reason"]) if units else None
 
 
 def _source(p: Problems, raw: object) -> Source | None:
