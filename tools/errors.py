@@ -98,6 +98,13 @@ class IndexBuildError(CuwheelsError):
     kind = "index"
 
 
+class ProbeError(CuwheelsError):
+    """A probe build can't be done as asked: too little memory, no compile commands, no such unit."""
+
+    exit_code = 12
+    kind = "probe"
+
+
 def cli(func: Callable[..., int | None]) -> Callable[..., int]:
     """Wrap a ``main()`` so a CuwheelsError prints its message and exits with its code."""
 
