@@ -11,7 +11,7 @@ time, and peak memory of the compiler's whole process tree (nvcc, cicc, ptxas, .
 from /proc. No link, no wheel.
 
 Which units: those named with ``--units``, else the recipe's ``probe.units``, else the heaviest
-by a stated heuristic (``rank_units``). A package that builds several extensions runs ninja once
+CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A package that builds several extensions runs ninja once
 per extension; the probe sees the first one's units (the build stops there).
 
 The result says what ``build.job_memory_gib`` the measurement supports against the recipe's
@@ -51,8 +51,8 @@ from .table import TABLE_PATH
 
 PROBE_STEPS = ["toolchain", "source", "python", "commands", "compile"]
 DEFAULT_WORK = ROOT / "build-cells"
-#: Units compiled when neither --units nor the recipe names any.
-DEFAULT_COUNT = 2
+#: CUDA units compiled when neither --units nor the recipe names any (plus one C++ unit).
+DEFAULT_COUNT = 1
 #: How often the compiler's process tree is sampled; a peak shorter than this can be missed,
 #: which is why the largest single process (from wait4) is also kept as a floor.
 SAMPLE_SECONDS = 0.2
@@ -302,12 +302,20 @@ def rank_units(units: list[Unit], tree: Path) -> list[Unit]:
 def select_units(units: list[Unit], wanted: tuple[str, ...], *, count: int, tree: Path,
                  where: str) -> tuple[list[Unit], str]:
     """The units to compile and a sentence saying how they were chosen: each of ``wanted`` (a
-    path in the tree, or its tail such as ``foo.cu``), else the ``count`` heaviest."""
+    path in the tree, or its tail such as ``foo.cu``), else the ``count`` heaviest CUDA units
+    and the heaviest C++ unit.
+
+    Both kinds, because they fail for different reasons: CUDA units decide time and memory,
+    while a C++ unit compiles torch's headers with the host compiler and the package's own
+    ``-std=``, which is where a new torch series breaks a package first (torch 2.13's headers
+    need C++20)."""
     ranked = rank_units(units, tree)
     if not wanted:
-        return ranked[:count], (f"the {min(count, len(ranked))} heaviest of {len(ranked)} "
-                                "(CUDA first, then the bytes of the unit and the headers it "
-                                "includes from the source tree)")
+        cuda = [u for u in ranked if u.kind == "cuda"]
+        host = [u for u in ranked if u.kind != "cuda"]
+        chosen = cuda[:count] + host[:1] if cuda else host[:count]
+        return chosen, (f"{len(chosen)} of {len(ranked)}: the heaviest CUDA and C++ units (the "
+                        "bytes of the unit and the headers it includes from the source tree)")
     chosen = []
     for name in wanted:
         hits = [u for u in ranked if u.name == name or u.name.endswith("/" + name.lstrip("/"))]
