@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,49 @@ def test_measure_kills_a_unit_past_its_timeout(tmp_path):
     status, seconds, _, _ = measure("sleep 30", cwd=tmp_path, env={}, log=tmp_path / "m.log",
                                     timeout=0.5)
     assert status == -9 and seconds < 10
+
+
+def test_a_terminated_probe_stops_its_compiler(tmp_path):
+    """SIGTERM to the probe must not leave the unit's process group running (it is in its own
+    session, so nothing else would stop it)."""
+    marker = tmp_path / "alive"
+    script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools import probe\n"
+              f"import signal\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
+              f"probe.measure('sleep 60; touch {marker}', cwd={str(tmp_path)!r}, env={{}}, "
+              f"log=__import__('pathlib').Path({str(tmp_path / 'm.log')!r}))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    time.sleep(1.5)
+    sleepers = _session_children(proc.pid)
+    assert sleepers, "the unit did not start"
+    proc.terminate()
+    assert proc.wait(timeout=20) == 143
+    time.sleep(0.5)
+    assert not [p for p in sleepers if Path(f"/proc/{p}").exists()
+                and b"sleep" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def _session_children(parent: int) -> list[int]:
+    """Processes whose parent is a child of ``parent`` (the shell measure starts and its sleep)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+            if ppid == parent or (ppid and Path(f"/proc/{ppid}/stat").exists() and
+                                  _parent_of(ppid) == parent):
+                out.append(int(entry.name))
+    return out
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rfind(")") + 2:].split()[1])
 
 
 @pytest.mark.parametrize("text, expected", [

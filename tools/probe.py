@@ -29,6 +29,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -365,15 +366,22 @@ def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
         proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     peak, deadline = 0, start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        total, _ = _tree_rss(proc.pid, page)
-        peak = max(peak, total)
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, 9)
-        time.sleep(SAMPLE_SECONDS)
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            total, _ = _tree_rss(proc.pid, page)
+            peak = max(peak, total)
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, 9)
+            time.sleep(SAMPLE_SECONDS)
+    except BaseException:
+        # The compiler runs in its own session: stopping the probe must stop it too.
+        os.killpg(proc.pid, 9)
+        os.waitpid(proc.pid, 0)
+        proc.returncode = -9
+        raise
     proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
     seconds = time.monotonic() - start
     single = usage.ru_maxrss * 1024  # KiB on Linux
@@ -575,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unit-timeout", type=float, default=UNIT_TIMEOUT,
                     help="seconds one unit may take (default %(default)s)")
     args = ap.parse_args(argv)
+    # A terminated probe unwinds (and so stops the compiler it started) like an interrupted one.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
     if args.count < 1:
