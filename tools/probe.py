@@ -5,14 +5,16 @@ toolchain, source (download, sha256, patches) and python (venv, torch, build req
 then the package's own build (``pip wheel``, as the host backend runs it) with a stand-in
 ``ninja`` first on PATH. torch's BuildExtension writes ``build.ninja`` and runs ``ninja``; the
 stand-in asks the real ninja for the compile database of that file (``ninja -t compdb``: every
-command line fully expanded), saves it and stops the build there, before anything is compiled.
-The probe then runs a few of those command lines itself, one at a time, and measures each: wall
-time, and peak memory of the compiler's whole process tree (nvcc, cicc, ptxas, ...), sampled
-from /proc. No link, no wheel.
+command line fully expanded) and saves it, compiling nothing. So that a package with several
+extensions (one ninja run each) goes on to the next, the stand-in puts an empty object file
+(compiled once from an empty C file) where each object would be; what the build then links
+and packs is thrown away. The probe then runs a few of the recorded command lines itself, one
+at a time, and measures each: wall time, and peak memory of the compiler's whole process tree
+(nvcc, cicc, ptxas, ...), sampled from /proc. Nothing real is linked, no wheel is kept.
 
 Which units: those named with ``--units``, else the recipe's ``probe.units``, else the heaviest
-CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A package that builds several extensions runs ninja once
-per extension; the probe sees the first one's units (the build stops there).
+CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A source compiled for several extensions (PyG's
+packages build each one for CPU and CUDA) is one unit: its first command line.
 
 The result says what ``build.job_memory_gib`` the measurement supports against the recipe's
 figure, and is written to ``<work>/<cell>/probe/probe.json``. A unit that fails is named with the
@@ -72,10 +74,11 @@ _INCLUDE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 _SHIM = '''\
 #!{python}
 # A stand-in for ninja during a probe build (tools/probe.py). Version checks and -t tools go to
-# the real ninja; a build records the compile database of its ninja file and stops the
-# package's build, so that nothing is compiled by it.
-import json, os, subprocess, sys
-REAL, OUT = {real!r}, {out!r}
+# the real ninja; a build records the compile database of its ninja file and compiles nothing:
+# it puts an empty object where each object would be, so the package's build goes on to its
+# next extension (or, without one, stops the build).
+import json, os, shutil, subprocess, sys
+REAL, OUT, STUB = {real!r}, {out!r}, {stub!r}
 args = sys.argv[1:]
 if any(a == "--version" or a.startswith("-t") for a in args):
     os.execv(REAL, [REAL, *args])
@@ -96,9 +99,16 @@ record = {{"directory": directory, "ninja_file": os.path.join(directory, ninja_f
           "commands": json.loads(proc.stdout)}}
 with open(os.path.join(OUT, "compdb-%d.json" % n), "w") as fh:
     json.dump(record, fh, indent=1)
-sys.stderr.write("cuwheels probe: recorded %d compile commands from %s; stopping the "
-                 "package's build here\\n" % (len(record["commands"]), record["ninja_file"]))
-sys.exit({stop})
+sys.stderr.write("cuwheels probe: recorded %d compile commands from %s\\n"
+                 % (len(record["commands"]), record["ninja_file"]))
+if not STUB:
+    sys.exit({stop})
+for entry in record["commands"]:
+    target = os.path.join(entry["directory"], entry["output"])
+    if target.endswith((".o", ".obj")):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(STUB, target)
+
 '''
 
 
@@ -174,19 +184,31 @@ def check_memory(recipe: Recipe, archs: tuple[str, ...], available_gib: float) -
                  "lower job_memory_gib")
 
 
-def write_shim(bin_dir: Path, real_ninja: str, out: Path) -> Path:
-    """Write the stand-in ``ninja`` into ``bin_dir`` (see the module docstring)."""
+def stand_in_object(path: Path) -> Path | None:
+    """An empty object file (an empty C file compiled), or None when no C compiler answers."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([cc, "-c", "-x", "c", "/dev/null", "-o", str(path)],
+                          capture_output=True, timeout=120)
+    return path if proc.returncode == 0 else None
+
+
+def write_shim(bin_dir: Path, real_ninja: str, out: Path, stub: Path | None) -> Path:
+    """Write the stand-in ``ninja`` into ``bin_dir`` (see the module docstring); without a
+    ``stub`` object it stops the package's build after the first ninja file."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     shim = bin_dir / "ninja"
     shim.write_text(_SHIM.format(python=sys.executable, real=real_ninja, out=str(out),
-                                 stop=STOP_STATUS))
+                                 stub=str(stub) if stub else None, stop=STOP_STATUS))
     shim.chmod(0o755)
     return shim
 
 
 def read_units(record_dir: Path, tree: Path) -> list[Unit]:
     """The compile commands the stand-in ninja recorded, as units (sources only, no links)."""
-    units = []
+    units, seen = [], set()
     for path in sorted(record_dir.glob("compdb-*.json"), key=lambda p: int(p.stem.split("-")[1])):
         record = json.loads(path.read_text())
         for entry in record["commands"]:
@@ -197,6 +219,9 @@ def read_units(record_dir: Path, tree: Path) -> list[Unit]:
                 continue
             name = (source.relative_to(tree.resolve()).as_posix()
                     if source.is_relative_to(tree.resolve()) else str(source))
+            if name in seen:
+                continue
+            seen.add(name)
             units.append(Unit(name, kind, entry["command"], directory,
                               directory / entry["output"]))
     return units
@@ -217,7 +242,8 @@ def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, 
                  "writes; add ninja to the recipe's build.requires")
     record_dir, log = work / "commands", work / "capture.log"
     shutil.rmtree(record_dir, ignore_errors=True)
-    shim_dir = write_shim(work / "shim", real, record_dir).parent
+    stub = stand_in_object(work / "shim" / "stand-in.o")
+    shim_dir = write_shim(work / "shim", real, record_dir, stub).parent
     cmd = pip_wheel_command(python, tree, work / "dist", isolation=isolation)
     full_env = build_process_env(python, env, first_on_path=(shim_dir,))
     with log.open("w") as fh:
@@ -229,6 +255,10 @@ def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, 
             status = proc.returncode
         except subprocess.TimeoutExpired:
             status = None
+    # what the build linked and packed from stand-in objects is no product: remove it
+    shutil.rmtree(work / "dist", ignore_errors=True)
+    for built in (tree / "build").glob("lib.*"):
+        shutil.rmtree(built, ignore_errors=True)
     units = read_units(record_dir, tree) if record_dir.is_dir() else []
     if units:
         return units
@@ -410,6 +440,7 @@ def compile_units(units: list[Unit], env: dict[str, str], logs: Path, progress: 
     results = []
     for i, unit in enumerate(units, 1):
         unit.output.parent.mkdir(parents=True, exist_ok=True)
+        unit.output.unlink(missing_ok=True)   # the stand-in object, or an earlier probe's
         log = logs / (re.sub(r"[^A-Za-z0-9_.-]", "_", unit.name) + ".log")
         progress.say(f"unit {i}/{len(units)}: {unit.name} ...")
         status, seconds, tree, single = measure(unit.command, cwd=unit.directory, env=env,
