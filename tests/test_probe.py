@@ -48,21 +48,20 @@ def _probe(recipes: Path, cell: str, work: Path, *extra: str, timeout=1800):
 
 @pytest.mark.cuda
 @pytest.mark.network
-def test_probe_compiles_the_heaviest_unit_with_the_builds_own_command(sdist, tmp_path):
+def test_probe_compiles_a_unit_with_the_builds_own_command(sdist, tmp_path):
     data = _recipe(sdist, patches=[])
     recipes = _write(tmp_path / "recipes", data, {})
     cell, work = _cell(data), tmp_path / "work"
-    report = probe_cell(cell, sdist=sdist, work_root=work, recipes_root=recipes)
+    # The CUDA unit only: tinyext.cpp (torch's headers) takes a minute; select_units' default
+    # (the heaviest CUDA and C++ units) is tested below on its own.
+    report = probe_cell(cell, units=("add_one.cu",), sdist=sdist, work_root=work,
+                        recipes_root=recipes)
 
     assert report.verdict == "passed"
     assert report.commands_recorded == 2          # tinyext.cpp and add_one.cu
-    unit, host = report.units                     # the heaviest CUDA unit, then the C++ one
+    [unit] = report.units
     assert unit.unit == "csrc/add_one.cu" and unit.kind == "cuda" and unit.ok
-    assert host.unit == "csrc/tinyext.cpp" and host.kind == "c++" and host.ok
-    for u in report.units:
-        assert u.seconds > 0 and 0 < u.peak_process_gib <= u.peak_tree_gib < 8
-    # torch's headers make the C++ unit the heavier one here
-    assert host.peak_tree_gib > unit.peak_tree_gib
+    assert unit.seconds > 0 and 0 < unit.peak_process_gib <= unit.peak_tree_gib < 8
     probe_dir = work / cell / "probe"
     log = Path(unit.log).read_text()
     # the command line is the one torch's BuildExtension wrote: its nvcc, the recipe's arch
@@ -76,7 +75,8 @@ def test_probe_compiles_the_heaviest_unit_with_the_builds_own_command(sdist, tmp
     assert saved["verdict"] == "passed" and saved["units"][0]["unit"] == "csrc/add_one.cu"
     assert [s["name"] for s in saved["steps"]] == ["toolchain", "source", "python", "commands",
                                                    "compile"]
-    assert report.supported_job_memory_gib >= host.peak_tree_gib
+    assert report.supported_job_memory_gib >= unit.peak_tree_gib
+    assert "covers" in report.memory_verdict      # 1.5 GiB covers a small kernel
 
 
 @pytest.mark.cuda

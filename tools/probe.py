@@ -465,18 +465,20 @@ def judge_memory(report: ProbeReport, recipe: Recipe) -> None:
     done = [u for u in report.units if u.ok]
     if not done:
         return
+    # A CUDA unit runs up to this many cicc/ptxas at once; a C++ unit is one compiler process,
+    # and a build reserves at least one thread's worth for it.
     in_flight = min(report.nvcc_threads, max(1, len(report.archs)))
-    per_thread = max(u.peak_tree_gib for u in done) / in_flight
+    per_thread = max(u.peak_tree_gib / (in_flight if u.kind == "cuda" else 1) for u in done)
     supported = math.ceil(per_thread / MEMORY_STEP) * MEMORY_STEP
     report.per_thread_gib = round(per_thread, 2)
     report.supported_job_memory_gib = supported
     have = recipe.build.job_memory_gib
     if have >= per_thread:
         report.memory_verdict = (f"the recipe's job_memory_gib {have:g} covers the measured "
-                                 f"{per_thread:.2f} GiB per nvcc thread")
+                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile")
     else:
         report.memory_verdict = (f"the recipe's job_memory_gib {have:g} is below the measured "
-                                 f"{per_thread:.2f} GiB per nvcc thread: raise it to "
+                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile: raise it to "
                                  f"{supported:g} in {recipe.path}")
 
 
