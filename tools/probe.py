@@ -13,8 +13,9 @@ at a time, and measures each: wall time, and peak memory of the compiler's whole
 (nvcc, cicc, ptxas, ...), sampled from /proc. Nothing real is linked, no wheel is kept.
 
 Which units: those named with ``--units``, else the recipe's ``probe.units``, else the heaviest
-CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A source compiled for several extensions (PyG's
-packages build each one for CPU and CUDA) is one unit: its first command line.
+CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A source
+compiled for several extensions (PyG's packages build each one for CPU and CUDA) is one unit:
+its first command line.
 
 The result says what ``build.job_memory_gib`` the measurement supports against the recipe's
 figure, and is written to ``<work>/<cell>/probe/probe.json``. A unit that fails is named with the
@@ -478,8 +479,8 @@ def judge_memory(report: ProbeReport, recipe: Recipe) -> None:
                                  f"{per_thread:.2f} GiB per nvcc thread or C++ compile")
     else:
         report.memory_verdict = (f"the recipe's job_memory_gib {have:g} is below the measured "
-                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile: raise it to "
-                                 f"{supported:g} in {recipe.path}")
+                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile: raise "
+                                 f"it to {supported:g} in {recipe.path}")
 
 
 def probe_cell(cell_id: str, *, units: tuple[str, ...] = (), count: int = DEFAULT_COUNT,
