@@ -4,8 +4,8 @@
 toolchain, source (download, sha256, patches) and python (venv, torch, build requirements) steps,
 then the package's own build (``pip wheel``, as the host backend runs it) with a stand-in
 ``ninja`` first on PATH. torch's BuildExtension writes ``build.ninja`` and runs ``ninja``; the
-stand-in asks the real ninja for the compile database of that file (``ninja -t compdb``: every
-command line fully expanded) and saves it, compiling nothing. So that a package with several
+stand-in asks the real ninja for the compile database of that file (``ninja -t compdb -x``:
+every command line fully expanded) and saves it, compiling nothing. So that a package with several
 extensions (one ninja run each) goes on to the next, the stand-in puts an empty object file
 (compiled once from an empty C file) where each object would be; what the build then links
 and packs is thrown away. The probe then runs a few of the recorded command lines itself, one
@@ -62,7 +62,8 @@ DEFAULT_COUNT = 1
 SAMPLE_SECONDS = 0.2
 #: One unit may not run longer than this (flash-attn's heaviest take ~10 min with one thread).
 UNIT_TIMEOUT = 2 * 3600
-#: The build before the first ninja run (setup.py, torch import) takes seconds.
+#: The package's build with nothing compiled (setup.py, torch's import, links of empty objects)
+#: takes seconds to a few minutes.
 CAPTURE_TIMEOUT = 1800
 #: job_memory_gib is suggested in steps of this many GiB, rounded up.
 MEMORY_STEP = 0.5
@@ -89,7 +90,7 @@ for flag, value in zip(args, args[1:]):
         directory = os.path.join(directory, value)
     elif flag == "-f":
         ninja_file = value
-proc = subprocess.run([REAL, "-C", directory, "-f", ninja_file, "-t", "compdb"],
+proc = subprocess.run([REAL, "-C", directory, "-f", ninja_file, "-t", "compdb", "-x"],
                       capture_output=True, text=True)
 if proc.returncode != 0:
     sys.stderr.write("cuwheels probe: ninja -t compdb failed: " + proc.stderr)
