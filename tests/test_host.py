@@ -37,3 +37,21 @@ def test_check_nvcc(cells):
     assert "same major" in check_nvcc(Nvcc("/x/nvcc", "13.2", "/x"), cu130)
     with pytest.raises(ToolchainError, match="needs CUDA 12.9, but nvcc at /x/nvcc is CUDA 13.0"):
         check_nvcc(Nvcc("/x/nvcc", "13.0", "/x"), cells["demo_ext-3.12-cu129"])
+
+
+def test_build_env_adds_the_torch_wheels_cuda_headers_after_every_include(tmp_path, monkeypatch):
+    """A toolkit of nvcc alone lacks cusparse.h, which torch's ATen/cuda headers include; the
+    torch wheel's nvidia packages carry it. CPATH comes after every -I, so a full toolkit wins."""
+    from tools.host import build_process_env
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    headers = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include"
+    headers.mkdir(parents=True)
+    monkeypatch.setenv("CPATH", "/opt/mine/include")
+    env = build_process_env(venv / "bin" / "python", {"CUDA_HOME": "/usr/local/cuda"})
+    assert env["CPATH"].split(":") == ["/opt/mine/include", str(headers)]
+    assert env["PATH"].split(":")[:2] == [str(venv / "bin"), "/usr/local/cuda/bin"]
+    monkeypatch.delenv("CPATH")
+    bare = tmp_path / "bare" / "bin"
+    bare.mkdir(parents=True)
+    assert "CPATH" not in build_process_env(bare / "python", {})

@@ -172,6 +172,14 @@ def build_process_env(python: Path, env: dict[str, str], *,
     full_env = {**os.environ, **env,
                 "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
     full_env.pop("PYTHONPATH", None)
+    # torch's CUDA wheels bring the CUDA libraries' headers (site-packages/nvidia/cu13/include:
+    # cusparse.h, cublas_v2.h, ...), which torch's ATen/cuda headers include; a toolkit made of
+    # nvcc alone lacks them. CPATH is searched after every -I, so a full toolkit's copies win.
+    wheel_headers = sorted(str(d) for d in python.parent.parent.glob(
+        "lib/python3*/site-packages/nvidia/*/include"))
+    if wheel_headers:
+        full_env["CPATH"] = os.pathsep.join(
+            [*filter(None, [os.environ.get("CPATH")]), *wheel_headers])
     return full_env
 
 
