@@ -139,6 +139,9 @@ class UnitResult:
     exit_status: int
     log: str
     first_error: str | None = None
+    #: The machine's 1-minute load average when the unit finished: seconds measured on a busy
+    #: machine are longer than the unit's own cost.
+    load_average: float | None = None
 
 
 @dataclass
@@ -449,7 +452,8 @@ def compile_units(units: list[Unit], env: dict[str, str], logs: Path, progress: 
                                                 log=log, timeout=timeout)
         ok = status == 0 and unit.output.is_file()
         result = UnitResult(unit.name, unit.kind, ok, round(seconds, 1), _gib(tree),
-                            _gib(single), status, str(log))
+                            _gib(single), status, str(log),
+                            load_average=round(os.getloadavg()[0], 1))
         if not ok:
             text = log.read_text(errors="replace")
             result.first_error = (first_error(text) or f"exit {status}, no error line"
