@@ -2,15 +2,11 @@
 
 ``python -m tools.probe CELL [--units a.cu,b.cu] [--count N] [--archs 90]`` runs the cell's real
 toolchain, source (download, sha256, patches) and python (venv, torch, build requirements) steps,
-then the package's own build (``pip wheel``, as the host backend runs it) with a stand-in
-``ninja`` first on PATH. torch's BuildExtension writes ``build.ninja`` and runs ``ninja``; the
-stand-in asks the real ninja for the compile database of that file (``ninja -t compdb -x``:
-every command line fully expanded) and saves it, compiling nothing. So that a package with several
-extensions (one ninja run each) goes on to the next, the stand-in puts an empty object file
-(compiled once from an empty C file) where each object would be; what the build then links
-and packs is thrown away. The probe then runs a few of the recorded command lines itself, one
-at a time, and measures each: wall time, and peak memory of the compiler's whole process tree
-(nvcc, cicc, ptxas, ...), sampled from /proc. Nothing real is linked, no wheel is kept.
+then reads the compile commands of the package's own build (``tools.compdb``: the build runs
+with a stand-in ninja that records every command line and compiles nothing). It then runs a few
+of those command lines itself, one at a time, and measures each: wall time, and peak memory of
+the compiler's whole process tree (nvcc, cicc, ptxas, ...), sampled from /proc. Nothing real is
+linked, no wheel is kept.
 
 Which units: those named with ``--units``, else the recipe's ``probe.units``, else the heaviest
 CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A source
@@ -43,10 +39,10 @@ from typing import Any
 from . import RECIPES_DIR, ROOT
 from .build import resolve_archs
 from .buildenv import available_memory_gib, build_env, size_jobs
+from .compdb import Unit, capture_commands
 from .compilelog import failing_file
 from .errors import CompileError, ProbeError, cli
-from .host import (build_process_env, check_nvcc, find_nvcc, pip_wheel_command,
-                   prepare_python)
+from .host import build_process_env, check_nvcc, find_nvcc, prepare_python
 from .matrix import Cell, load_cell
 from .progress import Progress, reporting
 from .recipe import Recipe
@@ -62,68 +58,9 @@ DEFAULT_COUNT = 1
 SAMPLE_SECONDS = 0.2
 #: One unit may not run longer than this (flash-attn's heaviest take ~10 min with one thread).
 UNIT_TIMEOUT = 2 * 3600
-#: The package's build with nothing compiled (setup.py, torch's import, links of empty objects)
-#: takes seconds to a few minutes.
-CAPTURE_TIMEOUT = 1800
 #: job_memory_gib is suggested in steps of this many GiB, rounded up.
 MEMORY_STEP = 0.5
-#: The stand-in ninja's exit status once it has recorded the commands.
-STOP_STATUS = 86
-
-SOURCE_SUFFIXES = {".cu": "cuda", ".cpp": "c++", ".cc": "c++", ".cxx": "c++", ".c": "c"}
 _INCLUDE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
-
-_SHIM = '''\
-#!{python}
-# A stand-in for ninja during a probe build (tools/probe.py). Version checks and -t tools go to
-# the real ninja; a build records the compile database of its ninja file and compiles nothing:
-# it puts an empty object where each object would be, so the package's build goes on to its
-# next extension (or, without one, stops the build).
-import json, os, shutil, subprocess, sys
-REAL, OUT, STUB = {real!r}, {out!r}, {stub!r}
-args = sys.argv[1:]
-if any(a == "--version" or a.startswith("-t") for a in args):
-    os.execv(REAL, [REAL, *args])
-directory, ninja_file = os.getcwd(), "build.ninja"
-for flag, value in zip(args, args[1:]):
-    if flag == "-C":
-        directory = os.path.join(directory, value)
-    elif flag == "-f":
-        ninja_file = value
-proc = subprocess.run([REAL, "-C", directory, "-f", ninja_file, "-t", "compdb", "-x"],
-                      capture_output=True, text=True)
-if proc.returncode != 0:
-    sys.stderr.write("cuwheels probe: ninja -t compdb failed: " + proc.stderr)
-    sys.exit(proc.returncode)
-os.makedirs(OUT, exist_ok=True)
-n = len([f for f in os.listdir(OUT) if f.startswith("compdb-")])
-record = {{"directory": directory, "ninja_file": os.path.join(directory, ninja_file),
-          "commands": json.loads(proc.stdout)}}
-with open(os.path.join(OUT, "compdb-%d.json" % n), "w") as fh:
-    json.dump(record, fh, indent=1)
-sys.stderr.write("cuwheels probe: recorded %d compile commands from %s\\n"
-                 % (len(record["commands"]), record["ninja_file"]))
-if not STUB:
-    sys.exit({stop})
-for entry in record["commands"]:
-    target = os.path.join(entry["directory"], entry["output"])
-    if target.endswith((".o", ".obj")):
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copyfile(STUB, target)
-
-'''
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One translation unit as the package's build would compile it."""
-
-    name: str          # path in the source tree (absolute when outside it)
-    kind: str          # cuda, c++ or c
-    command: str       # the exact shell command line from the ninja file
-    directory: Path    # where ninja runs it
-    output: Path       # the object file it writes
-    weight: int = 0    # bytes of the unit and the tree's headers it includes (rank_units)
 
 
 @dataclass
@@ -188,100 +125,6 @@ def check_memory(recipe: Recipe, archs: tuple[str, ...], available_gib: float) -
                  "machine with more memory; if the figure is too high, measure it there and "
                  "lower job_memory_gib")
 
-
-def stand_in_object(path: Path) -> Path | None:
-    """An empty object file (an empty C file compiled), or None when no C compiler answers."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([cc, "-c", "-x", "c", "/dev/null", "-o", str(path)],
-                          capture_output=True, timeout=120)
-    return path if proc.returncode == 0 else None
-
-
-def write_shim(bin_dir: Path, real_ninja: str, out: Path, stub: Path | None) -> Path:
-    """Write the stand-in ``ninja`` into ``bin_dir`` (see the module docstring); without a
-    ``stub`` object it stops the package's build after the first ninja file."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    shim = bin_dir / "ninja"
-    shim.write_text(_SHIM.format(python=sys.executable, real=real_ninja, out=str(out),
-                                 stub=str(stub) if stub else None, stop=STOP_STATUS))
-    shim.chmod(0o755)
-    return shim
-
-
-def read_units(record_dir: Path, tree: Path) -> list[Unit]:
-    """The compile commands the stand-in ninja recorded, as units (sources only, no links)."""
-    units, seen = [], set()
-    for path in sorted(record_dir.glob("compdb-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-        record = json.loads(path.read_text())
-        for entry in record["commands"]:
-            directory = Path(entry["directory"])
-            source = (directory / entry["file"]).resolve()
-            kind = SOURCE_SUFFIXES.get(source.suffix)
-            if kind is None:
-                continue
-            name = (source.relative_to(tree.resolve()).as_posix()
-                    if source.is_relative_to(tree.resolve()) else str(source))
-            if name in seen:
-                continue
-            seen.add(name)
-            units.append(Unit(name, kind, entry["command"], directory,
-                              directory / entry["output"]))
-    return units
-
-
-def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, *,
-                     isolation: bool, timeout: float = CAPTURE_TIMEOUT) -> list[Unit]:
-    """Run the package's build with the stand-in ninja and return the units it would compile.
-
-    ProbeError when the build writes no compile commands (no ninja in the build environment,
-    a build that doesn't use torch's ninja path, or one that failed before it got there).
-    """
-    real = shutil.which("ninja", path=build_process_env(python, env)["PATH"])
-    if real is None:
-        raise ProbeError(
-            f"ninja is not in the build environment of {tree.name}",
-            hint="the probe reads the command lines from the ninja file torch's BuildExtension "
-                 "writes; add ninja to the recipe's build.requires")
-    record_dir, log = work / "commands", work / "capture.log"
-    shutil.rmtree(record_dir, ignore_errors=True)
-    stub = stand_in_object(work / "shim" / "stand-in.o")
-    shim_dir = write_shim(work / "shim", real, record_dir, stub).parent
-    cmd = pip_wheel_command(python, tree, work / "dist", isolation=isolation)
-    full_env = build_process_env(python, env, first_on_path=(shim_dir,))
-    with log.open("w") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        fh.flush()
-        try:
-            proc = subprocess.run(cmd, cwd=tree, env=full_env, stdout=fh,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
-            status = proc.returncode
-        except subprocess.TimeoutExpired:
-            status = None
-    # what the build linked and packed from stand-in objects is no product: remove it
-    shutil.rmtree(work / "dist", ignore_errors=True)
-    for built in (tree / "build").glob("lib.*"):
-        shutil.rmtree(built, ignore_errors=True)
-    units = read_units(record_dir, tree) if record_dir.is_dir() else []
-    if units:
-        return units
-    text = log.read_text(errors="replace")
-    tail = "\n".join(text.strip().splitlines()[-12:])
-    if status is None:
-        why = f"it ran for {timeout:.0f} s without running ninja"
-    elif status == 0:
-        why = "it finished without running ninja (so nothing says how it compiles)"
-    else:
-        why = f"it stopped (exit {status}) before running ninja"
-    hint = ("the probe needs a build that compiles through torch's BuildExtension with ninja "
-            "(or CMake's Ninja generator)")
-    if isolation:
-        hint += ("; with build.isolation: true pip puts its own ninja first on PATH: probe "
-                 "with isolation false")
-    raise ProbeError(f"the build of {tree.name} wrote no compile commands: {why}; log: {log}\n"
-                     f"{tail}", hint=hint + "; read the log for the first error")
 
 
 def _includes(path: Path, cache: dict[Path, list[bytes]]) -> list[bytes]:
