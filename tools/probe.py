@@ -452,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
                                     "tree, or their file names), instead of the heaviest")
     ap.add_argument("--count", type=int, default=DEFAULT_COUNT,
-                    help=f"how many of the heaviest units to compile (default {DEFAULT_COUNT})")
+                    help=f"how many of the heaviest CUDA units to compile, besides the heaviest C++ "
+                         f"unit (default {DEFAULT_COUNT})")
     ap.add_argument("--archs", help="arch list to probe, e.g. 90 (default: the cell's)")
     ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
     ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
