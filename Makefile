@@ -13,7 +13,7 @@ LEDGER     ?= $(INDEX_DIR)-ledger.json
 PORT       ?= 8765
 INDEX_FLAGS ?= --init-ledger
 
-.PHONY: setup test test-slow demo index serve recipes lint clean
+.PHONY: setup test test-slow demo probe index serve recipes lint clean
 
 ## setup: create .venv with the project's pinned tools (pyproject.toml)
 setup: $(STAMP)
@@ -34,6 +34,10 @@ test-slow: setup
 ## demo: build causal_conv1d for this machine, index it, serve it, pip install it, import it
 demo: setup
 	$(PY) -m tools.demo $(ARGS)
+
+## probe: compile a cell's heaviest units with its own build's command lines (CELL=id ARGS=...)
+probe: setup
+	$(PY) -m tools.probe $(CELL) $(ARGS)
 
 ## index: emit the package index from WHEELS_DIR into INDEX_DIR
 index: setup

@@ -79,6 +79,12 @@ def tests_slow(session: nox.Session) -> None:
     _project(session, "-m", "pytest", "-m", "slow", *session.posargs)
 
 
+@nox.session(venv_backend="none", default=False)
+def probe(session: nox.Session) -> None:
+    """Probe one cell: its heaviest units compiled with its own build's command lines."""
+    _project(session, "-m", "tools.probe", *session.posargs)
+
+
 @nox.session(venv_backend="none")
 def recipes(session: nox.Session) -> None:
     """Validate every recipe against the compatibility table."""

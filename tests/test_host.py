@@ -263,3 +263,21 @@ def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe
                       pythonpath=(site,), work=tmp_path, device="cpu", detail=detail)
     assert detail["kernel_check"]["verdict"] in ("failed", "error")
     assert not (tmp_path / "checked").exists()
+
+
+def test_build_env_adds_the_torch_wheels_cuda_headers_after_every_include(tmp_path, monkeypatch):
+    """A toolkit of nvcc alone lacks cusparse.h, which torch's ATen/cuda headers include; the
+    torch wheel's nvidia packages carry it. CPATH comes after every -I, so a full toolkit wins."""
+    from tools.host import build_process_env
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    headers = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include"
+    headers.mkdir(parents=True)
+    monkeypatch.setenv("CPATH", "/opt/mine/include")
+    env = build_process_env(venv / "bin" / "python", {"CUDA_HOME": "/usr/local/cuda"})
+    assert env["CPATH"].split(":") == ["/opt/mine/include", str(headers)]
+    assert env["PATH"].split(":")[:2] == [str(venv / "bin"), "/usr/local/cuda/bin"]
+    monkeypatch.delenv("CPATH")
+    bare = tmp_path / "bare" / "bin"
+    bare.mkdir(parents=True)
+    assert "CPATH" not in build_process_env(bare / "python", {})

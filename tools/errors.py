@@ -105,6 +105,13 @@ class RegistryError(CuwheelsError):
     kind = "registry"
 
 
+class ProbeError(CuwheelsError):
+    """A probe build can't be done as asked: too little memory, no compile commands, no such unit."""
+
+    exit_code = 13
+    kind = "probe"
+
+
 def cli(func: Callable[..., int | None]) -> Callable[..., int]:
     """Wrap a ``main()`` so a CuwheelsError prints its message and exits with its code."""
 

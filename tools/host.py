@@ -269,6 +269,42 @@ def missing_requirements(python: Path, requirements: list[str]
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
+def pip_wheel_command(python: Path, tree: Path, out_dir: Path, *, isolation: bool,
+                      offline: bool = False) -> list[str]:
+    """The package's own build as the host backend runs it: ``pip wheel`` on the tree
+    (``--no-index`` offline: ``--isolated`` makes pip ignore PIP_NO_INDEX)."""
+    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
+           "-v", "-w", str(out_dir), str(tree)]
+    if not isolation:
+        cmd.insert(4, "--no-build-isolation")
+    if offline:
+        cmd.insert(4, "--no-index")
+    return cmd
+
+
+def build_process_env(python: Path, env: dict[str, str], *,
+                      first_on_path: tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment of the package's build: ours plus the cell's variables, with the build
+    venv's scripts (ninja) and the toolkit's bin on PATH; ``first_on_path`` goes before them."""
+    path = [*map(str, first_on_path), str(python.parent)]
+    if env.get("CUDA_HOME"):
+        path.append(str(Path(env["CUDA_HOME"]) / "bin"))
+    # The caller's PYTHONPATH must not reach the build; the cell's own (the compiler cache's
+    # fixed torch path) must.
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env = {**inherited, **env,
+                "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
+    # torch's CUDA wheels bring the CUDA libraries' headers (site-packages/nvidia/cu13/include:
+    # cusparse.h, cublas_v2.h, ...), which torch's ATen/cuda headers include; a toolkit made of
+    # nvcc alone lacks them. CPATH is searched after every -I, so a full toolkit's copies win.
+    wheel_headers = sorted(str(d) for d in python.parent.parent.glob(
+        "lib/python3*/site-packages/nvidia/*/include"))
+    if wheel_headers:
+        full_env["CPATH"] = os.pathsep.join(
+            [*filter(None, [os.environ.get("CPATH")]), *wheel_headers])
+    return full_env
+
+
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
                   *, isolation: bool, on_line: Callable[[str], None] | None = None,
                   timeout: float = 6 * 3600, offline: bool = False,
@@ -281,17 +317,8 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     PYTHONPATH is dropped, one in ``env`` is kept.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
-           "-v", "-w", str(out_dir), str(tree)]
-    if not isolation:
-        cmd.insert(4, "--no-build-isolation")
-    if offline:
-        cmd.insert(4, "--no-index")
-    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    full_env = {**inherited, **env, "PATH": os.pathsep.join(
-        [*path_prefix, str(python.parent),
-         str(Path(env['CUDA_HOME']) / 'bin') if env.get('CUDA_HOME') else '',
-         os.environ.get('PATH', '')])}
+    cmd = pip_wheel_command(python, tree, out_dir, isolation=isolation, offline=offline)
+    full_env = build_process_env(python, env, first_on_path=tuple(map(Path, path_prefix)))
     start = time.monotonic()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")

@@ -150,6 +150,13 @@ class KernelCheck:
 
     file: str
     path: Path
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """The translation units a probe build compiles by default (paths in the source tree)."""
+
+    units: tuple[str, ...]
     reason: str
 
 
@@ -171,6 +178,8 @@ class Recipe:
     patches: tuple[Patch, ...]
     abi: Abi = Abi()
     check: KernelCheck | None = None
+    #: Units ``python -m tools.probe`` compiles instead of its own pick of the heaviest, and why.
+    probe: ProbeSpec | None = None
 
     @property
     def folder(self) -> Path:
@@ -210,7 +219,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     top = p.mapping(data, "", {
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list, "abi": dict, "check": dict})
+    }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -245,10 +254,22 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
     abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
     check = _kernel_check(p, top.get("check"), path.parent)
+    probe = _probe(p, top.get("probe"))
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches, abi, check)
+                  env, build, patches, abi, check, probe)
+
+
+def _probe(p: Problems, raw: object) -> ProbeSpec | None:
+    if raw is None:
+        return None
+    m = p.mapping(raw, "probe", {"units": list, "reason": str})
+    if m is None or len(m) < 2:
+        return None
+    p.reason(m["reason"], "probe.reason")
+    units = p.strings(m["units"], "probe.units")
+    return ProbeSpec(units, m["reason"]) if units else None
 
 
 def _source(p: Problems, raw: object) -> Source | None:
