@@ -150,6 +150,7 @@ class KernelCheck:
 
     file: str
     path: Path
+    reason: str
 
 
 @dataclass(frozen=True)
