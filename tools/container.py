@@ -289,7 +289,10 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     hint="use an image that has them (the table's image for CUDA "
                          f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
                          f"--pythons {cell.python}`), or leave this Python out of the recipe")
-            chosen = image_for(cell, image_name, ready.labels)
+            # podman won't resolve a short name without a terminal to ask on; docker assumes
+            # Docker Hub, which is what the qualified name says.
+            name = qualified(image_name) if ready.engine.endswith("podman") else image_name
+            chosen = image_for(cell, name, ready.labels)
             step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
             if chosen.note:
                 progress.say(f"image: {chosen.note}")
