@@ -239,7 +239,8 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     uncacheable, so PIP_CACHE_DIR alone re-downloads 3 GB per build.)"""
     table, recipes, cells = world()
     cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
-    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": str(tmp_path / "c")})
+    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": str(tmp_path / "c")},
+                                 ccache=False)
     assert mounts.volumes == (f"{tmp_path / 'c'}:/cuwheels-cache",)
     assert mounts.torch_wheels == "/cuwheels-cache/wheels"
     assert dict(mounts.env) == {"PIP_CACHE_DIR": "/cuwheels-cache/pip"}
@@ -254,6 +255,6 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     assert options["CIBW_BEFORE_BUILD"].startswith(f"{download} && {install} && ")
     assert "--volume " + mounts.volumes[0] in options["CIBW_CONTAINER_ENGINE"]
     # turned off: nothing mounted, torch from its index
-    off = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""})
+    off = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""}, ccache=False)
     assert off.volumes == () and off.torch_wheels is None
     assert " download " not in cibw.pip_install_torch(cell, table, off.torch_wheels)
