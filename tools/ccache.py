@@ -129,7 +129,8 @@ class CompilerCache:
     def describe(self) -> dict[str, Any]:
         """The report's view of the setup."""
         return {"tool": f"ccache {self.version}", "dir": str(self.directory),
-                "base_dir": self.env["CCACHE_BASEDIR"], "torch_root": self.env.get("PYTHONPATH"),
+                "base_dir": self.env["CCACHE_BASEDIR"],
+                "torch_root": self.env.get("PYTHONPATH"),
                 "stats_log": str(self.stats_log)}
 
 
