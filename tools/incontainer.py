@@ -4,13 +4,17 @@
 cell's CUDA, the host backend's own check), ``relax-nvcc-check --python PY`` (before-build, only
 where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL DEST_DIR ...`` (the
 repair command: the finish stage, ``tools.finish``, on cibuildwheel's raw wheel, repaired to the
-cell's manylinux target). ``tools.cibw`` writes these command lines; the staged tools and recipe
-sit at ``/project/cuwheels`` in the container.
+cell's manylinux target). With the compiler cache mounted, ``ccache setup --python PY``
+(before-build, after torch went to its fixed directory) points the build Python at that torch
+through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache stats`` (before the
+finish) prints what the cache did for the compile. ``tools.cibw`` writes these command lines; the
+staged tools and recipe sit at ``/project/cuwheels`` in the container.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -18,8 +22,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import ccache
 from .buildenv import DEFAULT_SOURCE_DATE_EPOCH
-from .cibw import CONTAINER_CUDA_HOME
+from .cibw import (
+    CCACHE_STATS_PREFIX,
+    CONTAINER_CCACHE_STATS,
+    CONTAINER_CCACHE_WORK,
+    CONTAINER_CUDA_HOME,
+    CONTAINER_TORCH,
+)
 from .errors import ToolchainError, cli
 from .finish import FINISH_STEPS, finish_wheel
 from .host import check_nvcc, find_nvcc, probe_torch
@@ -28,6 +39,8 @@ from .progress import Progress
 
 _RELAX_MARKER = "# cuwheels: nvcc major-version check relaxed (table: relax_nvcc_check)"
 _CHECK = "if cuda_ver.major != torch_cuda_version.major:"
+#: The ``.pth`` file that puts the fixed torch directory on the build Python's path.
+TORCH_PTH = "cuwheels-torch.pth"
 
 
 def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
@@ -87,6 +100,33 @@ def relax_installed(python: str) -> Path:
     return path
 
 
+def _container_cache() -> ccache.CompilerCache:
+    """The container build's cache, as its variables (``tools.cibw.ccache_env``) describe it."""
+    binary = ccache.find_ccache()
+    directory = Path(os.environ.get("CCACHE_DIR") or ccache.cache_dir())
+    return ccache.CompilerCache(binary, ccache.ccache_version(binary), directory,
+                                Path(os.environ.get("CCACHE_STATSLOG", CONTAINER_CCACHE_STATS)),
+                                {"CCACHE_BASEDIR": os.environ.get("CCACHE_BASEDIR", ""),
+                                 "PYTHONPATH": str(CONTAINER_TORCH)}, ())
+
+
+def ccache_setup(python: str, *, torch_dir: Path = Path(str(CONTAINER_TORCH)),
+                 work: Path = Path(str(CONTAINER_CCACHE_WORK))) -> ccache.CompilerCache:
+    """Point the build Python ``python`` at the torch in ``torch_dir`` (a ``.pth`` file in its
+    site-packages), link ``c++`` to ccache in ``work/ccache-bin`` and start a fresh stats log."""
+    if not (torch_dir / "torch" / "__init__.py").is_file():
+        raise ToolchainError(f"no torch in {torch_dir}: the compiler cache's fixed torch "
+                             "directory is empty",
+                             hint="before-build installs torch there first (pip --target)")
+    cache = _container_cache()
+    pth = ccache.site_packages(python) / TORCH_PTH
+    pth.write_text(f"{torch_dir}\n")
+    ccache.link_compilers(work / ccache.BIN_DIR, cache.ccache)
+    cache.stats_log.unlink(missing_ok=True)
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    return cache
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.incontainer``."""
     ap = argparse.ArgumentParser(prog="python -m tools.incontainer",
@@ -106,6 +146,9 @@ def parser() -> argparse.ArgumentParser:
     fi.add_argument("--plat", help="auditwheel's target (default: the cell's manylinux tag; "
                                    "auto: the lowest the wheel allows)")
     fi.add_argument("--image", help="the image it runs in, for the manifest")
+    cc = sub.add_parser("ccache", help="the compiler cache: set it up, or say what it did")
+    cc.add_argument("action", choices=["setup", "stats"])
+    cc.add_argument("--python", help="setup: the build venv's interpreter")
     return ap
 
 
@@ -118,6 +161,21 @@ def main(argv: list[str] | None = None) -> int:
         nvcc = find_nvcc()
         note = check_nvcc(nvcc, cell)
         print(f"nvcc {nvcc.version} at {nvcc.path} for {cell.id}" + (f" ({note})" if note else ""))
+    elif args.command == "ccache" and args.action == "setup":
+        if not args.python:
+            raise ToolchainError("ccache setup needs --python (the build venv's interpreter)")
+        cache = ccache_setup(args.python)
+        print(f"compiler cache: ccache {cache.version} in {cache.directory}, torch at "
+              f"{CONTAINER_TORCH}, base_dir {cache.env['CCACHE_BASEDIR']}")
+    elif args.command == "ccache":
+        cache = _container_cache()
+        stats = ccache.read_stats(cache)
+        print(f"compiler cache: {stats.summary}")
+        print(CCACHE_STATS_PREFIX + json.dumps({"tool": f"ccache {cache.version}",
+                                         "dir": str(cache.directory), "hits": stats.hits,
+                                         "direct_hits": stats.direct_hits,
+                                         "preprocessed_hits": stats.preprocessed_hits,
+                                         "misses": stats.misses}))
     elif args.command == "relax-nvcc-check":
         print(f"relaxed torch's nvcc major-version check in {relax_installed(args.python)}")
     else:
