@@ -209,9 +209,9 @@ def select_units(units: list[Unit], wanted: tuple[str, ...], *, count: int, tree
     return chosen, f"named by {where}"
 
 
-def _tree_rss(session: int, page: int) -> tuple[int, list[int]]:
-    """Summed RSS (bytes) of every live process in ``session``, and their pids."""
-    total, pids = 0, []
+def _tree_rss(session: int, page: int) -> int:
+    """Summed RSS (bytes) of every live process in ``session``."""
+    total = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -224,8 +224,7 @@ def _tree_rss(session: int, page: int) -> tuple[int, list[int]]:
         # after "pid (comm)": state ppid pgrp session ... rss is field 24 of stat overall
         if int(fields[3]) == session:
             total += int(fields[21]) * page
-            pids.append(int(entry.name))
-    return total, pids
+    return total
 
 
 def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
@@ -249,8 +248,7 @@ def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            total, _ = _tree_rss(proc.pid, page)
-            peak = max(peak, total)
+            peak = max(peak, _tree_rss(proc.pid, page))
             if time.monotonic() > deadline:
                 os.killpg(proc.pid, 9)
             time.sleep(SAMPLE_SECONDS)
