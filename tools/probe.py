@@ -22,6 +22,7 @@ before anything starts; a build that writes no compile commands is a ProbeError 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -227,6 +228,11 @@ def _tree_rss(session: int, page: int) -> int:
     return total
 
 
+def _kill_session(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
+
+
 def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
             timeout: float = UNIT_TIMEOUT) -> tuple[int, float, int, int]:
     """Run one shell command line in its own session and measure it.
@@ -250,12 +256,13 @@ def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
                 break
             peak = max(peak, _tree_rss(proc.pid, page))
             if time.monotonic() > deadline:
-                os.killpg(proc.pid, 9)
+                _kill_session(proc.pid)
             time.sleep(SAMPLE_SECONDS)
     except BaseException:
         # The compiler runs in its own session: stopping the probe must stop it too.
-        os.killpg(proc.pid, 9)
-        os.waitpid(proc.pid, 0)
+        _kill_session(proc.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
         proc.returncode = -9
         raise
     proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
