@@ -22,6 +22,7 @@ before anything starts; a build that writes no compile commands is a ProbeError 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -209,9 +210,9 @@ def select_units(units: list[Unit], wanted: tuple[str, ...], *, count: int, tree
     return chosen, f"named by {where}"
 
 
-def _tree_rss(session: int, page: int) -> tuple[int, list[int]]:
-    """Summed RSS (bytes) of every live process in ``session``, and their pids."""
-    total, pids = 0, []
+def _tree_rss(session: int, page: int) -> int:
+    """Summed RSS (bytes) of every live process in ``session``."""
+    total = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -224,8 +225,12 @@ def _tree_rss(session: int, page: int) -> tuple[int, list[int]]:
         # after "pid (comm)": state ppid pgrp session ... rss is field 24 of stat overall
         if int(fields[3]) == session:
             total += int(fields[21]) * page
-            pids.append(int(entry.name))
-    return total, pids
+    return total
+
+
+def _kill_session(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
 
 
 def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
@@ -249,15 +254,15 @@ def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            total, _ = _tree_rss(proc.pid, page)
-            peak = max(peak, total)
+            peak = max(peak, _tree_rss(proc.pid, page))
             if time.monotonic() > deadline:
-                os.killpg(proc.pid, 9)
+                _kill_session(proc.pid)
             time.sleep(SAMPLE_SECONDS)
     except BaseException:
         # The compiler runs in its own session: stopping the probe must stop it too.
-        os.killpg(proc.pid, 9)
-        os.waitpid(proc.pid, 0)
+        _kill_session(proc.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
         proc.returncode = -9
         raise
     proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
