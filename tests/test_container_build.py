@@ -123,11 +123,16 @@ def test_image_without_the_cells_python_is_refused_before_compiling(local_image,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.network
 def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist, tmp_path):
     """A real nvcc compile in a container limited to less memory than it needs: exit 137,
-    reported as out of memory, with the unit that was compiling; no wheel."""
+    reported as out of memory, with the unit that was compiling; no wheel.
+
+    Slow, and not in the default suite: at 1 GiB (the smallest whole limit) the compile sits at
+    the limit, so whether the kernel kills it at once (4 min here) or lets it thrash for many
+    minutes first depends on what else the machine is doing."""
     recipes, cell, _ = _tinyext(tmp_path, sdist)
     # The limit covers the whole container: pip's install of torch fits in 1 GiB (it streams),
     # the compile of a unit that includes torch's headers does not (about 1.2 GiB here).
