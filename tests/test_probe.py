@@ -293,15 +293,18 @@ def test_judge_memory(write_recipe, good_recipe, mini_table):
 
 
 def _recipe_cells() -> list[tuple[str, str]]:
-    """(cell, arch) for Python 3.11 and every recipe and torch series the recipes list for the
-    local nvcc's CUDA version; the arch is Hopper, as the recipe names it (xformers builds its
-    sm_90 kernels only for 90a)."""
+    """(cell, arch) for every recipe and torch series the recipes list for the local nvcc's CUDA
+    version: Python 3.11 for a recipe built per Python, the one cell of a recipe that builds once
+    for every Python (xformers: no Python C API, torch's stable ABI, one build against the newest
+    torch). The arch is Hopper, as the recipe names it (xformers builds its sm_90 kernels only
+    for 90a)."""
     try:
         cuda = find_nvcc().version
     except Exception:
         return []
     table = load_table()
-    cells = [c for c in plan(table=table) if c.cuda == cuda and c.python == "3.11"]
+    cells = [c for c in plan(table=table)
+             if c.cuda == cuda and (c.python == "3.11" or c.python_abi != "cpython")]
     return [(c.id, "90a" if "90a" in c.archs else "90") for c in cells]
 
 
