@@ -41,15 +41,7 @@ def test_causal_conv1d_host_build(tmp_path):
     assert manifest["archs"]["requested"] == ["90"] and manifest["archs_override"] is True
     assert all(v["sass"] == ["90"] for v in manifest["archs"]["found"].values())
 
-    python = pyenv.create_venv(tmp_path / "venv", "3.11", seed=True)
-    pip = subprocess.run([str(python), "-m", "pip", "--isolated", "install",
-                          f"torch=={cell.torch_version}", str(wheel)],
-                         capture_output=True, text=True, timeout=1800)
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    imp = subprocess.run([str(python), "-c", "import torch, causal_conv1d_cuda, causal_conv1d; "
-                          "print(causal_conv1d_cuda.__file__)"], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
-    assert imp.returncode == 0, imp.stderr
+    _install_and_import(wheel, "3.11", cell.torch_version, tmp_path)
 
 
 CONTAINER_CELL = "causal_conv1d-3.12-cu130"
@@ -83,11 +75,17 @@ def test_causal_conv1d_container_build(tmp_path):
     assert manifest["backend"] == "container" and manifest["image"] == image
     assert all(v["sass"] == ["90"] for v in manifest["archs"]["found"].values())
 
-    python = pyenv.create_venv(tmp_path / "venv", "3.12", seed=True)
-    pip = subprocess.run([str(python), "-m", "pip", "--isolated", "install",
-                          f"torch=={cell.torch_version}", str(wheel)],
+    _install_and_import(wheel, "3.12", cell.torch_version, tmp_path)
+
+
+def _install_and_import(wheel: Path, python: str, torch_version: str, tmp_path: Path) -> None:
+    """What a user does with the wheel: pip-install it beside its torch into a fresh venv of
+    ``python``, then import the extension and its package from an empty directory."""
+    venv = pyenv.create_venv(tmp_path / "venv", python, seed=True)
+    pip = subprocess.run([str(venv), "-m", "pip", "--isolated", "install",
+                          f"torch=={torch_version}", str(wheel)],
                          capture_output=True, text=True, timeout=1800)
     assert pip.returncode == 0, pip.stderr[-3000:]
-    imp = subprocess.run([str(python), "-c", "import torch, causal_conv1d_cuda, causal_conv1d"],
+    imp = subprocess.run([str(venv), "-c", "import torch, causal_conv1d_cuda, causal_conv1d"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert imp.returncode == 0, imp.stderr
