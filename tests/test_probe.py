@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from tools import ROOT
 from tools.errors import CompileError, ProbeError
 from tools.host import find_nvcc
 from tools.matrix import plan
-from tools.probe import (ProbeReport, Unit, UnitResult, check_memory, first_error,
+from tools.probe import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
                          include_weight, judge_memory, measure, probe_cell, rank_units,
                          select_units)
 from tools.recipe import load_recipe
@@ -287,6 +288,64 @@ def test_judge_memory(write_recipe, good_recipe, mini_table):
     assert ok.supported_job_memory_gib == 1.5 and "covers" in ok.memory_verdict
     low = report(3.1)
     assert low.supported_job_memory_gib == 3.5 and "raise it to 3.5" in low.memory_verdict
+
+
+# ---- the README's table from probe.json files ------------------------------------------------
+
+
+def _saved_probe(work: Path, cell: str, torch: str, sdist: str, units: list[UnitResult],
+                 recipe_gib: float) -> None:
+    report = ProbeReport(cell, ["90"], 1, recipe_gib, units=units, commands_recorded=4,
+                         per_thread_gib=max(u.peak_tree_gib for u in units), verdict="passed"
+                         if all(u.ok for u in units) else "failed")
+    data = {"torch": torch, **asdict(report),
+            "steps": [{"name": "source", "detail": {"sdist": sdist}}]}
+    path = work / cell / "probe" / "probe.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+
+
+def _unit(name: str, kind: str, seconds: float, peak: float, ok: bool = True) -> UnitResult:
+    return UnitResult(name, kind, ok, seconds, peak, peak, 0 if ok else 1, "x.log",
+                      None if ok else "error: boom")
+
+
+def test_summary_prints_the_readme_table_from_saved_probes(tmp_path):
+    work = tmp_path / "work"
+    cu = _unit("csrc/selective_scan_bwd.cu", "cuda", 109.4, 1.0)
+    cpp = _unit("csrc/selective_scan.cpp", "c++", 39.0, 1.53)
+    _saved_probe(work, "mamba_ssm-3.11-cu130-torch2.13", "2.13.0+cu130",
+                 "mamba_ssm-2.3.2.post1.tar.gz", [cu, cpp], 1.0)
+    _saved_probe(work, "mamba_ssm-3.11-cu130", "2.14.1+cu130",
+                 "mamba_ssm-2.3.2.post1.tar.gz", [cu, cpp], 1.0)
+    # a recipe no longer in the tree keeps the figure recorded when it was probed
+    _saved_probe(work, "gone_pkg-3.11-cu130", "2.14.1+cu130", "gone_pkg-0.1.tar.gz",
+                 [_unit("src/k.cu", "cuda", 12, 2.25, ok=False)], 3.0)
+
+    proc = subprocess.run([sys.executable, "-m", "tools.probe", "--summary", str(work)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stderr
+    now = load_recipe(ROOT / "recipes" / "mamba_ssm").build.job_memory_gib
+    assert proc.stdout.splitlines() == [
+        *TABLE_HEADER.splitlines(),
+        "| gone_pkg 0.1 | 2.14.1 | failed: `k.cu` | 12 (`k.cu`) | 2.25 | 2.25 / 3 |",
+        "| mamba_ssm 2.3.2.post1 | 2.14.1 | passed | 109 + 39 (`selective_scan_bwd.cu`, "
+        f"`selective_scan.cpp`) | 1.00 / 1.53 | 1.53 / {now:g} |",
+        "| mamba_ssm 2.3.2.post1 | 2.13.0 | passed | 109 + 39 (`selective_scan_bwd.cu`, "
+        f"`selective_scan.cpp`) | 1.00 / 1.53 | 1.53 / {now:g} |",
+    ]
+
+
+def test_summary_of_a_directory_without_probes_is_a_named_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tools.probe", "--summary", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == ProbeError.exit_code
+    assert f"{tmp_path}: no <cell>/probe/probe.json below it" in proc.stderr
+    assert "--work directory" in proc.stderr
+    bare = subprocess.run([sys.executable, "-m", "tools.probe"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert bare.returncode == 2 and "name a cell to probe (or --summary WORK)" in bare.stderr
 
 
 # ---- every recipe (slow) -------------------------------------------------------------------

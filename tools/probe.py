@@ -46,7 +46,7 @@ from .errors import CompileError, ProbeError, cli
 from .host import build_process_env, check_nvcc, find_nvcc, prepare_python
 from .matrix import Cell, load_cell
 from .progress import Progress, reporting
-from .recipe import Recipe
+from .recipe import Recipe, load_recipe
 from .source import prepare_source
 from .table import TABLE_PATH
 
@@ -448,12 +448,52 @@ def format_report(report: ProbeReport) -> str:
     return "\n".join(lines)
 
 
+#: The header of the README's probe table (``--summary``).
+TABLE_HEADER = ("| recipe | torch | probe | seconds per unit | peak GiB per unit "
+                "| need / recipe's job_memory_gib |\n|---|---|---|---|---|---|")
+
+
+def table_rows(root: Path, recipes_root: Path = RECIPES_DIR) -> list[str]:
+    """One markdown row per ``probe.json`` under ``root`` (a ``--work`` directory): recipe and the
+    version of the sdist probed, torch, verdict, each unit's seconds and peak (in the order the
+    probe compiled them: CUDA units first), and the per-thread need against the recipe's
+    job_memory_gib now (the one recorded at the probe when the recipe is gone). Sorted by
+    recipe, newest torch first."""
+    rows, recipes = [], {}
+    for path in sorted(root.glob("*/probe/probe.json")):
+        data = json.loads(path.read_text())
+        report = ProbeReport(**_report_fields(path))
+        package = report.cell.split("-")[0]
+        if package not in recipes:
+            folder = recipes_root / package
+            recipes[package] = (load_recipe(folder).build.job_memory_gib
+                                if (folder / "recipe.yaml").is_file()
+                                else report.recipe_job_memory_gib)
+        sdist = next((s.get("detail", {}).get("sdist", "") for s in data.get("steps", [])
+                      if s.get("name") == "source"), "")
+        version = sdist.removesuffix(".tar.gz").rpartition("-")[2] or "?"
+        torch = str(data.get("torch", "?")).split("+")[0]
+        names = ", ".join(f"`{Path(u.unit).name}`" for u in report.units)
+        seconds = " + ".join(f"{u.seconds:.0f}" for u in report.units)
+        peaks = " / ".join(f"{u.peak_tree_gib:.2f}" for u in report.units)
+        need = "-" if report.per_thread_gib is None else f"{report.per_thread_gib:.2f}"
+        failed = [u for u in report.units if not u.ok]
+        verdict = report.verdict + (f": `{Path(failed[0].unit).name}`" if failed else "")
+        key = (package, tuple(-int(x) for x in re.findall(r"\d+", torch)))
+        rows.append((key, f"| {package} {version} | {torch} | {verdict} | {seconds} ({names}) "
+                          f"| {peaks} | {need} / {recipes[package]:g} |"))
+    return [row for _, row in sorted(rows)]
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Probe one cell (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m tools.probe",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("cell", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
+    ap.add_argument("cell", nargs="?", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
+    ap.add_argument("--summary", type=Path, metavar="WORK",
+                    help="print the probes' results under WORK (a --work directory) as the "
+                         "README's markdown table, and probe nothing")
     ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
                                     "tree, or their file names), instead of the heaviest")
     ap.add_argument("--count", type=int, default=DEFAULT_COUNT,
@@ -473,6 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     # A terminated probe unwinds (and so stops the compiler it started) like an interrupted one.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if args.summary:
+        rows = table_rows(args.summary, args.recipes)
+        if not rows:
+            raise ProbeError(f"{args.summary}: no <cell>/probe/probe.json below it",
+                             hint="pass the --work directory the probes wrote to "
+                                  f"(default {DEFAULT_WORK})")
+        print("\n".join([TABLE_HEADER, *rows]))
+        return 0
+    if not args.cell:
+        ap.error("name a cell to probe (or --summary WORK)")
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
     if args.count < 1:
