@@ -21,7 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import RECIPES_DIR, ROOT
@@ -62,6 +62,11 @@ class Cell:
     serves_python: tuple[str, ...] = ()
     #: The first torch major the table knows nothing about (a stable wheel's pin stays below it).
     torch_next_major: int = 3
+    #: Cells of the recipes this one ``depends`` on whose wheels it needs: the same CUDA
+    #: version, each serving this cell's Pythons and torch series (see ``link_needs``).
+    needs: tuple[str, ...] = ()
+    #: Those recipes' distribution names, which the wheel requires (``Requires-Dist``).
+    needs_dist: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -102,7 +107,7 @@ class Cell:
     def to_json(self) -> dict:
         """A JSON-ready dict with the id first (the GitHub matrix uses it as job name)."""
         data = asdict(self)
-        for key in ("archs", "serves_torch", "serves_python"):
+        for key in ("archs", "serves_torch", "serves_python", "needs", "needs_dist"):
             data[key] = list(data[key])
         del data["torch_next_major"]  # said by torch_pin, as a string
         return {"id": self.id, **data, "label": self.label, "torch_pin": self.torch_pin}
@@ -166,10 +171,74 @@ def torch_index(cell: Cell, table: Table) -> str | None:
 
 
 def plan(recipes: list[Recipe] | None = None, table: Table | None = None) -> list[Cell]:
-    """All cells of all recipes (by default, every recipe under recipes/)."""
+    """All cells of all recipes (by default, every recipe under recipes/), each with the cells
+    it needs (``link_needs``)."""
     table = table or load_table()
     recipes = load_all(table=table) if recipes is None else recipes
-    return [c for r in recipes for c in cells_for(r, table)]
+    return link_needs([c for r in recipes for c in cells_for(r, table)], recipes)
+
+
+def _dependency_cycle(recipes: list[Recipe]) -> list[str] | None:
+    """A cycle of ``depends`` among ``recipes`` (its packages, the first repeated at the end),
+    or None."""
+    graph = {r.package: [d.package for d in r.depends] for r in recipes}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for package in graph:
+        if package not in state and (found := visit(package, [package])):
+            return found
+    return None
+
+
+def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
+    """``cells`` with ``needs``/``needs_dist`` filled from their recipes' ``depends``: for each
+    dependency, its cell of the same CUDA version whose build serves every Python and torch
+    series this cell serves. PlanError (naming the recipe file, the entry and the fix) for a
+    dependency that is no recipe, one with no such cell, or a cycle."""
+    by_package = {r.package: r for r in recipes}
+    cycle = _dependency_cycle(recipes)
+    if cycle:
+        first = by_package[cycle[0]]
+        raise PlanError(f"{first.path}: depends: the recipes depend on each other in a cycle "
+                        f"({' -> '.join(cycle)}), so none of them could be built first",
+                        hint="remove one of those depends entries")
+    out = []
+    for cell in cells:
+        recipe = by_package[cell.package]
+        ids, dists = [], []
+        for i, dep in enumerate(recipe.depends):
+            where = f"{recipe.path}: depends[{i}].package"
+            other = by_package.get(dep.package)
+            if other is None:
+                raise PlanError(f"{where}: there is no recipe {dep.package!r} "
+                                f"(recipes/{dep.package}/recipe.yaml)",
+                                hint="add that recipe in the same change, or correct the name")
+            pythons = set(cell.serves_python or (cell.python,))
+            torches = set(cell.serves_torch or (cell.torch,))
+            match = [d for d in cells if d.package == dep.package and d.cuda == cell.cuda
+                     and torches <= set(d.serves_torch or (d.torch,))
+                     and pythons <= set(d.serves_python or (d.python,))]
+            if not match:
+                raise PlanError(
+                    f"{where}: {dep.package} has no build serving {cell.id} (CUDA {cell.cuda}, "
+                    f"torch {', '.join(sorted(torches))}, Python {', '.join(sorted(pythons))}),"
+                    f" whose wheel needs {dep.package}'s",
+                    hint=f"add that CUDA version, torch series and Python to {other.path}, or "
+                         f"narrow {recipe.path}'s to what {dep.package} builds")
+            ids.append(match[0].id)
+            dists.append(other.source.pypi)
+        out.append(replace(cell, needs=tuple(ids), needs_dist=tuple(dists)) if ids else cell)
+    return out
 
 
 def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torches=None,

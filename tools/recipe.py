@@ -20,6 +20,8 @@ from packaging.utils import canonicalize_name
 
 from . import RECIPES_DIR
 from .errors import RecipeError, cli
+from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
+                            parse_kernel_check, parse_probe)
 from .schema import Problems, load_yaml
 from .table import Table, arch_key, load_table, version_key
 
@@ -46,7 +48,6 @@ RESERVED_ENV = {
     "CUDA_HOME": "the backend sets it to the toolkit it checked",
 }
 
-_PACKAGE_RE = re.compile(r"[a-z][a-z0-9_]*")
 _ENV_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 _PATCH_RE = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -145,23 +146,6 @@ class Patch:
 
 
 @dataclass(frozen=True)
-class KernelCheck:
-    """The recipe's GPU kernel check: a file in its folder run by ``tools.kernelcheck``."""
-
-    file: str
-    path: Path
-    reason: str
-
-
-@dataclass(frozen=True)
-class ProbeSpec:
-    """The translation units a probe build compiles by default (paths in the source tree)."""
-
-    units: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True)
 class Recipe:
     """A validated recipe."""
 
@@ -181,6 +165,8 @@ class Recipe:
     check: KernelCheck | None = None
     #: Units ``python -m tools.probe`` compiles instead of its own pick of the heaviest, and why.
     probe: ProbeSpec | None = None
+    #: Recipes whose wheel of the same cell this package imports (``depends``).
+    depends: tuple[Dependency, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -220,7 +206,8 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     top = p.mapping(data, "", {
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict})
+    }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict,
+        "depends": list})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -230,7 +217,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     if package and package != path.parent.name:
         p.add("package", f"{package!r} differs from the folder name {path.parent.name!r}",
               "the package key and the recipe folder must have the same name")
-    elif package and not _PACKAGE_RE.fullmatch(package):
+    elif package and not PACKAGE_RE.fullmatch(package):
         p.add("package", f"{package!r} must be lowercase letters, digits and underscores",
               f"use {re.sub(r'[^a-z0-9_]', '_', package.lower())!r} (also rename the folder)")
 
@@ -254,23 +241,13 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     build = _build(p, top.get("build"))
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
     abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
-    check = _kernel_check(p, top.get("check"), path.parent)
-    probe = _probe(p, top.get("probe"))
+    check = parse_kernel_check(p, top.get("check"), path.parent)
+    probe = parse_probe(p, top.get("probe"))
+    depends = parse_depends(p, top.get("depends") or [], package)
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches, abi, check, probe)
-
-
-def _probe(p: Problems, raw: object) -> ProbeSpec | None:
-    if raw is None:
-        return None
-    m = p.mapping(raw, "probe", {"units": list, "reason": str})
-    if m is None or len(m) < 2:
-        return None
-    p.reason(m["reason"], "probe.reason")
-    units = p.strings(m["units"], "probe.units")
-    return ProbeSpec(units, m["reason"]) if units else None
+                  env, build, patches, abi, check, probe, depends)
 
 
 def _source(p: Problems, raw: object) -> Source | None:
@@ -514,32 +491,6 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
             p.add("patches", f"patches/{extra} is in the folder but not listed",
                   "list it under patches: with a reason, or delete it")
     return tuple(out)
-
-
-_CHECK_FILE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")
-#: The check file's conventional name: present in a folder, it must be declared.
-CHECK_FILE = "check.py"
-
-
-def _kernel_check(p: Problems, raw: object, folder: Path) -> KernelCheck | None:
-    if raw is None:
-        if (folder / CHECK_FILE).is_file():
-            p.add("check", f"{CHECK_FILE} is in the recipe folder but not declared",
-                  f"add check: {{file: {CHECK_FILE}, reason: what it compares}}, or delete it")
-        return None
-    m = p.mapping(raw, "check", {"file": str, "reason": str})
-    if m is None or len(m) < 2:
-        return None
-    p.reason(m["reason"], "check.reason")
-    if not _CHECK_FILE_RE.fullmatch(m["file"]):
-        p.add("check.file", f"{m['file']!r} is not a Python file name in the recipe folder",
-              f"name it like {CHECK_FILE}, beside recipe.yaml")
-        return None
-    path = folder / m["file"]
-    if not path.is_file():
-        p.add("check.file", f"{m['file']} is declared but does not exist beside recipe.yaml",
-              "add the file or remove the check entry")
-    return KernelCheck(m["file"], path, m["reason"])
 
 
 def load_recipe(folder: Path, table: Table | None = None) -> Recipe:
