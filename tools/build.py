@@ -23,7 +23,9 @@ from .engine import Probe, first_ready, readiness
 from .errors import ToolchainError, cli
 from .host import EXISTING_PYTHON_STEPS, HOST_STEPS, build_host
 from .kernelcheck import GpuProbe, probe_gpu
-from .matrix import Cell, load_cell
+from .matrix import Cell, find_cell, load_cell, plan
+from .needs import provide
+from .recipe import load_all
 from .progress import Progress, reporting
 from .table import TABLE_PATH, Table, arch_key
 
@@ -89,6 +91,23 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     if python is not None:
         why = f"--python {python}"
     cell_archs = resolve_archs(cell, archs, table)
+    needed: tuple[Path, ...] = ()
+    if cell.needs and not dry_run:
+        def build_needed(need_id: str, out: Path) -> Path:
+            # The same backend, archs and sources as this build; the wheel goes to ``out``,
+            # not to the output directory (the needed cell's own build publishes it).
+            return Path(build_cell(
+                need_id, backend=chosen, archs=archs, sdist_dir=sdist_dir,
+                wheelhouse=wheelhouse, offline=offline, torch_index=torch_index, out_dir=out,
+                work_root=work_root, recipes_root=recipes_root, table_path=table_path,
+                engine=engine, memory_gib=memory_gib, cpus=cpus, image=image, stream=stream,
+                probe=probe, python=python, gpu_probe=gpu_probe, cache=cache)["wheel"])
+
+        cells = plan(load_all(recipes_root, table), table)
+        needed = provide(cell, [find_cell(n, cells) for n in cell.needs],
+                         search=tuple(d for d in (out_dir, wheelhouse) if d),
+                         into=work_root / cell.id / "needs", build=build_needed,
+                         say=lambda line: print(f"[{cell.id}] {line}", file=stream or sys.stderr))
     if chosen == "container":
         progress = Progress(cell.id, CONTAINER_STEPS, stream or sys.stderr)
         progress.say(f"backend: container ({why})")
@@ -96,7 +115,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                                  dry_run=dry_run, out_dir=out_dir, work_root=work_root,
                                  progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                                  memory_gib=memory_gib, cpus=cpus, image=image, probe=probe,
-                                 cache=cache)
+                                 cache=cache, needed=needed)
         report.setdefault("why", why)
         return report
     progress = Progress(cell.id, EXISTING_PYTHON_STEPS if python else HOST_STEPS,
@@ -112,12 +131,14 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
     report: dict[str, Any] = {"cell": cell.id, "backend": "host", "why": why,
                               "archs": list(cell_archs), "label": cell.label,
                               "verdict": "failed"}
+    if needed:
+        report["needs"] = [str(p) for p in needed]
     with reporting(work / "report.json", report, progress):
         wheel = build_host(cell, recipe, table, archs=cell_archs, work=work, out_dir=out_dir,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
                            torch_index_override=torch_index, python=python,
-                           gpu_probe=gpu_probe, cache=cache)
+                           gpu_probe=gpu_probe, cache=cache, needed=needed)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 

@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -104,6 +104,9 @@ class Mounts:
     #: The compiler cache's directory inside the container (``CONTAINER_CCACHE``); None: the
     #: build compiles without a cache.
     ccache: str | None = None
+    #: The wheels of the cells this one needs (``tools.needs``), as paths inside the container:
+    #: the test venv gets them before the wheel, so its requirement on them is met.
+    needs: tuple[str, ...] = ()
 
     @property
     def create_args(self) -> tuple[str, ...]:
@@ -117,6 +120,8 @@ class Mounts:
 CONTAINER_CACHE = "/cuwheels-cache"
 CONTAINER_PIP_CACHE = f"{CONTAINER_CACHE}/pip"
 CONTAINER_TORCH_WHEELS = f"{CONTAINER_CACHE}/wheels"
+#: Where the wheels of the cells a cell needs are mounted, read-only.
+CONTAINER_NEEDS = PurePosixPath("/cuwheels-needs")
 #: Where the compiler cache (``tools.ccache.cache_dir``: the directory CI restores and saves) is
 #: mounted. A mount of its own, not under the pip cache: either can be off without the other.
 CONTAINER_CCACHE = "/cuwheels-ccache"
@@ -152,6 +157,19 @@ def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = 
     return Mounts(tuple(volumes), trust.variables, tuple(extra),
                   CONTAINER_TORCH_WHEELS if cache else None,
                   CONTAINER_CCACHE if ccache else None)
+
+
+def with_needs(mounts: Mounts, wheels: tuple[Path, ...]) -> Mounts:
+    """``mounts`` plus the needed ``wheels`` (all in one directory), mounted read-only at
+    ``CONTAINER_NEEDS``."""
+    if not wheels:
+        return mounts
+    folders = {Path(w).parent for w in wheels}
+    if len(folders) != 1:
+        raise ValueError(f"needed wheels must share one directory, not {sorted(folders)}")
+    volume = f"{folders.pop()}:{CONTAINER_NEEDS}:ro"
+    return replace(mounts, volumes=(*mounts.volumes, volume),
+                   needs=tuple(str(CONTAINER_NEEDS / Path(w).name) for w in wheels))
 
 
 def default_limits(env: dict[str, str] | None = None) -> Limits:
@@ -355,7 +373,9 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels, cached),
         "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image,
                                                     cached),
-        "CIBW_BEFORE_TEST": pip_install_torch(cell, table, mounts.torch_wheels),
+        "CIBW_BEFORE_TEST": " && ".join([pip_install_torch(cell, table, mounts.torch_wheels)] + (
+            [_sh(["python", "-m", "pip", "install", "--no-deps", *map(_q, mounts.needs)])]
+            if mounts.needs else [])),
         "CIBW_TEST_COMMAND": smoke_command(cell, recipe),
     }
     if mounts.pass_env:

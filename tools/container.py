@@ -57,6 +57,7 @@ from .cibw import (
     default_mounts,
     identifier,
     plan_invocation,
+    with_needs,
 )
 from .compilelog import failing_file
 from .engine import Probe, Readiness, find_engine, pull, qualified, readiness
@@ -65,7 +66,7 @@ from .finish import recipe_git_revision
 from .manifest import read_manifest
 from .matrix import Cell, load_cell
 from .progress import Progress, publish, reporting
-from .recipe import Recipe
+from .recipe import Recipe, load_recipe
 from .source import prepare_source
 from .table import TABLE_PATH, Table
 
@@ -132,7 +133,8 @@ class Staged:
 def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path | None = None,
           sdist_dir: Path | None = None) -> Staged:
     """Fetch, verify, extract and patch the sdist into ``work/src/``, and put this project's
-    tools and the cell's recipe and table beside it (``work/src/cuwheels``)."""
+    tools and the cell's recipe (with those it depends on, which the plan inside reads) and
+    table beside it (``work/src/cuwheels``)."""
     prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
     project = prepared.tree.parent
     dest = project / TOOLS_DIR
@@ -140,7 +142,14 @@ def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path |
     shutil.copytree(ROOT / "tools", dest / "tools", ignore=ignore)
     (dest / "recipes").mkdir(parents=True)
     shutil.copyfile(table.path, dest / "recipes" / "table.yaml")
-    shutil.copytree(recipe.folder, dest / "recipes" / recipe.package, ignore=ignore)
+    folders, queue = {recipe.package: recipe.folder}, list(recipe.depends)
+    while queue:
+        dep = queue.pop()
+        if dep.package not in folders:
+            folders[dep.package] = recipe.folder.parent / dep.package
+            queue.extend(load_recipe(folders[dep.package], table).depends)
+    for package, folder in folders.items():
+        shutil.copytree(folder, dest / "recipes" / package, ignore=ignore)
     return Staged(project, prepared.tree, prepared.sdist, prepared.sha256, prepared.patches)
 
 
@@ -242,8 +251,8 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     progress: Progress, sdist: Path | None, sdist_dir: Path | None,
                     memory_gib: int | None = None, cpus: int | None = None,
                     image: str | None = None, mounts: Mounts | None = None,
-                    stdout=None, probe: Probe = readiness, cache: bool = True
-                    ) -> dict[str, Any]:
+                    stdout=None, probe: Probe = readiness, cache: bool = True,
+                    needed: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Build one cell with cibuildwheel in its image and return the build report.
 
     ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
@@ -253,11 +262,13 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
     inspection and smoke test in the container passed. ``cache``: compile through ccache in the
     mounted compiler cache (``tools.ccache.cache_dir``), its hits and misses in the report.
+    ``needed``: the wheels of the cells this one needs (``tools.needs``, one directory),
+    mounted read-only and installed into the test venv before the wheel.
     """
     stdout = stdout or sys.stdout
     limits = default_limits()
     limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
-    mounts = default_mounts(ccache=cache) if mounts is None else mounts
+    mounts = with_needs(default_mounts(ccache=cache) if mounts is None else mounts, needed)
     image_name = image or cell.image
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []

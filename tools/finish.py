@@ -155,9 +155,12 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
     def metadata(step: Step) -> Path:
         pin = cell.torch_pin
         out = set_version_and_pin(repaired, work / "final", label=cell.label, torch_pin=pin,
-                                  manifest=manifest, epoch=epoch, build_number=recipe.build.number)
+                                  manifest=manifest, epoch=epoch, build_number=recipe.build.number,
+                                  requires=cell.needs_dist)
         step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,
                            build_number=recipe.build.number)
+        if cell.needs_dist:
+            step.detail.update(requires=list(cell.needs_dist))
         return out
 
     final = progress.run("metadata", metadata)

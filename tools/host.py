@@ -392,13 +392,16 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
                torch_index_override: str | None, python: Path | None = None,
-               gpu_probe: GpuProbe = probe_gpu, cache: bool = True) -> Path:
+               gpu_probe: GpuProbe = probe_gpu, cache: bool = True,
+               needed: tuple[Path, ...] = ()) -> Path:
     """The host backend: every step on this machine; returns the published wheel.
 
     ``python``: build against that existing interpreter's torch and build requirements, as
     they are (checked first; no venv, nothing installed). ``gpu_probe`` says which GPU the
     kernel check may use (none: the check is recorded as not run). ``cache`` compiles through
     ccache (``tools.ccache``); its hits and misses go in the compile step's report.
+    ``needed``: the wheels of the cells this one needs (``tools.needs``), installed beside it
+    for the import and kernel checks.
     """
     def existing(step: Step) -> BuildPython:
         bp = check_existing_python(python, cell, recipe, table)
@@ -483,7 +486,8 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
         if python is not None:
             seconds, site = smoke_test_existing(final, python=bp.python,
                                                 torch_series=cell.torch,
-                                                imports=recipe.imports, workdir=work / "smoke")
+                                                imports=recipe.imports, workdir=work / "smoke",
+                                                extra_wheels=needed)
             step.detail.update(smoke_test="passed", imports=list(recipe.imports),
                                seconds=seconds, python=str(bp.python))
             return bp.python, (site,)
@@ -491,7 +495,8 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
         seconds = smoke_test(final, python=cell.python, torch_requirement=cell.torch_requirement,
                              torch_version=cell.torch_version, imports=recipe.imports,
                              workdir=work / "smoke", extra_index_urls=(index,) if index else (),
-                             find_links=(wheelhouse,) if wheelhouse else (), offline=offline)
+                             find_links=(wheelhouse,) if wheelhouse else (), offline=offline,
+                             extra_wheels=needed)
         step.detail.update(smoke_test="passed", imports=list(recipe.imports), seconds=seconds)
         return smoke_venv(work / "smoke") / "bin" / "python", ()
 

@@ -372,10 +372,10 @@ def smoke_argv(python: str, torch_version: str, imports: tuple[str, ...] | list[
 def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tuple[str, ...],
                workdir: Path, torch_version: str = "", index_url: str | None = None,
                extra_index_urls: tuple[str, ...] = (), find_links: tuple[Path, ...] = (),
-               offline: bool = False) -> float:
-    """Install ``wheel`` with ``torch_requirement`` into a fresh Python ``python`` venv under
-    ``workdir``, import torch (``torch_version``, when given) then each of ``imports``; return
-    the step's wall seconds.
+               offline: bool = False, extra_wheels: tuple[Path, ...] = ()) -> float:
+    """Install ``wheel`` with ``torch_requirement`` (and ``extra_wheels``: the wheels of the
+    cells it needs) into a fresh Python ``python`` venv under ``workdir``, import torch
+    (``torch_version``, when given) then each of ``imports``; return the step's wall seconds.
 
     Both are installed in one resolution, so a wheel pinning another torch fails here instead
     of silently swapping torch. The imports run from an empty directory, so a source tree
@@ -387,7 +387,8 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
     venv_python = pyenv.create_venv(smoke_venv(workdir), python)
     log = workdir / "smoke-install.log"
     try:
-        pyenv.install(venv_python, [torch_requirement, str(Path(wheel).resolve())],
+        pyenv.install(venv_python, [torch_requirement, str(Path(wheel).resolve()),
+                                    *(str(Path(w).resolve()) for w in extra_wheels)],
                       index_url=index_url, extra_index_urls=tuple(extra_index_urls),
                       find_links=tuple(Path(p) for p in find_links), offline=offline, log=log,
                       what=f"{Path(wheel).name} with {torch_requirement}")
@@ -408,8 +409,10 @@ def smoke_venv(workdir: Path) -> Path:
 
 
 def smoke_test_existing(wheel: Path, *, python: Path, torch_series: str,
-                        imports: tuple[str, ...], workdir: Path) -> tuple[float, Path]:
-    """The smoke test for a build against an existing interpreter (``--python``): the wheel is
+                        imports: tuple[str, ...], workdir: Path,
+                        extra_wheels: tuple[Path, ...] = ()) -> tuple[float, Path]:
+    """The smoke test for a build against an existing interpreter (``--python``): the wheel
+    (and ``extra_wheels``, those of the cells it needs) is
     installed, without dependencies and offline, into ``<workdir>/site``, which goes first on
     ``python``'s path; then torch (``torch_series``.x, that environment's own) and each of
     ``imports`` are imported. Nothing is installed into the environment itself. Returns the
@@ -422,7 +425,8 @@ def smoke_test_existing(wheel: Path, *, python: Path, torch_series: str,
         shutil.rmtree(site)
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [pyenv.uv_bin(), "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps",
-           "--python", str(python), "--target", str(site), str(Path(wheel).resolve())]
+           "--python", str(python), "--target", str(site), str(Path(wheel).resolve()),
+           *(str(Path(w).resolve()) for w in extra_wheels)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
     (workdir / "smoke-install.log").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")

@@ -9,6 +9,7 @@ only renamed ("inconsistent version"). The unpinned ``Requires-Dist: torch`` bec
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import hashlib
 import io
@@ -32,11 +33,16 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def _rewrite_metadata(text: str, version: str, torch_pin: str | None) -> str:
+def _rewrite_metadata(text: str, version: str, torch_pin: str | None,
+                      requires: tuple[str, ...] = ()) -> str:
     head, sep, body = text.partition("\n\n")
     lines = head.splitlines()
     out, pinned = [], False
+    required = set()
     for line in lines:
+        if line.startswith("Requires-Dist:"):
+            with contextlib.suppress(InvalidRequirement):
+                required.add(canonicalize_name(Requirement(line.split(":", 1)[1]).name))
         if line.startswith("Version:"):
             out.append(f"Version: {version}")
             continue
@@ -53,10 +59,12 @@ def _rewrite_metadata(text: str, version: str, torch_pin: str | None) -> str:
                 pinned = True
                 continue
         out.append(line)
-    if torch_pin and not pinned:
-        last = max((i for i, l in enumerate(out) if l.startswith("Requires-Dist:")), default=None)
-        at = last + 1 if last is not None else len(out)
-        out.insert(at, f"Requires-Dist: {torch_pin}")
+    added = [torch_pin] if torch_pin and not pinned else []
+    # A dependency the package's own metadata already names keeps its own requirement.
+    added += [name for name in requires if canonicalize_name(name) not in required]
+    last = max((i for i, l in enumerate(out) if l.startswith("Requires-Dist:")), default=None)
+    at = last + 1 if last is not None else len(out)
+    out[at:at] = [f"Requires-Dist: {req}" for req in added]
     return "\n".join(out) + (sep + body if sep else "\n")
 
 
@@ -69,9 +77,11 @@ def _set_wheel_build(text: str, number: int) -> str:
 
 
 def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: str | None,
-                        manifest: dict[str, Any] | None, epoch: int, build_number: int = 0) -> Path:
+                        manifest: dict[str, Any] | None, epoch: int, build_number: int = 0,
+                        requires: tuple[str, ...] = ()) -> Path:
     """Write a new wheel into ``out_dir`` whose version carries ``label`` (replacing any local
-    label the package set itself), whose torch requirement is ``torch_pin``, and which holds
+    label the package set itself), whose torch requirement is ``torch_pin``, which also requires
+    each of ``requires`` it doesn't already (a recipe's ``depends``), and which holds
     ``manifest``; returns its path. Entries get the ``epoch`` timestamp (reproducible zips).
     A ``build_number`` above 0 becomes the wheel's build tag, in its file name and in WHEEL's
     ``Build:`` (pip and uv prefer the higher build of the same version and tags)."""
@@ -103,7 +113,7 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
                 if not meta_version or Version(meta_version.group(1).strip()) != old_version:
                     raise VerifyError(f"{wheel.name}: METADATA Version does not match the file "
                                       "name", hint="the package's build produced a bad wheel")
-                data = _rewrite_metadata(text, str(new_version), torch_pin).encode()
+                data = _rewrite_metadata(text, str(new_version), torch_pin, requires).encode()
             if top == old_dist and rest == "WHEEL" and build_number > 0:
                 data = _set_wheel_build(data.decode("utf-8"), build_number).encode()
             new = zipfile.ZipInfo(filename, date_time=stamp)
