@@ -72,7 +72,8 @@ def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str,
     """
     updated = {**manifest, "kernel_check": result}
     out = set_version_and_pin(wheel, out_dir, label=cell.label, torch_pin=cell.torch_pin,
-                              manifest=updated, epoch=epoch, build_number=recipe.build.number)
+                              manifest=updated, epoch=epoch, build_number=recipe.build.number,
+                              requires=cell.needs_dist)
     return out, updated
 
 
