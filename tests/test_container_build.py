@@ -177,3 +177,41 @@ def test_a_second_python_hits_the_compiler_cache_in_the_container(local_image, s
     assert second["dir"] == "/cuwheels-ccache"
     assert any((tmp_path / "ccache").iterdir())     # the cache is this machine's directory
     assert len(list((tmp_path / "out").glob("*.whl"))) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.network
+def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, tmp_path):
+    """tinydep imports tinyext: with no tinyext wheel at hand, the container backend builds
+    tinyext's cell first (in the container too), then tinydep's, whose import check in the
+    container's test venv installs the mounted tinyext wheel first."""
+    from tests.fixtures.make_tinyext_sdist import make_sdist
+    from tools.wheelmeta import read_metadata
+
+    sdists = tmp_path / "sdists"
+    sdists.mkdir()
+    (sdists / sdist.name).write_bytes(sdist.read_bytes())
+    dep_sdist = make_sdist(sdists, name="tinydep", imports=("tinyext",))
+    recipes, needed, _ = _tinyext(tmp_path, sdist)
+    dep = _recipe(dep_sdist)
+    dep.update(package="tinydep", imports=["tinydep_cuda", "tinydep"],
+               depends=[{"package": "tinyext", "reason": "tinydep/__init__.py imports tinyext"}],
+               source={**dep["source"], "pypi": "tinydep"},
+               arch_env={**dep["arch_env"], "name": "TINYDEP_CUDA_ARCHS"}, patches=[])
+    _write(recipes, dep, {})
+    cell = needed.replace("tinyext", "tinydep")
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    stream = io.StringIO()
+    report = build_cell(cell, backend="container", engine="podman", image=local_image,
+                        archs="90", sdist_dir=sdists, recipes_root=recipes, out_dir=out,
+                        work_root=work, stream=stream)
+    said = stream.getvalue()
+    assert report["verdict"] == "passed", said[-4000:]
+    assert f"needs {needed}: no wheel of it in {out}" in said
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith("tinydep-") and "Requires-Dist: tinyext" in \
+        read_metadata(wheel).splitlines()
+    log = (work / cell / "cibuildwheel.log").read_text()
+    assert "/cuwheels-needs/tinyext-0.1.0+" in log      # installed into the test venv first
+    assert "imported tinydep from" in log
