@@ -18,19 +18,21 @@ it, ones, in sorted place by the mask of torch.ops.torch_sparse.non_diag_mask
 (len(start), walk_length + 1) node ids, each step to a neighbour drawn uniformly
 (csrc/cuda/rw_cuda.cu; undefined for a node without neighbours, so this graph has none).
 
-Tolerances: the sdist ships no tests (torch_sparse/testing.py lists the dtypes its upstream tests
-cover: half, float, double, int, long). The index ops (ind2ptr, ptr2ind, set_diag's entries) must
-match exactly. max and min select one product, and the kernel multiplies in the dtype as torch
-does (a half product is rounded from float): exact, and the argmax must point at the selected
-product. Sums and means differ from the reference only in the order and precision of additions:
-fp32 at torch.testing.assert_close's fp32 defaults (rtol 1.3e-6, atol 1e-5) against fp64; fp16
-against an fp32 reference (fp16 products are exact in fp32) with the harness's baseline rule,
-the baseline being plain torch adding the same fp16 products in the kernel's order (one add per
-nonzero of a row, rounded to fp16 each time), never below fp16's assert_close default. The
-backward's reductions run over other axes in another order, so they are held to twice plain
-fp32 torch's own error against fp64 (never below the fp32 default). random_walk draws at random:
-every step must follow an edge, and from one node the 8 neighbours must each be drawn within 25%
-of a uniform share in 8000 walks (over 8 standard deviations of a fair draw).
+Tolerances: the sdist ships no tests (torch_sparse/testing.py lists the dtypes its upstream
+tests cover: half, float, double, int, long, and bfloat16 with torch_scatter > 2.0.9, which the
+CUDA spmm kernel does not dispatch, so fp32 and fp16 here). The index ops (ind2ptr, ptr2ind,
+set_diag's entries) must match exactly. max and min select one product, and the kernel
+multiplies in the dtype as torch does (a half product is rounded from float): exact, and the
+argmax must point at the selected product. Sums and means differ from the reference only in the
+order and precision of additions: fp32 at torch.testing.assert_close's fp32 defaults (rtol
+1.3e-6, atol 1e-5) against fp64; fp16 against an fp32 reference (fp16 products are exact in
+fp32) with the harness's baseline rule, the baseline being plain torch adding the same fp16
+products in the kernel's order (one add per nonzero of a row, rounded to fp16 each time), never
+below fp16's assert_close default. The backward's reductions run over other axes in another
+order, so they are held to twice plain fp32 torch's own error against fp64 (never below the fp32
+default). random_walk draws at random: every step must follow an edge, and from one node the 8
+neighbours must each be drawn within 25% of a uniform share in 8000 walks (over 8 standard
+deviations of a fair draw).
 """
 
 OPS = ("spmm_sum", "spmm_mean", "spmm_max", "spmm_min", "spmm_value_bw", "ind2ptr", "ptr2ind",
