@@ -25,8 +25,8 @@ from .host import EXISTING_PYTHON_STEPS, HOST_STEPS, build_host
 from .kernelcheck import GpuProbe, probe_gpu
 from .matrix import Cell, find_cell, load_cell, plan
 from .needs import provide
-from .recipe import load_all
 from .progress import Progress, reporting
+from .recipe import load_all
 from .table import TABLE_PATH, Table, arch_key
 
 DEFAULT_OUT = ROOT / "wheelhouse"
