@@ -187,6 +187,7 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     tinyext's cell first (in the container too), then tinydep's, whose import check in the
     container's test venv installs the mounted tinyext wheel first."""
     from tests.fixtures.make_tinyext_sdist import make_sdist
+    from tests.test_needs import tinydep_recipe
     from tools.wheelmeta import read_metadata
 
     sdists = tmp_path / "sdists"
@@ -194,12 +195,7 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     (sdists / sdist.name).write_bytes(sdist.read_bytes())
     dep_sdist = make_sdist(sdists, name="tinydep", imports=("tinyext",))
     recipes, needed, _ = _tinyext(tmp_path, sdist)
-    dep = _recipe(dep_sdist)
-    dep.update(package="tinydep", imports=["tinydep_cuda", "tinydep"],
-               depends=[{"package": "tinyext", "reason": "tinydep/__init__.py imports tinyext"}],
-               source={**dep["source"], "pypi": "tinydep"},
-               arch_env={**dep["arch_env"], "name": "TINYDEP_CUDA_ARCHS"}, patches=[])
-    _write(recipes, dep, {})
+    _write(recipes, tinydep_recipe(dep_sdist), {})
     cell = needed.replace("tinyext", "tinydep")
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()

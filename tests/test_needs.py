@@ -217,6 +217,17 @@ def test_the_container_mounts_the_needed_wheels_and_installs_them_first(world, t
 # ---- the real thing ------------------------------------------------------------------------
 
 
+def tinydep_recipe(sdist: Path) -> dict:
+    """The fixture recipe of tinydep (tinyext renamed, its package importing tinyext: make it
+    with ``make_sdist(dir, name="tinydep", imports=("tinyext",))``), depending on tinyext."""
+    dep = _recipe(sdist)
+    dep.update(package="tinydep", imports=["tinydep_cuda", "tinydep"],
+               depends=[{"package": "tinyext", "reason": "tinydep/__init__.py imports tinyext"}],
+               source={**dep["source"], "pypi": "tinydep"},
+               arch_env={**dep["arch_env"], "name": "TINYDEP_CUDA_ARCHS"}, patches=[])
+    return dep
+
+
 @pytest.mark.cuda
 @pytest.mark.network
 def test_a_dependent_builds_its_needed_cell_first_and_imports_with_it(tmp_path):
@@ -227,13 +238,7 @@ def test_a_dependent_builds_its_needed_cell_first_and_imports_with_it(tmp_path):
     base, dep_sdist = make_sdist(sdists), make_sdist(sdists, name="tinydep", imports=("tinyext",))
     recipes = tmp_path / "recipes"
     _write(recipes, _recipe(base), {"0001-Mark-patched.patch": PATCH})
-    dep = _recipe(dep_sdist)
-    dep.update(package="tinydep", imports=["tinydep_cuda", "tinydep"],
-               depends=[{"package": "tinyext", "reason": "tinydep/__init__.py imports tinyext"}],
-               source={**dep["source"], "pypi": "tinydep"},
-               arch_env={**dep["arch_env"], "name": "TINYDEP_CUDA_ARCHS"},
-               patches=[])
-    _write(recipes, dep, {})
+    _write(recipes, tinydep_recipe(dep_sdist), {})
     cuda = next(iter(dep["cuda"])).replace(".", "")
     cell, needed = f"tinydep-3.11-cu{cuda}", f"tinyext-3.11-cu{cuda}"
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
