@@ -238,7 +238,8 @@ def test_a_dependent_builds_its_needed_cell_first_and_imports_with_it(tmp_path):
     base, dep_sdist = make_sdist(sdists), make_sdist(sdists, name="tinydep", imports=("tinyext",))
     recipes = tmp_path / "recipes"
     _write(recipes, _recipe(base), {"0001-Mark-patched.patch": PATCH})
-    _write(recipes, tinydep_recipe(dep_sdist), {})
+    dep = tinydep_recipe(dep_sdist)
+    _write(recipes, dep, {})
     cuda = next(iter(dep["cuda"])).replace(".", "")
     cell, needed = f"tinydep-3.11-cu{cuda}", f"tinyext-3.11-cu{cuda}"
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
