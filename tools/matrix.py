@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 from . import RECIPES_DIR, ROOT
@@ -182,21 +183,10 @@ def _dependency_cycle(recipes: list[Recipe]) -> list[str] | None:
     """A cycle of ``depends`` among ``recipes`` (its packages, the first repeated at the end),
     or None."""
     graph = {r.package: [d.package for d in r.depends] for r in recipes}
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(node: str, path: list[str]) -> list[str] | None:
-        state[node] = 1
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt, path + [nxt])):
-                return found
-        state[node] = 2
-        return None
-
-    for package in graph:
-        if package not in state and (found := visit(package, [package])):
-            return found
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as exc:
+        return list(exc.args[1])
     return None
 
 
