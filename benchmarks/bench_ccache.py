@@ -5,7 +5,7 @@
 
 (from the repository root.) In one invocation it builds the same package, CUDA, torch and archs
 for each Python in turn with the host backend (``python -m tools.build CELL --backend host``),
-every build through the compiler cache (``tools.ccache``), starting from an empty cache directory
+every build through the compiler cache (``tools.pipeline.ccache``), starting from an empty cache directory
 of its own, so the first build is cold and each later one finds what the ones before it stored.
 Each build is the whole pipeline (fresh venv, compile, repair, ABI and arch checks, import test);
 the number compared is the compile step's wall time from each build report, beside the cache's
@@ -37,7 +37,7 @@ TARGET = 0.15
 
 
 def cell_id(package: str, python: str, cuda: str) -> str:
-    """The cell id of the CUDA version's default torch (``tools.variant.cell_id``'s form)."""
+    """The cell id of the CUDA version's default torch (``tools.core.variant.cell_id``'s form)."""
     return f"{package}-{python}-cu{cuda.replace('.', '')}"
 
 

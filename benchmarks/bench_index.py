@@ -10,7 +10,7 @@ directory, emptied and filled with hard links to the corpus):
 
 * baseline: reading and hashing every wheel's bytes once, in one process (``hashlib.file_digest``,
   what ``sha256sum`` does);
-* the same bytes hashed by ``--jobs`` worker processes (tools.digest.hash_files): the floor of
+* the same bytes hashed by ``--jobs`` worker processes (tools.core.digest.hash_files): the floor of
   any build that shares the reading between processes;
 * full build: tools.index from nothing (no ledger, no hash cache, no site), in-process, once
   reading every wheel in this process (``jobs=1``) and once with ``--jobs`` worker processes
@@ -46,9 +46,9 @@ from pathlib import Path
 
 from tests.wheelfactory import make_wheel
 from tools import ROOT
-from tools.digest import hash_files
-from tools.index import build_index
-from tools.workers import default_jobs
+from tools.core.digest import hash_files
+from tools.sitegen.generate import build_index
+from tools.core.workers import default_jobs
 
 SERIAL = "full build, 1 process"
 PARALLEL = "full build, --jobs"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.cibw import Limits, plan_invocation
-from tools.digest import sha256_file
-from tools.matrix import find_cell, plan
-from tools.recipe import load_all
-from tools.table import parse_table
+from tools.backends.cibw import Limits, plan_invocation
+from tools.core.digest import sha256_file
+from tools.plan.matrix import find_cell, plan
+from tools.plan.recipe import load_all
+from tools.plan.table import parse_table
 
 
 #: A small table with the shape of recipes/table.yaml; values are real where they matter.

@@ -12,8 +12,8 @@ from packaging.utils import canonicalize_name
 from pypi_simple import IndexPage, ProjectPage, RepositoryPage
 from wheelfactory import make_wheel
 
-from tools import index as idx
-from tools.variant import Variant
+from tools.sitegen import generate as idx
+from tools.core.variant import Variant
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
 
@@ -90,7 +90,7 @@ def yank_file(tmp_path: Path, mapping: dict) -> Path:
 
 def load_entry(filename: str, variant: Variant | None):
     """A ledger entry for ``filename`` with placeholder hashes, for tests of pure functions."""
-    from tools.ledger import Entry
+    from tools.sitegen.ledger import Entry
 
     return Entry(filename, "ext", filename.split("-")[1], f"{BASE}/{filename}", "0" * 64, 1, "t", None, "1" * 64, variant)
 

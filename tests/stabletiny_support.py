@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import pyenv
+from tools.pipeline import venvs as pyenv
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "stabletiny"
 PYTHON = "3.11"

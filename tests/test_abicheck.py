@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tools import abicheck
-from tools.errors import VerifyError
-from tools.matrix import plan
-from tools.recipe import load_all
-from tools.table import load_table, version_key
-from tools.verify import undefined_torch_symbols
+from tools.finish import abicheck
+from tools.core.errors import VerifyError
+from tools.plan.matrix import plan
+from tools.plan.recipe import load_all
+from tools.plan.table import load_table, version_key
+from tools.finish.verify import undefined_torch_symbols
 
 
 # --------------------------------------------------------------------------- real ELF files
@@ -273,7 +273,7 @@ def stabletiny(tmp_path_factory):
 def _modules(wheel: Path, where: Path) -> list[Path]:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(where)
-    from tools.verify import extension_modules
+    from tools.finish.verify import extension_modules
     return extension_modules(where)
 
 

@@ -22,16 +22,16 @@ import yaml
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tinyext_support import cuda_torch_venv
 from tools import ROOT
-from tools.build import build_cell, resolve_archs
-from tools.host import find_nvcc
-from tools.engine import Readiness
-from tools.kernelcheck import probe_gpu
-from tools.errors import CompileError, SourceError, ToolchainError, VerifyError
-from tools.manifest import read_manifest
-from tools.matrix import cells_for
-from tools.recipe import load_recipe
-from tools.digest import sha256_file
-from tools.table import load_table
+from tools.builder.orchestrate import build_cell, resolve_archs
+from tools.backends.host import find_nvcc
+from tools.backends.engine import Readiness
+from tools.kernels.check import probe_gpu
+from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyError
+from tools.core.manifest import read_manifest
+from tools.plan.matrix import cells_for
+from tools.plan.recipe import load_recipe
+from tools.core.digest import sha256_file
+from tools.plan.table import load_table
 
 PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: cuwheels <cuwheels@example.invalid>

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tools.buildenv import available_memory_gib, build_env, format_archs, size_for, size_jobs
-from tools.matrix import cells_for
-from tools.recipe import load_recipe
+from tools.pipeline.buildenv import available_memory_gib, build_env, format_archs, size_for, size_jobs
+from tools.plan.matrix import cells_for
+from tools.plan.recipe import load_recipe
 
 
 @pytest.mark.parametrize("cores,avail,job,threads,fixed,archs,expect", [

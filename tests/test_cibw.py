@@ -15,12 +15,14 @@ from cibuildwheel.environment import parse_environment
 from cibuildwheel.util.helpers import prepare_command
 
 from tests.conftest import GOOD_RECIPE, SETUP_PY, plan_cell, write_sdist_recipe
-from tools import ROOT, cibw, incontainer
-from tools import ccache as compiler_cache
-from tools.errors import ToolchainError
-from tools.matrix import cells_for, plan
-from tools.recipe import load_all, load_recipe, recipe_folders
-from tools.table import TABLE_PATH, load_table
+from tools import ROOT
+from tools.backends import cibw
+from tools.backends import inside as incontainer
+from tools.pipeline import ccache as compiler_cache
+from tools.core.errors import ToolchainError
+from tools.plan.matrix import cells_for, plan
+from tools.plan.recipe import load_all, load_recipe, recipe_folders
+from tools.plan.table import TABLE_PATH, load_table
 
 
 def _environment(options: dict[str, str]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""tools.compdb: the stand-in ninja and the units read from what it recorded.
+"""tools.probing.compdb: the stand-in ninja and the units read from what it recorded.
 
 The real ninja is replaced by a small script that answers ``-t compdb`` with a fixed compile
 database and records every other call, so these tests need no ninja and compile nothing. The
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.compdb import STOP_STATUS, read_units, stand_in_object, write_shim
+from tools.probing.compdb import STOP_STATUS, read_units, stand_in_object, write_shim
 
 FAKE_NINJA = """#!{python}
 import json, os, sys

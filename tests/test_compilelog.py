@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.compilelog import failing_file
+from tools.pipeline.compilelog import failing_file
 
 
 @pytest.mark.parametrize("log,expect", [

@@ -19,10 +19,13 @@ import pytest
 import yaml
 
 from tests.conftest import MINI_TABLE, plan_cell
-from tools import ROOT, build, cibw, container
-from tools.engine import Readiness
-from tools.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
-from tools.matrix import find_cell
+from tools import ROOT
+from tools.builder import orchestrate as build
+from tools.backends import cibw
+from tools.backends import container
+from tools.backends.engine import Readiness
+from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
+from tools.plan.matrix import find_cell
 
 
 # --- dry run: the printed script is the plan, and it runs ----------------------------------------

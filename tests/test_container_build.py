@@ -18,12 +18,12 @@ import zipfile
 import pytest
 
 from tests.test_build import PATCH, _recipe, _write
-from tools import localimage
-from tools.build import build_cell
-from tools.engine import readiness
-from tools.errors import CompileError
-from tools.host import find_nvcc
-from tools.manifest import read_manifest
+from tools.devtools import localimage
+from tools.builder.orchestrate import build_cell
+from tools.backends.engine import readiness
+from tools.core.errors import CompileError
+from tools.backends.host import find_nvcc
+from tools.core.manifest import read_manifest
 
 #: The cell's Python: the one the causal_conv1d container run uses too, so both share one cached
 #: torch download.
@@ -103,7 +103,7 @@ def test_image_without_the_cells_python_is_refused_before_compiling(local_image,
     recipes, _, data = _tinyext(tmp_path, sdist)
     cuda = next(iter(data["cuda"]))
     table = tmp_path / "table.yaml"
-    from tools.table import TABLE_PATH
+    from tools.plan.table import TABLE_PATH
     import yaml
     raw = yaml.safe_load(TABLE_PATH.read_text())
     torch_series = next(iter(data["cuda"].values()))["torch"][0]
@@ -111,7 +111,7 @@ def test_image_without_the_cells_python_is_refused_before_compiling(local_image,
     table.write_text(yaml.safe_dump(raw, sort_keys=False))
     cell = f"tinyext-3.14-cu{cuda.replace('.', '')}"
     stream = io.StringIO()
-    from tools.errors import ToolchainError
+    from tools.core.errors import ToolchainError
     with pytest.raises(ToolchainError) as info:
         build_cell(cell, backend="container", engine="podman", image=local_image, archs="90",
                    sdist=sdist, recipes_root=recipes, table_path=table,
@@ -188,7 +188,7 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     container's test venv installs the mounted tinyext wheel first."""
     from tests.fixtures.make_tinyext_sdist import make_sdist
     from tests.test_needs import tinydep_recipe
-    from tools.wheelmeta import read_metadata
+    from tools.finish.wheelmeta import read_metadata
 
     sdists = tmp_path / "sdists"
     sdists.mkdir()

@@ -1,4 +1,4 @@
-"""tools.coverage: the front page's coverage matrix and commands, also as a browser renders them."""
+"""tools.sitegen.frontpage: the front page's coverage matrix and commands, also as a browser renders them."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _chromium() -> str | None:
 
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (Debian: apt-get install chromium)")
 def test_home_page_in_a_headless_browser(tmp_path):
-    from tools.serve import make_server
+    from tools.sitegen.serve import make_server
     import threading
 
     w = tmp_path / "wheels"
@@ -117,7 +117,7 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     import yaml
     from conftest import MINI_TABLE
 
-    from tools.coverage import missing_cells
+    from tools.sitegen.frontpage import missing_cells
 
     write_recipe(good_recipe)  # demo_ext 1.0.0: CUDA 12.9 for torch 2.8, 13.0 for 2.10 and 2.9
     recipes = tmp_path / "recipes"
@@ -166,8 +166,8 @@ def test_no_missing_section_without_recipes(tmp_path):
 
 
 def _world(recipes):
-    from tools.recipe import load_all
-    from tools.table import load_table
+    from tools.plan.recipe import load_all
+    from tools.plan.table import load_table
 
     table = load_table(recipes / "table.yaml")
     return load_all(recipes, table), table

@@ -1,4 +1,4 @@
-"""tools.digest: file hashes, in this process or in worker processes, always the same and in order."""
+"""tools.core.digest: file hashes, in this process or in worker processes, always the same and in order."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from tools import digest, workers
+from tools.core import digest
+from tools.core import workers
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_files_of_a_worker_that_dies_are_hashed_here(files, monkeypatch):
 
 
 def test_worker_reports_errors_as_the_same_oserror(tmp_path):
-    proc = subprocess.run(workers.worker_command("tools.digest:hasher"),
+    proc = subprocess.run(workers.worker_command("tools.core.digest:hasher"),
                           input=f"{tmp_path / 'gone'}\0{tmp_path}\0".encode(),
                           capture_output=True, timeout=60, check=True)
     lines = proc.stdout.decode().splitlines()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.engine import (
+from tools.backends.engine import (
     Readiness,
     engine_answers,
     find_engine,
@@ -16,8 +16,8 @@ from tools.engine import (
     qualified,
     readiness,
 )
-from tools.errors import ToolchainError
-from tools.oci_runtime import Probe as StartProbe
+from tools.core.errors import ToolchainError
+from tools.backends.oci_runtime import Probe as StartProbe
 
 IMAGE = "pytorch/manylinux2_28-builder:cuda13.0"
 

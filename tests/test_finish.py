@@ -1,4 +1,4 @@
-"""tools.finish on a real build: the recipe's ``abi`` claim is checked inside the inspect step,
+"""tools.finish.stage on a real build: the recipe's ``abi`` claim is checked inside the inspect step,
 never trusted, and a true claim reaches the manifest and the torch pin.
 
 The wheel is the shared tinyext build (tests/tinyext_support.py; built once per test process and
@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import pytest
 from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
 
-from tools.errors import VerifyError
-from tools.finish import FINISH_STEPS, finish_wheel
-from tools.manifest import read_manifest
-from tools.matrix import Cell
-from tools.progress import Progress
+from tools.core.errors import VerifyError
+from tools.finish.stage import FINISH_STEPS, finish_wheel
+from tools.core.manifest import read_manifest
+from tools.plan.matrix import Cell
+from tools.pipeline.report import Progress
 
 pytestmark = [pytest.mark.cuda, pytest.mark.network]
 

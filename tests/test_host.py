@@ -12,16 +12,16 @@ import pytest
 import yaml
 
 from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
-from tools import pyenv
-from tools.errors import ToolchainError, VerifyError
-from tools.host import (Nvcc, check_existing_python, check_kernels, check_nvcc, find_nvcc,
+from tools.pipeline import venvs as pyenv
+from tools.core.errors import ToolchainError, VerifyError
+from tools.backends.host import (Nvcc, check_existing_python, check_kernels, check_nvcc, find_nvcc,
                         missing_requirements)
-from tools.manifest import read_manifest
-from tools.verify import smoke_test_existing
-from tools.wheelmeta import set_version_and_pin
-from tools.matrix import cells_for
-from tools.recipe import Recipe, load_recipe
-from tools.table import load_table
+from tools.core.manifest import read_manifest
+from tools.finish.verify import smoke_test_existing
+from tools.finish.wheelmeta import set_version_and_pin
+from tools.plan.matrix import cells_for
+from tools.plan.recipe import Recipe, load_recipe
+from tools.plan.table import load_table
 
 
 def test_find_nvcc_finds_the_toolkit_root():
@@ -33,7 +33,7 @@ def test_find_nvcc_finds_the_toolkit_root():
 
 
 def test_find_nvcc_missing(tmp_path, monkeypatch):
-    import tools.host as host
+    import tools.backends.host as host
     monkeypatch.setattr(host, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
     with pytest.raises(ToolchainError, match="nvcc was not found"):
         find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": str(tmp_path)})
@@ -268,7 +268,7 @@ def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe
 def test_build_env_adds_the_torch_wheels_cuda_headers_after_every_include(tmp_path, monkeypatch):
     """A toolkit of nvcc alone lacks cusparse.h, which torch's ATen/cuda headers include; the
     torch wheel's nvidia packages carry it. CPATH comes after every -I, so a full toolkit wins."""
-    from tools.host import build_process_env
+    from tools.backends.host import build_process_env
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     headers = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include"

@@ -1,8 +1,12 @@
-"""No import cycle among the ``tools`` modules: the pipeline's layers import downwards only.
+"""The layout of ``tools``: stage packages that import one way, down the stages, and no cycle.
 
 Every module in tools/ is parsed with ``ast``; each ``import``/``from ... import`` of a
 ``tools`` module counts, at module level and inside functions alike (a lazy import only hides a
 cycle until the function runs).
+
+The stage packages, bottom first (:data:`LAYERS`): a module may import its own package and the
+packages below it, never one above. The command modules directly in ``tools/`` (``python -m
+tools.<command>``) sit on top: they parse arguments, call a package and print.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from pathlib import Path
 from tools import ROOT
 
 TOOLS = ROOT / "tools"
+
+#: The stage packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
+LAYERS = ("core", "plan", "pipeline", "finish", "kernels", "backends", "builder", "probing",
+          "selector", "sitegen", "upstream", "devtools")
 
 
 def _module_name(path: Path, top: Path) -> str:
@@ -35,7 +43,7 @@ def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> 
         else:
             target = node.module or ""
         found = {target}
-        # `from . import host` imports the module tools.host
+        # `from . import host` imports the module tools.backends.host
         found |= {f"{target}.{alias.name}" for alias in node.names}
     return {name for name in found if name in known}
 
@@ -64,6 +72,31 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str, layers: tuple[str, ...] = LAYERS) -> int | None:
+    """The index of ``module``'s stage package in ``layers``; None for a command module
+    directly in ``tools/`` (and for ``tools`` itself), which may import any package."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in layers:
+        return None
+    return layers.index(parts[1])
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[str]:
+    """Every import from a stage package into a package above it, as ``a -> b (up: P -> Q)``."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        here = layer_of(module, layers)
+        if here is None:
+            continue
+        for target in sorted(edges):
+            there = layer_of(target, layers)
+            if there is None:
+                found.append(f"{module} -> {target} (a stage package imports a command module)")
+            elif there > here:
+                found.append(f"{module} -> {target} (up: {layers[here]} -> {layers[there]})")
+    return found
+
+
 def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
     pkg = tmp_path / "tools"
     pkg.mkdir()
@@ -78,15 +111,49 @@ def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
     assert cycle is not None and set(cycle) == {"tools.a", "tools.b"}
 
 
+def test_an_upward_import_is_named(tmp_path):
+    pkg = tmp_path / "tools"
+    for sub in ("low", "high"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cmd.py").write_text("from tools.high import h\n")   # a command: may import anything
+    (pkg / "high" / "h.py").write_text("from ..low import l\n")  # down: fine
+    (pkg / "low" / "l.py").write_text("def f():\n    from tools.high.h import x\n")  # up, lazily
+    (pkg / "low" / "m.py").write_text("from tools import cmd\n")  # a package using a command
+    found = upward_imports(import_graph(pkg), ("low", "high"))
+    assert found == ["tools.low.l -> tools.high.h (up: low -> high)",
+                     "tools.low.m -> tools.cmd (a stage package imports a command module)"]
+
+
 def test_no_import_cycle_in_tools():
     graph = import_graph()
-    assert "tools.build" in graph and "tools.host" in graph["tools.build"]
+    assert "tools.builder.orchestrate" in graph
+    assert "tools.backends.host" in graph["tools.builder.orchestrate"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_stage_packages_import_only_downwards():
+    assert upward_imports(import_graph()) == []
+
+
+def test_every_module_lives_in_a_stage_package_or_is_a_command():
+    """Directly in tools/: ``__init__`` and the command modules, each thin (parse, call, print)."""
+    packages = {p.name for p in TOOLS.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYERS), "a package missing from LAYERS, or a layer with no package"
+    for path in sorted(TOOLS.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        lines = len(path.read_text().splitlines())
+        assert any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body), \
+            f"tools/{path.name} is not a command (no __main__ guard): move it into a stage package"
+        assert lines <= 150, f"tools/{path.name} has {lines} lines: a command parses, calls and prints"
+
+
 def test_backends_do_not_import_the_orchestrator():
     graph = import_graph()
-    for backend in ("tools.host", "tools.container", "tools.cibw", "tools.incontainer",
-                    "tools.finish"):
-        assert "tools.build" not in graph[backend], backend
+    for module, edges in graph.items():
+        if module.startswith(("tools.backends.", "tools.finish.stage.")):
+            assert not any(e.startswith("tools.builder") for e in edges), module

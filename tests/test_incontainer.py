@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import container, incontainer
-from tools.errors import ToolchainError
-from tools.matrix import find_cell
+from tools.backends import container
+from tools.backends import inside as incontainer
+from tools.core.errors import ToolchainError
+from tools.plan.matrix import find_cell
 
 
 def _fake_nvcc(root: Path, release: str) -> Path:

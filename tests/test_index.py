@@ -16,9 +16,9 @@ from wheelfactory import make_wheel
 from index_support import basic  # noqa: F401  (a fixture, used by name)
 from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, page, project_json
 
-from tools import index as idx
-from tools.errors import IndexBuildError
-from tools.ledger import load_ledger
+from tools.sitegen import generate as idx
+from tools.core.errors import IndexBuildError
+from tools.sitegen.ledger import load_ledger
 
 
 def test_metadata_file_is_the_wheels_metadata_beside_it(basic):

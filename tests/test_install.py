@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tools import ROOT, find_root
-from tools.pyenv import uv_bin
+from tools.pipeline.venvs import uv_bin
 
 pytestmark = pytest.mark.network  # the pinned dependencies come from PyPI (uv's cache)
 

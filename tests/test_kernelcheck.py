@@ -1,6 +1,6 @@
 """The kernel check: every recipe's check file read statically, and the harness run for real.
 
-No GPU is needed: the harness (tools/kernelharness.py) runs fixture checks of plain-torch code
+No GPU is needed: the harness (tools/kernels/harness.py) runs fixture checks of plain-torch code
 on CPU tensors in a real torch environment (tests/fixtures/kernelchecks/: one passing, one
 failing beyond tolerance), through the same runner the pipeline uses. Which GPU an environment
 has is injected (``gpu_probe``), so the no-GPU path is the same on every machine. The recipes'
@@ -19,10 +19,10 @@ import pytest
 
 from tinyext_support import cuda_torch_venv
 from tools import RECIPES_DIR, ROOT
-from tools.errors import VerifyError
-from tools.kernelcheck import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, declared_ops,
+from tools.core.errors import VerifyError
+from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, declared_ops,
                                raise_if_failed, run_check, summary)
-from tools.recipe import load_all, recipe_folders
+from tools.plan.recipe import load_all, recipe_folders
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernelchecks"
 
@@ -183,7 +183,7 @@ def test_command_line_without_a_gpu_exits_not_run(tmp_path, monkeypatch, capsys)
 
 @pytest.mark.network
 def test_command_line_names_an_environment_without_torch(tmp_path):
-    from tools import pyenv
+    from tools.pipeline import venvs as pyenv
     bare = pyenv.create_venv(tmp_path / "bare", "3.11")
     proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "causal_conv1d",
                            "--python", str(bare)],

@@ -13,9 +13,9 @@ import pytest
 from wheelfactory import make_wheel
 
 from tools import ROOT
-from tools.errors import IndexBuildError
-from tools.index import build_index
-from tools.ledger import (
+from tools.core.errors import IndexBuildError
+from tools.sitegen.generate import build_index
+from tools.sitegen.ledger import (
     Entry,
     atomic_write,
     dump_ledger,
@@ -25,7 +25,7 @@ from tools.ledger import (
     parse_ledger,
     write_ledger,
 )
-from tools.variant import Variant
+from tools.core.variant import Variant
 
 SHA = "a" * 64
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import localimage
-from tools.errors import ToolchainError
-from tools.localimage import (
+from tools.devtools import localimage
+from tools.core.errors import ToolchainError
+from tools.devtools.localimage import (
     LocalPython,
     build_image,
     debian_mirror,
@@ -29,7 +29,7 @@ from tools.localimage import (
     rootfs_dir,
     write_image_tar,
 )
-from tools.oci_runtime import trust_store
+from tools.backends.oci_runtime import trust_store
 
 
 def completed(code: int = 0, out: str = "", err: str = "") -> subprocess.CompletedProcess:

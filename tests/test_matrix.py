@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from tools import ROOT
-from tools.errors import PlanError
-from tools.matrix import (
+from tools.core.errors import PlanError
+from tools.plan.matrix import (
     cells_for,
     changed_packages,
     find_cell,
@@ -24,8 +24,8 @@ from tools.matrix import (
     select,
     torch_index,
 )
-from tools.recipe import load_recipe
-from tools.table import load_table
+from tools.plan.recipe import load_recipe
+from tools.plan.table import load_table
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def test_find_cell_names_near_misses(demo_cells):
 @pytest.mark.parametrize("paths,expect", [
     (["recipes/flash_attn/recipe.yaml"], {"flash_attn"}),                       # a recipe edit
     (["recipes/mamba_ssm/patches/0001-x.patch", "README.md"], {"mamba_ssm"}),  # a patch
-    (["tools/build.py", "README.md"], set()),                                   # no recipe
+    (["tools/builder/orchestrate.py", "README.md"], set()),                                   # no recipe
     (["recipes/table.yaml"], {"flash_attn", "mamba_ssm", "xformers"}),          # shared facts
     (["recipes/unknown_pkg/recipe.yaml"], set()),                               # deleted recipe
 ])

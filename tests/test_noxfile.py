@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tools import ROOT
-from tools.pyenv import uv_bin
+from tools.pipeline.venvs import uv_bin
 
 pytestmark = pytest.mark.network  # uv fetches nox (and the noxfile's dependencies) from PyPI
 

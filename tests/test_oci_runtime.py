@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci_runtime import (
+from tools.backends.oci_runtime import (
     Probe,
     RuntimeFiles,
     containers_conf,

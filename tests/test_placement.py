@@ -1,4 +1,4 @@
-"""tools.placement: which files each variant index lists (labels, manifests, C++ ABI, cu12 wheels)."""
+"""tools.sitegen.placement: which files each variant index lists (labels, manifests, C++ ABI, cu12 wheels)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from index_support import (
     ANY, build, listed, load_entry, page, project_json,
 )
 
-from tools.variant import Variant
-from tools import placement
+from tools.core.variant import Variant
+from tools.sitegen import placement
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_cxx11_abi_must_match_the_official_torch(tmp_path, local, index):
 
 
 def test_official_abi_rule_agrees_with_the_global_table():
-    from tools.table import load_table
+    from tools.plan.table import load_table
 
     for series, torch in load_table().torch.items():
         assert placement.official_cxx11_abi(series) == torch.cxx11_abi, series
@@ -114,7 +114,7 @@ def test_place_variants_is_pure():
     assert placement.place_variants([e]) == {Variant("12.8", "2.8"): [e]}
 
 
-#: A stable-ABI build's manifest (finish writes ``abi`` from tools.abicheck.check_claims).
+#: A stable-ABI build's manifest (finish writes ``abi`` from tools.finish.abicheck.check_claims).
 STABLE_MANIFEST = {"cuda": "13.0", "torch": "2.14.1", "cxx11_abi": True,
                    "abi": {"python": "none", "torch": "stable", "torch_from": "2.10",
                            "serves": ["2.14", "2.13", "2.12", "2.11"]}}

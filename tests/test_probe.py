@@ -21,14 +21,14 @@ import pytest
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import BREAK_PATCH, _cell, _recipe, _write
 from tools import ROOT
-from tools.errors import CompileError, ProbeError
-from tools.host import find_nvcc
-from tools.matrix import plan
-from tools.probe import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
+from tools.core.errors import CompileError, ProbeError
+from tools.backends.host import find_nvcc
+from tools.plan.matrix import plan
+from tools.probing.probe import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
                          include_weight, judge_memory, measure, probe_cell, rank_units,
                          select_units)
-from tools.recipe import load_recipe
-from tools.table import load_table
+from tools.plan.recipe import load_recipe
+from tools.plan.table import load_table
 
 CELL_SDIST = "tinyext-0.1.0.tar.gz"
 

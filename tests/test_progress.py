@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tools.errors import SourceError
-from tools.progress import Progress, publish, reporting
+from tools.core.errors import SourceError
+from tools.pipeline.report import Progress, publish, reporting
 
 
 def test_steps_are_timed_numbered_and_reported(tmp_path):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import ROOT, pyenv
-from tools.manifest import read_manifest
-from tools.matrix import find_cell
+from tools import ROOT
+from tools.pipeline import venvs as pyenv
+from tools.core.manifest import read_manifest
+from tools.plan.matrix import find_cell
 
 CELL = "causal_conv1d-3.11-cu130"
 
@@ -53,8 +54,8 @@ CONTAINER_CELL = "causal_conv1d-3.12-cu130"
 def test_causal_conv1d_container_build(tmp_path):
     """The path CI publishes from: cibuildwheel in a container (here the local stand-in image),
     the finish step and the import test inside it, then pip-installed here and imported."""
-    from tools import localimage
-    from tools.engine import readiness
+    from tools.devtools import localimage
+    from tools.backends.engine import readiness
 
     cell = find_cell(CONTAINER_CELL)
     image = localimage.image_name(cell.cuda)

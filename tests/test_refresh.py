@@ -30,12 +30,12 @@ import yaml
 from packaging.version import Version
 
 from tools import ROOT
-from tools.errors import CuwheelsError, RegistryError
-from tools.recipe import load_all
-from tools import refresh
-from tools.refresh import propose, write_all
-from tools.registry import Registry
-from tools.table import load_table, parse_table
+from tools.core.errors import CuwheelsError, RegistryError
+from tools.plan.recipe import load_all
+from tools.upstream import refresh
+from tools.upstream.refresh import propose, write_all
+from tools.upstream.registry import Registry
+from tools.plan.table import load_table, parse_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "registry"
 RECORDED = {name: json.loads((FIXTURES / f"{name}.json").read_text())

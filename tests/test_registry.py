@@ -1,4 +1,4 @@
-"""tools.registry: reading PyPI's answers (file names, pins, ELF facts, torch's variant page).
+"""tools.upstream.registry: reading PyPI's answers (file names, pins, ELF facts, torch's variant page).
 
 The file names and pins below are real ones from PyPI's torch releases; tools.refresh's tests run
 the same functions against recorded answers served on 127.0.0.1.
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from tools.registry import (Registry, cuda_from_requires, elf_facts, manylinux_tag,
+from tools.upstream.registry import (Registry, cuda_from_requires, elf_facts, manylinux_tag,
                             newest_by_series, newest_release, python_versions, read_variants)
 
 

@@ -1,4 +1,4 @@
-"""tools.render: the pages (PEP 503/629/592/658/691/700), their JSON twins, fingerprints, the selector download."""
+"""tools.sitegen.render: the pages (PEP 503/629/592/658/691/700), their JSON twins, fingerprints, the selector download."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from index_support import (
     ANY, BASE, FOUND, SO, TAG_311, assert_site_valid, build, load_entry, manifest_wheel, page, project_json,
 )
 
-from tools import render, templating
-from tools.ledger import load_ledger
+from tools.sitegen import render
+from tools.sitegen import templating
+from tools.sitegen.ledger import load_ledger
 from tools.selector.bundle import ZIPAPP_FILE, zipapp_bytes
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tinyext_support import nvcc_path, shared_tinyext
-from tools.errors import RepairError
-from tools.repair import TORCH_EXCLUDES, main, repair_wheel
-from tools.verify import cuda_archs, extension_modules
+from tools.core.errors import RepairError
+from tools.finish.repair import TORCH_EXCLUDES, main, repair_wheel
+from tools.finish.verify import cuda_archs, extension_modules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

@@ -1,4 +1,4 @@
-"""tools.scan: a batch against the ledger: known files compared, new ones read (here or in workers), bad ones named."""
+"""tools.sitegen.scan: a batch against the ledger: known files compared, new ones read (here or in workers), bad ones named."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from index_support import (
     ANY, BASE, assert_site_valid, build, listed, project_json, snapshot,
 )
 
-from tools import digest
-from tools import index as idx
-from tools.errors import IndexBuildError
-from tools.ledger import load_ledger
-from tools import scan
+from tools.core import digest
+from tools.sitegen import generate as idx
+from tools.core.errors import IndexBuildError
+from tools.sitegen.ledger import load_ledger
+from tools.sitegen import scan
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -172,7 +172,7 @@ def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypa
     for jobs in (1, 2):
         reports[jobs] = build(tmp_path, output_dir=tmp_path / f"site{jobs}",
                               ledger_path=tmp_path / f"ledger{jobs}.json", jobs=jobs)
-    assert started == [("tools.wheelread:indexer", 15, 2)]  # jobs=1 started none
+    assert started == [("tools.sitegen.wheelread:indexer", 15, 2)]  # jobs=1 started none
     assert reports[1].rejected == reports[2].rejected and len(reports[2].rejected) == 3
     assert reports[2].hashed == 12
     assert (tmp_path / "ledger1.json").read_text() == (tmp_path / "ledger2.json").read_text()
@@ -181,14 +181,14 @@ def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypa
     os.unlink(tmp_path / ".site2.hashcache.json")
     assert build(tmp_path, output_dir=tmp_path / "site2", ledger_path=tmp_path / "ledger2.json",
                  init_ledger=False, jobs=2).hashed == 12
-    assert started[1:] == [("tools.digest:hasher", 12, 2),
-                           ("tools.wheelread:indexer", 3, 2)]  # the rejected files, read again as new
+    assert started[1:] == [("tools.core.digest:hasher", 12, 2),
+                           ("tools.sitegen.wheelread:indexer", 3, 2)]  # the rejected files, read again as new
 
 
 def test_an_error_while_reading_a_batch_stops_the_workers_at_once(tmp_path, monkeypatch):
     import subprocess as sp
 
-    from tools import workers
+    from tools.core import workers
 
     w = tmp_path / "wheels"
     for v in range(300):

@@ -30,9 +30,9 @@ from wheelfactory import installed, make_wheel
 from tools import ROOT
 from tools.selector import answer as selection
 from tools.selector import checks, cli, client, detect, doctor, facts, gpu
-from tools.index import build_index
-from tools.pyenv import uv_bin
-from tools.serve import make_server
+from tools.sitegen.generate import build_index
+from tools.pipeline.venvs import uv_bin
+from tools.sitegen.serve import make_server
 
 CLIENT_TIMEOUT = 120
 X86 = "manylinux_2_28_x86_64"

@@ -24,9 +24,9 @@ import pytest
 from wheelfactory import make_wheel
 
 from tools import ROOT
-from tools.index import build_index
+from tools.sitegen.generate import build_index
 from tools.selector import bundle
-from tools.serve import make_server
+from tools.sitegen.serve import make_server
 
 X86 = "manylinux_2_28_x86_64"
 SO = "ext_cuda.cpython-311-x86_64-linux-gnu.so"
@@ -149,21 +149,25 @@ def test_the_archive_holds_the_selector_and_packaging_only(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert tops == {"__main__.py", "tools", "packaging", next(t for t in tops if t.endswith(".dist-info"))}
     assert "tools/selector/bundle.py" not in names  # the builder is not part of what it builds
-    assert {"tools/variant.py", "tools/symbols.py", "tools/selector/cli.py", "packaging/tags.py"} <= set(names)
+    assert {"tools/core/variant.py", "tools/core/symbols.py", "tools/core/manifest.py",
+            "tools/selector/cli.py", "packaging/tags.py"} <= set(names)
+    # the whole core package, and nothing else of tools outside the selector
+    assert {n for n in names if n.startswith("tools/") and not n.startswith("tools/selector/")} == {
+        "tools/__init__.py", *(f"tools/core/{p.name}" for p in (ROOT / "tools" / "core").glob("*.py"))}
 
 
 def test_shipped_modules_import_only_what_the_archive_holds():
     """No yaml, jinja2, elftools or other tools module: the archive must run with Python alone."""
-    shipped = [ROOT / "tools" / "variant.py", ROOT / "tools" / "symbols.py", ROOT / "tools" / "__init__.py"]
+    shipped = [ROOT / "tools" / "__init__.py", *(ROOT / "tools" / "core").glob("*.py")]
     shipped += [p for p in (ROOT / "tools" / "selector").glob("*.py") if p.name != "bundle.py"]
-    allowed_tools = {"tools.variant", "tools.symbols", "tools.selector"}
+    allowed_tools = {"tools.core", "tools.selector"}
     for path in shipped:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:  # relative: resolve against the module's package
-                    package = "tools.selector" if path.parent.name == "selector" else "tools"
+                    package = {"selector": "tools.selector", "core": "tools.core"}.get(path.parent.name, "tools")
                     base = package.rsplit(".", node.level - 1)[0]
                     names = [f"{base}.{node.module}" if node.module else base]
                 else:

@@ -22,9 +22,9 @@ from pypi_simple import ACCEPT_HTML_ONLY, ACCEPT_JSON_ONLY, PyPISimple
 from wheelfactory import installed, make_wheel
 
 from tools import ROOT
-from tools.index import build_index
-from tools.pyenv import uv_bin
-from tools.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
+from tools.sitegen.generate import build_index
+from tools.pipeline.venvs import uv_bin
+from tools.sitegen.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
 
 ANY = "py3-none-any"
 CLIENT_TIMEOUT = 120

@@ -1,4 +1,4 @@
-"""tools.site: writing the site, reusing unchanged pages, and the atomic swap (a killed run changes nothing)."""
+"""tools.sitegen.swap: writing the site, reusing unchanged pages, and the atomic swap (a killed run changes nothing)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from index_support import (
 )
 
 from tools import ROOT
-from tools.errors import IndexBuildError
-from tools.ledger import load_ledger
-from tools import render, site
+from tools.core.errors import IndexBuildError
+from tools.sitegen.ledger import load_ledger
+from tools.sitegen import render
+from tools.sitegen import swap as site
 
 
 def test_a_failed_write_leaves_the_previous_site(tmp_path, monkeypatch):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.errors import PatchError, SourceError
-from tools.recipe import load_all, load_recipe
-from tools.source import apply_patches, extract_sdist, fetch_sdist, prepare_source
+from tools.core.errors import PatchError, SourceError
+from tools.plan.recipe import load_all, load_recipe
+from tools.pipeline.source import apply_patches, extract_sdist, fetch_sdist, prepare_source
 
 SETUP_PY = "ARCHS = ['80', '90']\nprint(ARCHS)\n"
 PATCH = """From: cuwheels <cuwheels@example.invalid>

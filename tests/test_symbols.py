@@ -1,4 +1,4 @@
-"""tools.symbols: the one demangler, with c++filt and without it."""
+"""tools.core.symbols: the one demangler, with c++filt and without it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tools import symbols
+from tools.core import symbols
 
 C10_SYMBOL = "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"
 

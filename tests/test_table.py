@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from tests.conftest import MINI_TABLE
-from tools.errors import TableError
-from tools.table import load_table, parse_table, version_key
+from tools.core.errors import TableError
+from tools.plan.table import load_table, parse_table, version_key
 
 
 def test_repository_table_is_valid_and_cites_sources():

@@ -1,4 +1,4 @@
-"""tools.variant: the local-label grammar (ours and the third-party conventions), with and
+"""tools.core.variant: the local-label grammar (ours and the third-party conventions), with and
 without trailing build metadata, and the names derived from a variant."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import doctest
 
 import pytest
 
-from tools import variant
-from tools.variant import Variant, parse_label, uv_index_name
+from tools.core import variant
+from tools.core.variant import Variant, parse_label, uv_index_name
 
 LABELS = [
     # (label, expected Variant or None)

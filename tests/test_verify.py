@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tinyext_support import TORCH_VERSION, make_sdist, nvcc_path, shared_tinyext, torch_lib_dir
-from tools.errors import VerifyError
-from tools.repair import repair_wheel
-from tools.verify import (
+from tools.core.errors import VerifyError
+from tools.finish.repair import repair_wheel
+from tools.finish.verify import (
     AbiReport,
     ArchReport,
     abi_check,

@@ -11,10 +11,10 @@ import pytest
 from packaging.version import Version
 
 from tests.wheelfactory import make_wheel
-from tools.manifest import read_manifest
-from tools.pyenv import uv_bin
-from tools.variant import format_label, parse_label
-from tools.wheelmeta import read_metadata, set_version_and_pin
+from tools.core.manifest import read_manifest
+from tools.pipeline.venvs import uv_bin
+from tools.core.variant import format_label, parse_label
+from tools.finish.wheelmeta import read_metadata, set_version_and_pin
 
 
 @pytest.fixture

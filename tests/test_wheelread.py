@@ -1,4 +1,4 @@
-"""tools.wheelread: what the index reads from one wheel, the same in this process and in a worker."""
+"""tools.sitegen.wheelread: what the index reads from one wheel, the same in this process and in a worker."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 from wheelfactory import make_wheel
 
-from tools import wheelread
-from tools.errors import IndexBuildError
-from tools.ledger import Entry
-from tools.variant import Variant
-from tools.workers import map_in_workers
+from tools.sitegen import wheelread
+from tools.core.errors import IndexBuildError
+from tools.sitegen.ledger import Entry
+from tools.core.variant import Variant
+from tools.core.workers import map_in_workers
 
 BASE = "https://files.example/v1"
 WHEN = "2026-01-02T03:04:05.678901Z"
@@ -48,7 +48,7 @@ def test_a_worker_gives_exactly_what_this_process_gives(tmp_path):
     ]
     paths[4].write_bytes(b"")
     here = [wheelread.index_wheel(str(p), base_url=BASE, upload_time=WHEN) for p in paths]
-    lines = list(map_in_workers("tools.wheelread:indexer", [str(p) for p in paths], workers=2, args=(BASE, WHEN)))
+    lines = list(map_in_workers("tools.sitegen.wheelread:indexer", [str(p) for p in paths], workers=2, args=(BASE, WHEN)))
     there = [wheelread.parse_indexed(line, p.name) for line, p in zip(lines, paths)]
     assert there == here
     assert [type(x) for x in here] == [Entry, Entry, str, str, str, str]

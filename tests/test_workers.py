@@ -1,4 +1,4 @@
-"""tools.workers: an ordered map over worker processes that survives workers dying and consumers leaving."""
+"""tools.core.workers: an ordered map over worker processes that survives workers dying and consumers leaving."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tools import workers
+from tools.core import workers
 
 
 def tagger(prefix: str):
@@ -70,7 +70,7 @@ def test_a_consumer_that_stops_early_stops_the_workers(tmp_path):
     os.mkfifo(fifo)
     items = [str(tmp_path / f"missing{i}") for i in range(400)] + [str(fifo)]
     try:
-        results = workers.map_in_workers("tools.digest:hasher", items, workers=3)
+        results = workers.map_in_workers("tools.core.digest:hasher", items, workers=3)
         assert next(results).startswith("err ")
         results.close()  # what an error raised in the caller's loop does to the generator
     finally:

@@ -24,7 +24,7 @@ import yaml
 
 from conftest import MINI_TABLE
 from tools import ROOT
-from tools.lint_workflows import Finding, lint, npm_integrity, workflow_files
+from tools.devtools.lint_workflows import Finding, lint, npm_integrity, workflow_files
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -250,8 +250,8 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
     assert save_step["if"].startswith("always() && ")
     assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
     assert stop_step["if"] == "always()"
-    # the directory tools.ccache uses by default (the container backend mounts it)
-    from tools.ccache import DEFAULT_DIR
+    # the directory tools.pipeline.ccache uses by default (the container backend mounts it)
+    from tools.pipeline.ccache import DEFAULT_DIR
     path = restore_step["with"]["path"]
     assert path == save_step["with"]["path"] and Path(path).expanduser() == DEFAULT_DIR
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
@@ -548,7 +548,7 @@ def test_ledger_step_first_deployment_without_any_ledger_starts_empty(tmp_path, 
     _, url = pages_site
     rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
     assert rc == 0, log
-    from tools.ledger import dump_ledger
+    from tools.sitegen.ledger import dump_ledger
     assert json.loads(ledger) == json.loads(dump_ledger({}))  # the ledger module's current schema
 
 
@@ -579,7 +579,7 @@ def run_hold_back_step(workdir: Path, workflows: dict) -> tuple[int, str, str]:
 
 
 def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_path, workflows):
-    from tools.index import build_index
+    from tools.sitegen.generate import build_index
     from wheelfactory import make_wheel
 
     runner_temp = tmp_path / ".runner-temp"

@@ -1,4 +1,4 @@
-"""tools.yanks: the yank list, and files leaving the index only on purpose."""
+"""tools.sitegen.yanks: the yank list, and files leaving the index only on purpose."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from index_support import (
 )
 
 from tools import ROOT
-from tools.errors import IndexBuildError
-from tools.ledger import load_ledger
-from tools import yanks
+from tools.core.errors import IndexBuildError
+from tools.sitegen.ledger import load_ledger
+from tools.sitegen import yanks
 
 
 def test_yanked_files_are_marked_on_every_page_listing_them(tmp_path):

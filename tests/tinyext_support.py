@@ -26,7 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import pyenv
+from tools.pipeline import venvs as pyenv
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: What the fixture builds with: the torch whose CUDA (13.0) matches the local nvcc.

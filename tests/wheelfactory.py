@@ -71,7 +71,7 @@ def make_wheel(
 ) -> Path:
     """Write a valid wheel of ``name`` ``version[+local]`` into ``directory`` and return its path.
 
-    ``manifest`` becomes ``<dist-info>/cuwheels.json`` (the build manifest, see tools.manifest).
+    ``manifest`` becomes ``<dist-info>/cuwheels.json`` (the build manifest, see tools.core.manifest).
     ``payload`` is stored uncompressed as ``<package>/_payload.bin`` to give the wheel a size.
     ``metadata_name`` / ``metadata_version`` put a different Name / Version in METADATA than in the
     filename; ``omit_metadata`` leaves METADATA out; ``filename`` overrides the file's name. Those

@@ -9,11 +9,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..variant import Variant, cell_id, torch_index_url, uv_index_name
-from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
+from ..core.variant import Variant, cell_id, torch_index_url, uv_index_name
+from tools.selector.checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
-from .client import Index, IndexFile
-from .detect import Machine, release, series_or_none
+from tools.selector.client import Index, IndexFile
+from tools.selector.detect import Machine, release, series_or_none
 
 
 @dataclass

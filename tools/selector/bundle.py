@@ -1,7 +1,8 @@
 """The selector as the site publishes it: one zipapp, and the facts file it reads from the site.
 
 ``cuwheels-select.pyz`` runs with nothing but Python >= 3.8 (``python cuwheels-select.pyz
-flash-attn --index <site>``): it holds tools/__init__.py, tools/variant.py, tools/symbols.py, the
+flash-attn --index <site>``): it holds tools/__init__.py, the package tools/core (the facts
+the selector shares with the build: cell ids and labels, the manifest, the range reader), the
 modules of tools/selector (this one excepted: it is the builder), a ``__main__.py`` that calls
 tools.selector.cli.main, and the ``packaging`` package copied from its installed distribution
 (its Python files as installed, and its license files). A ``.pyz`` name can't shadow a module the
@@ -26,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .facts import FACTS_FILE, SiteFacts
+from tools.selector.facts import FACTS_FILE, SiteFacts
 
 #: The archive's name under the site root.
 ZIPAPP_FILE = "cuwheels-select.pyz"
@@ -42,8 +43,9 @@ _MAIN = b"import sys\n\nfrom tools.selector.cli import main\n\nsys.exit(main())\
 def _members() -> dict[str, bytes]:
     """Archive name -> bytes of every member."""
     members = {"__main__.py": _MAIN}
-    for rel in ("__init__.py", "variant.py", "symbols.py"):
-        members[f"tools/{rel}"] = (_TOOLS / rel).read_bytes()
+    members["tools/__init__.py"] = (_TOOLS / "__init__.py").read_bytes()
+    for module in sorted((_TOOLS / "core").glob("*.py")):
+        members[f"tools/core/{module.name}"] = module.read_bytes()
     for module in sorted((_TOOLS / "selector").glob("*.py")):
         if module.name not in ("bundle.py", "__main__.py"):
             members[f"tools/selector/{module.name}"] = module.read_bytes()
@@ -83,7 +85,7 @@ def build_zipapp(dest: Path) -> Path:
 
 
 def facts_document(table: Any) -> bytes:
-    """selector.json for ``table`` (a loaded tools.table.Table): the minimum driver per CUDA version."""
+    """selector.json for ``table`` (a loaded tools.plan.table.Table): the minimum driver per CUDA version."""
     facts = SiteFacts(min_driver={version: entry.min_driver for version, entry in table.cuda.items()})
     return (json.dumps(facts.to_json(), indent=1) + "\n").encode("utf-8")
 
@@ -94,7 +96,7 @@ def site_files(table: Any | None = None) -> dict[str, bytes]:
     ``table`` defaults to recipes/table.yaml, loaded here.
     """
     if table is None:
-        from ..table import load_table  # needs yaml: only the builder imports it, never the archive
+        from ..plan.table import load_table  # needs yaml: only the builder imports it, never the archive
 
         table = load_table()
     return {ZIPAPP_FILE: zipapp_bytes(), FACTS_FILE: facts_document(table)}

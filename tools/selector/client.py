@@ -24,7 +24,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from .facts import FACTS_FILE, SiteFacts, parse_facts
+from tools.selector.facts import FACTS_FILE, SiteFacts, parse_facts
 
 #: Wheels up to this size are read whole when the server ignores HTTP range requests.
 PEEK_FULL_LIMIT = 16 << 20

@@ -24,8 +24,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..variant import cuda_from_nodot, torch_series
-from .gpu import Gpu, parse_sm
+from ..core.variant import cuda_from_nodot, torch_series
+from tools.selector.gpu import Gpu, parse_sm
 
 
 def release(text: str) -> tuple[int, ...]:

@@ -17,12 +17,12 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..symbols import demangle
-from ..variant import parse_label, torch_index_url
-from .answer import Answer, build_command, select
-from .client import Index, IndexReadError
-from .detect import Machine, run_quietly, series_or_none
-from .gpu import arch_list, arch_problem, module_archs
+from ..core.symbols import demangle
+from ..core.variant import parse_label, torch_index_url
+from tools.selector.answer import Answer, build_command, select
+from tools.selector.client import Index, IndexReadError
+from tools.selector.detect import Machine, run_quietly, series_or_none
+from tools.selector.gpu import arch_list, arch_problem, module_archs
 
 
 @dataclass
@@ -143,7 +143,7 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
         module = re.search(r"([^/\s:]+\.so)\S*:\s*undefined symbol", error)
         where = f" (in {module.group(1)})" if module else ""
         built, built_cuda, built_abi = _built_for(inst)
-        # C functions of torch's stable shim (tools.verify.SHIM_PREFIXES) are torch's too.
+        # C functions of torch's stable shim (tools.finish.verify.SHIM_PREFIXES) are torch's too.
         shim_symbol = symbol.startswith(("aoti_torch_", "torch_"))
         torch_symbol = shim_symbol or re.search(r"\b(c10|at|torch|caffe2)::", readable) is not None
         d = Diagnosis("undefined-symbol", "", [f"missing symbol: {readable}{where}", f"mangled: {symbol}"],

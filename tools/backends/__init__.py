@@ -1,0 +1,1 @@
+"""The build backends, peers behind one Protocol (``base.Backend``): ``host`` (this machine's toolchain) and ``container`` (cibuildwheel in the cell's builder image, with ``cibw``, ``inside`` and ``engine``)."""

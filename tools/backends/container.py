@@ -1,0 +1,427 @@
+"""Container backend: cibuildwheel in the cell's manylinux CUDA image, the path CI publishes from.
+
+``build_container`` runs the steps engine -> source -> stage -> cibuildwheel -> publish: it finds
+an engine (``tools.backends.engine``), fetches, verifies and patches the sdist and stages it with this
+project's tools (``stage``), runs cibuildwheel with the cell's plan (``tools.backends.cibw``), names the
+cause of a failed run (``classify_failure``) and publishes the wheel that passed the finish
+stage and the smoke test in the container. The commands run inside the image live in
+``tools.incontainer``.
+
+Layout of a cell's work directory (``build-cells/<cell id>/``)::
+
+    sdist/<file>.tar.gz      the verified sdist
+    src/                     what cibuildwheel copies into the container as /project:
+      <sdist top dir>/       the patched tree it builds
+      cuwheels/tools, cuwheels/recipes/{table.yaml,<package>/}
+                             this project's tools and the cell's recipe, for the finish step
+    wheels/                  cibuildwheel's output
+    cibuildwheel.log, report.json
+
+The container gets a memory limit with swap off (``--memory`` = ``--memory-swap``), so a build
+that needs more is OOM-killed and reported, instead of swapping the machine to a halt; and a
+CPU limit. Both default to this machine's available memory (less 1 GiB) and usable cores;
+``CUWHEELS_CONTAINER_MEMORY_GIB`` and ``CUWHEELS_CONTAINER_CPUS`` set them (CI runners).
+
+``python -m tools.build CELL --backend container --dry-run`` prints the exact commands (stage the
+source, run cibuildwheel with every option as a ``CIBW_*`` variable) without downloading anything
+or needing an engine. ``python -m tools.container stage CELL --work DIR`` is the first of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tools import RECIPES_DIR, ROOT
+from tools.core import errors
+from .cibw import (
+    CCACHE_STATS_PREFIX,
+    TOOLS_DIR,
+    TOOLS_PYTHON,
+    Image,
+    Invocation,
+    Limits,
+    Mounts,
+    check_options,
+    default_limits,
+    default_mounts,
+    identifier,
+    plan_invocation,
+    with_needs,
+)
+from tools.pipeline.compilelog import failing_file
+from .engine import Probe, Readiness, find_engine, pull, qualified, readiness
+from tools.core.errors import CompileError, CuwheelsError, ToolchainError, cli
+from tools.finish.stage import recipe_git_revision
+from tools.core.manifest import read_manifest
+from tools.plan.matrix import Cell, load_cell
+from tools.pipeline.report import Progress, publish, reporting
+from tools.plan.recipe import Recipe, load_recipe
+from tools.pipeline.source import prepare_source
+from tools.plan.table import TABLE_PATH, Table
+
+#: The container backend's steps, as the progress lines and the report name them.
+CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
+#: Labels of a local stand-in image (``tools.localimage``): what it is and which policy its
+#: glibc allows.
+STAND_IN_LABEL = "org.cuwheels.builder.stand-in"
+POLICY_LABEL = "org.cuwheels.builder.manylinux"
+#: What cibuildwheel itself runs in the container (``oci_container.UTILITY_PYTHON``).
+CIBW_UTILITY_PYTHON = "/opt/python/cp39-cp39/bin/python"
+
+
+def image_for(cell: Cell, name: str, labels: dict[str, str]) -> Image:
+    """The image the cell builds in and the policy its wheels are repaired to: the cell's
+    manylinux tag, or, in a local stand-in image (its labels say so), the lowest policy the
+    wheel's symbols allow (``auto``): its glibc is newer than the tag's."""
+    if labels.get(STAND_IN_LABEL) == "true":
+        policy = labels.get(POLICY_LABEL, "its glibc's")
+        return Image(name, "auto", f"a local stand-in (wheels up to {policy}): they are "
+                     "repaired to the lowest policy their symbols allow, not "
+                     f"{cell.platform_tag}")
+    return Image(name, cell.platform_tag)
+
+
+def image_paths(cell: Cell) -> dict[str, str]:
+    """What the build needs inside the image, and why: path -> what it is for."""
+    tag = identifier(cell).split("-")[0]
+    return {f"/opt/python/{tag}-{tag}/bin/python": f"the cell's Python {cell.python}",
+            f"/usr/local/cuda-{cell.cuda}/bin/nvcc": f"the cell's CUDA {cell.cuda}",
+            TOOLS_PYTHON: "the finish step's Python (cp312)",
+            CIBW_UTILITY_PYTHON: "cibuildwheel's own helper Python (cp39)"}
+
+
+def check_image(ready: Readiness, cell: Cell, run=subprocess.run) -> list[str]:
+    """Start one container from the image and list what of :func:`image_paths` it lacks, as
+    ``path (what it is for)``; ToolchainError when no container starts."""
+    paths = image_paths(cell)
+    script = "for p in " + " ".join(paths) + '; do [ -e "$p" ] || echo "$p"; done'
+    argv = [ready.engine, *ready.runtime_args, "run", "--rm", "--pull=never", "--network=none",
+            ready.image, "sh", "-c", script]
+    try:
+        proc = run(argv, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"a container from {ready.image} did not finish a file check in "
+                             "300 s") from None
+    if proc.returncode != 0:
+        raise ToolchainError(f"`{' '.join(argv[:-1])} ...` failed (exit {proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    return [f"{p} ({paths[p]})" for p in proc.stdout.split() if p in paths]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A cell's staged work directory: the tree cibuildwheel builds, and where it runs."""
+
+    project: Path
+    tree: Path
+    sdist: Path
+    sha256: str
+    patches: tuple[str, ...]
+
+
+def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path | None = None,
+          sdist_dir: Path | None = None) -> Staged:
+    """Fetch, verify, extract and patch the sdist into ``work/src/``, and put this project's
+    tools and the cell's recipe (with those it depends on, which the plan inside reads) and
+    table beside it (``work/src/cuwheels``)."""
+    prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
+    project = prepared.tree.parent
+    dest = project / TOOLS_DIR
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "tools", dest / "tools", ignore=ignore)
+    (dest / "recipes").mkdir(parents=True)
+    shutil.copyfile(table.path, dest / "recipes" / "table.yaml")
+    folders, queue = {recipe.package: recipe.folder}, list(recipe.depends)
+    while queue:
+        dep = queue.pop()
+        if dep.package not in folders:
+            folders[dep.package] = recipe.folder.parent / dep.package
+            queue.extend(load_recipe(folders[dep.package], table).depends)
+    for package, folder in folders.items():
+        shutil.copytree(folder, dest / "recipes" / package, ignore=ignore)
+    return Staged(project, prepared.tree, prepared.sdist, prepared.sha256, prepared.patches)
+
+
+#: Our CLI errors inside the container print ``<kind> error: <message>``.
+_OUR_ERROR = re.compile(r"^(\w+) error: (.*)$")
+#: How a compiler killed by the kernel's OOM killer shows in the log: gcc's driver ("Killed
+#: signal terminated program cc1plus", then exit 1), nvcc ("'cicc' died due to signal 9"), a
+#: shell or ninja (exit 137). The traceback after it can be long: search the whole compile.
+_OOM = re.compile(r"Killed signal terminated program|died due to signal 9|\bKilled\b|"
+                  r"code[= ]137\b|exit status 137|signal 9\b")
+_CIBW_STEPS = (("Running before_all", "before-all"), ("Running before_build", "before-build"),
+               ("Building wheel", "compile"), ("Repairing wheel", "repair"),
+               ("Testing wheel", "test"))
+
+
+def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> CuwheelsError:
+    """The error a failed cibuildwheel run stands for: the finish step's own error when it
+    raised one, else by the last step cibuildwheel started (an OOM kill says so)."""
+    kinds = {cls.kind: cls for cls in CuwheelsError.__subclasses__()}
+    lines = log_text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _OUR_ERROR.match(lines[i].strip())
+        if m and m.group(1) in kinds:
+            rest = [l.strip() for l in lines[i + 1:i + 4] if l.strip().startswith("fix:")]
+            return kinds[m.group(1)](f"in the container: {m.group(2)}; log: {log}",
+                                     hint=rest[0].removeprefix("fix:").strip() if rest else None)
+    for line in lines:
+        if "executable doesn't exist in image" in line or "needed to build" in line:
+            return ToolchainError(f"the image lacks the cell's Python: {line.strip()}; log: {log}",
+                                  hint="point the table's image for this CUDA at a tag that "
+                                       "has it, or leave this Python out of the recipe")
+    step = None
+    for line in lines:
+        for marker, name in _CIBW_STEPS:
+            if marker in line:
+                step = name
+    compile_log = log_text[log_text.rfind("Building wheel..."):]
+    if step == "compile" and _OOM.search(compile_log):
+        culprit = failing_file(log_text)
+        return CompileError(
+            f"out of memory: the compiler was killed (SIGKILL, exit 137) in the container"
+            f"{' while compiling ' + culprit if culprit else ''} (limit {limits.memory_gib} "
+            f"GiB, no swap); log: {log}",
+            hint="raise build.job_memory_gib in the recipe (fewer parallel jobs) or "
+                 "CUWHEELS_CONTAINER_MEMORY_GIB on a machine with more memory")
+    if step in ("before-all", "before-build"):
+        return ToolchainError(f"setting up the container's build environment failed "
+                              f"({step}, exit {code}); log: {log}",
+                              hint="read the pip or nvcc error near the end of the log")
+    if step == "compile":
+        culprit = failing_file(log_text)
+        where = f" while compiling {culprit}" if culprit else ""
+        return CompileError(f"the package's build failed in the container{where}; log: {log}",
+                            hint="read the first error in the log; a patch in the recipe may "
+                                 "be needed for this CUDA/torch version")
+    if step == "repair":
+        return errors.RepairError(f"the repair step failed in the container; log: {log}")
+    if step == "test":
+        return errors.VerifyError(
+            f"smoke test: importing the wheel next to its torch failed in the container; "
+            f"log: {log}", hint="an 'undefined symbol' means it was built against another torch")
+    return ToolchainError(f"cibuildwheel failed before building (exit {code}); log: {log}",
+                          hint="the image may not be pullable from here, or the engine refused "
+                               "the limits: read the end of the log")
+
+
+def ccache_stats(log_text: str) -> dict[str, Any] | None:
+    """What the compiler cache did, from the line ``incontainer ccache stats`` printed in the
+    container (the last one: a re-run's log holds only its own); None without one."""
+    found = None
+    for line in log_text.splitlines():
+        if line.startswith(CCACHE_STATS_PREFIX):
+            try:
+                found = json.loads(line[len(CCACHE_STATS_PREFIX):])
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def run_cibuildwheel(inv: Invocation, log: Path, on_line: Callable[[str], None]) -> int:
+    """Run the invocation (CIBW_* from the caller's environment are dropped: only the plan's
+    count), teeing every line to ``log``; returns cibuildwheel's exit status."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    env.update(inv.env)
+    with log.open("w") as fh:
+        fh.write(inv.shell() + "\n")
+        fh.flush()
+        proc = subprocess.Popen(list(inv.argv), cwd=inv.cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            on_line(line.rstrip("\n"))
+        return proc.wait()
+
+
+def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
+                    engine: str | None, dry_run: bool, out_dir: Path, work_root: Path,
+                    progress: Progress, sdist: Path | None, sdist_dir: Path | None,
+                    memory_gib: int | None = None, cpus: int | None = None,
+                    image: str | None = None, mounts: Mounts | None = None,
+                    stdout=None, probe: Probe = readiness, cache: bool = True,
+                    needed: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Build one cell with cibuildwheel in its image and return the build report.
+
+    ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
+    With ``dry_run``, print the plan as a shell script on ``stdout`` and stop: no download, no
+    engine needed. Otherwise an engine must be able to start a container from the image
+    (``probe`` says which can; an image that is not here is pulled first), and the image must
+    hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
+    inspection and smoke test in the container passed. ``cache``: compile through ccache in the
+    mounted compiler cache (``tools.pipeline.ccache.cache_dir``), its hits and misses in the report.
+    ``needed``: the wheels of the cells this one needs (``tools.builder.needs``, one directory),
+    mounted read-only and installed into the test venv before the wheel.
+    """
+    stdout = stdout or sys.stdout
+    limits = default_limits()
+    limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
+    mounts = with_needs(default_mounts(ccache=cache) if mounts is None else mounts, needed)
+    image_name = image or cell.image
+    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
+    workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
+    report: dict[str, Any] = {"cell": cell.id, "backend": "container", "image": image_name,
+                              "archs": list(archs), "label": cell.label,
+                              "limits": asdict(limits), "workarounds": workarounds}
+    if dry_run:
+        inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
+                              limits=limits, work_root=work_root, sdist=sdist,
+                              sdist_dir=sdist_dir, recipe_revision=recipe_git_revision(recipe),
+                              image=Image(image_name, cell.platform_tag), mounts=mounts)
+        check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
+                      identifier(cell))
+        stdout.write(inv.shell())
+        stdout.flush()
+        return {**report, "verdict": "planned", "dry_run": True, "script": inv.shell()}
+
+    work = work_root / cell.id
+    work.mkdir(parents=True, exist_ok=True)
+    for volume in mounts.volumes:
+        if not volume.endswith(":ro"):   # a cache the container writes: it must exist first
+            Path(volume.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
+    report["verdict"] = "failed"
+    with reporting(work / "report.json", report, progress):
+        def engine_step(step) -> Readiness:
+            ready = find_engine(engine, image_name, probe)
+            step.detail.update(engine=ready.engine, why=ready.why)
+            if not ready.local:
+                name = qualified(image_name) if ready.engine.endswith("podman") else image_name
+                progress.say(f"pulling {name} with {ready.engine}")
+                pull(ready.engine, name)
+                ready = probe(ready.engine, image_name)
+                if not ready.ok:
+                    raise ToolchainError(f"pulled {image_name}, but {ready.why}")
+            step.detail["runtime_args"] = list(ready.runtime_args)
+            return ready
+
+        ready = progress.run("engine", engine_step)
+        report["engine"] = ready.engine
+
+        def image_step(step) -> Image:
+            missing = check_image(ready, cell)
+            if missing:
+                raise ToolchainError(
+                    f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
+                    hint="use an image that has them (the table's image for CUDA "
+                         f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
+                         f"--pythons {cell.python}`), or leave this Python out of the recipe")
+            # podman won't resolve a short name without a terminal to ask on; docker assumes
+            # Docker Hub, which is what the qualified name says.
+            name = qualified(image_name) if ready.engine.endswith("podman") else image_name
+            chosen = image_for(cell, name, ready.labels)
+            step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
+            if chosen.note:
+                progress.say(f"image: {chosen.note}")
+            return chosen
+
+        chosen = progress.run("image", image_step)
+        report["plat"] = chosen.plat
+
+        def source(step) -> Staged:
+            staged = stage(cell, recipe, table, work, sdist=sdist, sdist_dir=sdist_dir)
+            step.detail.update(sdist=staged.sdist.name, sha256=staged.sha256,
+                               patches=list(staged.patches), tree=str(staged.tree))
+            return staged
+
+        staged = progress.run("source", source)
+
+        def plan_step(step) -> Invocation:
+            inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
+                                  limits=limits, work_root=work_root, tree_name=staged.tree.name,
+                                  sdist=sdist, sdist_dir=sdist_dir,
+                                  recipe_revision=recipe_git_revision(recipe), image=chosen,
+                                  mounts=mounts, containers_conf=ready.containers_conf)
+            check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
+            step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
+            if relaxed:
+                progress.say(f"workaround: torch's nvcc version check relaxed ({relaxed})")
+            return inv
+
+        inv = progress.run("stage", plan_step)
+        report["script"] = inv.shell()
+
+        def build(step) -> Path:
+            wheels = work / "wheels"
+            if wheels.exists():
+                shutil.rmtree(wheels)
+            log = work / "cibuildwheel.log"
+            step.detail["log"] = str(log)
+            last = [0.0]
+
+            def on_line(line: str) -> None:
+                now = time.monotonic()
+                if line.startswith(f"[{cell.id} ") or any(m in line for m, _ in _CIBW_STEPS):
+                    progress.say(f"container: {line.strip()[:120]}")
+                elif now - last[0] > 10 and line.strip():
+                    last[0] = now
+                    progress.say(f"container: {line.strip()[:120]}")
+
+            code = run_cibuildwheel(inv, log, on_line)
+            stats = ccache_stats(log.read_text(errors="replace"))
+            if stats:
+                step.detail["ccache"] = stats
+                report["ccache"] = stats
+                progress.say(f"compiler cache: {stats['hits']} hits "
+                             f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
+                             f"preprocessed), {stats['misses']} misses")
+            if code != 0:
+                raise classify_failure(log.read_text(errors="replace"), log=log,
+                                       limits=limits, code=code)
+            found = sorted(wheels.glob("*.whl"))
+            if len(found) != 1:
+                raise CompileError(f"cibuildwheel made {len(found)} wheels in {wheels}, "
+                                   "expected one")
+            with zipfile.ZipFile(found[0]) as zf:
+                manifest = read_manifest(zf)
+            step.detail.update(wheel=found[0].name, manifest=manifest)
+            return found[0]
+
+        wheel = progress.run("cibuildwheel", build)
+        target = progress.run("publish", lambda step: publish(wheel, out_dir, step))
+        report.update(verdict="passed", wheel=str(target))
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.container``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.container",
+                                 description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    st = sub.add_parser("stage", help="on the host: fetch, verify, patch and stage a cell's "
+                                      "source and this project's tools for cibuildwheel")
+    st.add_argument("cell")
+    st.add_argument("--work", type=Path, required=True, help="per-cell work directories")
+    st.add_argument("--recipes", type=Path, default=RECIPES_DIR)
+    st.add_argument("--table", type=Path, default=TABLE_PATH)
+    src = st.add_mutually_exclusive_group()
+    src.add_argument("--sdist", type=Path)
+    src.add_argument("--sdist-dir", type=Path)
+    return ap
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Stage a cell's source and tools (the first command of the printed plan)."""
+    args = parser().parse_args(argv)
+    cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
+    staged = stage(cell, recipe, table, args.work / cell.id, sdist=args.sdist,
+                   sdist_dir=args.sdist_dir)
+    print(staged.tree)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

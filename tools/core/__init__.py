@@ -1,0 +1,1 @@
+"""The bottom layer: facts every stage and the selector share (cell ids and labels, the wheel manifest, one HTTP range reader, the cache directory, error types). Standard library and ``packaging`` only: the selector's zipapp ships this package whole."""

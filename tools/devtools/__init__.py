@@ -1,0 +1,1 @@
+"""Development helpers: ``make demo``, the workflow linters, the local stand-in builder image."""

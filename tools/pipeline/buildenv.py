@@ -1,0 +1,133 @@
+"""Build environment: the recipe's variables, the arch list, job sizing, reproducibility.
+
+``MAX_JOBS`` and ``NVCC_THREADS`` are sized from the cores and the memory actually available
+(including a container's cgroup limit) and the recipe's per-job memory estimate, so a build is
+not OOM-killed (exit 137) yet doesn't crawl at one job when the machine can take more.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.plan.matrix import Cell
+from tools.plan.recipe import Recipe
+
+#: Leave this share of available memory to the linker, the page cache and everything else.
+MEMORY_HEADROOM = 0.85
+#: 2019-12-31T00:00:00Z: a fixed timestamp so that two builds of a cell give identical wheels.
+DEFAULT_SOURCE_DATE_EPOCH = 1577750400
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How many compile jobs and nvcc threads a build gets, and why."""
+
+    max_jobs: int
+    nvcc_threads: int
+    cores: int
+    available_gib: float
+    job_memory_gib: float
+    note: str
+
+
+def available_memory_gib(meminfo: Path = Path("/proc/meminfo"),
+                         cgroup: Path = Path("/sys/fs/cgroup/memory.max")) -> float:
+    """MemAvailable, capped by a cgroup v2 memory limit when one is set (containers)."""
+    avail = None
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    try:
+        limit = cgroup.read_text().strip()
+        if limit != "max":
+            avail = min(avail, int(limit))
+    except (OSError, ValueError):
+        pass
+    return avail / 2**30
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup cpusets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def size_jobs(*, cores: int, available_gib: float, job_memory_gib: float,
+              nvcc_threads: int | None, fixed_threads: bool = False, archs: int = 1) -> Sizing:
+    """Choose MAX_JOBS and NVCC_THREADS.
+
+    ``job_memory_gib`` is the peak of one nvcc thread (one arch compiled at a time); a job with
+    ``t`` threads compiling ``n`` archs peaks at about ``job_memory_gib * min(t, n)``, since nvcc
+    runs at most one thread per arch. A recipe's thread count is lowered only until one job fits,
+    unless the package hard-codes it (``fixed_threads``); jobs then fill the memory budget up to
+    the core count. When even one job doesn't fit, the build still runs with one job and the note
+    says it may be killed.
+    """
+    budget = available_gib * MEMORY_HEADROOM
+    threads = max(1, nvcc_threads or 1)
+    if not fixed_threads:
+        threads = min(threads, max(1, archs))  # more threads than archs would idle
+        while threads > 1 and budget < job_memory_gib * min(threads, archs):
+            threads -= 1
+    per_job = job_memory_gib * min(threads, max(1, archs))
+    jobs = max(1, min(cores, int(budget // per_job) if per_job > 0 else cores))
+    if budget < per_job:
+        note = (f"only {available_gib:.1f} GiB available but one compile job needs about "
+                f"{per_job:.1f} GiB: the build may be OOM-killed; free memory, compile fewer "
+                "archs (--archs) or use a bigger machine")
+    else:
+        fixed = " (fixed by the package)" if fixed_threads else ""
+        note = (f"{jobs} job(s) x ~{per_job:.1f} GiB ({threads} nvcc thread(s){fixed}, "
+                f"{archs} arch(s), ~{job_memory_gib:.1f} GiB per thread) within {budget:.1f} GiB "
+                f"of {available_gib:.1f} GiB available, {cores} core(s)")
+    return Sizing(jobs, threads, cores, round(available_gib, 1), job_memory_gib, note)
+
+
+def size_for(recipe: Recipe, archs: tuple[str, ...], *, cores: int,
+             available_gib: float) -> Sizing:
+    """size_jobs with a recipe's memory figures and the arch list actually compiled."""
+    return size_jobs(cores=cores, available_gib=available_gib,
+                     job_memory_gib=recipe.build.job_memory_gib,
+                     nvcc_threads=recipe.build.nvcc_threads,
+                     fixed_threads=recipe.build.nvcc_threads_fixed, archs=len(archs))
+
+
+def format_archs(archs: tuple[str, ...], style: str) -> str:
+    """``("80", "90a")`` as ``80;90a`` (plain) or ``8.0;9.0a`` (TORCH_CUDA_ARCH_LIST)."""
+    if style == "plain":
+        return ";".join(archs)
+    out = []
+    for arch in archs:
+        digits = arch.rstrip("af")
+        out.append(f"{digits[:-1]}.{digits[-1]}{arch[len(digits):]}")
+    return ";".join(out)
+
+
+def build_env(recipe: Recipe, cell: Cell, sizing: Sizing, *, archs: tuple[str, ...],
+              cuda_home: str | None, source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+              ) -> dict[str, str]:
+    """The variables a cell's build sets (on top of the inherited environment).
+
+    The arch list goes both to TORCH_CUDA_ARCH_LIST (torch's cpp_extension reads it when the
+    package adds no -gencode flags of its own; without it, a GPU-less builder compiles torch's
+    whole default list) and to the package's own variable when it has one.
+    """
+    env = {v.name: v.value for v in recipe.env}
+    env["TORCH_CUDA_ARCH_LIST"] = format_archs(archs, "torch")
+    env[recipe.arch_env.name] = format_archs(archs, recipe.arch_env.style)
+    env["MAX_JOBS"] = str(sizing.max_jobs)
+    if recipe.build.nvcc_threads is not None and not recipe.build.nvcc_threads_fixed:
+        env["NVCC_THREADS"] = str(sizing.nvcc_threads)
+    env["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+    if cuda_home:
+        env["CUDA_HOME"] = cuda_home
+    return env

@@ -1,0 +1,241 @@
+"""Compiler cache: ccache around nvcc and the C++ compiler, kernels shared across Pythons.
+
+A per-Python extension compiles the same CUDA kernels once per Python. Only the binding unit (the
+one that includes ``torch/extension.h``, hence ``Python.h``) depends on the Python; kernel units
+include ATen, c10 and CUDA headers only. Switching ccache on is not enough for them to hit across
+Pythons: each build venv keeps torch's headers under its own ``lib/python3.X/site-packages``, and
+those paths are in the preprocessed text ccache hashes. So a cached build also gets:
+
+- **one torch path**: ``<work>/torch-root``, a link to the build venv's site-packages, first on
+  ``PYTHONPATH`` for the compile, so torch gives the compiler ``<work>/torch-root/torch/include``;
+- **base_dir** = the cell's work directory: ccache rewrites paths under it relative to the
+  compiler's working directory, which has the same place in every cell
+  (``src/<tree>/build/temp.linux-x86_64-cpython-3XY``), so every such path reads the same;
+- **preprocessor mode** (ccache's fallback after direct mode): ``-I`` options are not hashed, the
+  preprocessed text is. A kernel unit that never includes ``Python.h`` gives the same text for
+  every Python and hits; the binding unit misses, as it must.
+
+nvcc is wrapped through ``PYTORCH_NVCC`` (torch's hook for it), the C++ compiler through a link
+named ``c++`` (what torch's ninja rules run) first on ``PATH``: ``CXX="ccache g++"`` breaks
+torch's compiler check. ``TORCH_NO_COMPILER_WRAPPER=1`` stops newer torch from adding a ccache of
+its own from ``PATH``, so the wrapping is the same for every torch, and ``--no-cache`` really
+builds without a cache.
+
+A side effect to know: ccache hands the compiler the relative paths, so ``__FILE__`` strings in a
+cached build are relative (``../../csrc/x.cu``) where an uncached build has absolute ones. Both are
+paths of the build machine; the checks (ABI, archs, import) are the same, which
+``tests/test_ccache.py`` builds to show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.core.errors import ToolchainError
+
+#: Overrides where the cache lives (default below); CI points it at the directory it restores.
+ENV_DIR = "CUWHEELS_CCACHE_DIR"
+DEFAULT_DIR = Path.home() / ".cache" / "cuwheels" / "ccache"
+#: The fixed torch path inside a cell's work directory (see the module docstring).
+TORCH_ROOT = "torch-root"
+#: The directory of masquerading compiler links, first on PATH during the compile.
+BIN_DIR = "ccache-bin"
+#: Only ``c++`` is wrapped: torch's ninja rules run it (``CXX`` unset). nvcc finds its own host
+#: compiler as ``gcc``/``g++``; wrapping those would send nvcc's per-step temporary files through
+#: ccache too, each a miss.
+WRAPPED = ("c++",)
+#: The build's own statistics, beside its report: the cache directory's counters are shared by
+#: every build that uses it, so they can't say what one build did.
+STATS_LOG = "ccache-stats.log"
+
+#: The ccache settings of a cached build, each with its reason.
+SETTINGS = {
+    # The cwd enters the hash when -g is given (Python's CFLAGS have it); the cwd differs per cell.
+    "CCACHE_NOHASHDIR": "1",
+    # The build venv is created seconds before the compile, with headers hard-linked from uv's
+    # cache (a fresh ctime): without this, ccache refuses direct mode for every unit. Nothing
+    # edits those headers during a build.
+    "CCACHE_SLOPPINESS": "include_file_ctime,include_file_mtime",
+    # The compiler is identified by what it says it is (nvcc: "Build cuda_13.0.r13.0/..."), not
+    # by its file's mtime: a toolkit installed from wheels has a new mtime at every install.
+    "CCACHE_COMPILERCHECK": "%compiler% --version",
+}
+
+
+def cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where the cache lives: ``$CUWHEELS_CCACHE_DIR``, else ``~/.cache/cuwheels/ccache``."""
+    environ = dict(os.environ) if environ is None else environ
+    return Path(environ[ENV_DIR]).expanduser() if environ.get(ENV_DIR) else DEFAULT_DIR
+
+
+def find_ccache(environ: dict[str, str] | None = None) -> str:
+    """The ccache executable: the project environment's (package ``ccache-bin``), else PATH's."""
+    environ = dict(os.environ) if environ is None else environ
+    beside = Path(sys.executable).parent / "ccache"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("ccache", path=environ.get("PATH"))
+    if found:
+        return found
+    raise ToolchainError("ccache was not found (neither beside this Python nor on PATH)",
+                         hint="run `make setup` (the project's environment installs it from the "
+                              "ccache-bin package), or build without the cache: --no-cache")
+
+
+def ccache_version(ccache: str) -> str:
+    """``4.14.2`` from ``ccache --version``; ToolchainError when it doesn't run."""
+    try:
+        proc = subprocess.run([ccache, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        raise ToolchainError(f"{ccache} does not run: {exc}",
+                             hint="reinstall it (`make setup`) or build with --no-cache") from None
+    first = proc.stdout.splitlines()[0] if proc.stdout else ""
+    if proc.returncode != 0 or not first.startswith("ccache version "):
+        raise ToolchainError(f"{ccache} --version said {first or proc.stderr.strip()!r}, not "
+                             "'ccache version X.Y.Z'", hint="reinstall it or use --no-cache")
+    return first.removeprefix("ccache version ").strip()
+
+
+def site_packages(python: Path | str) -> Path:
+    """The site-packages (purelib) directory of the venv whose interpreter is ``python``."""
+    proc = subprocess.run([str(python), "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ToolchainError(f"{python} cannot say where its site-packages is: "
+                             f"{proc.stderr.strip()[-400:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """A cached build's setup: what to add to the compile's environment and PATH."""
+
+    ccache: str
+    version: str
+    directory: Path
+    stats_log: Path
+    env: dict[str, str]
+    path_prefix: tuple[str, ...]
+
+    def describe(self) -> dict[str, Any]:
+        """The report's view of the setup."""
+        return {"tool": f"ccache {self.version}", "dir": str(self.directory),
+                "base_dir": self.env["CCACHE_BASEDIR"],
+                "torch_root": self.env.get("PYTHONPATH"),
+                "stats_log": str(self.stats_log)}
+
+
+def _link(link: Path, target: Path | str) -> None:
+    """Point ``link`` at ``target``, replacing whatever was there (a re-run of the cell)."""
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(target)
+
+
+def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = None,
+            ccache: str | None = None) -> CompilerCache:
+    """Set up a cached compile in the cell's work directory ``work`` whose build venv's
+    site-packages is ``site``: the torch-root link, the ``c++`` link, a fresh stats log."""
+    ccache = ccache or find_ccache()
+    version = ccache_version(ccache)
+    directory = (directory or cache_dir()).resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolchainError(f"the compiler cache directory {directory} cannot be created: {exc}",
+                             hint=f"set {ENV_DIR} to a writable directory, or use --no-cache"
+                             ) from None
+    work = work.resolve()
+    root = work / TORCH_ROOT
+    _link(root, site)
+    bin_dir = link_compilers(work / BIN_DIR, ccache)
+    stats_log = work / STATS_LOG
+    stats_log.unlink(missing_ok=True)
+    env = {**cache_env(ccache=ccache, directory=directory, base_dir=work, stats_log=stats_log,
+                       nvcc=Path(cuda_home) / "bin" / "nvcc"),
+           "PYTHONPATH": str(root)}
+    return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
+
+
+def cache_env(*, ccache: str, directory: Path | str, base_dir: Path | str,
+              stats_log: Path | str, nvcc: Path | str) -> dict[str, str]:
+    """The ccache variables of a cached compile (without the torch path and PATH, which the
+    caller puts where its build reads them): the host's and the container's builds share them."""
+    return {
+        "CCACHE_DIR": str(directory),
+        "CCACHE_BASEDIR": str(base_dir),
+        "CCACHE_STATSLOG": str(stats_log),
+        **SETTINGS,
+        "PYTORCH_NVCC": shlex.join([ccache, str(nvcc)]),
+        "TORCH_NO_COMPILER_WRAPPER": "1",
+    }
+
+
+def link_compilers(bin_dir: Path, ccache: str) -> Path:
+    """The directory of masquerading compiler links (``c++`` -> ccache), made or refreshed."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in WRAPPED:
+        _link(bin_dir / name, ccache)
+    return bin_dir
+
+
+def disabled_env() -> dict[str, str]:
+    """The variables of an uncached compile: no ccache, even one torch would find on PATH."""
+    return {"TORCH_NO_COMPILER_WRAPPER": "1", "CCACHE_DISABLE": "1"}
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What the cache did for one build."""
+
+    hits: int
+    direct_hits: int
+    preprocessed_hits: int
+    misses: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        """``3 hits (2 direct, 1 preprocessed), 1 miss``."""
+        miss = "miss" if self.misses == 1 else "misses"
+        hit = "hit" if self.hits == 1 else "hits"
+        return (f"{self.hits} {hit} ({self.direct_hits} direct, {self.preprocessed_hits} "
+                f"preprocessed), {self.misses} {miss}")
+
+
+def stats_from_counters(counters: dict[str, Any]) -> CacheStats:
+    """CacheStats from ccache's counters (``--print-log-stats --format json``)."""
+    nonzero = {k: int(v) for k, v in counters.items()
+               if isinstance(v, int) and not isinstance(v, bool) and v}
+    direct = nonzero.get("direct_cache_hit", 0)
+    pre = nonzero.get("preprocessed_cache_hit", 0)
+    return CacheStats(direct + pre, direct, pre, nonzero.get("cache_miss", 0), nonzero)
+
+
+def read_stats(cache: CompilerCache) -> CacheStats:
+    """The build's own counters, from its stats log (no compile through ccache: all zero)."""
+    if not cache.stats_log.exists():
+        return stats_from_counters({})
+    env = {**os.environ, "CCACHE_DIR": str(cache.directory),
+           "CCACHE_STATSLOG": str(cache.stats_log)}
+    proc = subprocess.run([cache.ccache, "--print-log-stats", "--format", "json"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    try:
+        counters = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        counters = None
+    if proc.returncode != 0 or not isinstance(counters, dict):
+        raise ToolchainError(f"ccache could not read its stats log {cache.stats_log}: "
+                             f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    return stats_from_counters(counters)

@@ -1,0 +1,102 @@
+"""Progress and the build report, shared by the orchestrator, both backends and the finish step.
+
+A build is a list of timed steps: each prints when it starts and how it ended (with the time
+since the build began), and lands in the report with its status and details. ``publish`` is
+the last step of every backend: the one place a wheel enters the wheelhouse.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.core.errors import CuwheelsError
+
+
+@dataclass
+class Step:
+    """One timed pipeline step in the report."""
+
+    name: str
+    seconds: float = 0.0
+    status: str = "pending"
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Progress:
+    """Prints which step runs and for how long, and collects the report's steps."""
+
+    def __init__(self, cell_id: str, names: list[str], stream=sys.stderr):
+        self.cell_id, self.names, self.stream = cell_id, names, stream
+        self.steps: list[Step] = []
+        self.start = time.monotonic()
+
+    def _elapsed(self) -> str:
+        s = int(time.monotonic() - self.start)
+        return f"{s // 60}m{s % 60:02d}s"
+
+    def say(self, text: str) -> None:
+        """One line of progress, prefixed with the cell and the total time so far."""
+        print(f"[{self.cell_id} {self._elapsed()}] {text}", file=self.stream, flush=True)
+
+    def run(self, name: str, func, *args, **kwargs):
+        """Run one step, timing it; a failure is recorded and re-raised."""
+        step = Step(name)
+        self.steps.append(step)
+        index = self.names.index(name) + 1 if name in self.names else len(self.steps)
+        self.say(f"step {index}/{len(self.names)}: {name} ...")
+        t0 = time.monotonic()
+        try:
+            result = func(step, *args, **kwargs)
+        except BaseException as exc:
+            step.seconds = round(time.monotonic() - t0, 2)
+            step.status = "failed"
+            step.detail.setdefault("error", str(exc))
+            self.say(f"step {index}/{len(self.names)}: {name} FAILED after {step.seconds:.0f}s")
+            raise
+        step.seconds = round(time.monotonic() - t0, 2)
+        step.status = "ok"
+        self.say(f"step {index}/{len(self.names)}: {name} ok ({step.seconds:.1f}s)")
+        return result
+
+
+def publish(wheel: Path, out_dir: Path, step: Step) -> Path:
+    """Move a verified wheel into the wheelhouse atomically (same name: replaced)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{wheel.name}.part"
+    shutil.copyfile(wheel, tmp)
+    target = out_dir / wheel.name
+    tmp.replace(target)
+    step.detail.update(wheel=str(target), size=target.stat().st_size)
+    return target
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write the build report JSON atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+@contextmanager
+def reporting(path: Path, report: dict[str, Any], progress: Progress) -> Iterator[None]:
+    """Write the build report to ``path`` however the build ends: the steps with their times and
+    details, and the error (kind and message) when one stopped it."""
+    try:
+        yield
+    except CuwheelsError as exc:
+        report["error"] = {"kind": exc.kind, "message": str(exc)}
+        raise
+    finally:
+        report["steps"] = [asdict(s) for s in progress.steps]
+        report["seconds"] = round(time.monotonic() - progress.start, 1)
+        write_report(path, report)
+        progress.say(f"report: {path}")

@@ -1,0 +1,101 @@
+"""Python environments for builds and smoke tests, made with uv (one shared cache).
+
+torch with its CUDA libraries is about 4.7 GB installed; uv hard-links it from its cache, so each
+cell's fresh build venv and fresh smoke-test venv cost seconds after the first download. uv
+ignores pip's configuration files, so a machine-wide ``find-links`` holding a CPU torch (as on
+our development machines) can't leak in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tools.core.errors import ToolchainError
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+def uv_bin() -> str:
+    """The uv executable: the pinned one from the project's environment, else PATH's."""
+    try:
+        from uv import find_uv_bin
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise ToolchainError("uv is not installed", hint="run `make setup`") from None
+        return found
+
+
+def _uv_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # A missing interpreter must be an error, not a 30 MB download of a different build.
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def find_python(version: str) -> str:
+    """The path of an installed CPython ``version`` (3.12), or ToolchainError saying how to get it."""
+    proc = subprocess.run([uv_bin(), "python", "find", "--no-project", version],
+                          capture_output=True, text=True, env=_uv_env(), timeout=120)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ToolchainError(
+            f"Python {version} is not installed on this machine",
+            hint=f"install python{version} with its headers (e.g. `pyenv install {version}` or "
+                 f"your distribution's python{version}-dev), or pick a cell for another Python")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def create_venv(path: Path, python: str, *, seed: bool = False) -> Path:
+    """Create a fresh venv at ``path`` for Python ``python`` and return its interpreter.
+
+    ``seed`` adds pip, setuptools and wheel (needed to build without isolation).
+    """
+    interpreter = find_python(python)
+    if path.exists():
+        shutil.rmtree(path)
+    cmd = [uv_bin(), "venv", "--quiet", "--no-project", "--python", interpreter, str(path)]
+    if seed:
+        cmd.append("--seed")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=300)
+    if proc.returncode != 0:
+        raise ToolchainError(f"could not create a Python {python} venv at {path}: "
+                             f"{proc.stderr.strip()}")
+    return path / "bin" / "python"
+
+
+def install(python: Path, requirements: list[str], *, index_url: str | None = None,
+            extra_index_urls: tuple[str, ...] = (), find_links: tuple[Path, ...] = (),
+            offline: bool = False, log: Path | None = None, what: str = "packages") -> None:
+    """Install ``requirements`` into the venv of ``python`` with uv.
+
+    ``offline`` installs only from ``find_links`` (a local wheelhouse), for machines without
+    internet. Output goes to ``log`` when given; a failure raises ToolchainError quoting uv.
+    """
+    cmd = [uv_bin(), "pip", "install", "--python", str(python)]
+    if offline:
+        cmd += ["--offline", "--no-index"]
+    else:
+        cmd += ["--index-url", index_url or PYPI_SIMPLE]
+        for url in extra_index_urls:
+            cmd += ["--extra-index-url", url]
+        # torch's own index carries torch, not the rest of the world
+        cmd += ["--index-strategy", "unsafe-best-match"] if extra_index_urls else []
+    for link in find_links:
+        cmd += ["--find-links", str(link)]
+    cmd += requirements
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_uv_env(), timeout=3600)
+    if log is not None:
+        with log.open("a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        hint = ("pass --wheelhouse DIR holding the wheels (and --offline) on a machine without "
+                "internet" if not offline else
+                "the wheelhouse lacks a wheel for this Python/platform: add it")
+        raise ToolchainError(f"installing {what} ({' '.join(requirements)}) failed:\n{tail}",
+                             hint=hint)

@@ -1,0 +1,377 @@
+"""The build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
+
+A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the first
+the recipe lists) and ``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id
+names the nox session (``build-<id>``), the CI job and the build report.
+
+A recipe's ``abi`` collapses cells: an ``abi3`` or ``none`` build serves several Pythons (python
+part ``abi3``/``py3``), a ``stable`` build serves every torch series the recipe lists for its CUDA
+version (torch part ``<torch_from>+``); see tools.core.variant.cell_id. A collapsed cell still builds
+with one interpreter and one torch: the lowest Python it serves (the limited API's floor) and the
+CUDA version's default torch series.
+
+``python -m tools.matrix`` prints the planned cells as JSON (``--format github`` gives a GitHub
+Actions ``matrix`` object), filtered by package, Python, CUDA, torch, or by the recipes changed
+since a git ref.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+from tools import RECIPES_DIR, ROOT
+from tools.core.errors import PlanError, cli
+from .recipe import Recipe, load_all
+from .table import TABLE_PATH, Table, load_table
+from .table import version_key
+from tools.core.variant import PYTHON_PART, cell_id, cuda_nodot, format_label, stable_torch_part, torch_index_url
+
+#: The one machine architecture every cell targets (torch's CUDA wheels are x86_64).
+ARCH = "x86_64"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One wheel to build: a package version for one Python, CUDA and torch."""
+
+    package: str
+    version: str
+    python: str
+    cuda: str
+    torch: str
+    torch_version: str
+    default_torch: bool
+    cxx11_abi: bool
+    manylinux: str
+    image: str
+    archs: tuple[str, ...]
+    #: The recipe's ``abi``: ``cpython``/``abi3``/``none`` and ``exact``/``stable``.
+    python_abi: str = "cpython"
+    torch_abi: str = "exact"
+    #: For a stable-ABI cell: the oldest torch series its build targets (the recipe's torch_from);
+    #: empty otherwise (GitHub's matrix takes strings, booleans and lists only).
+    torch_from: str = ""
+    #: Torch series whose variant index lists the wheel (just ``torch`` for an exact build).
+    serves_torch: tuple[str, ...] = ()
+    #: Python versions the wheel installs on (just ``python`` for a per-Python build).
+    serves_python: tuple[str, ...] = ()
+    #: The first torch major the table knows nothing about (a stable wheel's pin stays below it).
+    torch_next_major: int = 3
+    #: Cells of the recipes this one ``depends`` on whose wheels it needs: the same CUDA
+    #: version, each serving this cell's Pythons and torch series (see ``link_needs``).
+    needs: tuple[str, ...] = ()
+    #: Those recipes' distribution names, which the wheel requires (``Requires-Dist``).
+    needs_dist: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """``flash_attn-3.12-cu129`` (default torch), ``flash_attn-3.12-cu129-torch2.8``, or
+        for a collapsed cell ``xformers-py3-cu130-torch2.10+`` (see tools.core.variant.cell_id)."""
+        python = PYTHON_PART.get(self.python_abi, self.python)
+        if self.torch_abi == "stable":
+            torch = stable_torch_part(self.torch_from or self.torch)
+        else:
+            torch = None if self.default_torch else self.torch
+        return cell_id(self.package, python, self.cuda, torch)
+
+    @property
+    def torch_pin(self) -> str:
+        """The wheel's torch requirement: the series it was built for (``torch==2.8.*``), or for a
+        stable-ABI build every series from ``torch_from`` below the next major the table doesn't
+        know (``torch>=2.10,<3``)."""
+        if self.torch_abi == "stable":
+            return f"torch>={self.torch_from},<{self.torch_next_major}"
+        return f"torch=={self.torch}.*"
+
+    @property
+    def platform_tag(self) -> str:
+        """The wheel platform this cell targets: the table's manylinux baseline of its torch
+        (``manylinux_2_28_x86_64``), what the container backend repairs to."""
+        return f"manylinux_{self.manylinux}_{ARCH}"
+
+    @property
+    def torch_requirement(self) -> str:
+        """The exact torch the cell builds against (``torch==2.8.0``)."""
+        return f"torch=={self.torch_version}"
+
+    @property
+    def label(self) -> str:
+        """The local version label of this cell's wheel (``cu129.torch2.8``)."""
+        return format_label(self.cuda, self.torch, self.cxx11_abi)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict with the id first (the GitHub matrix uses it as job name)."""
+        data = asdict(self)
+        for key in ("archs", "serves_torch", "serves_python", "needs", "needs_dist"):
+            data[key] = list(data[key])
+        del data["torch_next_major"]  # said by torch_pin, as a string
+        return {"id": self.id, **data, "label": self.label, "torch_pin": self.torch_pin}
+
+
+def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
+    """Every cell of one recipe, ordered by CUDA, then torch (default first), then Python: one
+    per distinct build (a recipe's ``abi`` decides which builds are the same, see the module
+    docstring)."""
+    abi = recipe.abi
+    next_major = max(version_key(series)[0] for series in table.torch) + 1
+    out = []
+    for target in recipe.cuda:
+        cuda = table.cuda[target.cuda]
+        # A stable-ABI build is made once per CUDA version, against its default torch series.
+        groups = [target.torch] if abi.torch == "stable" else [(s,) for s in target.torch]
+        for i, served in enumerate(groups):
+            series = served[0]
+            t = table.torch[series]
+            if abi.python == "cpython":
+                builds = [(py, (py,)) for py in recipe.pythons_for(series, table)]
+            else:
+                pythons = tuple(recipe.served_pythons(served, table))
+                # The build interpreter: the lowest the build's torch has (for abi3, the limited
+                # API's floor or above), so that the wheel's python tag is the lowest it serves.
+                usable = [py for py in recipe.pythons_for(series, table) if py in pythons]
+                builds = [(usable[0], pythons)] if usable else []
+            for py, pythons in builds:
+                out.append(Cell(recipe.package, recipe.source.version, py, target.cuda, series,
+                                t.release, i == 0, t.cxx11_abi, t.manylinux, cuda.image,
+                                recipe.archs_for(target.cuda, table), abi.python, abi.torch,
+                                abi.torch_from or "", tuple(served), pythons, next_major))
+    return out
+
+
+def uncollapsed_count(recipe: Recipe, table: Table) -> int:
+    """How many cells the recipe would plan with one build per Python and per torch series (its
+    ``abi`` ignored): what ``--format counts`` compares the collapsed plan with."""
+    return sum(len(recipe.pythons_for(series, table)) for target in recipe.cuda
+               for series in target.torch)
+
+
+def counts(recipes: list[Recipe], table: Table) -> list[dict]:
+    """Per recipe: its ABI kinds, the cells one build per Python and torch would need (before)
+    and the distinct builds planned (after)."""
+    rows = []
+    for r in recipes:
+        kind = r.abi.python + (f">={r.abi.python_from}" if r.abi.python_from else "")
+        kind += " + " + r.abi.torch + (f">={r.abi.torch_from}" if r.abi.torch_from else "")
+        rows.append({"package": r.package, "abi": kind, "before": uncollapsed_count(r, table),
+                     "after": len(cells_for(r, table))})
+    return rows
+
+
+def torch_index(cell: Cell, table: Table) -> str | None:
+    """Where the cell's torch comes from: None for PyPI (whose torch is built with the table's
+    ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version."""
+    if table.torch[cell.torch].pypi_cuda == cell.cuda:
+        return None
+    return torch_index_url(cell.cuda)
+
+
+def plan(recipes: list[Recipe] | None = None, table: Table | None = None) -> list[Cell]:
+    """All cells of all recipes (by default, every recipe under recipes/), each with the cells
+    it needs (``link_needs``)."""
+    table = table or load_table()
+    recipes = load_all(table=table) if recipes is None else recipes
+    return link_needs([c for r in recipes for c in cells_for(r, table)], recipes)
+
+
+def _dependency_cycle(recipes: list[Recipe]) -> list[str] | None:
+    """A cycle of ``depends`` among ``recipes`` (its packages, the first repeated at the end),
+    or None."""
+    graph = {r.package: [d.package for d in r.depends] for r in recipes}
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as exc:
+        return list(exc.args[1])
+    return None
+
+
+def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
+    """``cells`` with ``needs``/``needs_dist`` filled from their recipes' ``depends``: for each
+    dependency, its cell of the same CUDA version whose build serves every Python and torch
+    series this cell serves. PlanError (naming the recipe file, the entry and the fix) for a
+    dependency that is no recipe, one with no such cell, or a cycle."""
+    by_package = {r.package: r for r in recipes}
+    cycle = _dependency_cycle(recipes)
+    if cycle:
+        first = by_package[cycle[0]]
+        raise PlanError(f"{first.path}: depends: the recipes depend on each other in a cycle "
+                        f"({' -> '.join(cycle)}), so none of them could be built first",
+                        hint="remove one of those depends entries")
+    out = []
+    for cell in cells:
+        recipe = by_package[cell.package]
+        ids, dists = [], []
+        for i, dep in enumerate(recipe.depends):
+            where = f"{recipe.path}: depends[{i}].package"
+            other = by_package.get(dep.package)
+            if other is None:
+                raise PlanError(f"{where}: there is no recipe {dep.package!r} "
+                                f"(recipes/{dep.package}/recipe.yaml)",
+                                hint="add that recipe in the same change, or correct the name")
+            pythons = set(cell.serves_python or (cell.python,))
+            torches = set(cell.serves_torch or (cell.torch,))
+            match = [d for d in cells if d.package == dep.package and d.cuda == cell.cuda
+                     and torches <= set(d.serves_torch or (d.torch,))
+                     and pythons <= set(d.serves_python or (d.python,))]
+            if not match:
+                raise PlanError(
+                    f"{where}: {dep.package} has no build serving {cell.id} (CUDA {cell.cuda}, "
+                    f"torch {', '.join(sorted(torches))}, Python {', '.join(sorted(pythons))}),"
+                    f" whose wheel needs {dep.package}'s",
+                    hint=f"add that CUDA version, torch series and Python to {other.path}, or "
+                         f"narrow {recipe.path}'s to what {dep.package} builds")
+            ids.append(match[0].id)
+            dists.append(other.source.pypi)
+        out.append(replace(cell, needs=tuple(ids), needs_dist=tuple(dists)) if ids else cell)
+    return out
+
+
+def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torches=None,
+           ids=None) -> list[Cell]:
+    """Cells matching every given filter (a filter left as None matches everything)."""
+    # A collapsed cell matches every Python and torch series its one build serves.
+    def keep(c: Cell) -> bool:
+        return ((not packages or c.package in packages)
+                and (not pythons or bool(set(c.serves_python or (c.python,)) & set(pythons)))
+                and (not cudas or c.cuda in cudas or cuda_nodot(c.cuda) in cudas)
+                and (not torches or bool(set(c.serves_torch or (c.torch,)) & set(torches)))
+                and (not ids or c.id in ids))
+    return [c for c in cells if keep(c)]
+
+
+def find_cell(cell_id: str, cells: list[Cell] | None = None) -> Cell:
+    """The cell with this id, or a PlanError listing the near misses."""
+    cells = plan() if cells is None else cells
+    for c in cells:
+        if c.id == cell_id:
+            return c
+    package = cell_id.split("-", 1)[0]
+    near = [c.id for c in cells if c.package == package][:12]
+    hint = f"cells of {package}: {', '.join(near)}" if near else \
+        f"known packages: {', '.join(sorted({c.package for c in cells}))}"
+    raise PlanError(f"no cell {cell_id!r} in the plan", hint=hint)
+
+
+def load_cell(cell_id: str, recipes_root: Path = RECIPES_DIR, table_path: Path = TABLE_PATH
+              ) -> tuple[Cell, Recipe, Table]:
+    """The cell with this id, its recipe and the table, loaded from ``recipes_root`` and
+    ``table_path``: PlanError (near misses named) when no recipe plans that cell."""
+    table = load_table(table_path)
+    recipes = load_all(recipes_root, table)
+    cell = find_cell(cell_id, plan(recipes, table))
+    return cell, next(r for r in recipes if r.package == cell.package), table
+
+
+def changed_packages(paths: list[str], known: set[str]) -> set[str]:
+    """Packages whose recipe a list of changed repository paths touches.
+
+    A change to the shared table touches every recipe.
+    """
+    rel_table = TABLE_PATH.relative_to(ROOT).as_posix()
+    rel_recipes = RECIPES_DIR.relative_to(ROOT).as_posix()
+    out: set[str] = set()
+    for path in paths:
+        path = path.strip()
+        if path == rel_table:
+            return set(known)
+        parts = path.split("/")
+        if len(parts) >= 3 and parts[0] == rel_recipes and parts[1] in known:
+            out.add(parts[1])
+    return out
+
+
+def git_changed_files(ref: str, repo: Path = ROOT) -> list[str]:
+    """Files changed between the merge base of ``ref`` and HEAD, plus uncommitted changes."""
+    def git(*args: str) -> list[str]:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PlanError(f"git {' '.join(args)} failed: {proc.stderr.strip()}",
+                            hint=f"is {ref!r} a ref this clone has? (fetch it first)")
+        return [line for line in proc.stdout.splitlines() if line]
+    return git("diff", "--name-only", f"{ref}...HEAD") + git("diff", "--name-only", "HEAD")
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Print the planned cells as JSON."""
+    ap = argparse.ArgumentParser(prog="python -m tools.matrix", description=__doc__.split("\n")[0])
+    ap.add_argument("--package", help="comma-separated packages")
+    ap.add_argument("--python", help="comma-separated Python versions (3.12)")
+    ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")
+    ap.add_argument("--torch", help="comma-separated torch series (2.8)")
+    ap.add_argument("--default-torch-only", action="store_true",
+                    help="only each CUDA version's default torch")
+    changed = ap.add_mutually_exclusive_group()
+    changed.add_argument("--changed-since", metavar="REF",
+                         help="only recipes changed since the merge base with REF")
+    changed.add_argument("--changed-files", metavar="FILE",
+                         help="only recipes touched by the paths listed in FILE (- for stdin)")
+    ap.add_argument("--cap", type=int, default=0,
+                    help="at most this many cells (0: no cap); says so on stderr when capped")
+    ap.add_argument("--format", choices=["json", "github", "ids", "counts"], default="json",
+                    help="counts: per recipe, cells before and after collapsing by ABI kind")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
+                    help="recipes directory (its parent is the git repository --changed-since "
+                         "reads)")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+    args = ap.parse_args(argv)
+
+    table = load_table(args.table)
+    recipes = load_all(args.recipes, table)
+    cells = plan(recipes, table)
+    packages = _csv(args.package)
+    if args.changed_since or args.changed_files:
+        if args.changed_since:
+            paths = git_changed_files(args.changed_since, args.recipes.resolve().parent)
+        elif args.changed_files == "-":
+            paths = sys.stdin.read().splitlines()
+        else:
+            paths = Path(args.changed_files).read_text().splitlines()
+        touched = changed_packages(paths, {c.package for c in cells})
+        packages = sorted(touched & set(packages)) if packages else sorted(touched)
+        print(f"changed recipes: {', '.join(packages) or 'none'}", file=sys.stderr)
+        if not packages:
+            cells = []
+    if packages is not None and packages:
+        unknown = set(packages) - {c.package for c in cells}
+        if unknown:
+            raise PlanError(f"unknown package(s): {', '.join(sorted(unknown))}",
+                            hint=f"known: {', '.join(sorted({c.package for c in cells}))}")
+    selected = select(cells, packages=packages, pythons=_csv(args.python),
+                      cudas=_csv(args.cuda), torches=_csv(args.torch))
+    if args.default_torch_only:
+        selected = [c for c in selected if c.default_torch]
+    if args.cap and len(selected) > args.cap:
+        print(f"capped: {len(selected)} cells planned, building the first {args.cap}; "
+              "run the rest with a manual dispatch or narrower filters", file=sys.stderr)
+        selected = selected[:args.cap]
+    if args.format == "counts":
+        chosen = {c.package for c in selected}
+        rows = [row for row in counts(recipes, table)
+                if row["package"] in chosen]
+        width = max([len(r["package"]) for r in rows] + [7])
+        print(f"{'package':<{width}}  {'abi (python + torch)':<28}  before  after")
+        for row in rows:
+            print(f"{row['package']:<{width}}  {row['abi']:<28}  {row['before']:>6}  {row['after']:>5}")
+        print(f"{'total':<{width}}  {'':<28}  {sum(r['before'] for r in rows):>6}  "
+              f"{sum(r['after'] for r in rows):>5}")
+    elif args.format == "ids":
+        print("\n".join(c.id for c in selected))
+    elif args.format == "github":
+        print(json.dumps({"include": [c.to_json() for c in selected]}, separators=(",", ":")))
+    else:
+        print(json.dumps([c.to_json() for c in selected], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

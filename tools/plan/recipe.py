@@ -1,0 +1,537 @@
+"""Recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
+
+A recipe is plain data that narrows the global table: which CUDA versions, which torch series for
+each, which Python versions and which GPU architectures one package is built for, and how (its
+sdist, its own build environment variables, its patches). Every rule broken is reported with the
+file, the key, the rule and the fix; ``python -m tools.recipe`` checks every recipe and exits
+non-zero when any is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from tools import RECIPES_DIR
+from tools.core.errors import RecipeError, cli
+from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
+                            parse_kernel_check, parse_probe)
+from .schema import Problems, load_yaml
+from .table import Table, arch_key, load_table, version_key
+
+RECIPE_SCHEMA = 1
+RECIPE_FILE = "recipe.yaml"
+
+#: How a package reads its arch list: "plain" is "80;90;120", "torch" is TORCH_CUDA_ARCH_LIST's
+#: "8.0;9.0;12.0".
+ARCH_STYLES = ("plain", "torch")
+#: What a binary's Python side depends on: ``cpython`` one build per interpreter (``cp312-cp312``),
+#: ``abi3`` CPython's limited API from ``python_from`` on (``cp310-abi3``), ``none`` no Python C API
+#: at all (a torch op library loaded by ``torch.ops.load_library``; ``py3-none``).
+PYTHON_ABIS = ("cpython", "abi3", "none")
+#: What it depends on of torch: ``exact`` torch's C++ API, one build per torch series; ``stable``
+#: only torch's stable C shim (``aoti_torch_*``, ``torch_*``; ``TORCH_TARGET_VERSION``), one build
+#: per CUDA version serving every listed series from ``torch_from`` on.
+TORCH_ABIS = ("exact", "stable")
+#: Variables the pipeline sizes or sets itself; a recipe asking for them is pointed elsewhere.
+RESERVED_ENV = {
+    "MAX_JOBS": "it is sized from cores and memory: set build.job_memory_gib instead",
+    "NVCC_THREADS": "set build.nvcc_threads instead",
+    "TORCH_CUDA_ARCH_LIST": "set archs (and arch_env if the package reads another variable)",
+    "SOURCE_DATE_EPOCH": "the pipeline sets it for reproducible wheels",
+    "CUDA_HOME": "the backend sets it to the toolkit it checked",
+}
+
+_ENV_RE = re.compile(r"[A-Z][A-Z0-9_]*")
+_PATCH_RE = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """The registry sdist a recipe builds."""
+
+    pypi: str
+    version: str
+    sdist: str
+    sha256: str
+    url: str
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    """One CUDA version a recipe builds for, and the torch series (default first) for it."""
+
+    cuda: str
+    torch: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ArchEnv:
+    """The environment variable through which the package reads its arch list."""
+
+    name: str
+    style: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One build environment variable of the package's own."""
+
+    name: str
+    value: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BuildDep:
+    """A build requirement other than torch."""
+
+    requirement: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """How the package is built."""
+
+    isolation: bool
+    requires: tuple[BuildDep, ...]
+    job_memory_gib: float
+    job_memory_reason: str
+    nvcc_threads: int | None
+    nvcc_threads_fixed: bool = False
+    #: The wheels' build tag (``pkg-1.0+cu128.torch2.8-1-cp312-...whl``) when above 0: raised to
+    #: publish a rebuild of the same version, since a published file name never changes bytes.
+    number: int = 0
+    number_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Abi:
+    """What the built binary depends on, which decides how many builds serve the matrix.
+
+    The default (no ``abi:`` block) is one build per Python and per torch series.
+    """
+
+    python: str = "cpython"
+    python_from: str | None = None
+    torch: str = "exact"
+    torch_from: str | None = None
+    reason: str | None = None
+
+    @property
+    def collapsed(self) -> bool:
+        """True when one build serves several Pythons or several torch series."""
+        return self.python != "cpython" or self.torch != "exact"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A patch file applied to the extracted sdist, in order."""
+
+    file: str
+    path: Path
+    reason: str
+    upstream: str
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe."""
+
+    package: str
+    summary: str
+    path: Path
+    source: Source
+    imports: tuple[str, ...]
+    python: SpecifierSet
+    cuda: tuple[CudaTarget, ...]
+    archs: dict[str, tuple[str, ...]] | None
+    arch_env: ArchEnv
+    env: tuple[EnvVar, ...]
+    build: BuildSpec
+    patches: tuple[Patch, ...]
+    abi: Abi = Abi()
+    check: KernelCheck | None = None
+    #: Units ``python -m tools.probe`` compiles instead of its own pick of the heaviest, and why.
+    probe: ProbeSpec | None = None
+    #: Recipes whose wheel of the same cell this package imports (``depends``).
+    depends: tuple[Dependency, ...] = ()
+
+    @property
+    def folder(self) -> Path:
+        """The recipe's folder."""
+        return self.path.parent
+
+    def target(self, cuda: str) -> CudaTarget:
+        """The recipe's entry for one CUDA version."""
+        for t in self.cuda:
+            if t.cuda == cuda:
+                return t
+        raise KeyError(cuda)
+
+    def archs_for(self, cuda: str, table: Table) -> tuple[str, ...]:
+        """The arch list built for ``cuda``: the recipe's own, or the table's default."""
+        if self.archs is None:
+            return table.cuda[cuda].default_archs
+        return self.archs.get(cuda, self.archs.get("*", ()))
+
+    def pythons_for(self, torch: str, table: Table) -> list[str]:
+        """Python versions built against torch series ``torch``: the table's, narrowed."""
+        return [py for py in table.torch[torch].python
+                if self.python.contains(f"{py}.0", prereleases=True)]
+
+    def served_pythons(self, torches: tuple[str, ...] | list[str], table: Table) -> list[str]:
+        """Python versions one build serves across ``torches``: every one of theirs for
+        ``abi: none``, those from ``python_from`` on for ``abi3``, sorted."""
+        found = {py for series in torches for py in self.pythons_for(series, table)}
+        if self.abi.python == "abi3" and self.abi.python_from:
+            found = {py for py in found if version_key(py) >= version_key(self.abi.python_from)}
+        return sorted(found, key=version_key)
+
+
+def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
+    """Validate parsed YAML as a recipe at ``path`` (which fixes the package and patch folder)."""
+    p = Problems(path, RecipeError)
+    top = p.mapping(data, "", {
+        "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
+        "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
+    }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict,
+        "depends": list})
+    if top is None:
+        p.raise_if_any()
+    if "schema" in top and top["schema"] != RECIPE_SCHEMA:
+        p.add("schema", f"version {top['schema']} is not understood", f"use schema: {RECIPE_SCHEMA}")
+
+    package = top.get("package", "")
+    if package and package != path.parent.name:
+        p.add("package", f"{package!r} differs from the folder name {path.parent.name!r}",
+              "the package key and the recipe folder must have the same name")
+    elif package and not PACKAGE_RE.fullmatch(package):
+        p.add("package", f"{package!r} must be lowercase letters, digits and underscores",
+              f"use {re.sub(r'[^a-z0-9_]', '_', package.lower())!r} (also rename the folder)")
+
+    source = _source(p, top.get("source"))
+    imports = p.strings(top["imports"], "imports") if "imports" in top else None
+    for i, mod in enumerate(imports or ()):
+        if not _MODULE_RE.fullmatch(mod):
+            p.add(f"imports[{i}]", f"{mod!r} is not an importable module name")
+
+    spec = SpecifierSet()
+    if "python" in top:
+        try:
+            spec = SpecifierSet(top["python"])
+        except InvalidSpecifier:
+            p.add("python", f"{top['python']!r} is not a PEP 440 specifier", 'write e.g. ">=3.9"')
+
+    targets = _cuda_targets(p, top.get("cuda"), table, spec)
+    archs = _archs(p, top.get("archs"), targets, table)
+    arch_env = _arch_env(p, top.get("arch_env"))
+    env = _env(p, top.get("env") or {}, arch_env)
+    build = _build(p, top.get("build"))
+    patches = _patches(p, top.get("patches") or [], path.parent / "patches")
+    abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
+    check = parse_kernel_check(p, top.get("check"), path.parent)
+    probe = parse_probe(p, top.get("probe"))
+    depends = parse_depends(p, top.get("depends") or [], package)
+
+    p.raise_if_any()
+    return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
+                  env, build, patches, abi, check, probe, depends)
+
+
+def _source(p: Problems, raw: object) -> Source | None:
+    m = p.mapping(raw, "source", {"pypi": str, "version": str, "sdist": str, "sha256": str,
+                                  "url": str})
+    if m is None or len(m) < 5:
+        return None
+    if not _SHA_RE.fullmatch(m["sha256"]):
+        p.add("source.sha256", f"{m['sha256']!r} is not 64 lowercase hex digits",
+              "copy the sha256 digest from the registry's file listing")
+    stem = m["sdist"].removesuffix(".tar.gz")
+    if not m["sdist"].endswith(".tar.gz"):
+        p.add("source.sdist", f"{m['sdist']!r} is not a .tar.gz sdist")
+    elif canonicalize_name(stem.rsplit("-", 1)[0]) != canonicalize_name(m["pypi"]) or \
+            stem.rsplit("-", 1)[-1] != m["version"]:
+        p.add("source.sdist", f"{m['sdist']!r} is not the sdist of {m['pypi']} {m['version']}",
+              f"expected {m['pypi'].replace('-', '_')}-{m['version']}.tar.gz")
+    if not m["url"].startswith("https://") or not m["url"].endswith("/" + m["sdist"]):
+        p.add("source.url", "must be an https URL ending in the sdist file name")
+    return Source(m["pypi"], m["version"], m["sdist"], m["sha256"], m["url"])
+
+
+def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
+                  ) -> tuple[CudaTarget, ...]:
+    if not isinstance(raw, dict):
+        return ()
+    if not raw:
+        p.add("cuda", "must list at least one CUDA version")
+    out = []
+    for cuda, entry in raw.items():
+        where = f"cuda.{cuda}"
+        if not isinstance(cuda, str) or cuda not in table.cuda:
+            known = ", ".join(table.cuda)
+            p.add(where, f"CUDA {cuda!r} is not in the compatibility table ({table.path.name})",
+                  f"use one of {known} (quoted), or add the CUDA version to the table")
+            continue
+        m = p.mapping(entry, where, {"torch": list, "reason": str})
+        if m is None or len(m) < 2:
+            continue
+        p.reason(m["reason"], f"{where}.reason")
+        torches = p.strings(m["torch"], f"{where}.torch")
+        if torches is None:
+            continue
+        for series in torches:
+            t = table.torch.get(series)
+            if t is None:
+                p.add(f"{where}.torch", f"torch {series!r} is not in the compatibility table",
+                      f"use one of {', '.join(table.torch)}")
+            elif cuda not in t.cuda:
+                builds = ", ".join(table.torch_for_cuda(cuda)) or "none"
+                p.add(f"{where}.torch",
+                      f"torch {series} is not published for CUDA {cuda} (it is for "
+                      f"{', '.join(t.cuda)})",
+                      f"torch series built for CUDA {cuda}: {builds}")
+            elif not [py for py in t.python if spec.contains(f"{py}.0", prereleases=True)]:
+                p.add(f"{where}.torch", f"no Python version of torch {series} "
+                      f"({', '.join(t.python)}) satisfies python {str(spec)!r}",
+                      "widen python: or drop this torch series")
+        if len(set(torches)) != len(torches):
+            p.add(f"{where}.torch", "lists a torch series twice")
+        out.append(CudaTarget(cuda, torches, m["reason"]))
+    return tuple(sorted(out, key=lambda t: version_key(t.cuda)))
+
+
+def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
+    m = p.mapping(raw, "abi", {"python": str, "torch": str, "reason": str},
+                  {"python_from": str, "torch_from": str})
+    if m is None or len(m) < 3:
+        return Abi()
+    p.reason(m["reason"], "abi.reason")
+    python, torch = m["python"], m["torch"]
+    if python not in PYTHON_ABIS:
+        p.add("abi.python", f"{python!r} is not one of {', '.join(PYTHON_ABIS)}",
+              "cpython: one build per interpreter; abi3: the limited API (with python_from); "
+              "none: no Python C API")
+    if torch not in TORCH_ABIS:
+        p.add("abi.torch", f"{torch!r} is not one of {', '.join(TORCH_ABIS)}",
+              "exact: torch's C++ API, one build per series; stable: only the stable C shim "
+              "(with torch_from)")
+    python_from, torch_from = m.get("python_from"), m.get("torch_from")
+    if python == "abi3" and python_from is None:
+        p.add("abi.python_from", "abi3 needs the oldest Python whose limited API the build targets",
+              'add python_from: "3.10" (the X.Y of its cpXY-abi3 wheel tag)')
+    elif python != "abi3" and python_from is not None:
+        p.add("abi.python_from", f"only means something for python: abi3 (this is {python!r})",
+              "remove it")
+    elif python_from is not None and not re.fullmatch(r"3\.\d+", python_from):
+        p.add("abi.python_from", f"{python_from!r} is not a Python version like \"3.10\"")
+    if torch == "stable" and torch_from is None:
+        p.add("abi.torch_from", "stable needs the oldest torch series the build targets",
+              'add torch_from: "2.10" (the package\'s TORCH_TARGET_VERSION)')
+    elif torch != "stable" and torch_from is not None:
+        p.add("abi.torch_from", f"only means something for torch: stable (this is {torch!r})",
+              "remove it")
+    elif torch_from is not None and torch_from not in table.torch:
+        p.add("abi.torch_from", f"torch {torch_from!r} is not in the compatibility table",
+              f"use one of {', '.join(table.torch)}")
+    elif torch_from is not None:
+        for t in targets:
+            older = [s for s in t.torch if version_key(s) < version_key(torch_from)]
+            if older:
+                p.add(f"cuda.{t.cuda}.torch", f"lists torch {', '.join(older)}, older than "
+                      f"abi.torch_from {torch_from}: a build for torch's stable ABI from "
+                      f"{torch_from} calls shim functions older torch lacks",
+                      f"drop {', '.join(older)} or lower abi.torch_from")
+    return Abi(python, python_from, torch, torch_from, m["reason"])
+
+
+def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table
+           ) -> dict[str, tuple[str, ...]] | None:
+    if raw == "inherit" or raw is None:
+        return None
+    if isinstance(raw, str):
+        p.add("archs", f"{raw!r} is neither 'inherit' nor a mapping",
+              'write `archs: inherit` or `archs: {"*": ["80", "90"]}`')
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    for key, value in raw.items():
+        where = f"archs.{key}"
+        if key != "*" and key not in {t.cuda for t in targets}:
+            p.add(where, f"{key!r} is not one of this recipe's CUDA versions or \"*\"")
+            continue
+        archs = p.strings(value, where)
+        if archs is not None:
+            out[key] = tuple(sorted(archs, key=arch_key))
+    for t in targets:
+        archs = out.get(t.cuda, out.get("*"))
+        if archs is None:
+            p.add("archs", f"no arch list for CUDA {t.cuda}",
+                  f'add "{t.cuda}": [...] or a "*" entry')
+            continue
+        entry = table.cuda[t.cuda]
+        for arch in entry.uncompilable(archs):
+            src = t.cuda if t.cuda in out else "*"
+            p.add(f"archs.{src}", f"sm_{arch} cannot be compiled by CUDA {t.cuda} "
+                  f"(its nvcc knows {', '.join(entry.archs)})",
+                  f'give CUDA {t.cuda} its own list: archs: {{"{t.cuda}": [...]}}')
+    return out
+
+
+def _arch_env(p: Problems, raw: object) -> ArchEnv | None:
+    m = p.mapping(raw, "arch_env", {"name": str, "style": str, "reason": str})
+    if m is None or len(m) < 3:
+        return None
+    if m["style"] not in ARCH_STYLES:
+        p.add("arch_env.style", f"{m['style']!r} is not one of {', '.join(ARCH_STYLES)}",
+              "plain: 80;90;120, torch: 8.0;9.0;12.0")
+    if not _ENV_RE.fullmatch(m["name"]):
+        p.add("arch_env.name", f"{m['name']!r} is not an environment variable name")
+    p.reason(m["reason"], "arch_env.reason")
+    return ArchEnv(m["name"], m["style"], m["reason"])
+
+
+def _env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVar, ...]:
+    if not isinstance(raw, dict):
+        p.add("env", "must be a mapping of NAME: {value, reason}")
+        return ()
+    out = []
+    for name, entry in raw.items():
+        where = f"env.{name}"
+        if not isinstance(name, str) or not _ENV_RE.fullmatch(name):
+            p.add(where, f"{name!r} is not an UPPER_CASE environment variable name")
+            continue
+        if name in RESERVED_ENV:
+            p.add(where, f"{name} is set by the pipeline", RESERVED_ENV[name])
+            continue
+        if arch_env and name == arch_env.name:
+            p.add(where, f"{name} carries the arch list", "set archs: instead")
+            continue
+        m = p.mapping(entry, where, {"value": str, "reason": str})
+        if m is None or len(m) < 2:
+            continue
+        p.reason(m["reason"], f"{where}.reason")
+        out.append(EnvVar(name, m["value"], m["reason"]))
+    return tuple(out)
+
+
+def _build(p: Problems, raw: object) -> BuildSpec | None:
+    m = p.mapping(raw, "build", {"isolation": bool, "requires": list,
+                                 "job_memory_gib": (int, float), "job_memory_reason": str},
+                  {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str})
+    if m is None or len(m) < 4:
+        return None
+    deps = []
+    for i, dep in enumerate(m["requires"]):
+        d = p.mapping(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
+        if d and len(d) == 2:
+            if canonicalize_name(re.split(r"[<>=!~;\[ ]", d["requirement"])[0]) == "torch":
+                p.add(f"build.requires[{i}]", "torch comes from the cell, not build.requires",
+                      "remove it: each cell installs its own torch")
+            deps.append(BuildDep(d["requirement"], d["reason"]))
+    if m["job_memory_gib"] <= 0:
+        p.add("build.job_memory_gib", "must be positive (GiB of one compile job)")
+    if m.get("nvcc_threads", 1) < 1:
+        p.add("build.nvcc_threads", "must be at least 1")
+    if m.get("nvcc_threads_fixed") and "nvcc_threads" not in m:
+        p.add("build.nvcc_threads_fixed", "says the package fixes nvcc's --threads, but "
+              "build.nvcc_threads doesn't say to what", "add nvcc_threads: N (its --threads)")
+    number = m.get("number", 0)  # a mistyped one is reported by p.mapping and read as 0
+    if number < 0:
+        p.add("build.number", f"{number} is not a build number (a whole number, 0 or more)",
+              "start at 0 and raise it by one for each rebuild of the same version")
+    elif number > 0 and "number_reason" not in m:
+        p.add("build.number", "a rebuild needs its reason", "add number_reason: what the rebuild fixes")
+    elif number == 0 and "number_reason" in m and ("number" in m or "number" not in raw):
+        p.add("build.number_reason", "explains a rebuild, but build.number is 0",
+              "remove it, or raise build.number")
+    if "number_reason" in m:
+        p.reason(m["number_reason"], "build.number_reason")
+    return BuildSpec(m["isolation"], tuple(deps), float(m["job_memory_gib"]),
+                     m["job_memory_reason"], m.get("nvcc_threads"),
+                     m.get("nvcc_threads_fixed", False), max(number, 0), m.get("number_reason"))
+
+
+def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
+    if not isinstance(raw, list):
+        p.add("patches", "must be a list of {file, reason, upstream}")
+        return ()
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"patches[{i}]"
+        m = p.mapping(entry, where, {"file": str, "reason": str, "upstream": str})
+        if m is None or len(m) < 3:
+            continue
+        p.reason(m["reason"], f"{where}.reason")
+        if not _PATCH_RE.fullmatch(m["file"]):
+            p.add(f"{where}.file", f"{m['file']!r} is not named NNNN-Subject.patch",
+                  "use `git format-patch` names such as 0001-Read-arch-list-from-env.patch")
+        path = folder / m["file"]
+        if not path.is_file():
+            p.add(f"{where}.file", f"{m['file']} is listed but patches/{m['file']} does not exist",
+                  "add the file or remove the entry")
+        out.append(Patch(m["file"], path, m["reason"], m["upstream"]))
+    names = [x.file for x in out]
+    if names != sorted(names):
+        p.add("patches", "patches must be listed in the order of their numbers")
+    if len(set(names)) != len(names):
+        p.add("patches", "lists a patch twice")
+    if folder.is_dir():
+        for extra in sorted(f.name for f in folder.iterdir() if f.name not in names):
+            p.add("patches", f"patches/{extra} is in the folder but not listed",
+                  "list it under patches: with a reason, or delete it")
+    return tuple(out)
+
+
+def load_recipe(folder: Path, table: Table | None = None) -> Recipe:
+    """Load and validate ``<folder>/recipe.yaml`` against the table."""
+    path = Path(folder) / RECIPE_FILE
+    return parse_recipe(load_yaml(path, RecipeError), path, table or load_table())
+
+
+def recipe_folders(root: Path = RECIPES_DIR) -> list[Path]:
+    """Every recipe folder (a directory holding recipe.yaml), sorted by name."""
+    return sorted(d for d in root.iterdir() if (d / RECIPE_FILE).is_file())
+
+
+def load_all(root: Path = RECIPES_DIR, table: Table | None = None) -> list[Recipe]:
+    """Load every recipe under ``root``; the first invalid one raises RecipeError."""
+    table = table or load_table()
+    return [load_recipe(d, table) for d in recipe_folders(root)]
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem."""
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
+    ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
+    args = ap.parse_args(argv)
+    table = load_table()
+    folders = args.folders or recipe_folders()
+    failed = 0
+    for folder in folders:
+        try:
+            r = load_recipe(folder, table)
+        except RecipeError as exc:
+            failed += 1
+            print(exc, file=sys.stderr)
+            continue
+        print(f"ok  {r.package} {r.source.version}: CUDA {', '.join(t.cuda for t in r.cuda)}")
+    if failed:
+        print(f"{failed} of {len(folders)} recipe(s) invalid", file=sys.stderr)
+        return RecipeError.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

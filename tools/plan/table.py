@@ -1,0 +1,185 @@
+"""The global compatibility table (``recipes/table.yaml``): facts every recipe shares.
+
+Which torch series exist, for which Python and CUDA versions, with which manylinux baseline and
+C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch list for it, the
+oldest driver that runs it and the builder image that ships it. Recipes narrow this table; they
+never restate it.
+
+A torch entry may carry ``relax_nvcc_check: {"<cuda>": "<reason>"}``: for cells of those CUDA
+versions the builder image's nvcc is a newer major than the CUDA that torch build was compiled
+with, so torch's ``cpp_extension`` refuses to build until its nvcc version check is relaxed (the
+container backend does it and reports it). Only where the table says so: anywhere else a major
+mismatch is a real error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from tools import RECIPES_DIR
+from tools.core.errors import TableError
+from .schema import Problems, load_yaml
+
+TABLE_PATH = RECIPES_DIR / "table.yaml"
+TABLE_SCHEMA = 1
+
+_CUDA_RE = re.compile(r"\d+\.\d+")
+_SERIES_RE = re.compile(r"\d+\.\d+")
+_ARCH_RE = re.compile(r"\d{2,3}[af]?")
+_PY_RE = re.compile(r"3\.\d+")
+
+
+@dataclass(frozen=True)
+class CudaEntry:
+    """One CUDA toolkit version."""
+
+    version: str
+    archs: tuple[str, ...]
+    default_archs: tuple[str, ...]
+    min_driver: str
+    image: str
+    source: str
+    note: str = ""
+
+    @property
+    def major(self) -> int:
+        """The major version: torch requires nvcc's major to match its own CUDA's."""
+        return int(self.version.split(".")[0])
+
+    def uncompilable(self, archs: tuple[str, ...] | list[str]) -> list[str]:
+        """The archs of ``archs`` this CUDA version's nvcc cannot compile, in the given order
+        (the one check behind a recipe's arch list and ``--archs``)."""
+        return [a for a in archs if a not in self.archs]
+
+
+@dataclass(frozen=True)
+class TorchEntry:
+    """One torch release series (``2.9``), as published."""
+
+    series: str
+    release: str
+    python: tuple[str, ...]
+    cuda: tuple[str, ...]
+    pypi_cuda: str
+    manylinux: str
+    cxx11_abi: bool
+    source: str
+    note: str = ""
+    #: (CUDA version, reason) pairs whose builds need torch's nvcc version check relaxed.
+    relax_nvcc_check: tuple[tuple[str, str], ...] = ()
+
+    def nvcc_check_relaxed(self, cuda: str) -> str | None:
+        """Why torch's nvcc version check is relaxed for ``cuda`` cells, or None (it isn't)."""
+        return dict(self.relax_nvcc_check).get(cuda)
+
+
+@dataclass(frozen=True)
+class Table:
+    """The whole table, keyed by CUDA version and by torch series."""
+
+    path: Path
+    cuda: dict[str, CudaEntry]
+    torch: dict[str, TorchEntry]
+
+    def torch_for_cuda(self, cuda: str) -> list[str]:
+        """Torch series that publish a build for ``cuda``, oldest first."""
+        return [s for s, t in self.torch.items() if cuda in t.cuda]
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """Sort ``"2.10"`` after ``"2.9"`` (never as text)."""
+    return tuple(int(p) for p in text.split("."))
+
+
+def arch_key(arch: str) -> tuple[int, str]:
+    """Sort ``"90a"`` after ``"90"`` and ``"100"`` after ``"90"`` (numerically, never as text)."""
+    digits = re.match(r"\d+", arch)
+    return (int(digits.group()) if digits else 0, arch)
+
+
+def parse_table(data: object, path: Path) -> Table:
+    """Validate parsed YAML as the compatibility table, raising TableError with every problem."""
+    p = Problems(path, TableError)
+    top = p.mapping(data, "", {"schema": int, "cuda": dict, "torch": dict})
+    if top is None:
+        p.raise_if_any()
+    if top.get("schema") not in (None, TABLE_SCHEMA):
+        p.add("schema", f"version {top['schema']} is not understood (this code reads {TABLE_SCHEMA})")
+    cudas: dict[str, CudaEntry] = {}
+    for ver, raw in (top.get("cuda") or {}).items():
+        where = f"cuda.{ver}"
+        if not isinstance(ver, str) or not _CUDA_RE.fullmatch(ver):
+            p.add(where, "CUDA version keys are quoted major.minor strings", 'write "12.8"')
+            continue
+        m = p.mapping(raw, where, {"archs": list, "default_archs": list, "min_driver": str,
+                                   "image": str, "source": str}, {"note": str})
+        if m is None or len(m) < 5:
+            continue
+        archs = p.strings(m["archs"], f"{where}.archs")
+        defaults = p.strings(m["default_archs"], f"{where}.default_archs")
+        if archs is None or defaults is None:
+            continue
+        for a in archs + defaults:
+            if not _ARCH_RE.fullmatch(a):
+                p.add(f"{where}.archs", f"{a!r} is not an sm number like \"90\" or \"90a\"")
+        for a in defaults:
+            if a not in archs:
+                p.add(f"{where}.default_archs", f"sm_{a} is not in this CUDA's archs")
+        cudas[ver] = CudaEntry(ver, archs, defaults, m["min_driver"], m["image"], m["source"],
+                               m.get("note", ""))
+    torches: dict[str, TorchEntry] = {}
+    for series, raw in (top.get("torch") or {}).items():
+        where = f"torch.{series}"
+        if not isinstance(series, str) or not _SERIES_RE.fullmatch(series):
+            p.add(where, "torch series keys are quoted major.minor strings", 'write "2.9"')
+            continue
+        m = p.mapping(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
+                                   "manylinux": str, "cxx11_abi": bool, "source": str},
+                      {"note": str, "relax_nvcc_check": dict})
+        if m is None or len(m) < 7:
+            continue
+        pythons = p.strings(m["python"], f"{where}.python")
+        cuda_list = p.strings(m["cuda"], f"{where}.cuda")
+        if pythons is None or cuda_list is None:
+            continue
+        try:
+            if Version(m["release"]).release[:2] != tuple(version_key(series)):
+                p.add(f"{where}.release", f"{m['release']} is not a {series}.x release")
+        except InvalidVersion:
+            p.add(f"{where}.release", f"{m['release']!r} is not a version")
+        for py in pythons:
+            if not _PY_RE.fullmatch(py):
+                p.add(f"{where}.python", f"{py!r} is not a CPython version like \"3.12\"")
+        for c in (*cuda_list, m["pypi_cuda"]):
+            if c not in cudas:
+                p.add(f"{where}.cuda", f"CUDA {c} has no entry under cuda:", f'add "{c}" to cuda:')
+        if not re.fullmatch(r"\d+_\d+", m["manylinux"]):
+            p.add(f"{where}.manylinux", f"{m['manylinux']!r} is not a glibc baseline like \"2_28\"")
+        relax = []
+        for cuda, reason in (m.get("relax_nvcc_check") or {}).items():
+            at = f"{where}.relax_nvcc_check.{cuda}"
+            if cuda not in cuda_list:
+                p.add(at, f"CUDA {cuda!r} is not in this torch's cuda list, so no cell builds it",
+                      f"use one of {', '.join(cuda_list)} (quoted), or remove the entry")
+            elif p.typed(reason, at, str):
+                p.reason(reason, at)
+                relax.append((cuda, reason))
+        torches[series] = TorchEntry(series, m["release"], pythons,
+                                     tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
+                                     m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""),
+                                     tuple(sorted(relax, key=lambda r: version_key(r[0]))))
+    p.raise_if_any()
+    return Table(path,
+                 dict(sorted(cudas.items(), key=lambda kv: version_key(kv[0]))),
+                 dict(sorted(torches.items(), key=lambda kv: version_key(kv[0]))))
+
+
+@lru_cache(maxsize=8)
+def load_table(path: Path = TABLE_PATH) -> Table:
+    """Load and validate the compatibility table (cached: it is read by every step)."""
+    return parse_table(load_yaml(path, TableError), path)

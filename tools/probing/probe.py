@@ -1,0 +1,556 @@
+"""Probe build: compile a cell's heaviest translation units the way its real build would.
+
+``python -m tools.probe CELL [--units a.cu,b.cu] [--count N] [--archs 90]`` runs the cell's real
+toolchain, source (download, sha256, patches) and python (venv, torch, build requirements) steps,
+then reads the compile commands of the package's own build (``tools.probing.compdb``: the build runs
+with a stand-in ninja that records every command line and compiles nothing). It then runs a few
+of those command lines itself, one at a time, and measures each: wall time, and peak memory of
+the compiler's whole process tree (nvcc, cicc, ptxas, ...), sampled from /proc. Nothing real is
+linked, no wheel is kept.
+
+Which units: those named with ``--units``, else the recipe's ``probe.units``, else the heaviest
+CUDA unit(s) and the heaviest C++ unit by a stated heuristic (``select_units``). A source
+compiled for several extensions (PyG's packages build each one for CPU and CUDA) is one unit:
+its first command line.
+
+The result says what ``build.job_memory_gib`` the measurement supports against the recipe's
+figure, and is written to ``<work>/<cell>/probe/probe.json``. A unit that fails is named with the
+compiler's first error; a probe that would need more memory than the machine has is refused
+before anything starts; a build that writes no compile commands is a ProbeError saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools import RECIPES_DIR, ROOT
+from tools.builder.orchestrate import resolve_archs
+from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
+from .compdb import Unit, capture_commands
+from tools.pipeline.compilelog import failing_file
+from tools.core.errors import CompileError, ProbeError, cli
+from tools.backends.host import build_process_env, check_nvcc, find_nvcc, prepare_python
+from tools.plan.matrix import Cell, load_cell
+from tools.pipeline.report import Progress, reporting
+from tools.plan.recipe import Recipe, load_recipe
+from tools.pipeline.source import prepare_source
+from tools.plan.table import TABLE_PATH
+
+PROBE_STEPS = ["toolchain", "source", "python", "commands", "compile"]
+DEFAULT_WORK = ROOT / "build-cells"
+#: CUDA units compiled when neither --units nor the recipe names any (plus one C++ unit).
+DEFAULT_COUNT = 1
+#: How often the compiler's process tree is sampled; a peak shorter than this can be missed,
+#: which is why the largest single process (from wait4) is also kept as a floor.
+SAMPLE_SECONDS = 0.2
+#: One unit may not run longer than this (flash-attn's heaviest take ~10 min with one thread).
+UNIT_TIMEOUT = 2 * 3600
+#: job_memory_gib is suggested in steps of this many GiB, rounded up.
+MEMORY_STEP = 0.5
+_INCLUDE = re.compile(rb'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+
+
+@dataclass
+class UnitResult:
+    """What compiling one unit took, or how it failed."""
+
+    unit: str
+    kind: str
+    ok: bool
+    seconds: float
+    peak_tree_gib: float
+    peak_process_gib: float
+    exit_status: int
+    log: str
+    first_error: str | None = None
+    #: The machine's 1-minute load average when the unit finished: seconds measured on a busy
+    #: machine are longer than the unit's own cost.
+    load_average: float | None = None
+
+
+@dataclass
+class ProbeReport:
+    """The probe's findings for one cell."""
+
+    cell: str
+    archs: list[str]
+    nvcc_threads: int
+    recipe_job_memory_gib: float
+    units: list[UnitResult] = field(default_factory=list)
+    commands_recorded: int = 0
+    selection: str = ""
+    per_thread_gib: float | None = None
+    supported_job_memory_gib: float | None = None
+    memory_verdict: str = ""
+    verdict: str = "failed"
+
+
+def threads_for(recipe: Recipe) -> int:
+    """nvcc threads per unit in a probe: the package's own when it fixes them, else 1 (so that
+    the measurement is the per-thread figure job_memory_gib stands for)."""
+    return recipe.build.nvcc_threads if recipe.build.nvcc_threads_fixed else 1
+
+
+def estimate_gib(recipe: Recipe, archs: tuple[str, ...]) -> float:
+    """The recipe's own estimate of one unit's peak: job_memory_gib per thread in flight
+    (nvcc runs at most one thread per arch)."""
+    return recipe.build.job_memory_gib * min(threads_for(recipe), max(1, len(archs)))
+
+
+def check_memory(recipe: Recipe, archs: tuple[str, ...], available_gib: float) -> None:
+    """Refuse, before anything starts, a probe whose units the recipe says need more memory
+    than is available."""
+    need = estimate_gib(recipe, archs)
+    if need > available_gib:
+        threads = min(threads_for(recipe), max(1, len(archs)))
+        raise ProbeError(
+            f"{recipe.path} (build.job_memory_gib: {recipe.build.job_memory_gib:g}) says one "
+            f"unit needs about {need:.1f} GiB ({threads} nvcc thread(s) x "
+            f"{recipe.build.job_memory_gib:g} GiB), but only {available_gib:.1f} GiB is "
+            "available here",
+            hint="free memory, probe fewer archs at once (--archs 90), or run the probe on a "
+                 "machine with more memory; if the figure is too high, measure it there and "
+                 "lower job_memory_gib")
+
+
+
+def _includes(path: Path, cache: dict[Path, list[bytes]]) -> list[bytes]:
+    if path not in cache:
+        try:
+            cache[path] = _INCLUDE.findall(path.read_bytes())
+        except OSError:
+            cache[path] = []
+    return cache[path]
+
+
+def include_weight(unit: Unit, tree: Path, cache: dict[Path, list[bytes]] | None = None) -> int:
+    """Bytes of the unit's source plus every header it reaches, directly or not, inside the
+    source tree (resolved against the including file's folder and the command's ``-I`` folders
+    that lie in the tree). torch's, CUDA's and the system's headers are the same for every unit
+    of a build, so they are left out."""
+    cache = {} if cache is None else cache
+    root = tree.resolve()
+    args = shlex.split(unit.command)
+    dirs = []
+    for i, arg in enumerate(args):
+        inc = arg[2:] if arg.startswith("-I") and len(arg) > 2 else (
+            args[i + 1] if arg in ("-I", "-isystem") and i + 1 < len(args) else None)
+        if inc:
+            d = (unit.directory / inc).resolve()
+            if d.is_relative_to(root) and d.is_dir():
+                dirs.append(d)
+    start = (root / unit.name) if not Path(unit.name).is_absolute() else Path(unit.name)
+    seen, stack, total = set(), [start.resolve()], 0
+    while stack:
+        path = stack.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        total += path.stat().st_size
+        for name in _includes(path, cache):
+            for d in (path.parent, *dirs):
+                candidate = (d / name.decode(errors="replace")).resolve()
+                if candidate.is_relative_to(root) and candidate.is_file():
+                    stack.append(candidate)
+                    break
+    return total
+
+
+def rank_units(units: list[Unit], tree: Path) -> list[Unit]:
+    """The units heaviest first: CUDA before C++ (a CUDA unit runs cicc and ptxas once per arch
+    and dominates time and memory), then by ``include_weight``, largest first; then by name."""
+    cache: dict[Path, list[bytes]] = {}
+    weighted = [Unit(**{**asdict(u), "weight": include_weight(u, tree, cache)}) for u in units]
+    order = {"cuda": 0, "c++": 1, "c": 2}
+    return sorted(weighted, key=lambda u: (order[u.kind], -u.weight, u.name))
+
+
+def select_units(units: list[Unit], wanted: tuple[str, ...], *, count: int, tree: Path,
+                 where: str) -> tuple[list[Unit], str]:
+    """The units to compile and a sentence saying how they were chosen: each of ``wanted`` (a
+    path in the tree, or its tail such as ``foo.cu``), else the ``count`` heaviest CUDA units
+    and the heaviest C++ unit.
+
+    Both kinds, because they fail for different reasons: CUDA units decide time and memory,
+    while a C++ unit compiles torch's headers with the host compiler and the package's own
+    ``-std=``, which is where a new torch series breaks a package first (torch 2.13's headers
+    need C++20)."""
+    ranked = rank_units(units, tree)
+    if not wanted:
+        cuda = [u for u in ranked if u.kind == "cuda"]
+        host = [u for u in ranked if u.kind != "cuda"]
+        chosen = cuda[:count] + host[:1] if cuda else host[:count]
+        return chosen, (f"{len(chosen)} of {len(ranked)}: the heaviest CUDA and C++ units (the "
+                        "bytes of the unit and the headers it includes from the source tree)")
+    chosen = []
+    for name in wanted:
+        hits = [u for u in ranked if u.name == name or u.name.endswith("/" + name.lstrip("/"))]
+        if len(hits) != 1:
+            some = ", ".join(u.name for u in ranked[:8])
+            what = "matches no unit" if not hits else \
+                f"matches {len(hits)} units ({', '.join(u.name for u in hits[:4])})"
+            raise ProbeError(f"{where}: {name!r} {what} of this build",
+                             hint=f"name a unit by its path in the source tree; the heaviest "
+                                  f"are: {some}")
+        chosen.append(hits[0])
+    return chosen, f"named by {where}"
+
+
+def _tree_rss(session: int, page: int) -> int:
+    """Summed RSS (bytes) of every live process in ``session``."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        # after "pid (comm)": state ppid pgrp session ... rss is field 24 of stat overall
+        if int(fields[3]) == session:
+            total += int(fields[21]) * page
+    return total
+
+
+def _kill_session(leader: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
+
+
+def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
+            timeout: float = UNIT_TIMEOUT) -> tuple[int, float, int, int]:
+    """Run one shell command line in its own session and measure it.
+
+    Returns (exit status, wall seconds, peak summed RSS of the session's processes sampled every
+    SAMPLE_SECONDS, largest single process's max RSS from wait4, which covers every descendant
+    that was waited for). A command past ``timeout`` is killed (status -9).
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = time.monotonic()
+    with log.open("w") as fh:
+        fh.write(f"$ cd {cwd} && {command}\n")
+        fh.flush()
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    peak, deadline = 0, start + timeout
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak = max(peak, _tree_rss(proc.pid, page))
+            if time.monotonic() > deadline:
+                _kill_session(proc.pid)
+            time.sleep(SAMPLE_SECONDS)
+    except BaseException:
+        # The compiler runs in its own session: stopping the probe must stop it too.
+        _kill_session(proc.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
+        proc.returncode = -9
+        raise
+    proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+    seconds = time.monotonic() - start
+    single = usage.ru_maxrss * 1024  # KiB on Linux
+    return proc.returncode, seconds, max(peak, single), single
+
+
+def first_error(text: str) -> str | None:
+    """The compiler's first error in a unit's output (file:line: message), else the first line
+    that says error or fatal."""
+    if found := failing_file(text):
+        return found
+    for line in text.splitlines()[1:]:
+        if re.search(r"\berror\b|\bfatal\b", line, re.I):
+            return line.strip()[:240]
+    return None
+
+
+def _gib(n: int) -> float:
+    return round(n / 2**30, 2)
+
+
+def compile_units(units: list[Unit], env: dict[str, str], logs: Path, progress: Progress,
+                  *, timeout: float = UNIT_TIMEOUT) -> list[UnitResult]:
+    """Compile each unit with its recorded command line, one at a time, and measure it."""
+    logs.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, unit in enumerate(units, 1):
+        unit.output.parent.mkdir(parents=True, exist_ok=True)
+        unit.output.unlink(missing_ok=True)   # the stand-in object, or an earlier probe's
+        log = logs / (re.sub(r"[^A-Za-z0-9_.-]", "_", unit.name) + ".log")
+        progress.say(f"unit {i}/{len(units)}: {unit.name} ...")
+        status, seconds, tree, single = measure(unit.command, cwd=unit.directory, env=env,
+                                                log=log, timeout=timeout)
+        ok = status == 0 and unit.output.is_file()
+        result = UnitResult(unit.name, unit.kind, ok, round(seconds, 1), _gib(tree),
+                            _gib(single), status, str(log),
+                            load_average=round(os.getloadavg()[0], 1))
+        if not ok:
+            text = log.read_text(errors="replace")
+            result.first_error = (first_error(text) or f"exit {status}, no error line"
+                                  if status != -9 else f"killed after {timeout:.0f} s")
+        progress.say(f"unit {i}/{len(units)}: {unit.name} "
+                     f"{'ok' if ok else 'FAILED'} in {seconds:.0f} s, peak {_gib(tree)} GiB"
+                     + ("" if ok else f": {result.first_error}"))
+        results.append(result)
+    return results
+
+
+def judge_memory(report: ProbeReport, recipe: Recipe) -> None:
+    """Fill in the per-thread peak, the job_memory_gib it supports and the verdict on the
+    recipe's figure."""
+    done = [u for u in report.units if u.ok]
+    if not done:
+        return
+    # A CUDA unit runs up to this many cicc/ptxas at once; a C++ unit is one compiler process,
+    # and a build reserves at least one thread's worth for it.
+    in_flight = min(report.nvcc_threads, max(1, len(report.archs)))
+    per_thread = max(u.peak_tree_gib / (in_flight if u.kind == "cuda" else 1) for u in done)
+    supported = math.ceil(per_thread / MEMORY_STEP) * MEMORY_STEP
+    report.per_thread_gib = round(per_thread, 2)
+    report.supported_job_memory_gib = supported
+    have = recipe.build.job_memory_gib
+    if have >= per_thread:
+        report.memory_verdict = (f"the recipe's job_memory_gib {have:g} covers the measured "
+                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile")
+    else:
+        report.memory_verdict = (f"the recipe's job_memory_gib {have:g} is below the measured "
+                                 f"{per_thread:.2f} GiB per nvcc thread or C++ compile: raise "
+                                 f"it to {supported:g} in {recipe.path}")
+
+
+def probe_cell(cell_id: str, *, units: tuple[str, ...] = (), count: int = DEFAULT_COUNT,
+               archs: str | None = None, sdist: Path | None = None,
+               sdist_dir: Path | None = None, wheelhouse: Path | None = None,
+               offline: bool = False, torch_index: str | None = None,
+               work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
+               table_path: Path = TABLE_PATH, available_gib: float | None = None,
+               unit_timeout: float = UNIT_TIMEOUT, stream=None) -> ProbeReport:
+    """Probe one cell (see the module docstring); the report is also written to
+    ``<work_root>/<cell>/probe/probe.json``. Raises ProbeError (memory, no commands, unknown
+    unit) or CompileError (a unit failed, each failure named) after writing the report."""
+    cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
+    cell_archs = resolve_archs(cell, archs, table)
+    check_memory(recipe, cell_archs,
+                 available_memory_gib() if available_gib is None else available_gib)
+    work = work_root / cell.id / "probe"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    progress = Progress(cell.id, PROBE_STEPS, stream or sys.stderr)
+    report = ProbeReport(cell.id, list(cell_archs), min(threads_for(recipe), len(cell_archs)),
+                         recipe.build.job_memory_gib)
+    data: dict[str, Any] = {}
+    with reporting(work / "probe.json", data, progress):
+        try:
+            _probe(cell, recipe, table, report, work, progress, units=units, count=count,
+                   archs=cell_archs, sdist=sdist, sdist_dir=sdist_dir, wheelhouse=wheelhouse,
+                   offline=offline, torch_index=torch_index, unit_timeout=unit_timeout,
+                   data=data)
+        finally:
+            data.update(asdict(report))
+    return report
+
+
+def _probe(cell: Cell, recipe: Recipe, table, report: ProbeReport, work: Path,
+           progress: Progress, *, units, count, archs, sdist, sdist_dir, wheelhouse, offline,
+           torch_index, unit_timeout, data) -> None:
+    def toolchain(step):
+        nvcc = find_nvcc()
+        if warning := check_nvcc(nvcc, cell):
+            progress.say(f"note: {warning}")
+        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version)
+        return nvcc
+
+    nvcc = progress.run("toolchain", toolchain)
+
+    def source(step):
+        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
+        step.detail.update(sdist=prepared.sdist.name, patches=list(prepared.patches))
+        return prepared
+
+    tree = progress.run("source", source).tree
+
+    def python(step):
+        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
+                            index_url=torch_index, log=work / "python.log")
+        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda)
+        return bp
+
+    bp = progress.run("python", python)
+    data["torch"] = bp.torch_version
+    # One job, and one nvcc thread unless the package fixes its own: the figures are per thread.
+    sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
+                       job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=1,
+                       archs=len(archs))
+    env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
+    data["env"] = env
+
+    def commands(step):
+        found = capture_commands(bp.python, tree, env, work, isolation=recipe.build.isolation)
+        step.detail.update(recorded=len(found))
+        return found
+
+    found = progress.run("commands", commands)
+    report.commands_recorded = len(found)
+    where = "--units" if units else f"{recipe.path} (probe.units)"
+    chosen, report.selection = select_units(found, units or (recipe.probe.units if recipe.probe
+                                                             else ()),
+                                            count=count, tree=tree, where=where)
+    progress.say(f"units ({report.selection}): {', '.join(u.name for u in chosen)}")
+
+    def compile_(step):
+        results = compile_units(chosen, build_process_env(bp.python, env), work / "units",
+                                progress, timeout=unit_timeout)
+        step.detail.update(units=[asdict(r) for r in results])
+        report.units = results
+        judge_memory(report, recipe)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise CompileError(
+                "; ".join(f"{r.unit} failed: {r.first_error} (log: {r.log})" for r in failed),
+                hint="read the unit's log; a patch or a flag in the recipe may be needed for "
+                     "this CUDA/torch version")
+        report.verdict = "passed"
+
+    progress.run("compile", compile_)
+
+
+def format_report(report: ProbeReport) -> str:
+    """The report as a few lines of text for a person."""
+    lines = [f"probe {report.cell}: {report.verdict} (archs {','.join(report.archs)}, "
+             f"{report.nvcc_threads} nvcc thread(s); {report.selection})"]
+    for u in report.units:
+        state = "ok    " if u.ok else "FAILED"
+        lines.append(f"  {state} {u.unit}: {u.seconds:.0f} s, peak {u.peak_tree_gib:.2f} GiB "
+                     f"(process tree), {u.peak_process_gib:.2f} GiB (largest process)"
+                     + ("" if u.ok else f"\n         first error: {u.first_error}"))
+    if report.supported_job_memory_gib is not None:
+        lines.append(f"  job_memory_gib supported: {report.supported_job_memory_gib:g} "
+                     f"({report.memory_verdict})")
+    return "\n".join(lines)
+
+
+#: The header of the README's probe table (``--summary``).
+TABLE_HEADER = ("| recipe | torch | probe | seconds per unit | peak GiB per unit "
+                "| need / recipe's job_memory_gib |\n|---|---|---|---|---|---|")
+
+
+def table_rows(root: Path, recipes_root: Path = RECIPES_DIR) -> list[str]:
+    """One markdown row per ``probe.json`` under ``root`` (a ``--work`` directory): recipe and the
+    version of the sdist probed, torch, verdict, each unit's seconds and peak (in the order the
+    probe compiled them: CUDA units first), and the per-thread need against the recipe's
+    job_memory_gib now (the one recorded at the probe when the recipe is gone). Sorted by
+    recipe, newest torch first."""
+    rows, recipes = [], {}
+    for path in sorted(root.glob("*/probe/probe.json")):
+        data = json.loads(path.read_text())
+        report = ProbeReport(**_report_fields(path))
+        package = report.cell.split("-")[0]
+        if package not in recipes:
+            folder = recipes_root / package
+            recipes[package] = (load_recipe(folder).build.job_memory_gib
+                                if (folder / "recipe.yaml").is_file()
+                                else report.recipe_job_memory_gib)
+        sdist = next((s.get("detail", {}).get("sdist", "") for s in data.get("steps", [])
+                      if s.get("name") == "source"), "")
+        version = sdist.removesuffix(".tar.gz").rpartition("-")[2] or "?"
+        torch = str(data.get("torch", "?")).split("+")[0]
+        names = ", ".join(f"`{Path(u.unit).name}`" for u in report.units)
+        seconds = " + ".join(f"{u.seconds:.0f}" for u in report.units)
+        peaks = " / ".join(f"{u.peak_tree_gib:.2f}" for u in report.units)
+        need = "-" if report.per_thread_gib is None else f"{report.per_thread_gib:.2f}"
+        failed = [u for u in report.units if not u.ok]
+        verdict = report.verdict + (f": `{Path(failed[0].unit).name}`" if failed else "")
+        key = (package, tuple(-int(x) for x in re.findall(r"\d+", torch)))
+        rows.append((key, f"| {package} {version} | {torch} | {verdict} | {seconds} ({names}) "
+                          f"| {peaks} | {need} / {recipes[package]:g} |"))
+    return [row for _, row in sorted(rows)]
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Probe one cell (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m tools.probe",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("cell", nargs="?", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
+    ap.add_argument("--summary", type=Path, metavar="WORK",
+                    help="print the probes' results under WORK (a --work directory) as the "
+                         "README's markdown table, and probe nothing")
+    ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
+                                    "tree, or their file names), instead of the heaviest")
+    ap.add_argument("--count", type=int, default=DEFAULT_COUNT,
+                    help=f"how many of the heaviest CUDA units to compile, besides the heaviest C++ "
+                         f"unit (default {DEFAULT_COUNT})")
+    ap.add_argument("--archs", help="arch list to probe, e.g. 90 (default: the cell's)")
+    ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
+    ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
+    ap.add_argument("--wheelhouse", type=Path, help="wheels (torch, build deps) to install from")
+    ap.add_argument("--offline", action="store_true", help="install only from --wheelhouse")
+    ap.add_argument("--torch-index", help="index URL for the cell's torch build")
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="per-cell work directories")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+    ap.add_argument("--unit-timeout", type=float, default=UNIT_TIMEOUT,
+                    help="seconds one unit may take (default %(default)s)")
+    args = ap.parse_args(argv)
+    # A terminated probe unwinds (and so stops the compiler it started) like an interrupted one.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if args.summary:
+        rows = table_rows(args.summary, args.recipes)
+        if not rows:
+            raise ProbeError(f"{args.summary}: no <cell>/probe/probe.json below it",
+                             hint="pass the --work directory the probes wrote to "
+                                  f"(default {DEFAULT_WORK})")
+        print("\n".join([TABLE_HEADER, *rows]))
+        return 0
+    if not args.cell:
+        ap.error("name a cell to probe (or --summary WORK)")
+    if args.offline and not args.wheelhouse:
+        ap.error("--offline needs --wheelhouse")
+    if args.count < 1:
+        ap.error("--count must be at least 1")
+    units = tuple(u.strip() for u in (args.units or "").split(",") if u.strip())
+    try:
+        report = probe_cell(args.cell, units=units, count=args.count, archs=args.archs,
+                            sdist=args.sdist, sdist_dir=args.sdist_dir,
+                            wheelhouse=args.wheelhouse, offline=args.offline,
+                            torch_index=args.torch_index, work_root=args.work,
+                            recipes_root=args.recipes, table_path=args.table,
+                            unit_timeout=args.unit_timeout)
+    except CompileError:
+        path = args.work / args.cell / "probe" / "probe.json"
+        if path.is_file():
+            print(format_report(ProbeReport(**_report_fields(path))))
+        raise
+    print(format_report(report))
+    return 0
+
+
+def _report_fields(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    fields = {f for f in ProbeReport.__dataclass_fields__}
+    out = {k: v for k, v in data.items() if k in fields}
+    out["units"] = [UnitResult(**u) for u in out.get("units", [])]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

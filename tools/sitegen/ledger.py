@@ -1,0 +1,402 @@
+"""The ledger: the record of every file the index has ever published.
+
+The index is rebuilt from the ledger, not from whatever wheels happen to be on disk, so a run fed
+only a new batch keeps everything published before, and a page can be rendered without the old
+wheel files. Files are immutable: an entry, once written, is never changed by a build (the same
+filename with another sha256 is refused by tools.index), and an entry only leaves the ledger when
+someone names it (``python -m tools.index --remove FILENAME``), never because a file is missing.
+
+Location: wherever ``--ledger`` says (``make index``: ``LEDGER``, default ``index/ledger.json``).
+Every site the index builds carries the ledger it was built from at ``<site>/ledger.json``, so the
+deployed site is its own record: the publishing workflow fetches that copy and merges the new
+batch into it, and the repository's ``index/ledger.json`` (empty) is only where the first
+deployment starts. A local demo passes its own ``LEDGER`` (and ``--init-ledger``), so that URLs
+of a local server never enter a real ledger.
+
+Format (JSON, schema 2), one file per line so that a diff shows exactly what was published::
+
+    {"schema": 3, "files": {
+    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "serves": null, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    }}
+
+``url`` is where the file was published (the wheel's ``.metadata`` is at the same URL plus
+``.metadata``); it is fixed when the file is first published, so a later batch may live elsewhere.
+``variant`` is null for a wheel with no CUDA/torch identity. ``archs`` is the GPU code found in
+each extension module (the build manifest's ``archs.found``, as ``{module: {"ptx": [...], "sass":
+[...]}}``), recorded when the file is first published; null for a wheel without a manifest, or one
+whose manifest records none.
+
+Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels-dir D --to H`` moves the
+wheels of a batch whose file names the ledger already has to H (a re-run of a build, or a rebuild
+without a new version or build number), saying which, so that only new files are released.
+
+Schema 3 adds ``serves`` to ``variant``: null for a build for its one torch series, or the list
+of torch series a stable-ABI build serves (listed in each one's variant index; ``torch`` is the
+series it was built against).
+
+Schemas 1 (no ``archs``) and 2 (no ``variant.serves``) are still read: their entries get
+``archs: null`` / ``serves: null``, and the next write is schema 3. A reader refuses a newer
+schema than its own (rather than silently drop what it doesn't know).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tools.core.errors import IndexBuildError, cli
+from tools.core.variant import Variant
+
+_encode_str = json.encoder.encode_basestring_ascii
+
+#: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
+LEDGER_SCHEMA = 3
+#: Schemas this reader accepts: 1 is schema 2 without ``archs``, 2 is 3 without ``variant.serves``.
+READABLE_SCHEMAS = (1, 2, 3)
+
+_KEYS_1 = frozenset({
+    "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
+    "metadata_sha256", "variant",
+})
+_KEYS = _KEYS_1 | {"archs"}
+_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS}
+_ARCH_KEYS = {"sass", "ptx"}
+_VARIANT_KEYS_2 = frozenset({"cuda", "torch", "cxx11_abi"})
+_VARIANT_KEYS_BY_SCHEMA = {1: _VARIANT_KEYS_2, 2: _VARIANT_KEYS_2, 3: _VARIANT_KEYS_2 | {"serves"}}
+
+
+class Entry(NamedTuple):
+    """One published file: everything the index pages say about it.
+
+    A named tuple, not a dataclass: a 10,000-file ledger makes 10,000 of them on every run.
+    """
+
+    filename: str
+    name: str
+    version: str
+    url: str
+    sha256: str
+    size: int
+    upload_time: str
+    requires_python: str | None
+    metadata_sha256: str
+    variant: Variant | None
+    #: ``{module: {"sass": [...], "ptx": [...]}}`` from the build manifest, or None
+    archs: dict[str, dict[str, list[str]]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as its ledger object (the filename is the key, not a field)."""
+        variant = None
+        if self.variant is not None:
+            variant = {
+                "cuda": self.variant.cuda,
+                "torch": self.variant.torch,
+                "cxx11_abi": self.variant.cxx11_abi,
+                "serves": list(self.variant.serves) or None,
+            }
+        return {
+            "name": self.name,
+            "version": self.version,
+            "url": self.url,
+            "sha256": self.sha256,
+            "size": self.size,
+            "upload_time": self.upload_time,
+            "requires_python": self.requires_python,
+            "metadata_sha256": self.metadata_sha256,
+            "variant": variant,
+            "archs": self.archs,
+        }
+
+
+_HEX = frozenset("0123456789abcdef")
+#: What a published file name may contain: what packaging accepts in a wheel name, minus what
+#: would need quoting in a URL or escaping in HTML (``+`` and ``!`` are percent-encoded in URLs).
+FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
+
+
+def valid_archs(archs: Any) -> bool:
+    """Whether ``archs`` has the shape of an entry's ``archs``: null or {module: {sass, ptx}}."""
+    if archs is None:
+        return True
+    return type(archs) is dict and all(
+        type(module) is str and module
+        and type(report) is dict and report.keys() == _ARCH_KEYS
+        and all(type(v) is list and all(type(a) is str for a in v) for v in report.values())
+        for module, report in archs.items()
+    )
+
+
+def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema: int = LEDGER_SCHEMA) -> Entry:
+    """Parse one ledger object of ``schema``, naming ``source`` and the file in every complaint."""
+    keys = _KEYS_BY_SCHEMA[schema]
+    where = f"{source}: entry {filename!r}"
+    if not FILENAME_CHARS.fullmatch(filename) or not filename.endswith(".whl"):
+        raise IndexBuildError(f"{where}: not a wheel file name of [A-Za-z0-9._+!-] characters")
+    if not isinstance(data, dict):
+        raise IndexBuildError(f"{where} is not an object")
+    if data.keys() != keys:
+        missing = keys - data.keys()
+        unknown = data.keys() - keys
+        raise IndexBuildError(
+            f"{where} has missing keys {sorted(missing)} / unknown keys {sorted(unknown)}",
+            hint=f"schema {schema} entries have exactly: {', '.join(sorted(keys))}",
+        )
+    for key in ("name", "version", "url", "sha256", "upload_time", "metadata_sha256"):
+        if type(data[key]) is not str or not data[key]:
+            raise IndexBuildError(f"{where}: {key!r} must be a non-empty string, got {data[key]!r}")
+    for key in ("sha256", "metadata_sha256"):
+        if len(data[key]) != 64 or not _HEX.issuperset(data[key]):
+            raise IndexBuildError(f"{where}: {key!r} is not a lowercase hex sha256: {data[key]!r}")
+    if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
+        raise IndexBuildError(f"{where}: 'size' must be a byte count, got {data['size']!r}")
+    if data["requires_python"] is not None and type(data["requires_python"]) is not str:
+        raise IndexBuildError(f"{where}: 'requires_python' must be a string or null")
+    variant = None
+    raw = data["variant"]
+    if raw is not None:
+        serves = raw.get("serves") if type(raw) is dict else None
+        if (
+            type(raw) is not dict
+            or raw.keys() != _VARIANT_KEYS_BY_SCHEMA[schema]
+            or type(raw["cuda"]) is not str
+            or type(raw["torch"]) is not str
+            or not (raw["cxx11_abi"] is None or type(raw["cxx11_abi"]) is bool)
+            or not (serves is None or (type(serves) is list and serves
+                                       and all(type(x) is str for x in serves)))
+        ):
+            shape = "cuda: str, torch: str, cxx11_abi: bool|null" + (
+                ", serves: [str]|null" if schema >= 3 else "")
+            raise IndexBuildError(f"{where}: 'variant' must be null or {{{shape}}}, got {raw!r}")
+        variant = _variant(raw["cuda"], raw["torch"], raw["cxx11_abi"], tuple(serves or ()))
+    archs = data.get("archs")
+    if not valid_archs(archs):
+        raise IndexBuildError(
+            f"{where}: 'archs' must be null or {{module: {{sass: [str], ptx: [str]}}}}, got {archs!r}"
+        )
+    return Entry(
+        filename, data["name"], data["version"], data["url"], data["sha256"], data["size"],
+        data["upload_time"], data["requires_python"], data["metadata_sha256"], variant, archs,
+    )
+
+
+@lru_cache(maxsize=None)
+def _variant(cuda: str, torch: str, cxx11_abi: bool | None, serves: tuple[str, ...] = ()) -> Variant:
+    # An index has a few dozen variants and thousands of files: share one object per variant.
+    return Variant(cuda, torch, cxx11_abi, serves)
+
+
+def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
+    """Parse a ledger document (schema 1 or 2) into ``{filename: Entry}``.
+
+    ``trusted`` skips the checks of each entry: only for a text this module wrote from checked
+    entries (tools.index passes it when the ledger is byte for byte the copy its site was built
+    from), because checking 10,000 entries is a large part of adding one file.
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IndexBuildError(f"{source} is not valid JSON: {exc}") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema not in READABLE_SCHEMAS or type(schema) is not int or not isinstance(doc.get("files"), dict):
+        raise IndexBuildError(
+            f"{source} is not a schema-{LEDGER_SCHEMA} ledger "
+            f"(want {{\"schema\": {LEDGER_SCHEMA}, \"files\": {{...}}}}; schema 1 is also read)"
+        )
+    if trusted:
+        return {
+            name: Entry(
+                name, d["name"], d["version"], d["url"], d["sha256"], d["size"], d["upload_time"],
+                d["requires_python"], d["metadata_sha256"],
+                None if d["variant"] is None else _variant(d["variant"]["cuda"], d["variant"]["torch"],
+                                                           d["variant"]["cxx11_abi"],
+                                                           tuple(d["variant"].get("serves") or ())),
+                d.get("archs"),
+            )
+            for name, d in doc["files"].items()
+        }
+    return {name: entry_from_json(name, data, source=source, schema=schema) for name, data in doc["files"].items()}
+
+
+def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
+    """The ledger's text (None: there is none yet, and ``init`` allows starting one).
+
+    Refusing a missing ledger is what keeps a wrong ``--ledger`` path from silently publishing an
+    index without everything published before.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if init:
+            return None
+        raise IndexBuildError(
+            f"ledger {path} does not exist",
+            hint="pass the right --ledger, or --init-ledger to start a new, empty index",
+        ) from None
+
+
+def load_ledger(path: Path, *, init: bool = False) -> dict[str, Entry]:
+    """Read the ledger at ``path``; a missing one is an error unless ``init`` asks for a new one."""
+    text = read_ledger_text(path, init=init)
+    return {} if text is None else parse_ledger(text, source=str(path))
+
+
+def _null_or(value: Any, encode: Any) -> str:
+    return "null" if value is None else encode(value)
+
+
+def encode_entry(e: Entry) -> str:
+    """One ledger line, ``"filename": {...}``: keys sorted, what ``json.dumps(sort_keys=True)`` gives.
+
+    Written by hand because json.dumps per entry is the largest cost of adding one file to a
+    10,000-file ledger; test_ledger checks the two agree.
+    """
+    s = _encode_str
+    if e.variant is None:
+        variant = "null"
+    else:
+        abi = {None: "null", True: "true", False: "false"}[e.variant.cxx11_abi]
+        serves = "null" if not e.variant.serves else "[" + ", ".join(map(s, e.variant.serves)) + "]"
+        variant = (f'{{"cuda": {s(e.variant.cuda)}, "cxx11_abi": {abi}, "serves": {serves}, '
+                   f'"torch": {s(e.variant.torch)}}}')
+    archs = "null" if e.archs is None else json.dumps(e.archs, sort_keys=True)
+    return (
+        f'{s(e.filename)}: {{"archs": {archs}, "metadata_sha256": {s(e.metadata_sha256)}, "name": {s(e.name)}, '
+        f'"requires_python": {_null_or(e.requires_python, s)}, "sha256": {s(e.sha256)}, "size": {int(e.size)}, '
+        f'"upload_time": {s(e.upload_time)}, "url": {s(e.url)}, "variant": {variant}, "version": {s(e.version)}}}'
+    )
+
+
+def dump_ledger(entries: dict[str, Entry], *, base: tuple[str, dict[str, Entry]] | None = None) -> str:
+    """The ledger document: sorted by filename, one entry per line (readable diffs, fast to write).
+
+    ``base`` is a (text, entries) pair where the text is what this function returned for those
+    entries: when ``entries`` only adds to them, the new lines are merged into that text instead
+    of encoding every entry again (only a text of this schema: older lines lack keys).
+    """
+    if base is not None:
+        text, old = base
+        if old and text.startswith(_header()) and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.items()):
+            lines = text.split("\n")[1:-2]  # header, entry lines, "}}", ""
+            body = [line.rstrip(",") for line in lines]
+            body += [encode_entry(entries[fn]) for fn in entries.keys() - old.keys()]
+            body.sort(key=_line_key)
+            return _document(body)
+    return _document([encode_entry(entries[name]) for name in sorted(entries)])
+
+
+def _line_key(line: str) -> str:
+    # '"<filename>": {...}': file names have no characters JSON escapes (FILENAME_CHARS).
+    return line[1:line.index('"', 1)]
+
+
+def _header() -> str:
+    return f'{{"schema": {LEDGER_SCHEMA}, "files": {{'
+
+
+def _document(lines: list[str]) -> str:
+    if not lines:
+        return f'{_header()}}}}}\n'
+    body = ",\n".join(lines)
+    return f'{_header()}\n{body}\n}}}}\n'
+
+
+def write_ledger(path: Path, entries: dict[str, Entry]) -> None:
+    """Write the ledger atomically: a killed run leaves the old ledger or the new one, never half."""
+    atomic_write(path, dump_ledger(entries).encode("utf-8"), durable=True)
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and os.replace.
+
+    ``durable`` also fsyncs the file before the rename, for records that must survive a crash
+    of the machine, not just of the process.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp creates 0600; the file is meant to be read by others (a web server, git).
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# --------------------------------------------------------------------------- before publishing
+
+
+class HeldBack(NamedTuple):
+    """A wheel of a new batch whose file name is already published."""
+
+    filename: str
+    #: True when its bytes are the published file's (a re-run), False when they differ (a rebuild)
+    same_bytes: bool
+
+
+def hold_back_published(wheels_dir: Path, ledger: dict[str, Entry], held_dir: Path) -> list[HeldBack]:
+    """Move the wheels of ``wheels_dir`` that the ledger already has (and their ``.metadata``) to
+    ``held_dir``, so that only new files are released and indexed.
+
+    A file name never changes bytes once published. A re-run of a build makes the same name again;
+    a recipe changed without a new version or build number makes the same name with other bytes
+    (the build manifest records the recipe's commit). The published file stays in both cases.
+    """
+    from tools.core.digest import sha256_file  # only this command hashes; the index imports this module
+
+    held = []
+    for wheel in sorted(Path(wheels_dir).glob("*.whl")):
+        entry = ledger.get(wheel.name)
+        if entry is None:
+            continue
+        same = wheel.stat().st_size == entry.size and sha256_file(wheel) == entry.sha256
+        held_dir.mkdir(parents=True, exist_ok=True)
+        for path in (wheel, wheel.with_name(wheel.name + ".metadata")):
+            if path.exists():
+                os.replace(path, held_dir / path.name)
+        held.append(HeldBack(wheel.name, same))
+    return held
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    hold = sub.add_parser("hold-back", help="move wheels whose file names the ledger has out of the batch")
+    hold.add_argument("--ledger", required=True, type=Path)
+    hold.add_argument("--wheels-dir", required=True, type=Path)
+    hold.add_argument("--to", required=True, type=Path, dest="held_dir", help="where they go")
+    return _run(parser.parse_args(argv))
+
+
+@cli
+def _run(args: Any) -> int:
+    held = hold_back_published(args.wheels_dir, load_ledger(args.ledger), args.held_dir)
+    left = len(list(args.wheels_dir.glob("*.whl")))
+    for h in held:
+        if h.same_bytes:
+            print(f"{h.filename}: already published, same bytes (a re-run): not published again")
+        else:
+            print(f"{h.filename}: already published with other bytes: the published file stays. "
+                  "To publish this rebuild, give it a new file name: raise build.number in its "
+                  "recipe (or bump source.version)")
+    print(f"{left} new wheel(s) to publish, {len(held)} held back in {args.held_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

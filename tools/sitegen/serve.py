@@ -1,0 +1,287 @@
+"""Serve a built index on 127.0.0.1, with the PEP 691 content negotiation static hosting lacks.
+
+    python -m tools.serve --site build/site --files dist --port 8000 [--log requests.log]
+
+The site (tools.index output) is served at ``/``; the wheels directory at ``/files/``, so a site
+built with ``--base-url /files`` (or ``http://127.0.0.1:8000/files``) works end to end. For a
+directory holding both ``index.html`` and ``index.json`` the ``Accept`` header decides (PEP 691):
+``application/vnd.pypi.simple.v1+json`` (or ``...latest+json``) gets the JSON, ``text/html`` and
+``application/vnd.pypi.simple.v1+html`` the HTML, ties go to HTML, nothing acceptable is a 406;
+``?format=<content type>`` overrides the header, as on PyPI. ``--no-negotiate`` always answers
+HTML, like a static host. ``--log FILE`` appends ``METHOD PATH STATUS`` per request (tests read it
+to see which wheels were downloaded); ``--exit-after SECONDS`` stops the server by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import shutil
+import sys
+import threading
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from tools.core.errors import CuwheelsError, cli
+
+JSON_V1 = "application/vnd.pypi.simple.v1+json"
+HTML_V1 = "application/vnd.pypi.simple.v1+html"
+TEXT_HTML = "text/html"
+#: Server preference, used to break ties in q-value: HTML first, for browsers, curl and old clients.
+_OFFERS = (TEXT_HTML, HTML_V1, JSON_V1)
+_ALIASES = {
+    "application/vnd.pypi.simple.latest+json": JSON_V1,
+    "application/vnd.pypi.simple.latest+html": HTML_V1,
+}
+FILES_PREFIX = "/files/"
+
+
+def parse_accept(header: str) -> list[tuple[str, float]]:
+    """``Accept`` as ``[(media range, q)]``, PyPI's ``latest`` aliases resolved to v1."""
+    ranges = []
+    for part in header.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        if not media:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        media = media.lower()
+        ranges.append((_ALIASES.get(media, media), q))
+    return ranges
+
+
+def negotiate(accept: str | None) -> str | None:
+    """The content type to answer with for an ``Accept`` header (None: nothing acceptable)."""
+    if not accept:
+        return TEXT_HTML
+    ranges = parse_accept(accept)
+    best, best_q = None, 0.0
+    for offer in _OFFERS:
+        major = offer.split("/")[0]
+        # The most specific matching range sets the q-value (RFC 9110, 12.5.1).
+        q = None
+        for pattern in (offer, f"{major}/*", "*/*"):
+            matches = [rq for media, rq in ranges if media == pattern]
+            if matches:
+                q = max(matches)
+                break
+        if q is not None and q > best_q:
+            best, best_q = offer, q
+    return best
+
+
+class IndexHandler(BaseHTTPRequestHandler):
+    """Serves the site and the wheel files; configured through the server's attributes."""
+
+    server_version = "cuwheels-serve"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._serve(head=True)
+
+    def _serve(self, *, head: bool) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        if path.startswith(FILES_PREFIX):
+            root, rel = self.server.files_dir, path[len(FILES_PREFIX):]
+            listable = False
+        else:
+            root, rel = self.server.site_dir, path.lstrip("/")
+            listable = True
+        target = _inside(root, rel)
+        if target is None or (not listable and not target.is_file()):
+            self._error(HTTPStatus.NOT_FOUND)
+            return
+        ctype, vary = None, False
+        if target.is_dir():
+            if not url.path.endswith("/"):
+                # PEP 503: pages live at URLs with a trailing slash.
+                location = url.path + "/" + (f"?{url.query}" if url.query else "")
+                self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            html, js = target / "index.html", target / "index.json"
+            if js.is_file() and html.is_file() and self.server.negotiate:
+                vary = True
+                # "+" stays a plus: a content type has no spaces, and ?format=...v1+json is how people type it.
+                query = parse_qs(url.query.replace("+", "%2B"))
+                wanted = query.get("format", [None])[0] or self.headers.get("Accept")
+                ctype = negotiate(wanted)
+                if ctype is None:
+                    self._error(HTTPStatus.NOT_ACCEPTABLE, f"serves {TEXT_HTML}, {HTML_V1}, {JSON_V1}")
+                    return
+                target = js if ctype == JSON_V1 else html
+            elif html.is_file():
+                target, ctype = html, TEXT_HTML
+            else:
+                self._error(HTTPStatus.NOT_FOUND)
+                return
+        elif not target.is_file():
+            self._error(HTTPStatus.NOT_FOUND)
+            return
+        ctype = ctype or _content_type(target)
+        try:
+            f = open(target, "rb")
+        except OSError:
+            self._error(HTTPStatus.NOT_FOUND)
+            return
+        with f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", ctype + ("; charset=utf-8" if ctype == TEXT_HTML else ""))
+            self.send_header("Content-Length", str(size))
+            if vary:
+                self.send_header("Vary", "Accept")
+            self.end_headers()
+            if not head:
+                shutil.copyfileobj(f, self.wfile)
+
+    def _error(self, status: HTTPStatus, detail: str = "") -> None:
+        body = f"{status.value} {status.phrase}{': ' + detail if detail else ''}\n".encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        code = getattr(code, "value", code)
+        log = self.server.request_log
+        if log is not None:
+            with self.server.log_lock:
+                log.write(f"{self.command} {self.path} {code}\n")
+                log.flush()
+        if not self.server.quiet:
+            super().log_request(code, size)
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """``root/rel`` if it stays inside ``root`` (no ``..``, no symlink out), else None."""
+    normalized = posixpath.normpath("/" + rel).lstrip("/")
+    target = (root / normalized) if normalized not in ("", ".") else root
+    try:
+        resolved = target.resolve()
+    except OSError:
+        return None
+    if resolved != root and root not in resolved.parents:
+        return None
+    return target
+
+
+def _content_type(path: Path) -> str:
+    name = path.name
+    if name.endswith(".html"):
+        return TEXT_HTML
+    if name == "index.json" and "simple" in path.parts:
+        return JSON_V1
+    if name.endswith(".json"):
+        return "application/json"
+    if name.endswith(".css"):
+        return "text/css"
+    if name.endswith(".png"):
+        return "image/png"
+    return "application/octet-stream"
+
+
+class IndexServer(ThreadingHTTPServer):
+    """A threading HTTP server carrying the handler's configuration."""
+
+    daemon_threads = True
+
+    def __init__(self, address, *, site_dir: Path, files_dir: Path | None, negotiate: bool,
+                 log_path: Path | None, quiet: bool):
+        self.site_dir = Path(site_dir).resolve()
+        # Without --files, /files/ serves an empty place rather than the site.
+        self.files_dir = Path(files_dir).resolve() if files_dir is not None else self.site_dir / ".no-files"
+        self.negotiate = negotiate
+        self.quiet = quiet
+        self.log_lock = threading.Lock()
+        self.request_log = open(log_path, "a", encoding="utf-8") if log_path else None
+        super().__init__(address, IndexHandler)
+
+    def server_close(self) -> None:
+        """Close the socket and the request log."""
+        super().server_close()
+        if self.request_log is not None:
+            self.request_log.close()
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` the server listens on (the real port when 0 was asked for)."""
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+def make_server(
+    site_dir: Path,
+    files_dir: Path | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    negotiate: bool = True,
+    log_path: Path | None = None,
+    quiet: bool = True,
+) -> IndexServer:
+    """A server for ``site_dir`` (at ``/``) and ``files_dir`` (at ``/files/``), not yet serving.
+
+    Port 0 picks a free port (see ``.url``). Run it with ``serve_forever()`` and stop it with
+    ``shutdown()`` + ``server_close()``.
+    """
+    if not Path(site_dir).is_dir():
+        raise CuwheelsError(f"site directory {site_dir} does not exist", hint="run `make index` first")
+    if files_dir is not None and not Path(files_dir).is_dir():
+        raise CuwheelsError(f"files directory {files_dir} does not exist")
+    return IndexServer((host, port), site_dir=site_dir, files_dir=files_dir, negotiate=negotiate,
+                       log_path=log_path, quiet=quiet)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tools.serve``: serve the site and the wheels until stopped."""
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", required=True, type=Path, help="the built site (INDEX_DIR)")
+    parser.add_argument("--files", type=Path, default=None, help="wheels directory, served at /files/")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--log", type=Path, default=None, help="append 'METHOD PATH STATUS' per request here")
+    parser.add_argument("--no-negotiate", action="store_true", help="always answer HTML, like a static host")
+    parser.add_argument("--exit-after", type=float, default=0, help="stop after this many seconds (0: never)")
+    parser.add_argument("--quiet", action="store_true", help="no access log on stderr")
+    return _run(parser.parse_args(argv))
+
+
+@cli
+def _run(args: argparse.Namespace) -> int:
+    server = make_server(args.site, args.files, host=args.host, port=args.port,
+                         negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet)
+    if args.exit_after > 0:
+        timer = threading.Timer(args.exit_after, server.shutdown)
+        timer.daemon = True
+        timer.start()
+    files = f", {args.files} at /files/" if args.files else ""
+    print(f"serving {server.url}/ ({args.site}{files})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+"""Reading one wheel for the index: check it, hash it, read its METADATA, write its ``.metadata``.
+
+``index_wheel`` is everything the index does with a new wheel's bytes, and the only place it is
+done: in the index's own process for a small batch, in worker processes (tools.core.workers, through
+``indexer``) for a large one, with the same result either way. A wheel is read once: the hash
+reads it through, and the zip directory and the ``.dist-info`` files, written last in a wheel,
+come from its last 32 KiB, just read and still in the page cache.
+
+A wheel is left out (WheelRejected, with the reason shown to people) for an invalid filename, an
+unreadable zip, a missing METADATA, a METADATA whose Name or Version disagrees with the filename,
+an invalid Requires-Python, a build manifest that contradicts the local label, or a ``.metadata``
+file that can't be written.
+
+Only what reading a wheel needs is imported here (no Jinja2, no YAML): every worker imports this
+module at its start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import struct
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+from urllib.parse import quote
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import parse_tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from tools.core.digest import hash_fd
+from tools.core.errors import IndexBuildError
+from .ledger import FILENAME_CHARS, Entry, encode_entry, entry_from_json
+from tools.core.manifest import MANIFEST_NAME, read_manifest, variant_from_manifest
+from tools.core.variant import Variant, parse_label
+
+
+class WheelRejected(Exception):
+    """A wheel that can't be indexed; the message is the reason shown to people."""
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    """What the index learns from a wheel's bytes."""
+
+    sha256: str
+    size: int
+    metadata: bytes
+    name: str
+    version: str
+    requires_python: str | None
+    variant: Variant | None
+    #: GPU code per extension module (the manifest's ``archs.found``), or None
+    archs: dict[str, dict[str, list[str]]] | None = None
+
+
+def check_filename(filename: str) -> tuple[str, Version]:
+    """The (normalized name, version) a wheel filename states, or WheelRejected naming the rule."""
+    try:
+        name, version = _parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise WheelRejected(f"invalid wheel filename: {exc}") from None
+    if not FILENAME_CHARS.fullmatch(filename):
+        # packaging checks the name and version parts but not the tags; a URL-safe name also
+        # keeps one link per line on the pages.
+        raise WheelRejected(f"invalid wheel filename: characters outside [A-Za-z0-9._+!-]: {filename!r}")
+    return name, version
+
+
+def _parse_wheel_filename(filename: str) -> tuple[str, Version]:
+    """packaging's parse_wheel_filename, in two cached halves: the wheels of one release for
+    several Pythons share the ``name-version[-build]`` part, and a batch has few distinct tags.
+
+    Parsing the version is most of the cost of checking a file name, and the same name and
+    version are parsed once per batch instead of once per wheel. The halves accept exactly what
+    packaging accepts whole (tests/test_wheelread.py checks a table of names against it); a name
+    either half refuses is parsed whole again, so that packaging's error quotes it.
+    """
+    head, dash, tags = filename[:-4].rpartition("-")  # "name-version[-build]-py-abi", "plat"
+    head, dash2, abi = head.rpartition("-")
+    head, dash3, py = head.rpartition("-")
+    try:
+        if not (filename.endswith(".whl") and dash and dash2 and dash3):
+            raise InvalidWheelFilename(filename)
+        _parse_tag(f"{py}-{abi}-{tags}")
+        return _parse_head(head)
+    except (InvalidWheelFilename, InvalidVersion, ValueError):
+        # packaging decides, on the whole name: it raises with the name quoted.
+        name, version, _build, _tags = parse_wheel_filename(filename)
+        return name, version
+
+
+@lru_cache(maxsize=4096)
+def _parse_head(head: str) -> tuple[str, Version]:
+    name, version, _build, _tags = parse_wheel_filename(f"{head}-py3-none-any.whl")
+    return name, version
+
+
+@lru_cache(maxsize=256)
+def _parse_tag(tag: str) -> frozenset:
+    return parse_tag(tag)
+
+
+@lru_cache(maxsize=None)
+def parse_version(text: str) -> Version:
+    """``Version(text)``, parsed once per distinct text in a process (one per release, not per
+    wheel: parsing is most of the cost of comparing versions). Raises InvalidVersion."""
+    return Version(text)
+
+
+def parse_metadata_headers(data: bytes) -> dict[str, str]:
+    """The first value of each header of a METADATA document (lower-cased keys).
+
+    A hand parser, not email.parser: that one costs more per wheel than hashing a small wheel.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WheelRejected(f"METADATA is not UTF-8: {exc}") from None
+    headers: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        if not line or line[0] in " \t":
+            continue  # continuation lines only ever extend Description/License
+        key, sep, value = line.partition(":")
+        if sep:
+            headers.setdefault(key.strip().lower(), value.strip())
+    return headers
+
+
+class _Unsupported(Exception):
+    """A zip layout the fast reader leaves to the zipfile module (zip64, prepended data...)."""
+
+
+class ZipDirectory:
+    """A wheel's zip central directory, with ``namelist()`` and ``read()`` like zipfile.ZipFile.
+
+    It reads only the directory and the members asked for, with ``os.pread`` (the bytes were
+    just hashed, so they come from the page cache), and builds no object per member: with
+    zipfile.ZipFile, opening a small wheel costs about as much as hashing it. Anything unusual
+    raises _Unsupported, and the caller falls back to zipfile, the authority on what a valid zip is.
+    """
+
+    _EOCD = struct.Struct("<4s4H2LH")
+    _CENTRAL = struct.Struct("<4s6H3L5H2L")
+    _LOCAL = struct.Struct("<4s5H3L2H")
+
+    def __init__(self, fd: int, size: int):
+        self._fd = fd
+        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB). One
+        # 32 KiB read usually holds it, the central directory and the .dist-info files (written
+        # last in a wheel), so reading METADATA costs no further system call.
+        for span in (32 << 10, self._EOCD.size + 0xFFFF + (32 << 10)):
+            tail_start = max(0, size - span)
+            tail = os.pread(fd, size - tail_start, tail_start)
+            end = tail.rfind(b"PK\x05\x06")
+            if end >= 0 or tail_start == 0:
+                break
+        self._tail, self._tail_start = tail, tail_start
+        if end < 0 or end + self._EOCD.size > len(tail):
+            raise _Unsupported("no end of central directory record")
+        _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _comment = self._EOCD.unpack_from(tail, end)
+        if count == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != tail_start + end:
+            raise _Unsupported("zip64 or data before the archive")
+        if cd_offset >= tail_start:
+            data, pos = tail, cd_offset - tail_start
+        else:  # a directory larger than 64 KiB: read it whole
+            data, pos = os.pread(fd, cd_size, cd_offset), 0
+        stop = pos + cd_size
+        self._members: dict[str, tuple[int, int, int, int, int]] = {}
+        for _ in range(count):
+            if pos + self._CENTRAL.size > stop:
+                raise _Unsupported("truncated central directory")
+            (sig, _made, _need, flags, method, _time, _date, crc, csize, _usize,
+             nlen, xlen, clen, _dstart, _iattr, _eattr, offset) = self._CENTRAL.unpack_from(data, pos)
+            if sig != b"PK\x01\x02":
+                raise _Unsupported("bad central directory entry")
+            raw = data[pos + self._CENTRAL.size: pos + self._CENTRAL.size + nlen]
+            if raw.isascii():  # nearly every name: the same in UTF-8 and cp437, and decoded in C
+                name = raw.decode("ascii")
+            else:  # cp437's decoder is Python code: only for the names that need it
+                name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+            self._members[name] = (flags, method, crc, csize, offset)
+            pos += self._CENTRAL.size + nlen + xlen + clen
+
+    def namelist(self) -> list[str]:
+        """Member names, in archive order."""
+        return list(self._members)
+
+    def read(self, name: str) -> bytes:
+        """A member's bytes, CRC-checked."""
+        flags, method, crc, csize, offset = self._members[name]
+        if flags & 0x1:
+            raise _Unsupported("encrypted member")
+        at = offset - self._tail_start
+        if at >= 0 and at + self._LOCAL.size <= len(self._tail):
+            header = self._tail[at: at + self._LOCAL.size]
+        else:
+            header = os.pread(self._fd, self._LOCAL.size, offset)
+        if len(header) < self._LOCAL.size:
+            raise _Unsupported("truncated local header")
+        sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
+        if sig != b"PK\x03\x04":
+            raise _Unsupported("bad local header")
+        start = offset + self._LOCAL.size + nlen + xlen
+        at = start - self._tail_start
+        if at >= 0 and at + csize <= len(self._tail):
+            raw = self._tail[at: at + csize]
+        else:
+            raw = os.pread(self._fd, csize, start)
+        if method == zipfile.ZIP_STORED:
+            out = raw
+        elif method == zipfile.ZIP_DEFLATED:
+            out = zlib.decompress(raw, -15)
+        else:
+            raise _Unsupported(f"compression method {method}")
+        if zlib.crc32(out) != crc:
+            raise _Unsupported("CRC mismatch")
+        return out
+
+
+def _find_metadata(names: list[str], dist: str, version: str) -> str:
+    """The archive name of the wheel's METADATA (``<name>-<version>.dist-info/METADATA``)."""
+    candidates = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+    if not candidates:
+        raise WheelRejected("no METADATA: the wheel has no <name>-<version>.dist-info/METADATA")
+    if len(candidates) > 1:
+        wanted = [n for n in candidates if n.startswith(f"{dist}-{version}.dist-info/")]
+        if len(wanted) != 1:
+            raise WheelRejected(f"several .dist-info directories hold a METADATA: {sorted(candidates)}")
+        return wanted[0]
+    return candidates[0]
+
+
+def inspect_wheel(path: str | os.PathLike) -> WheelFacts:
+    """Hash a wheel and read what the index needs from it.
+
+    Raises WheelRejected for an invalid filename, an unreadable zip, a missing METADATA, a METADATA
+    whose Name or Version disagrees with the filename, or a build manifest that contradicts the
+    local label; OSError when the file can't be read.
+    """
+    filename = os.path.basename(path)
+    dist, file_version = check_filename(filename)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        sha256, size = hash_fd(fd)
+        metadata, name, version, requires_python, variant, archs = _read_zip(fd, filename, dist, file_version,
+                                                                             size=size)
+    finally:
+        os.close(fd)
+    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
+
+
+def read_wheel_metadata(path: str | os.PathLike) -> bytes:
+    """The METADATA bytes of a wheel (no hashing), to restore a missing ``.metadata`` file."""
+    filename = os.path.basename(path)
+    dist, version = check_filename(filename)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _read_zip(fd, filename, dist, version, size=os.fstat(fd).st_size)[0]
+    finally:
+        os.close(fd)
+
+
+#: The members read from a wheel: the namelist is narrowed to these once (a wheel may hold hundreds).
+_WANTED = (".dist-info/METADATA", f".dist-info/{MANIFEST_NAME}")
+
+
+def _read_members(zf: Any, raw_dist: str, raw_version: str) -> tuple[bytes, dict | None]:
+    names = [n for n in zf.namelist() if n.endswith(_WANTED)]
+    metadata = zf.read(_find_metadata(names, raw_dist, raw_version))
+    try:
+        manifest = read_manifest(zf, names)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
+    return metadata, manifest
+
+
+def _read_zip(fd: int, filename: str, dist: str, file_version: Version, *, size: int):
+    """Read and check METADATA (and the manifest) from a wheel of ``size`` bytes open as ``fd``."""
+    raw_dist, raw_version = filename[:-4].split("-")[:2]
+    try:
+        try:
+            metadata, manifest = _read_members(ZipDirectory(fd, size), raw_dist, raw_version)
+        except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+            with open(fd, "rb", closefd=False) as f:
+                f.seek(0)
+                with zipfile.ZipFile(f) as zf:
+                    metadata, manifest = _read_members(zf, raw_dist, raw_version)
+    except WheelRejected:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+            NotImplementedError, ValueError) as exc:
+        raise WheelRejected(f"unreadable zip: {exc}") from None
+
+    headers = parse_metadata_headers(metadata)
+    name, version = headers.get("name"), headers.get("version")
+    if not name or not version:
+        raise WheelRejected("METADATA lacks a Name or a Version")
+    if canonicalize_name(name) != dist:
+        raise WheelRejected(f"METADATA Name {name!r} disagrees with the filename ({dist!r})")
+    try:
+        # The same spelling is the same version: parse only when they differ.
+        if version != raw_version and parse_version(version) != file_version:
+            raise WheelRejected(
+                f"METADATA Version {version!r} disagrees with the filename ({str(file_version)!r}); "
+                "pip refuses such a wheel (a renamed file: set the local label at build time)"
+            )
+    except InvalidVersion:
+        raise WheelRejected(f"METADATA Version {version!r} is not a valid version") from None
+    requires_python = headers.get("requires-python") or None
+    if requires_python is not None and not _valid_specifier(requires_python):
+        raise WheelRejected(f"METADATA Requires-Python {requires_python!r} is invalid")
+
+    label = raw_version.partition("+")[2]
+    label_variant = parse_label(label) if label else None
+    variant = label_variant
+    archs = None
+    if manifest is not None:
+        archs = manifest_archs(manifest)
+        try:
+            manifest_variant = variant_from_manifest(manifest)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
+        if manifest_variant is not None:
+            if label_variant is not None and not _agrees(manifest_variant, label_variant):
+                raise WheelRejected(
+                    f"build manifest says CUDA {manifest_variant.cuda} / torch {manifest_variant.torch} "
+                    f"but the local label {label!r} says CUDA {label_variant.cuda} / torch {label_variant.torch}"
+                )
+            variant = manifest_variant
+    return metadata, name, version, requires_python, variant, archs
+
+
+def manifest_archs(manifest: Any) -> dict[str, dict[str, list[str]]] | None:
+    """The GPU code a manifest found per module (``archs.found``) in the ledger's shape, or None
+    when it records none; WheelRejected for one that isn't ``{module: {sass: [...], ptx: [...]}}``."""
+    archs = manifest.get("archs") if isinstance(manifest, dict) else None
+    found = archs.get("found") if isinstance(archs, dict) else None
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found is not a mapping: {found!r}")
+    out: dict[str, dict[str, list[str]]] = {}
+    for module, report in found.items():
+        if not isinstance(module, str) or not module or not isinstance(report, dict):
+            raise WheelRejected(f"unreadable build manifest (cuwheels.json): archs.found[{module!r}] is {report!r}")
+        out[module] = {}
+        for key in ("ptx", "sass"):
+            value = report.get(key) or []
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                raise WheelRejected(
+                    f"unreadable build manifest (cuwheels.json): archs.found[{module!r}].{key} is not a list of strings"
+                )
+            out[module][key] = list(value)
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _valid_specifier(text: str) -> bool:
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        return False
+    return True
+
+
+def _agrees(manifest: Variant, label: Variant) -> bool:
+    if manifest.torch != label.torch:
+        return False
+    if label.exact_cuda:
+        return manifest.cuda == label.cuda
+    return manifest.cuda.split(".")[0] == label.cuda
+
+
+def file_url(base_url: str, filename: str) -> str:
+    """Where ``filename`` is published: ``+`` is percent-encoded (some hosts read it as a space)."""
+    if FILENAME_CHARS.fullmatch(filename):
+        # What quote() gives for these characters, without its per-character Python loop.
+        quoted = filename.replace("!", "%21").replace("+", "%2B")
+    else:
+        quoted = quote(filename)
+    return f"{base_url.rstrip('/')}/{quoted}"
+
+
+def write_metadata(target: str, data: bytes, *, twin: str | None = None) -> None:
+    """Write ``data`` as a new file at ``target``: a hard link to ``twin`` where one is given.
+
+    ``twin`` is a ``.metadata`` file of this batch holding exactly these bytes. Wheels of one
+    release for several Pythons (cp310 ... cp313) have the same METADATA, so most ``.metadata``
+    files of a batch are such twins, and a hard link costs a directory entry where a new file
+    costs an inode: under half the time on tmpfs, and on this project's development disk (ext4),
+    where creating a file took from 20 µs to 0.8 ms of kernel time from one run to the next, a
+    steady 20 µs. Where no link can be made (another file system, none allowed), the bytes are
+    written.
+
+    A file already at ``target`` (left by a killed run) is replaced, never written through: it
+    may be a hard link shared with another wheel's ``.metadata``. A write that fails leaves no
+    file at ``target``; the OSError is raised.
+    """
+    try:
+        _create(target, data, twin)
+    except FileExistsError:
+        # Left by a killed run: replaced, never written through (it may be a link shared with
+        # another wheel's .metadata). A directory in the way raises IsADirectoryError here.
+        os.unlink(target)
+        _create(target, data, twin)
+
+
+def _create(target: str, data: bytes, twin: str | None) -> None:
+    """A new file at ``target`` (FileExistsError if there is one): a link to ``twin``, or ``data``."""
+    if twin is not None:
+        try:
+            os.link(twin, target)
+            return
+        except FileExistsError:
+            raise
+        except OSError:
+            pass  # no link possible here: write the bytes
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            done = os.write(fd, view)
+            if not done:  # never for a regular file; a loop that can't end is worse
+                raise OSError(errno.EIO, "a write wrote nothing", target)
+            view = view[done:]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(target)  # never half-written
+        raise
+    os.close(fd)
+
+
+def index_wheel(path: str, *, base_url: str, upload_time: str, written: dict[str, str] | None = None) -> Entry | str:
+    """Read a new wheel and write its ``.metadata`` beside it: its ledger Entry, or why it is left out.
+
+    ``written`` maps the sha256 of each ``.metadata`` written so far in this batch to its path
+    (index_wheel adds to it), so that a second wheel with the same METADATA gets a hard link
+    (see write_metadata). The ``.metadata`` is written in place, without a temporary file (that
+    would add a rename per wheel to a full build): the ledger, written after every wheel of the
+    batch is read, is what makes a file known, and an unknown wheel's ``.metadata`` is always
+    written again, so a half-written one left by a killed run is never trusted.
+    """
+    filename = os.path.basename(path)
+    try:
+        facts = inspect_wheel(path)
+    except WheelRejected as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"unreadable file: {exc}"
+    target = f"{path}.metadata"
+    metadata_sha256 = hashlib.sha256(facts.metadata).hexdigest()
+    try:
+        write_metadata(target, facts.metadata, twin=None if written is None else written.get(metadata_sha256))
+    except OSError as exc:
+        return f"its .metadata can't be written beside it: {exc}"
+    if written is not None:
+        written.setdefault(metadata_sha256, target)
+    return Entry(
+        filename, facts.name, facts.version, file_url(base_url, filename), facts.sha256, facts.size, upload_time,
+        facts.requires_python, metadata_sha256, facts.variant, facts.archs,
+    )
+
+
+def indexer(base_url: str, upload_time: str) -> Callable[[str], str]:
+    """The worker function of index_wheel (tools.core.workers): a path in, one line out (see parse_indexed)."""
+    written: dict[str, str] = {}  # this worker's .metadata files, for hard links (write_metadata)
+
+    def index_line(path: str) -> str:
+        outcome = index_wheel(path, base_url=base_url, upload_time=upload_time, written=written)
+        if isinstance(outcome, str):
+            return "rejected " + json.dumps(outcome)
+        return "ok " + encode_entry(outcome)
+    return index_line
+
+
+def parse_indexed(line: str, filename: str) -> Entry | str:
+    """What index_wheel returned in a worker, from the line ``indexer`` made of it."""
+    kind, _, rest = line.partition(" ")
+    if kind == "rejected":
+        return json.loads(rest)
+    if kind != "ok":
+        raise IndexBuildError(f"{filename}: a worker answered {line[:200]!r}, which is not a result")
+    [(name, data)] = json.loads("{" + rest + "}").items()
+    if name != filename:
+        raise IndexBuildError(f"{filename}: a worker answered for another file, {name!r}")
+    # The entry is checked as any ledger entry is: a worker's answer crosses a pipe.
+    return entry_from_json(name, data, source="a worker's answer")

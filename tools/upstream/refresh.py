@@ -1,0 +1,423 @@
+"""Refresh: follow the registry, and propose the change to the table and the recipes.
+
+    python -m tools.refresh [--write] [--summary FILE]
+
+Reads the registry through ``tools.upstream.registry`` (PyPI's JSON API, one torch wheel per series read
+with HTTP range requests, torch's own index of CUDA variants where it answers), compares every
+torch series with its row in ``recipes/table.yaml`` (the agreement: a row that differs is named
+with the value and the reason), proposes rows for new series and the newest release of each
+recipe's package, once its sdist is downloaded, its sha256 checked and the recipe's patches
+applied to it with the source step's own code.
+
+Every value it proposes carries where it was read (a row's ``source:``, an end-of-line comment on
+a recipe's version). A fact it cannot read is never guessed: it is left out, and a note says what
+a person must check. Without ``--write`` the change is printed as a unified diff; with it, every
+file is written or none is (every registry read happens before the first write, and the new
+table and recipes are validated by the loaders first). YAML comments and layout are kept
+(ruamel.yaml round-trips the files byte for byte).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import difflib
+import io
+import os
+import re
+import sys
+import tempfile
+import urllib.parse
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.version import Version
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from tools import RECIPES_DIR
+from tools.core.digest import sha256_file
+from tools.core.errors import CuwheelsError, PatchError, RegistryError, SourceError, cli
+from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
+from .registry import (PYPI_JSON, TORCH_VARIANTS, Registry, TorchFacts, newest_by_series,
+                       newest_release, read_torch, read_variants)
+from tools.pipeline.source import apply_patches, extract_sdist
+from tools.plan.table import Table, parse_table, version_key
+
+# --------------------------------------------------------------------------- the proposal
+
+
+@dataclass
+class Proposal:
+    """Everything one run found: new file texts, what changed and why, what a person must check."""
+
+    old: dict[Path, str] = field(default_factory=dict)
+    new: dict[Path, str] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    torch: list[TorchFacts] = field(default_factory=list)
+    agreement: list[str] = field(default_factory=list)
+
+    def diff(self, root: Path) -> str:
+        """The whole change as one unified diff, paths relative to ``root``."""
+        out = []
+        for path, text in self.new.items():
+            rel = os.path.relpath(path, root)
+            out += difflib.unified_diff(self.old[path].splitlines(True), text.splitlines(True),
+                                        f"a/{rel}", f"b/{rel}")
+        return "".join(out)
+
+
+def _yaml() -> YAML:
+    y = YAML()
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap the long source/reason strings
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+def _dump(doc: Any) -> str:
+    out = io.StringIO()
+    _yaml().dump(doc, out)
+    return out.getvalue()
+
+
+def _q(text: str) -> DoubleQuotedScalarString:
+    return DoubleQuotedScalarString(text)
+
+
+def _flow(items: Iterable[str]) -> CommentedSeq:
+    seq = CommentedSeq([_q(i) for i in items])
+    seq.fa.set_flow_style()
+    return seq
+
+
+def _like(old: Any, new: str) -> Any:
+    """``new`` quoted the way the value it replaces was."""
+    return type(old)(new) if isinstance(old, str) and type(old) is not str else new
+
+
+def _source(facts: TorchFacts, fields: Iterable[str], date: str) -> str:
+    parts = [f"{k}: {facts.how[k]}" for k in fields if k in facts.how]
+    return "; ".join(parts) + f"; {facts.how.get('read', '')}, by tools.refresh on {date}"
+
+
+def refresh_torch(doc: CommentedMap, table: Table, facts_by_series: dict[str, TorchFacts],
+                  variants: dict[str, set[str]] | None, why_no_variants: str, date: str,
+                  proposal: Proposal) -> None:
+    """Compare each series with the table row (agreement) and propose rows for new series."""
+    rows = doc["torch"]
+    newest = max(table.torch, key=version_key)
+    for series, facts in facts_by_series.items():
+        seen_cuda = sorted(variants.get(facts.release, ()), key=version_key) if variants else None
+        unknown = [c for c in seen_cuda or () if c not in table.cuda]
+        facts.variants = [c for c in seen_cuda or () if c in table.cuda] if variants else None
+        if unknown:
+            proposal.notes.append(f"torch {facts.release}: torch's index has CUDA "
+                                  f"{', '.join(unknown)}, which the table has no cuda: entry for; "
+                                  "add it (archs, default_archs, min_driver, image) to build it")
+        if facts.variants is not None:
+            facts.how["cuda"] = f"{TORCH_VARIANTS} (torch-{facts.release}+cuXYZ x86_64 wheels)"
+        if series in table.torch:
+            _agree(rows[series], table.torch[series], facts, date, proposal)
+        elif version_key(series) > version_key(newest):
+            _new_row(rows, table, facts, date, proposal)
+    if variants is None:
+        proposal.notes.append(f"torch's own index could not be read ({why_no_variants}): the "
+                              "table's `cuda:` lists (variants beyond the PyPI build) were not "
+                              f"checked; compare them with {TORCH_VARIANTS} by hand")
+
+
+def _agree(row: CommentedMap, entry: Any, facts: TorchFacts, date: str,
+           proposal: Proposal) -> None:
+    """Agreement with one existing row; every difference becomes a change naming its reason."""
+    wanted = {"release": facts.release, "python": facts.python, "pypi_cuda": facts.pypi_cuda,
+              "manylinux": facts.manylinux, "cxx11_abi": facts.cxx11_abi}
+    current = {"release": entry.release, "python": list(entry.python),
+               "pypi_cuda": entry.pypi_cuda, "manylinux": entry.manylinux,
+               "cxx11_abi": entry.cxx11_abi}
+    changed = []
+    for key, value in wanted.items():
+        if value is None or value == [] or value == current[key]:
+            continue
+        why = {"release": "a newer release of the series is on PyPI"}.get(key, "the registry "
+                                                                           "says otherwise")
+        proposal.changes.append(f"torch {facts.series}: {key} {_show(current[key])} -> "
+                                f"{_show(value)} ({why}; {facts.how.get(key, 'PyPI JSON')})")
+        row[key] = _flow(value) if isinstance(value, list) else (
+            value if isinstance(value, bool) else _like(row[key], value))
+        changed.append(key)
+    cuda = list(entry.cuda)
+    if facts.variants is not None and facts.variants and facts.variants != cuda:
+        proposal.changes.append(f"torch {facts.series}: cuda {_show(cuda)} -> "
+                                f"{_show(facts.variants)} ({facts.how['cuda']})")
+        row["cuda"] = _flow(facts.variants)
+        changed.append("cuda")
+    elif facts.variants is None and facts.pypi_cuda and facts.pypi_cuda not in cuda:
+        row["cuda"] = _flow(sorted([*cuda, facts.pypi_cuda], key=version_key))
+        proposal.changes.append(f"torch {facts.series}: cuda gains {facts.pypi_cuda}, the PyPI "
+                                "build's CUDA")
+        changed.append("cuda")
+    if changed:
+        row["source"] = _like(row["source"], f"{row['source']}; refreshed: "
+                                             f"{_source(facts, changed, date)}")
+        proposal.agreement.append(f"torch {facts.series}: differs in {', '.join(changed)}")
+    else:
+        proposal.agreement.append(f"torch {facts.series}: agrees ({facts.release})")
+    for note in facts.notes:
+        proposal.notes.append(note)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(value) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
+             proposal: Proposal) -> None:
+    missing = [k for k in ("pypi_cuda", "manylinux", "cxx11_abi")
+               if getattr(facts, k) is None] + ([] if facts.python else ["python"])
+    if facts.pypi_cuda and facts.pypi_cuda not in table.cuda:
+        missing.append(f"cuda.{facts.pypi_cuda} (the table has no entry for the CUDA "
+                       "version of its PyPI build)")
+    if missing:
+        proposal.notes.append(f"new torch series {facts.series} ({facts.release}) is left out: "
+                              f"{', '.join(missing)} could not be read or is missing; "
+                              + "; ".join(facts.notes or ["add it by hand"]))
+        return
+    cuda = facts.variants or [facts.pypi_cuda]
+    row = CommentedMap()
+    row["release"] = _q(facts.release)
+    row["python"] = _flow(facts.python)
+    row["cuda"] = _flow(cuda)
+    row["pypi_cuda"] = _q(facts.pypi_cuda)
+    row["manylinux"] = _q(facts.manylinux)
+    row["cxx11_abi"] = facts.cxx11_abi
+    row["source"] = _q(_source(facts, ["python", "pypi_cuda", "manylinux", "cxx11_abi", "cuda"],
+                               date))
+    note = []
+    if facts.variants is None:
+        note.append("torch's own index was not read, so only the PyPI build's CUDA is recorded; "
+                    "check the other variants on download.pytorch.org")
+    if facts.free_threaded:
+        note.append(f"free-threaded wheels ({', '.join(facts.free_threaded)}) exist and are not "
+                    "built here")
+    if note:
+        row["note"] = _q(". ".join(n[0].upper() + n[1:] for n in note) + ".")
+    rows.insert(len(rows), _q(facts.series), row)
+    rows.yaml_set_comment_before_after_key(_q(facts.series), before="\n", indent=2)
+    proposal.changes.append(f"torch {facts.series}: new series ({facts.release}, Python "
+                            f"{', '.join(facts.python)}, CUDA {', '.join(cuda)}, manylinux "
+                            f"{facts.manylinux}, C++11 ABI {_show(facts.cxx11_abi)})")
+    proposal.notes.append(f"new torch series {facts.series}: no recipe lists it yet; add it to "
+                          "each recipe's cuda: once the package is known to build against it")
+    proposal.notes.extend(facts.notes)
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: str,
+                   workdir: Path, proposal: Proposal) -> bool:
+    """Propose the newest release of a recipe's package when its sdist is there and the recipe's
+    patches apply to it; otherwise a note says what stops it. True when the recipe changed."""
+    src = recipe.source
+    data, json_url = registry.project(src.pypi)
+    latest = newest_release(data)
+    if latest is None or Version(latest) <= Version(src.version):
+        proposal.agreement.append(f"{recipe.package}: {src.version} is the newest release of "
+                                  f"{src.pypi}" if latest else f"{recipe.package}: {src.pypi} "
+                                  "has no final release on PyPI")
+        return False
+    proposal.agreement.append(f"{recipe.package}: builds {src.version}; PyPI's newest is {latest}")
+    files = [f for f in data["releases"][latest] if not f.get("yanked")]
+    sdists = [f for f in files if f.get("packagetype") == "sdist"]
+    what = f"{recipe.package}: {src.pypi} {latest} is out (the recipe builds {src.version})"
+    if not sdists:
+        kinds = ", ".join(sorted({f["filename"].rsplit("-", 1)[-1] for f in files})) or "nothing"
+        proposal.notes.append(f"{what}, but it has no sdist on PyPI (files: {kinds}); the recipe "
+                              "builds from an sdist: check whether upstream publishes one "
+                              "elsewhere, or wait for it")
+        return False
+    sdist = sdists[0]
+    if not sdist["filename"].endswith(".tar.gz"):
+        proposal.notes.append(f"{what}, but its sdist {sdist['filename']} is not a .tar.gz; "
+                              "the source step extracts only .tar.gz")
+        return False
+    url = urllib.parse.urljoin(json_url, sdist["url"])
+    sha = sdist["digests"]["sha256"]
+    archive = registry.download(url, workdir / sdist["filename"])
+    if sha256_file(archive) != sha:
+        raise RegistryError(f"{url}: downloaded bytes have sha256 {sha256_file(archive)}, "
+                            f"the registry says {sha}", hint="nothing was written; run again")
+    try:
+        # Without patches there is nothing to try; the source step extracts it when building
+        # (flash-attn's 8 MB sdist takes 8 s to extract here).
+        tree = extract_sdist(archive, workdir / f"src-{recipe.package}") if recipe.patches \
+            else None
+        applied = apply_patches(tree, recipe.patches) if tree else ()
+    except (SourceError, PatchError) as exc:
+        proposal.notes.append(f"{what}, but the recipe's patches do not apply to its sdist: "
+                              f"{exc.message}; refresh the patch against {latest}, then bump "
+                              "the recipe")
+        return False
+    s = doc["source"]
+    for key, value in (("version", latest), ("sdist", sdist["filename"]), ("sha256", sha),
+                       ("url", url)):
+        s[key] = _like(s[key], value)
+    patched = f"patches {', '.join(applied)} apply" if applied else "no patches"
+    s.yaml_add_eol_comment(f"PyPI JSON releases['{latest}'] (sdist, sha256, URL), read by "
+                           f"tools.refresh on {date}; {patched}", "version")
+    proposal.changes.append(f"{recipe.package}: {src.version} -> {latest} ({sdist['filename']}, "
+                            f"sha256 {sha[:12]}...; {patched} to it)")
+    requires_python = sdist.get("requires_python")
+    if requires_python and requires_python != str(recipe.python):
+        proposal.notes.append(f"{recipe.package} {latest}: requires-python is "
+                              f"{requires_python!r}, the recipe says {str(recipe.python)!r}; "
+                              "check the recipe's python:")
+    torch_req = [r for r in data.get("info", {}).get("requires_dist") or []
+                 if re.match(r"torch\b", r)] if data.get("info", {}).get("version") == latest \
+        else []
+    proposal.notes.append(f"{recipe.package} {latest}: check its changelog against the recipe's "
+                          "cuda/torch lists, env and build requirements"
+                          + (f" (it requires {', '.join(torch_req)})" if torch_req else ""))
+    return True
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
+            table_path: Path | None = None, date: str | None = None) -> Proposal:
+    """Read the registry and work out the whole change; nothing is written."""
+    table_path = table_path or recipes_dir / "table.yaml"
+    date = date or datetime.date.today().isoformat()
+    proposal = Proposal()
+    table_text = table_path.read_text(encoding="utf-8")
+    table = parse_table(yaml.safe_load(table_text), table_path)
+    recipes = load_all(recipes_dir, table)
+    table_doc = _yaml().load(table_text)
+
+    torch_doc, torch_url = registry.project("torch")
+    oldest = min(table.torch, key=version_key)
+    releases = {s: r for s, r in newest_by_series(torch_doc).items()
+                if version_key(s) >= version_key(oldest)}
+    # One wheel per series, each a few range requests: read side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        read = pool.map(lambda r: read_torch(registry, torch_doc, torch_url, r), releases.values())
+        facts = dict(zip(releases, read))
+    proposal.torch = list(facts.values())
+    variants, why = read_variants(registry)
+    refresh_torch(table_doc, table, facts, variants, why, date, proposal)
+    known = {p for t in table.torch.values() for p in t.python}
+    new_pythons = sorted({p for f in facts.values() for p in f.python} - known, key=version_key)
+    if new_pythons:
+        proposal.changes.append(f"new Python versions torch ships for: {', '.join(new_pythons)}")
+
+    proposal.old[table_path] = table_text
+    proposal.new[table_path] = _dump(table_doc)
+    with tempfile.TemporaryDirectory(prefix="cuwheels-refresh-") as tmp:
+        for recipe in recipes:
+            path = recipe.path
+            text = path.read_text(encoding="utf-8")
+            doc = _yaml().load(text)
+            if refresh_recipe(registry, recipe, doc, date, Path(tmp), proposal):
+                proposal.old[path], proposal.new[path] = text, _dump(doc)
+    for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
+        del proposal.new[path], proposal.old[path]
+    _validate(proposal, table_path, recipes_dir)
+    return proposal
+
+
+def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path) -> None:
+    """Load the proposed table and recipes with the project's own loaders (a RecipeError or
+    TableError here means the proposal itself is wrong: nothing is written)."""
+    table = parse_table(yaml.safe_load(proposal.new.get(table_path, proposal.old.get(
+        table_path, table_path.read_text(encoding="utf-8")))), table_path)
+    for folder in recipe_folders(recipes_dir):
+        path = folder / RECIPE_FILE
+        text = proposal.new.get(path) or path.read_text(encoding="utf-8")
+        parse_recipe(yaml.safe_load(text), path, table)
+
+
+def write_all(new: dict[Path, str], old: dict[Path, str]) -> None:
+    """Write every file or none: all are written aside first, then renamed into place; a failed
+    rename puts back the ones already renamed."""
+    staged: dict[Path, Path] = {}
+    done: list[Path] = []
+    try:
+        for path, text in new.items():
+            tmp = path.with_name(f".{path.name}.refresh")
+            tmp.write_text(text, encoding="utf-8")
+            staged[path] = tmp
+        for path, tmp in staged.items():
+            os.replace(tmp, path)
+            done.append(path)
+    except OSError as exc:
+        for path in done:
+            path.write_text(old[path], encoding="utf-8")
+        raise CuwheelsError(f"writing {path} failed ({exc}); every file is as it was") from None
+    finally:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+
+
+def summary(proposal: Proposal) -> str:
+    """The change in words (markdown): what is new, the facts read, what a person must check."""
+    lines = ["## Registry refresh", ""]
+    lines += [f"- {c}" for c in proposal.changes] or ["- nothing new"]
+    lines += ["", "### torch as the registry has it", "",
+              "| series | release | Python | free-threaded | CUDA (PyPI) | manylinux | C++11 ABI "
+              "| torch's index |", "|---|---|---|---|---|---|---|---|"]
+    for f in proposal.torch:
+        lines.append(f"| {f.series} | {f.release} | {', '.join(f.python)} | "
+                     f"{', '.join(f.free_threaded) or '-'} | {f.pypi_cuda or '?'} | "
+                     f"{f.manylinux or '?'} | "
+                     f"{_show(f.cxx11_abi) if f.cxx11_abi is not None else '?'}"
+                     f" | {', '.join(f.variants) if f.variants is not None else 'not read'} |")
+    lines += ["", "### Agreement with the table", ""] + [f"- {a}" for a in proposal.agreement]
+    if proposal.notes:
+        lines += ["", "### For a person to check", ""] + [f"- {n}" for n in proposal.notes]
+    return "\n".join(lines) + "\n"
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.refresh``: print the registry's change to the table and the recipes as
+    a diff, or apply it with ``--write``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description=main.__doc__)
+    ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
+    ap.add_argument("--summary", type=Path, metavar="FILE",
+                    help="also write the summary (markdown) here, e.g. for a pull request")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes folder")
+    ap.add_argument("--table", type=Path, help="compatibility table (default: RECIPES/table.yaml)")
+    ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
+    ap.add_argument("--torch-variants", default=TORCH_VARIANTS,
+                    help="torch's index page listing every variant")
+    ap.add_argument("--date", help="the date written into sources (default: today)")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
+    args = ap.parse_args(argv)
+    registry = Registry(args.pypi, args.torch_variants, args.timeout)
+    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date)
+    text = summary(proposal)
+    if args.summary:
+        args.summary.write_text(text, encoding="utf-8")
+    root = args.recipes.resolve().parent
+    if args.write:
+        write_all(proposal.new, proposal.old)
+        print(f"wrote {len(proposal.new)} file(s)" if proposal.new else "nothing to change",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(proposal.diff(root))
+    print(text, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Reading the registry: PyPI's JSON API, a torch wheel's members by HTTP range requests, and
+torch's own index of CUDA variants. What ``tools.refresh`` compares with the table and recipes.
+
+The reads follow the table's ``source:`` entries: the project URL
+(``https://pypi.org/pypi/<name>/json``; the per-version URL answers 404 from some networks), then,
+per torch release, one x86_64 Linux wheel's ``METADATA``, ``torch/version.py`` and
+``torch/lib/libshm.so`` (about 1.3 MB of a 500-900 MB wheel). Values that cannot be read are
+``None`` with a note; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from tools.core.errors import RegistryError
+from tools.selector.client import RangeFile
+from tools.plan.table import version_key
+
+PYPI_JSON = "https://pypi.org/pypi/"
+#: torch's own index of every variant (one page lists the files of every ``cuXYZ`` index).
+TORCH_VARIANTS = "https://download.pytorch.org/whl/torch/"
+USER_AGENT = "cuwheels-refresh/1"
+#: The wheel read for a torch release: the newest Python's would follow torch's support window,
+#: so one in the middle of every window since 2.4 is taken first.
+PREFERRED_PYTHON = ("cp312", "cp313", "cp311", "cp314")
+
+_SERIES_RE = re.compile(r"(\d+)\.(\d+)")
+_VARIANT_RE = re.compile(r"torch-(\d+\.\d+\.\d+)(?:%2B|\+)cu(\d+)(\d)-cp\d+-cp\d+t?-"
+                         r"(?:manylinux|linux)[\w.]*x86_64\.whl")
+_PIN_RES = (  # which pin names the CUDA build: cuda-toolkit from 2.11, nvidia-*-cu12 before
+    re.compile(r"^(cuda-toolkit)(\[[^\]]*\])?\s*==\s*(\d+)\.(\d+)[.\d]*"),
+    re.compile(r"^(nvidia-cuda-runtime(?:-cu\d+)?)()\s*==\s*(\d+)\.(\d+)[.\d]*"),
+)
+_VERSION_PY_RE = re.compile(r"^__version__\s*=\s*'([^']+)'", re.M)
+_CUDA_PY_RE = re.compile(r"^cuda(?::\s*Optional\[str\])?\s*=\s*'(\d+)\.(\d+)'", re.M)
+_LEGACY_MANYLINUX = ("manylinux1_", "manylinux2010_", "manylinux2014_", "linux_")
+
+
+@dataclass
+class Registry:
+    """Where the registry and torch's variant index answer (tests point both at 127.0.0.1)."""
+
+    pypi: str = PYPI_JSON
+    variants: str = TORCH_VARIANTS
+    timeout: float = 60
+
+    def project(self, name: str) -> tuple[dict[str, Any], str]:
+        """The JSON API's answer for a project and the URL it came from."""
+        url = urllib.parse.urljoin(self.pypi, f"{name}/json")
+        try:
+            return json.loads(self._get(url)), url
+        except ValueError as exc:
+            raise RegistryError(f"{url}: the answer is not JSON ({exc})") from None
+
+    def _get(self, url: str) -> bytes:
+        req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise RegistryError(f"reading {url} failed: {exc}",
+                                hint="nothing was written; run again when the registry answers") \
+                from None
+
+    def members(self, url: str, size: int, wanted: Iterable[str]) -> dict[str, bytes]:
+        """The named members of the remote zip at ``url``, read with HTTP range requests."""
+        reader = RangeFile(url, size, timeout=self.timeout)
+        try:
+            reader.prefetch_tail()
+            with zipfile.ZipFile(reader) as zf:
+                names = set(zf.namelist())
+                return {n: zf.read(n) for n in wanted if n in names}
+        except Exception as exc:  # the reader raises urllib's, zipfile's and its own errors
+            raise RegistryError(f"reading {url} with range requests failed: "
+                                f"{type(exc).__name__}: {exc}",
+                                hint="nothing was written; run again when the registry answers") \
+                from None
+
+    def download(self, url: str, dest: Path) -> Path:
+        """Download ``url`` (an sdist: kilobytes to megabytes) to ``dest``."""
+        dest.write_bytes(self._get(url))
+        return dest
+
+    def variant_page(self) -> str:
+        """torch's page listing every variant's files (RegistryError when it doesn't answer)."""
+        return self._get(self.variants).decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------- reading torch
+
+
+@dataclass
+class TorchFacts:
+    """What the registry says about one torch series (its newest release); None: not read."""
+
+    series: str
+    release: str
+    python: list[str] = field(default_factory=list)
+    free_threaded: list[str] = field(default_factory=list)
+    pypi_cuda: str | None = None
+    manylinux: str | None = None
+    cxx11_abi: bool | None = None
+    variants: list[str] | None = None
+    #: How each value was read, for the row's ``source:``.
+    how: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _linux_wheels(files: list[dict]) -> list[tuple[dict, Any]]:
+    """(file, its tags) for every non-yanked x86_64 Linux wheel of a release."""
+    out = []
+    for f in files:
+        if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
+            continue
+        try:
+            _, _, build, tags = parse_wheel_filename(f["filename"])
+        except InvalidWheelFilename:
+            continue
+        if any(t.platform.endswith("x86_64") and "linux" in t.platform for t in tags):
+            out.append((f, build, tags))
+    return out
+
+
+def newest_by_series(doc: dict[str, Any]) -> dict[str, str]:
+    """Series -> its newest final release that has a Linux x86_64 wheel (never a pre-release)."""
+    best: dict[str, Version] = {}
+    for text, files in doc.get("releases", {}).items():
+        try:
+            v = Version(text)
+        except InvalidVersion:
+            continue
+        if v.is_prerelease or v.is_devrelease or not _linux_wheels(files):
+            continue
+        series = f"{v.major}.{v.minor}"
+        if series not in best or v > best[series]:
+            best[series] = v
+    return {s: str(v) for s, v in sorted(best.items(), key=lambda kv: version_key(kv[0]))}
+
+
+def python_versions(wheels: list[tuple[dict, Any, Any]]) -> tuple[list[str], list[str]]:
+    """(CPython versions, free-threaded ones as ``3.14t``) of a release's Linux wheels."""
+    regular, threaded = set(), set()
+    for _f, _b, tags in wheels:
+        for t in tags:
+            m = re.fullmatch(r"cp(\d)(\d+)", t.interpreter)
+            if m and t.abi == t.interpreter:
+                regular.add(f"{m[1]}.{m[2]}")
+            elif m and t.abi == t.interpreter + "t":
+                threaded.add(f"{m[1]}.{m[2]}t")
+    key = lambda p: version_key(p.rstrip("t"))  # noqa: E731 - a sort key
+    return sorted(regular, key=key), sorted(threaded, key=key)
+
+
+def manylinux_tag(wheels: list[tuple[dict, Any, Any]]) -> str | None:
+    """The PEP 600 glibc baseline the x86_64 file names state (``"2_28"``); None when they
+    carry only legacy tags (``manylinux1``: the real floor must be read from the libraries)."""
+    floors = set()
+    for _f, _b, tags in wheels:
+        pep600 = [tuple(map(int, m.groups())) for t in tags
+                  if (m := re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", t.platform))]
+        if pep600:
+            floors.add(min(pep600))
+    if len(floors) != 1:
+        return None
+    major, minor = floors.pop()
+    return f"{major}_{minor}"
+
+
+def cuda_from_requires(lines: Iterable[str]) -> tuple[str | None, str]:
+    """(CUDA major.minor, the pin it came from) from a torch wheel's Requires-Dist lines."""
+    for line in lines:
+        req = line.split(";")[0].strip()
+        for pattern in _PIN_RES:
+            if m := pattern.match(req):
+                extras = "[...]" if m[2] else ""
+                return f"{m[3]}.{m[4]}", f"{m[1]}{extras}=={req.split('==', 1)[1].strip()}"
+    return None, ""
+
+
+def elf_facts(data: bytes) -> tuple[bool, str | None]:
+    """(any ``std::__cxx11`` name among the dynamic symbols, the newest ``GLIBC_2.N`` needed as
+    ``"2_N"``) of a shared library."""
+    elf = ELFFile(io.BytesIO(data))
+    cxx11 = any("__cxx11" in s.name for sec in elf.iter_sections()
+                if sec.header.sh_type == "SHT_DYNSYM" for s in sec.iter_symbols())
+    glibc = []
+    for sec in elf.iter_sections():
+        if isinstance(sec, GNUVerNeedSection):
+            for _verneed, auxes in sec.iter_versions():
+                for aux in auxes:
+                    if m := re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", aux.name):
+                        glibc.append((int(m[1]), int(m[2])))
+    return cxx11, (f"{max(glibc)[0]}_{max(glibc)[1]}" if glibc else None)
+
+
+def read_torch(registry: Registry, doc: dict, json_url: str, release: str) -> TorchFacts:
+    """Read one torch release: file names from the JSON, then one wheel's members by range."""
+    facts = TorchFacts(f"{Version(release).major}.{Version(release).minor}", release)
+    wheels = _linux_wheels(doc["releases"][release])
+    facts.python, facts.free_threaded = python_versions(wheels)
+    facts.how["python"] = f"PyPI JSON releases['{release}'] (x86_64 Linux file names)"
+    facts.manylinux = manylinux_tag(wheels)
+    if facts.manylinux:
+        facts.how["manylinux"] = f"manylinux_{facts.manylinux}_x86_64 file names"
+    regular = [(f, b, t) for f, b, t in wheels if any(x.abi == x.interpreter for x in t)]
+    pick = None
+    for py in PREFERRED_PYTHON:
+        hits = sorted((w for w in regular if any(t.interpreter == py for t in w[2])),
+                      key=lambda w: w[1])  # the highest build tag is what pip installs
+        if hits:
+            pick = hits[-1][0]
+            break
+    if pick is None:
+        facts.notes.append(f"torch {release}: no CPython x86_64 Linux wheel to read; check its "
+                           "CUDA build, C++ ABI and glibc floor by hand")
+        return facts
+    dist = f"torch-{release}.dist-info/METADATA"
+    wanted = [dist, "torch/version.py", "torch/lib/libshm.so"]
+    if facts.manylinux is None:
+        wanted.append("torch/lib/libc10.so")
+    url = urllib.parse.urljoin(json_url, pick["url"])
+    got = registry.members(url, int(pick["size"]), wanted)
+    meta = got.get(dist, b"").decode("utf-8", "replace")
+    requires = [ln.split(":", 1)[1].strip() for ln in meta.splitlines()
+                if ln.startswith("Requires-Dist:")]
+    cuda, pin = cuda_from_requires(requires)
+    vpy = got.get("torch/version.py", b"").decode("utf-8", "replace")
+    local = _VERSION_PY_RE.search(vpy)
+    cuda_py = _CUDA_PY_RE.search(vpy)
+    cuda_py_text = f"{cuda_py[1]}.{cuda_py[2]}" if cuda_py else None
+    where = pick["filename"]
+    if cuda and cuda_py_text and cuda != cuda_py_text:
+        facts.notes.append(f"torch {release}: {where} pins {pin} but its torch/version.py says "
+                           f"CUDA {cuda_py_text}; check which build PyPI serves")
+    elif cuda or cuda_py_text:
+        facts.pypi_cuda = cuda or cuda_py_text
+        facts.how["pypi_cuda"] = ", ".join(filter(None, [
+            f"wheel METADATA ({pin})" if pin else "",
+            f"torch/version.py ({local[1] if local else 'cuda ' + cuda_py_text})"
+            if cuda_py_text else ""]))
+    else:
+        facts.notes.append(f"torch {release}: {where} pins no CUDA package and its "
+                           "torch/version.py names no CUDA; check whether it is a CUDA build")
+    if "torch/lib/libshm.so" in got:
+        facts.cxx11_abi, _ = elf_facts(got["torch/lib/libshm.so"])
+        facts.how["cxx11_abi"] = ("std::__cxx11 symbols in torch/lib/libshm.so" if facts.cxx11_abi
+                                  else "no std::__cxx11 symbol in torch/lib/libshm.so")
+    else:
+        facts.notes.append(f"torch {release}: {where} has no torch/lib/libshm.so; check its C++ "
+                           "ABI (torch._C._GLIBCXX_USE_CXX11_ABI)")
+    if facts.manylinux is None:
+        floor = elf_facts(got["torch/lib/libc10.so"])[1] if "torch/lib/libc10.so" in got else None
+        if floor:
+            facts.manylinux = floor
+            glibc = floor.replace("_", ".")
+            facts.how["manylinux"] = (f"legacy platform tag in the file names; GLIBC_{glibc} is "
+                                      "the newest glibc version torch/lib/libc10.so needs")
+        else:
+            facts.notes.append(f"torch {release}: the file names carry no PEP 600 manylinux tag "
+                               "and libc10.so's glibc needs could not be read; check its glibc "
+                               "floor")
+    facts.how["read"] = f"{where} read with HTTP range requests"
+    return facts
+
+
+def read_variants(registry: Registry) -> tuple[dict[str, set[str]] | None, str]:
+    """release -> CUDA versions on torch's own index, or None and why it could not be read."""
+    try:
+        page = registry.variant_page()
+    except RegistryError as exc:
+        return None, exc.message
+    found: dict[str, set[str]] = {}
+    for release, major, minor in _VARIANT_RE.findall(page):
+        found.setdefault(release, set()).add(f"{major}.{minor}")
+    if not found:
+        return None, f"{registry.variants} lists no torch+cuXYZ x86_64 wheel"
+    return found, ""
+
+
+def newest_release(doc: dict[str, Any]) -> str | None:
+    """The newest final, non-yanked release of a project (None: it has none)."""
+    best = None
+    for text, files in doc.get("releases", {}).items():
+        try:
+            v = Version(text)
+        except InvalidVersion:
+            continue
+        if v.is_prerelease or v.is_devrelease or not files or all(f.get("yanked") for f in files):
+            continue
+        best = v if best is None or v > best else best
+    return str(best) if best else None
