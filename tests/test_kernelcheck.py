@@ -3,7 +3,7 @@
 No GPU is needed: the harness (tools/kernels/harness.py) runs fixture checks of plain-torch code
 on CPU tensors in a real torch environment (tests/fixtures/kernelchecks/: one passing, one
 failing beyond tolerance), through the same runner the pipeline uses. Which GPU an environment
-has is injected (``gpu_probe``), so the no-GPU path is the same on every machine. The recipes'
+has is injected (``gpu_finder``), so the no-GPU path is the same on every machine. The recipes'
 own checks need the packages' CUDA kernels and a GPU; here they are compiled and their
 declarations checked.
 """
@@ -144,7 +144,7 @@ def test_a_check_that_kills_its_process_is_an_error(torch_python, tmp_path):
 def test_no_gpu_is_recorded_as_not_run_and_runs_nothing(tmp_path):
     """The probe says no GPU: nothing starts (the Python given doesn't even exist)."""
     result = run_check(FIXTURES / "failing.py", tmp_path / "no-such-python", workdir=tmp_path,
-                       gpu_probe=no_gpu)
+                       gpu_finder=no_gpu)
     assert result["verdict"] == NOT_RUN_NO_GPU == "not run: no GPU"
     assert result["results"] == []
     assert json.loads((tmp_path / "kernelcheck.json").read_text())["verdict"] == NOT_RUN_NO_GPU
@@ -170,9 +170,9 @@ def test_command_line(torch_python, tmp_path, fixture, code, expected):
 
 
 def test_command_line_without_a_gpu_exits_not_run(tmp_path, monkeypatch, capsys):
-    """The probe is told there is no GPU: the command says so and exits 12, not 0."""
-    import tools.kernelcheck as kernelcheck
-    monkeypatch.setattr(kernelcheck, "probe_gpu", no_gpu)
+    """The GPU finder is told there is no GPU: the command says so and exits 12, not 0."""
+    import tools.kernels.check as kernelcheck
+    monkeypatch.setattr(kernelcheck, "find_gpu", no_gpu)
     out = tmp_path / "result.json"
     code = kernelcheck.main(["flash_attn", "--python", str(tmp_path / "unused"),
                              "--json", str(out)])

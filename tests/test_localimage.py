@@ -158,7 +158,7 @@ def test_find_local_python_refuses_a_shared_prefix(tmp_path, monkeypatch):
 def test_missing_engine_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolchainError, match="`podman` is not installed") as err:
-        build_image("13.0", engine="podman", probe=False)
+        build_image("13.0", engine="podman", check_start=False)
     assert "apt-get install -y podman runc" in str(err.value)
 
 
@@ -235,19 +235,19 @@ def local_image():
     """The default local image for this machine's CUDA, built once and then cached (minutes
     the first time); skipped, with the reason, where the machine lacks what it needs."""
     if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (tools/ci_podman.sh installs it)")
+        pytest.skip("podman is not installed (scripts/ci_podman.sh installs it)")
     if shutil.which("debootstrap") is None:
-        pytest.skip("debootstrap is not installed (tools/ci_podman.sh installs it)")
+        pytest.skip("debootstrap is not installed (scripts/ci_podman.sh installs it)")
     cuda = _local_cuda()
     if cuda is None:
         pytest.skip("no CUDA toolkit at /usr/local/cuda")
     try:
-        for version in {localimage.PROBE_PYTHON, *localimage.DEFAULT_PYTHONS}:
+        for version in {localimage.HELPER_PYTHON, *localimage.DEFAULT_PYTHONS}:
             find_local_python(version)
     except ToolchainError as exc:
         pytest.skip(str(exc))
-    name = build_image(cuda, probe=False)
-    probe = localimage.probe_engine("podman", name)
+    name = build_image(cuda, check_start=False)
+    probe = localimage.check_starts("podman", name)
     assert probe.ok, probe.why
     return name, cuda, probe.runtime_args
 

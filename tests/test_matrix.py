@@ -210,7 +210,7 @@ def test_cap_says_so(world, tmp_path):
 
 
 def test_one_cell_by_its_coordinates(world, tmp_path):
-    """What tools/build_local.sh asks: one package, Python, CUDA and torch (or the default)."""
+    """What scripts/build_local.sh asks: one package, Python, CUDA and torch (or the default)."""
     world()
     default = _run(tmp_path, "--format", "ids", "--package", "demo_ext", "--python", "3.12",
                    "--cuda", "130", "--default-torch-only")

@@ -1,4 +1,4 @@
-"""tools.oci_runtime: runtime command lines, rlimit stripping, the wrapper, the engine probe."""
+"""tools.oci_runtime: runtime command lines, rlimit stripping, the wrapper, the start check."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from tools.backends.oci_runtime import (
-    Probe,
+    StartCheck,
     RuntimeFiles,
     containers_conf,
     install_wrapper,
     is_rlimit_failure,
     parse_runtime_args,
-    probe_engine,
+    check_starts,
     strip_bundle_rlimits,
     strip_process_rlimits,
     strip_rlimits,
@@ -195,7 +195,7 @@ class FakeEngine:
 def test_probe_plain_success_installs_nothing():
     engine = FakeEngine(plain=(0, ""))
     installed = []
-    result = probe_engine("podman", "img", run=engine, install=installed.append)
+    result = check_starts("podman", "img", run=engine, install=installed.append)
     assert tuple(result) == (True, (), "podman starts containers as it is")
     assert installed == []
     assert engine.calls == [["podman", "run", "--rm", "--pull=never", "--network=none", "img",
@@ -211,7 +211,7 @@ def test_probe_falls_back_to_the_wrapper_only_for_rlimits(tmp_path):
         installed.append(runtime)
         return wrapper
 
-    ok, args, why = probe_engine("podman", "img", run=engine, install=install)
+    ok, args, why = check_starts("podman", "img", run=engine, install=install)
     assert ok and args == ("--runtime", str(wrapper))
     assert installed == ["/usr/bin/runc"]
     assert "rlimit" in why and str(wrapper) in why
@@ -221,7 +221,7 @@ def test_probe_falls_back_to_the_wrapper_only_for_rlimits(tmp_path):
 
 def test_probe_reports_other_failures_without_the_wrapper():
     engine = FakeEngine(plain=(125, "Error: img: image not known"))
-    result = probe_engine("podman", "img", run=engine, install=lambda r: pytest.fail("installed"))
+    result = check_starts("podman", "img", run=engine, install=lambda r: pytest.fail("installed"))
     assert not result.ok and result.runtime_args == ()
     assert "image not known" in result.why and "exit 125" in result.why
     assert len(engine.calls) == 1
@@ -229,14 +229,14 @@ def test_probe_reports_other_failures_without_the_wrapper():
 
 def test_probe_wrapped_failure_is_reported():
     engine = FakeEngine(plain=(126, CRUN_ERROR), wrapped=(126, "Error: something else"))
-    result = probe_engine("podman", "img", run=engine, install=lambda r: Path("/w"))
-    assert result == Probe(False, (), result.why)
+    result = check_starts("podman", "img", run=engine, install=lambda r: Path("/w"))
+    assert result == StartCheck(False, (), result.why)
     assert "something else" in result.why and "/w" in result.why
 
 
 def test_probe_docker_cannot_use_the_wrapper():
     engine = FakeEngine(plain=(126, CRUN_ERROR))
-    result = probe_engine("docker", "img", run=engine, install=lambda r: pytest.fail("installed"))
+    result = check_starts("docker", "img", run=engine, install=lambda r: pytest.fail("installed"))
     assert not result.ok and "only podman" in result.why
 
 

@@ -143,10 +143,10 @@ def test_detection(env, tmp_path, monkeypatch):
     smi_path = fake_nvidia_smi(tmp_path / "bin", smi) if smi is not None else None
     monkeypatch.setattr(detect, "_which", lambda prog: str(smi_path) if prog == "nvidia-smi" and smi_path else
                         shutil.which(prog) if prog != "nvidia-smi" else None)
-    monkeypatch.setattr(detect, "_libcuda_probe", lambda: libcuda)
+    monkeypatch.setattr(detect, "_libcuda_query", lambda: libcuda)
     monkeypatch.setattr(detect, "_proc_driver_version", lambda: None)
     monkeypatch.setattr(detect, "_libc_version", lambda: ("glibc", glibc))
-    monkeypatch.setattr(detect, "_import_torch_probe", lambda: pytest.fail("torch must be read, not imported"))
+    monkeypatch.setattr(detect, "_import_torch_query", lambda: pytest.fail("torch must be read, not imported"))
     dist = None
     if torch is not None:
         version, cuda, hip, abi = torch
@@ -168,7 +168,7 @@ def test_detection(env, tmp_path, monkeypatch):
 
 def test_overrides_replace_every_fact(monkeypatch):
     monkeypatch.setattr(detect, "_which", lambda prog: None)
-    monkeypatch.setattr(detect, "_libcuda_probe", lambda: None)
+    monkeypatch.setattr(detect, "_libcuda_query", lambda: None)
     monkeypatch.setattr(detect, "_torch_distribution", lambda: pytest.fail("torch given: not looked up"))
     m = detect.detect_machine({"python_version": "3.12", "machine": "aarch64", "glibc": "2.28",
                             "torch_version": "2.8.0+cu128", "cxx11_abi": "1", "cuda_driver": "580.65.06",
@@ -188,7 +188,7 @@ def test_torch_is_imported_only_when_its_files_say_nothing(tmp_path, monkeypatch
     (tmp_path / "torch" / "version.py").unlink()
     (tmp_path / "torch" / "lib" / "libc10.so").unlink()
     monkeypatch.setattr(detect, "_torch_distribution", lambda: importlib.metadata.PathDistribution(info))
-    monkeypatch.setattr(detect, "_import_torch_probe", lambda: {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True,
+    monkeypatch.setattr(detect, "_import_torch_query", lambda: {"version": "2.8.0", "cuda": "12.8", "cxx11_abi": True,
                                                              "gpus": [[[9, 0], "NVIDIA H100"]]})
     m = detect.Machine(python=(3, 11, 7))
     detect.detect_torch(m)

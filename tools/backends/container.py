@@ -61,7 +61,7 @@ from .cibw import (
     with_needs,
 )
 from tools.pipeline.compilelog import failing_file
-from .engine import Probe, Readiness, find_engine, pull, qualified, readiness
+from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError, cli
 from tools.finish.stage import recipe_git_revision
 from tools.core.manifest import read_manifest
@@ -252,14 +252,14 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
                     progress: Progress, sdist: Path | None, sdist_dir: Path | None,
                     memory_gib: int | None = None, cpus: int | None = None,
                     image: str | None = None, mounts: Mounts | None = None,
-                    stdout=None, probe: Probe = readiness, cache: bool = True,
+                    stdout=None, can_build: ReadinessCheck = readiness, cache: bool = True,
                     needed: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Build one cell with cibuildwheel in its image and return the build report.
 
     ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
     With ``dry_run``, print the plan as a shell script on ``stdout`` and stop: no download, no
     engine needed. Otherwise an engine must be able to start a container from the image
-    (``probe`` says which can; an image that is not here is pulled first), and the image must
+    (``can_build`` says which can; an image that is not here is pulled first), and the image must
     hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
     inspection and smoke test in the container passed. ``cache``: compile through ccache in the
     mounted compiler cache (``tools.pipeline.ccache.cache_dir``), its hits and misses in the report.
@@ -295,13 +295,13 @@ def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
     report["verdict"] = "failed"
     with reporting(work / "report.json", report, progress):
         def engine_step(step) -> Readiness:
-            ready = find_engine(engine, image_name, probe)
+            ready = find_engine(engine, image_name, can_build)
             step.detail.update(engine=ready.engine, why=ready.why)
             if not ready.local:
                 name = qualified(image_name) if ready.engine.endswith("podman") else image_name
                 progress.say(f"pulling {name} with {ready.engine}")
                 pull(ready.engine, name)
-                ready = probe(ready.engine, image_name)
+                ready = can_build(ready.engine, image_name)
                 if not ready.ok:
                     raise ToolchainError(f"pulled {image_name}, but {ready.why}")
             step.detail["runtime_args"] = list(ready.runtime_args)

@@ -8,11 +8,11 @@ order, each from the real engine:
 1. does the engine answer (``<engine> info``)?
 2. is the image here (``<engine> image inspect``, which also gives its labels), or can it be
    pulled (``<engine> manifest inspect``, which reads the registry without downloading layers)?
-3. does a container start from it (``tools.backends.oci_runtime.probe_engine``: plainly, else through
+3. does a container start from it (``tools.backends.oci_runtime.check_starts``: plainly, else through
    the rlimit-stripping runtime wrapper)? Only a local image can be started; a pullable one is
    started after the pull, by the container backend.
 
-The probe is a parameter wherever it is used (``Probe``: ``(engine, image) -> Readiness``), so a
+The readiness check is a parameter wherever it is used (``ReadinessCheck``: ``(engine, image) -> Readiness``), so a
 caller (a test) can say what the machine has instead of asking it.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from .oci_runtime import containers_conf, probe_engine
+from .oci_runtime import containers_conf, check_starts
 
 #: The engines tried, in order, when none is named.
 ENGINES = ("docker", "podman")
@@ -57,7 +57,7 @@ class Readiness:
 
 
 #: Says whether an engine can build from an image: ``(engine, image) -> Readiness``.
-Probe = Callable[[str, str], Readiness]
+ReadinessCheck = Callable[[str, str], Readiness]
 
 
 def _run(argv: Sequence[str], timeout: int = 60) -> subprocess.CompletedProcess:
@@ -117,9 +117,9 @@ def image_pullable(engine: str, image: str, run: Runner = _run) -> tuple[bool, s
 
 
 def readiness(engine: str, image: str, *, run: Runner = _run,
-              start: Callable[[str, str], object] = probe_engine) -> Readiness:
+              start: Callable[[str, str], object] = check_starts) -> Readiness:
     """Whether ``engine`` can build from ``image`` here (see the module docstring), asked of the
-    real engine. ``start(engine, image)`` starts a container (``tools.backends.oci_runtime.Probe``)."""
+    real engine. ``start(engine, image)`` starts a container (``tools.backends.oci_runtime.StartCheck``)."""
     answers, why = engine_answers(engine, run)
     if not answers:
         return Readiness(engine, image, False, why)
@@ -138,26 +138,26 @@ def readiness(engine: str, image: str, *, run: Runner = _run,
                      labels=labels)
 
 
-def first_ready(engine: str | None, image: str, probe: Probe = readiness
+def first_ready(engine: str | None, image: str, can_build: ReadinessCheck = readiness
                 ) -> tuple[Readiness | None, list[str]]:
     """The first engine that can build from ``image`` (``engine`` alone when named, else docker
     then podman), and why each one before it could not."""
     reasons = []
     for candidate in [engine] if engine else ENGINES:
-        found = probe(candidate, image)
+        found = can_build(candidate, image)
         if found.ok:
             return found, reasons
         reasons.append(found.why)
     return None, reasons
 
 
-def find_engine(engine: str | None, image: str, probe: Probe = readiness) -> Readiness:
+def find_engine(engine: str | None, image: str, can_build: ReadinessCheck = readiness) -> Readiness:
     """The engine to build with: ``engine`` if it can build from ``image``, else docker or
     podman, whichever can.
 
     ToolchainError naming what each said and what to do when none can.
     """
-    found, reasons = first_ready(engine, image, probe)
+    found, reasons = first_ready(engine, image, can_build)
     if found:
         return found
     raise ToolchainError(

@@ -27,7 +27,7 @@ from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, u
 from tools.pipeline.compilelog import failing_file
 from tools.core.errors import CompileError, ToolchainError
 from tools.finish.stage import finish_wheel, record_kernel_check
-from tools.kernels.check import GpuProbe, probe_gpu, raise_if_failed, run_check, summary
+from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
 from tools.plan.matrix import Cell, torch_index
 from tools.pipeline.report import Progress, Step, publish
 from tools.plan.recipe import Recipe
@@ -112,13 +112,13 @@ def check_nvcc(nvcc: Nvcc, cell: Cell) -> str | None:
     return None
 
 
-_PROBE = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
+_TORCH_QUERY = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
           "'cuda': torch.version.cuda, 'lib': os.path.join(os.path.dirname(torch.__file__), "
           "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
 
 
 def _torch_info(python: Path | str, hint: str | None = None) -> dict:
-    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True,
+    proc = subprocess.run([str(python), "-c", _TORCH_QUERY], capture_output=True, text=True,
                           timeout=600)
     if proc.returncode != 0:
         raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}",
@@ -126,7 +126,7 @@ def _torch_info(python: Path | str, hint: str | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def probe_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
+def inspect_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
     """The torch that ``python`` imports (version, CUDA, lib dir, ABI), checked against the
     cell: a CPU build, another CUDA major (unless the table relaxes it) or another C++ ABI than
     the table's is a ToolchainError."""
@@ -160,12 +160,12 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
     pyenv.install(python, reqs, extra_index_urls=extra, offline=offline,
                   find_links=(wheelhouse,) if wheelhouse else (), log=log,
                   what=f"the build requirements of {cell.id}")
-    return probe_torch(python, cell, table)
+    return inspect_torch(python, cell, table)
 
 
-_VERSION_PROBE = "import sys; print('%d.%d' % sys.version_info[:2])"
+_VERSION_QUERY = "import sys; print('%d.%d' % sys.version_info[:2])"
 #: Prints the installed version of each distribution named in argv (null when absent).
-_DISTS_PROBE = ("import json, sys, importlib.metadata as m\n"
+_DISTS_QUERY = ("import json, sys, importlib.metadata as m\n"
                 "def v(n):\n"
                 "    try:\n        return m.version(n)\n"
                 "    except m.PackageNotFoundError:\n        return None\n"
@@ -186,7 +186,7 @@ def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
         raise ToolchainError(f"{flag}: no executable interpreter there",
                              hint="give the path of the environment's python, e.g. "
                                   "/path/to/venv/bin/python")
-    proc = subprocess.run([str(python), "-c", _VERSION_PROBE], capture_output=True, text=True,
+    proc = subprocess.run([str(python), "-c", _VERSION_QUERY], capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
         raise ToolchainError(f"{flag} does not run: {proc.stderr.strip()[-400:]}")
@@ -248,7 +248,7 @@ def missing_requirements(python: Path, requirements: list[str]
     """Those of ``requirements`` (PEP 508 strings) that ``python``'s environment doesn't
     satisfy, each with the version installed (None: not installed)."""
     reqs = [Requirement(r) for r in requirements]
-    proc = subprocess.run([str(python), "-c", _DISTS_PROBE, *(r.name for r in reqs)],
+    proc = subprocess.run([str(python), "-c", _DISTS_QUERY, *(r.name for r in reqs)],
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise ToolchainError(f"could not list the packages of {python}: "
@@ -353,7 +353,7 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
 
 
 def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, python: Path,
-                  pythonpath: tuple[Path, ...], work: Path, gpu_probe: GpuProbe = probe_gpu,
+                  pythonpath: tuple[Path, ...], work: Path, gpu_finder: GpuFinder = find_gpu,
                   device: str = "cuda", detail: dict | None = None) -> tuple[Path, dict]:
     """Run the recipe's kernel check with ``python`` (where ``wheel`` is installed) and return
     the wheel to publish (``<work>/checked``, its manifest holding the check's summary) with
@@ -365,7 +365,7 @@ def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, py
         result = {"verdict": "not run: the recipe has no kernel check", "results": []}
     else:
         result = run_check(recipe.check.path, python, workdir=work / "kernelcheck",
-                           device=device, pythonpath=pythonpath, gpu_probe=gpu_probe)
+                           device=device, pythonpath=pythonpath, gpu_finder=gpu_finder)
     kept = summary(result)
     if detail is not None:
         detail.update(kernel_check=kept)
@@ -393,12 +393,12 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
                work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
                sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
                torch_index_override: str | None, python: Path | None = None,
-               gpu_probe: GpuProbe = probe_gpu, cache: bool = True,
+               gpu_finder: GpuFinder = find_gpu, cache: bool = True,
                needed: tuple[Path, ...] = ()) -> Path:
     """The host backend: every step on this machine; returns the published wheel.
 
     ``python``: build against that existing interpreter's torch and build requirements, as
-    they are (checked first; no venv, nothing installed). ``gpu_probe`` says which GPU the
+    they are (checked first; no venv, nothing installed). ``gpu_finder`` says which GPU the
     kernel check may use (none: the check is recorded as not run). ``cache`` compiles through
     ccache (``tools.pipeline.ccache``); its hits and misses go in the compile step's report.
     ``needed``: the wheels of the cells this one needs (``tools.builder.needs``), installed beside it
@@ -506,7 +506,7 @@ def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ..
     def kernels(step: Step) -> Path:
         checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
                                       python=check_python, pythonpath=check_path,
-                                      work=work, gpu_probe=gpu_probe, detail=step.detail)
+                                      work=work, gpu_finder=gpu_finder, detail=step.detail)
         progress.say(f"kernel check: {kept['verdict']}"
                      + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
         return checked

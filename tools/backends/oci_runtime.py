@@ -14,12 +14,13 @@ This module holds:
   ``podman exec`` hands the runtime), then execs RUNTIME with the same arguments;
 - :func:`install_wrapper`, which writes a script calling it to a stable path
   (``~/.cache/cuwheels/runc-no-rlimits``) for ``podman --runtime`` or containers.conf;
-- :func:`probe_engine`, which starts a tiny container plainly and, only if that fails with the
+- :func:`check_starts`, which starts a tiny container plainly and, only if that fails with the
   rlimit error, through the wrapper, and says which worked;
 - :func:`trust_store`, the mounts and variables that let pip inside a container trust the same
   certificate authorities as this machine (a TLS-intercepting corporate proxy).
 
-``python -m tools.oci_runtime probe --engine podman --image NAME`` runs the probe.
+``python -m tools.oci_runtime check --engine podman --image NAME`` runs that check (``probe``
+is its old name, still accepted).
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def wrapper_script(runtime: str, python: str = sys.executable,
             "# rlimits this machine does not let it set.\n"
             "import sys\n"
             f"sys.path.insert(0, {str(package_parent)!r})\n"
-            "from tools.oci_runtime import wrap\n"
+            "from tools.backends.oci_runtime import wrap\n"
             f"wrap({runtime!r}, sys.argv[1:])\n")
 
 
@@ -218,8 +219,8 @@ def engine_runtime(engine: str, run: Runner = _run) -> str | None:
 
 
 @dataclass(frozen=True)
-class Probe:
-    """What :func:`probe_engine` found: whether containers start, the global engine arguments
+class StartCheck:
+    """What :func:`check_starts` found: whether containers start, the global engine arguments
     that make them (``("--runtime", wrapper)`` or none), and why, in words."""
 
     ok: bool
@@ -232,32 +233,32 @@ class Probe:
         return iter((self.ok, self.runtime_args, self.why))
 
 
-def probe_engine(engine: str, image: str, *, run: Runner = _run,
-                 install: Callable[[str], Path] = install_wrapper) -> Probe:
+def check_starts(engine: str, image: str, *, run: Runner = _run,
+                 install: Callable[[str], Path] = install_wrapper) -> StartCheck:
     """Really start ``<engine> run --rm IMAGE true``: plainly first, and only if the runtime
     refuses to set rlimits, again through the wrapper (podman only: docker's runtime is the
     daemon's). ``image`` must already be local (nothing is pulled)."""
     base = [engine, "run", "--rm", "--pull=never", "--network=none", image, "true"]
     plain = run(base)
     if plain.returncode == 0:
-        return Probe(True, (), f"{engine} starts containers as it is")
+        return StartCheck(True, (), f"{engine} starts containers as it is")
     said = _output(plain)
     if not is_rlimit_failure(said):
-        return Probe(False, (), f"`{shlex.join(base)}` failed (exit {plain.returncode}): {said}")
+        return StartCheck(False, (), f"`{shlex.join(base)}` failed (exit {plain.returncode}): {said}")
     if os.path.basename(engine) != "podman":
-        return Probe(False, (), f"{engine}'s OCI runtime may not set resource limits here "
+        return StartCheck(False, (), f"{engine}'s OCI runtime may not set resource limits here "
                      f"({said}); only podman can be pointed at the rlimit-stripping wrapper")
     runtime = engine_runtime(engine, run)
     if runtime is None:
-        return Probe(False, (), f"{engine} refuses rlimits ({said}) and `{engine} info` names "
+        return StartCheck(False, (), f"{engine} refuses rlimits ({said}) and `{engine} info` names "
                      "no OCI runtime binary to wrap")
     wrapper = install(runtime)
     args = ("--runtime", str(wrapper))
     wrapped = run([engine, *args, *base[1:]])
     if wrapped.returncode == 0:
-        return Probe(True, args, f"{runtime} may not set rlimits here ({said.splitlines()[-1]}); "
+        return StartCheck(True, args, f"{runtime} may not set rlimits here ({said.splitlines()[-1]}); "
                      f"containers start through {wrapper}, which drops them", wrapper)
-    return Probe(False, (), f"{runtime} may not set rlimits here, and through {wrapper} "
+    return StartCheck(False, (), f"{runtime} may not set rlimits here, and through {wrapper} "
                  f"the container still fails (exit {wrapped.returncode}): {_output(wrapped)}")
 
 
@@ -295,13 +296,15 @@ def trust_store(environ: Mapping[str, str] | None = None) -> TrustStore:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line: ``probe`` an engine, or ``wrap`` a runtime (what the wrapper runs)."""
+    """The command line: ``check`` that an engine starts containers, or ``wrap`` a runtime (what the
+    wrapper runs)."""
     p = argparse.ArgumentParser(prog="python -m tools.oci_runtime", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    probe = sub.add_parser("probe", help="start a container plainly, else through the wrapper")
-    probe.add_argument("--engine", default="podman")
-    probe.add_argument("--image", required=True, help="a local image (nothing is pulled)")
+    check = sub.add_parser("check", aliases=["probe"],
+                           help="start a container plainly, else through the wrapper")
+    check.add_argument("--engine", default="podman")
+    check.add_argument("--image", required=True, help="a local image (nothing is pulled)")
     wrap_p = sub.add_parser("wrap", help="strip rlimits, then exec RUNTIME ARGS")
     wrap_p.add_argument("runtime")
     wrap_p.add_argument("args", nargs=argparse.REMAINDER)
@@ -313,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
     if ns.command == "wrap":
         wrap(ns.runtime, ns.args)
-    result = probe_engine(ns.engine, ns.image)
+    result = check_starts(ns.engine, ns.image)
     print(("ok: " if result.ok else "failed: ") + result.why)
     if result.runtime_args:
         print("engine arguments: " + shlex.join(result.runtime_args))

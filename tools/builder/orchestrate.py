@@ -19,10 +19,10 @@ from typing import Any
 
 from tools import RECIPES_DIR, ROOT
 from tools.backends.container import CONTAINER_STEPS, build_container
-from tools.backends.engine import Probe, first_ready, readiness
+from tools.backends.engine import ReadinessCheck, first_ready, readiness
 from tools.core.errors import ToolchainError, cli
 from tools.backends.host import EXISTING_PYTHON_STEPS, HOST_STEPS, build_host
-from tools.kernels.check import GpuProbe, probe_gpu
+from tools.kernels.check import GpuFinder, find_gpu
 from tools.plan.matrix import Cell, find_cell, load_cell, plan
 from .needs import provide
 from tools.pipeline.report import Progress, reporting
@@ -49,12 +49,12 @@ def resolve_archs(cell: Cell, override: str | None, table: Table) -> tuple[str, 
 
 
 def choose_backend(requested: str, engine: str | None, image: str,
-                   probe: Probe = readiness) -> tuple[str, str, str | None]:
+                   can_build: ReadinessCheck = readiness) -> tuple[str, str, str | None]:
     """Resolve ``auto``: container when an engine can build from ``image``, otherwise host.
     Returns (backend, why, the engine that can build or None)."""
     if requested != "auto":
         return requested, f"--backend {requested}", engine
-    found, reasons = first_ready(engine, image, probe)
+    found, reasons = first_ready(engine, image, can_build)
     if found:
         return "container", f"auto: {found.engine}: {found.why}", found.engine
     return "host", ("auto: no container engine can build from " + image + " here (" +
@@ -68,15 +68,15 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
                table_path: Path = TABLE_PATH, engine: str | None = None,
                dry_run: bool = False, memory_gib: int | None = None, cpus: int | None = None,
-               image: str | None = None, stream=None, probe: Probe = readiness,
-               python: Path | None = None, gpu_probe: GpuProbe = probe_gpu, cache: bool = True
+               image: str | None = None, stream=None, can_build: ReadinessCheck = readiness,
+               python: Path | None = None, gpu_finder: GpuFinder = find_gpu, cache: bool = True
                ) -> dict[str, Any]:
     """Build one cell and return its report (also written to ``<work>/report.json``).
 
-    ``probe`` says whether an engine can build from an image (for ``auto`` and the container
+    ``can_build`` says whether an engine can build from an image (for ``auto`` and the container
     backend); ``image`` replaces the table's image for the cell's CUDA. ``python`` builds on the
-    host against that existing interpreter's torch. ``gpu_probe`` answers which GPU the kernel
-    check may use (``tools.kernels.check.probe_gpu``). ``cache``: both backends compile through
+    host against that existing interpreter's torch. ``gpu_finder`` answers which GPU the kernel
+    check may use (``tools.kernels.check.find_gpu``). ``cache``: both backends compile through
     ccache (``tools.pipeline.ccache``; the container mounts the same cache directory).
     Raises the step's CuwheelsError on failure, after writing the report.
     """
@@ -87,7 +87,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                                  "container backend brings its own",
                                  hint="drop --backend container (--python implies host)")
         backend = "host"
-    chosen, why, engine = choose_backend(backend, engine, image or cell.image, probe)
+    chosen, why, engine = choose_backend(backend, engine, image or cell.image, can_build)
     if python is not None:
         why = f"--python {python}"
     cell_archs = resolve_archs(cell, archs, table)
@@ -101,7 +101,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                 wheelhouse=wheelhouse, offline=offline, torch_index=torch_index, out_dir=out,
                 work_root=work_root, recipes_root=recipes_root, table_path=table_path,
                 engine=engine, memory_gib=memory_gib, cpus=cpus, image=image, stream=stream,
-                probe=probe, python=python, gpu_probe=gpu_probe, cache=cache)["wheel"])
+                can_build=can_build, python=python, gpu_finder=gpu_finder, cache=cache)["wheel"])
 
         cells = plan(load_all(recipes_root, table), table)
         needed = provide(cell, [find_cell(n, cells) for n in cell.needs],
@@ -114,7 +114,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
         report = build_container(cell, recipe, table, archs=cell_archs, engine=engine,
                                  dry_run=dry_run, out_dir=out_dir, work_root=work_root,
                                  progress=progress, sdist=sdist, sdist_dir=sdist_dir,
-                                 memory_gib=memory_gib, cpus=cpus, image=image, probe=probe,
+                                 memory_gib=memory_gib, cpus=cpus, image=image, can_build=can_build,
                                  cache=cache, needed=needed)
         report.setdefault("why", why)
         return report
@@ -138,7 +138,7 @@ def build_cell(cell_id: str, *, backend: str = "auto", archs: str | None = None,
                            progress=progress, sdist=sdist, sdist_dir=sdist_dir,
                            wheelhouse=wheelhouse, offline=offline,
                            torch_index_override=torch_index, python=python,
-                           gpu_probe=gpu_probe, cache=cache, needed=needed)
+                           gpu_finder=gpu_finder, cache=cache, needed=needed)
         report.update(verdict="passed", wheel=str(wheel))
     return report
 

@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError, cli
-from tools.backends.oci_runtime import cache_dir, containers_conf, probe_engine
+from tools.backends.oci_runtime import cache_dir, containers_conf, check_starts
 
 SUITE = "bookworm"
 GLIBC = "2.36"
@@ -49,7 +49,7 @@ GLIBC = "2.36"
 POLICY = "manylinux_2_36_x86_64"
 DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 #: cibuildwheel runs its own helpers with this interpreter inside the container.
-PROBE_PYTHON = "3.9"
+HELPER_PYTHON = "3.9"
 LABEL_PREFIX = "org.cuwheels.builder"
 #: Debian packages beyond minbase: the compiler and build tools the recipes use, what the copied
 #: Pythons' extension modules link against (ssl, ctypes, sqlite3, bz2, lzma, readline, curses,
@@ -111,7 +111,7 @@ def find_local_python(version: str, run: Runner = _run) -> LocalPython:
     raise ToolchainError(
         f"Python {version} is not installed on this machine; the local image copies this "
         f"machine's Pythons installed in a prefix of their own (--pythons, and "
-        f"{PROBE_PYTHON} for cibuildwheel's probe)",
+        f"{HELPER_PYTHON} for cibuildwheel's probe)",
         hint=f"install it in its own prefix (`pyenv install {version}`), or leave {version} "
              "out of --pythons")
 
@@ -211,7 +211,7 @@ def debootstrap(dest: Path, *, packages: Sequence[str] = PACKAGES, suite: str = 
     if shutil.which("debootstrap") is None:
         raise ToolchainError("debootstrap is not installed: the local image starts from a "
                              "Debian tree it makes",
-                             hint="apt-get install -y debootstrap (or run tools/ci_podman.sh)")
+                             hint="apt-get install -y debootstrap (or run scripts/ci_podman.sh)")
     if dest.exists():
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -293,21 +293,21 @@ def holds(found: dict[str, str], cuda: str, pythons: Iterable[str]) -> bool:
 
 def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: str | None = None,
                 engine: str = "podman", rebuild: bool = False, mirror: str | None = None,
-                cache: Path | None = None, probe: bool = True) -> str:
+                cache: Path | None = None, check_start: bool = True) -> str:
     """Build (or reuse) the local builder image and return its name; prints what it did.
 
-    Every input is checked before anything slow runs; ``probe`` then starts a container from
+    Every input is checked before anything slow runs; ``check_start`` then starts a container from
     the image (through the rlimit wrapper where the engine needs it) and fails if none starts.
     """
     started = time.monotonic()
     name = name or image_name(cuda)
-    wanted = sorted({PROBE_PYTHON, *pythons}, key=lambda v: tuple(map(int, v.split("."))))
+    wanted = sorted({HELPER_PYTHON, *pythons}, key=lambda v: tuple(map(int, v.split("."))))
     check_engine(engine)
     found = None if rebuild else image_labels(engine, name)
     if found is not None:
         if holds(found, cuda, wanted):
             print(f"reusing {name} (--rebuild to build it again)")
-            return _probed(engine, name, probe)
+            return _start_checked(engine, name, check_start)
         print(f"{name} exists but lacks CUDA {cuda} or one of {', '.join(wanted)}: rebuilding")
     local = [find_local_python(v) for v in wanted]
     cuda_home = find_cuda(cuda)
@@ -336,13 +336,13 @@ def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: st
           f"{', '.join(python_tag(p.version) + ' from ' + str(p.prefix) for p in local)}, "
           f"CUDA {cuda} from {cuda_home}; wheels repair to {POLICY} or lower, not "
           "manylinux_2_28")
-    return _probed(engine, name, probe)
+    return _start_checked(engine, name, check_start)
 
 
-def _probed(engine: str, name: str, probe: bool) -> str:
-    if not probe:
+def _start_checked(engine: str, name: str, check_start: bool) -> str:
+    if not check_start:
         return name
-    result = probe_engine(engine, name)
+    result = check_starts(engine, name)
     if not result.ok:
         raise ToolchainError(f"{engine} cannot start a container from {name}: {result.why}",
                              hint="see `podman info`; where root may not set rlimits, "
@@ -364,13 +364,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda", required=True, help="X.Y; must be this machine's toolkit")
     p.add_argument("--pythons", default=",".join(DEFAULT_PYTHONS),
                    help=f"comma-separated X.Y (default {','.join(DEFAULT_PYTHONS)}); "
-                        f"{PROBE_PYTHON} is always added for cibuildwheel")
+                        f"{HELPER_PYTHON} is always added for cibuildwheel")
     p.add_argument("--name", help="image name (default: localhost/cuwheels-builder:"
                                   "cudaX.Y-bookworm)")
     p.add_argument("--engine", default="podman")
     p.add_argument("--mirror", help="Debian mirror (default: the one apt uses here)")
     p.add_argument("--rebuild", action="store_true", help="build even if the image exists")
-    p.add_argument("--no-probe", dest="probe", action="store_false",
+    p.add_argument("--no-start-check", "--no-probe", dest="check_start", action="store_false",
                    help="do not start a container from the image afterwards")
     return p
 
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ToolchainError(f"--cuda: `{ns.cuda}` is not a CUDA version like 13.0",
                              hint="pass X.Y, e.g. --cuda 13.0")
     build_image(ns.cuda, parse_pythons(ns.pythons), name=ns.name, engine=ns.engine,
-                rebuild=ns.rebuild, mirror=ns.mirror, probe=ns.probe)
+                rebuild=ns.rebuild, mirror=ns.mirror, check_start=ns.check_start)
     return 0
 
 

@@ -9,7 +9,7 @@ build's smoke-test venv, or any environment holding torch and the wheel) through
 op, dtype, shape, error, tolerance and pass/fail; the GPU; the verdict.
 
 Without a GPU nothing runs and the verdict is ``not run: no GPU``, never a pass. Which GPU the
-environment sees is a parameter (``gpu_probe``), so tests decide it.
+environment sees is a parameter (``gpu_finder``), so tests decide it.
 
 ``python -m tools.kernelcheck flash_attn [--python PATH] [--json OUT]`` runs a recipe's check
 in an environment where the wheel is installed (by default the Python running the command).
@@ -53,7 +53,7 @@ class Gpu:
     count: int
 
 
-_GPU_PROBE = ("import json, torch; ok = torch.cuda.is_available(); p = ok and "
+_GPU_QUERY = ("import json, torch; ok = torch.cuda.is_available(); p = ok and "
               "torch.cuda.get_device_properties(0); print(json.dumps({'ok': ok, "
               "'name': p.name if ok else None, 'cap': f'{p.major}.{p.minor}' if ok else None, "
               "'n': torch.cuda.device_count() if ok else 0}))")
@@ -67,13 +67,13 @@ def _child_env(pythonpath: tuple[Path, ...]) -> dict[str, str]:
     return env
 
 
-def probe_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu | None:
+def find_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu | None:
     """The GPU that ``python``'s torch sees (``torch.cuda.is_available()``), or None.
 
     Asked of the environment under test rather than of ``nvidia-smi``: a driver the wheel's
     torch can't use is no GPU for the check.
     """
-    proc = subprocess.run([str(python), "-c", _GPU_PROBE], capture_output=True, text=True,
+    proc = subprocess.run([str(python), "-c", _GPU_QUERY], capture_output=True, text=True,
                           env=_child_env(pythonpath), timeout=300)
     if proc.returncode != 0:
         raise VerifyError(f"the kernel check could not ask {python} for a GPU: torch failed "
@@ -84,7 +84,7 @@ def probe_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu |
     return Gpu(info["name"], info["cap"], info["n"]) if info["ok"] else None
 
 
-GpuProbe = Callable[..., "Gpu | None"]
+GpuFinder = Callable[..., "Gpu | None"]
 
 
 def recipe_check(recipe_folder: Path) -> Path:
@@ -142,12 +142,12 @@ def declared_ops(check: Path) -> tuple[str, ...]:
 
 
 def run_check(check: Path, python: Path | str, *, workdir: Path, device: str = "cuda",
-              pythonpath: tuple[Path, ...] = (), gpu_probe: GpuProbe = probe_gpu,
+              pythonpath: tuple[Path, ...] = (), gpu_finder: GpuFinder = find_gpu,
               timeout: float = 1800) -> dict[str, Any]:
     """Run ``check`` with ``python`` on ``device`` and return its result (also written to
     ``<workdir>/kernelcheck.json``).
 
-    On ``cuda`` the GPU is asked of ``gpu_probe`` first; without one the result's verdict is
+    On ``cuda`` the GPU is asked of ``gpu_finder`` first; without one the result's verdict is
     :data:`NOT_RUN_NO_GPU` and nothing runs. ``device="cpu"`` runs the same harness on CPU
     tensors (for checks of plain-torch code: the harness's own tests). ``pythonpath`` puts
     directories (a wheel unpacked for an existing environment) before the environment's own.
@@ -157,7 +157,7 @@ def run_check(check: Path, python: Path | str, *, workdir: Path, device: str = "
     out = workdir / "kernelcheck.json"
     out.unlink(missing_ok=True)
     if device.startswith("cuda"):
-        gpu = gpu_probe(python, pythonpath=pythonpath)
+        gpu = gpu_finder(python, pythonpath=pythonpath)
         if gpu is None:
             result = {"check": str(check), "device": device, "verdict": NOT_RUN_NO_GPU,
                       "results": [], "skipped": {}}
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     check = target if target.suffix == ".py" else recipe_check(args.recipes / args.target)
     with tempfile.TemporaryDirectory(prefix="kernelcheck-") as work:
         result = run_check(check, args.python, workdir=Path(work), device=args.device,
-                           gpu_probe=probe_gpu)
+                           gpu_finder=find_gpu)
     print_result(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

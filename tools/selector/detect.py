@@ -202,7 +202,7 @@ def _cxx11_abi_from_libc10(lib: Path) -> bool | None:
     return False if len(data) > 100_000 else None
 
 
-_TORCH_PROBE = r"""
+_TORCH_QUERY = r"""
 import json, torch
 out = {"version": torch.__version__, "cuda": torch.version.cuda,
        "hip": getattr(torch.version, "hip", None),
@@ -217,7 +217,7 @@ print(json.dumps(out))
 """
 
 
-def _json_probe(code: str, timeout: float) -> dict[str, Any] | None:
+def _json_query(code: str, timeout: float) -> dict[str, Any] | None:
     """Run ``code`` in a subprocess and parse the JSON it prints last; None on any failure (what
     it probes, a broken torch or a driver in a bad state, can't take this process down)."""
     proc = run_quietly([sys.executable, "-c", code], timeout=timeout)
@@ -229,9 +229,9 @@ def _json_probe(code: str, timeout: float) -> dict[str, Any] | None:
         return None
 
 
-def _import_torch_probe() -> dict[str, Any] | None:
+def _import_torch_query() -> dict[str, Any] | None:
     """Ask torch itself, in a subprocess (slow: seconds)."""
-    return _json_probe(_TORCH_PROBE, 180)
+    return _json_query(_TORCH_QUERY, 180)
 
 
 def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
@@ -261,7 +261,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
     if abi is not None:
         machine.sources["cxx11_abi"] = "symbols of torch/lib/libc10.so"
     if (build is None or abi is None) and allow_import:
-        probe = _import_torch_probe()
+        probe = _import_torch_query()
         if probe:
             machine.sources["torch_cuda"] = machine.sources["cxx11_abi"] = "import torch (subprocess)"
             if probe.get("cuda"):
@@ -281,7 +281,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
         machine.unknown["cxx11_abi"] = "couldn't read torch's C++ ABI"
 
 
-_LIBCUDA_PROBE = r"""
+_LIBCUDA_QUERY = r"""
 import ctypes, json
 lib = ctypes.CDLL("libcuda.so.1")
 out = {"driver_cuda": None, "gpus": []}
@@ -303,9 +303,9 @@ print(json.dumps(out))
 """
 
 
-def _libcuda_probe() -> dict[str, Any] | None:
+def _libcuda_query() -> dict[str, Any] | None:
     """The driver's CUDA version and the GPUs, from ``libcuda.so.1`` in a subprocess."""
-    return _json_probe(_LIBCUDA_PROBE, 30)
+    return _json_query(_LIBCUDA_QUERY, 30)
 
 
 def parse_nvidia_smi(text: str) -> tuple[str | None, list[Gpu]]:
@@ -346,7 +346,7 @@ def detect_nvidia(machine: Machine) -> None:
             if gpus:
                 machine.gpus = gpus
                 machine.sources["gpus"] = "nvidia-smi"
-    probe = _libcuda_probe()
+    probe = _libcuda_query()
     if probe:
         if probe.get("driver_cuda"):
             v = int(probe["driver_cuda"])
