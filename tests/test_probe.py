@@ -165,7 +165,7 @@ def test_a_terminated_probe_stops_its_compiler(tmp_path):
     """SIGTERM to the probe must not leave the unit's process group running (it is in its own
     session, so nothing else would stop it)."""
     marker = tmp_path / "alive"
-    script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools import probe\n"
+    script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools.probing import probe\n"
               f"import signal\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
               f"probe.measure('sleep 60; touch {marker}', cwd={str(tmp_path)!r}, env={{}}, "
               f"log=__import__('pathlib').Path({str(tmp_path / 'm.log')!r}))\n")

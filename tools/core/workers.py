@@ -95,8 +95,9 @@ def map_in_workers(target: str, items: Sequence[str], *, workers: int,
 
 def worker_command(target: str, args: Sequence[str] = ()) -> list[str]:
     """The command line of one worker process running ``target`` (see map_in_workers)."""
-    # This package's parent goes first on the path: the worker must import this very package.
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The parent of this ``tools`` package goes first on the path: the worker must import this
+    # very package (this file is tools/core/workers.py).
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
             f"from tools.core.workers import serve; serve(sys.argv[1], sys.argv[2:])")
     return [sys.executable, "-c", code, target, *args]
