@@ -15,12 +15,12 @@ INDEX_FLAGS ?= --init-ledger
 
 .PHONY: setup test test-slow demo probe index serve recipes lint clean
 
-## setup: create .venv with the project's pinned tools (pyproject.toml)
+## setup: create .venv with the project's pinned tools (pyproject.toml: the farm and test extras)
 setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[farm,test]'
 	touch $(STAMP)
 
 ## test: the test suite (what CI runs)

@@ -397,6 +397,35 @@ def test_arch_failure_suggests_a_build_for_the_gpu_and_the_version_that_fits(ind
     assert "demo-ext==1.1.0+cu128.torch2.8" in answer.alternatives[0]["pip"]
 
 
+def test_the_build_hint_names_the_cell_the_recipes_abi_gives(tmp_path_factory):
+    # One stable-ABI build for every Python (its torch_from only in the manifest), one abi3 build
+    # (its tag says so; the index's data says it is an exact build), one with neither known.
+    stable = {**manifest("13.0", "2.14.1", ["90"]), "package": "stable_ext",
+              "abi": {"python": "none", "torch": "stable", "torch_from": "2.10", "serves": ["2.14", "2.13"]}}
+    served = _site(tmp_path_factory.mktemp("hint"), [
+        ("stable-ext", "1.0", "cu130.torch2.14", "py39-none-manylinux_2_28_x86_64", stable),
+        ("abi3-ext", "1.0", "cu128.torch2.8", "cp310-abi3-manylinux_2_28_x86_64", manifest("12.8", "2.8.0", ["90"])),
+        ("plain-ext", "1.0", None, "py3-none-any", None),
+    ])
+    try:
+        idx = client.Index(served.url)
+        old_glibc = {"glibc": "2.17", "python_version": "3.12"}  # nothing fits: the hint is given
+        m = machine(torch_version="2.13.0+cu130", cuda_driver="580.65.06", **old_glibc)
+        assert selection.select(idx, "stable-ext", m).build.startswith(
+            "nox -s build-stable_ext-py3-cu130-torch2.10+ -- --backend host  (")
+        assert selection.select(idx, "abi3-ext", machine(**old_glibc)).build.startswith(
+            "nox -s build-abi3_ext-abi3-cu128-torch2.8 -- --backend host  (")
+        # Not known (the manifest not read, no build data at all, no CUDA torch): the planner says.
+        assert selection.select(idx, "stable-ext", m, peek=False).build.startswith(
+            "python -m tools.matrix --package stable_ext --python 3.12 --cuda 13.0 --torch 2.13 --format ids  (")
+        assert selection.select(idx, "plain-ext", machine(**old_glibc)).build.startswith(
+            "python -m tools.matrix --package plain_ext --python 3.12 --cuda 12.8 --torch 2.8 --format ids  (")
+        cpu = selection.select(idx, "abi3-ext", machine(torch_version="2.13.0+cpu", python_version="3.12"))
+        assert cpu.build.startswith("python -m tools.matrix --package abi3_ext --python 3.12 --torch 2.13 --format ids")
+    finally:
+        served.stop()
+
+
 def test_alternatives_name_the_torch_versions_that_have_wheels(index):
     answer = selection.select(client.Index(index.url), "demo-ext", machine(torch_version="2.11.0+cu128"))
     assert [a["index"] for a in answer.alternatives][:2] == ["cu128/torch2.9", "cu128/torch2.8"]  # nearest torch first

@@ -9,10 +9,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..core.variant import Variant, cell_id, torch_index_url, uv_index_name
+from ..core.variant import PYTHON_PART, Variant, cell_id, stable_torch_part, torch_index_url, uv_index_name
 from tools.selector.checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
-from tools.selector.client import Index, IndexFile
+from tools.selector.client import Index, IndexFile, read_wheel_manifest
 from tools.selector.detect import Machine, release, series_or_none
 
 
@@ -81,18 +81,84 @@ def install_commands(project: str, version: str, index_url: str, index_path: str
     return pip, uv
 
 
-def build_command(project: str, m: Machine, *, archs: list[str] | None = None) -> str:
-    """How to build the package for this machine from a clone of the cuwheels repository."""
+@dataclass(frozen=True)
+class RecipeAbi:
+    """A recipe's ``abi`` as a site or a build manifest tells it: ``python`` is ``cpython``,
+    ``abi3`` or ``none``; ``torch`` is ``exact`` or ``stable``, with ``torch_from`` for ``stable``."""
+
+    python: str
+    torch: str
+    torch_from: str = ""
+
+
+#: The python half of a recipe's ``abi`` from a wheel's abi tag (``cp312`` and the like: cpython).
+_TAG_ABI = {"abi3": "abi3", "none": "none"}
+
+
+def abi_from_manifest(manifest: dict[str, Any] | None) -> RecipeAbi | None:
+    """The ``abi`` a build manifest records (as tools.finish.abicheck.check_claims writes it), or
+    None when it records none or an incomplete one (a manifest from before the ``abi`` key)."""
+    abi = (manifest or {}).get("abi")
+    if not isinstance(abi, dict) or abi.get("python") not in ("cpython", "abi3", "none"):
+        return None
+    if abi.get("torch") == "exact":
+        return RecipeAbi(abi["python"], "exact")
+    if abi.get("torch") == "stable" and abi.get("torch_from"):
+        return RecipeAbi(abi["python"], "stable", str(abi["torch_from"]))
+    return None
+
+
+def recipe_abi(files: list[IndexFile], *, peek: bool = True, timeout: float = 30) -> RecipeAbi | None:
+    """The ``abi`` of the recipe behind a project's newest wheel on a site, or None when the site
+    doesn't say.
+
+    The index's JSON data (``_cuwheels``) lists ``serves`` exactly for a stable-ABI build, so a
+    file with that data and no ``serves`` is an exact build, whose python half is in its abi tag
+    (``cp312``, ``abi3``, ``none``). A stable build's ``torch_from``, which its cell id names, is
+    only in the wheel's build manifest, as is everything for a site without the JSON pages: one
+    manifest is read for them, when ``peek`` allows.
+    """
+    wheels = [(f, w) for f in files if (w := parse_wheel(f.filename)) is not None]
+    if not wheels:
+        return None
+    newest, wheel = max(wheels, key=lambda fw: fw[1].version)
+    extra = newest.extra or {}
+    if extra.get("cuda") and not extra.get("serves"):
+        return RecipeAbi(_TAG_ABI.get(wheel.abi, "cpython"), "exact")
+    if not peek:
+        return None
+    manifest, _ = read_wheel_manifest(newest.url, newest.size, timeout=timeout)
+    return abi_from_manifest(manifest)
+
+
+def build_command(project: str, m: Machine, *, archs: list[str] | None = None,
+                  abi: RecipeAbi | None = None) -> str:
+    """How to build the package for this machine from a clone of the cuwheels repository.
+
+    The cell id (tools.core.variant.cell_id) depends on the recipe's ``abi``: its python part is
+    the interpreter, ``abi3`` or ``py3``, and a stable-ABI build's torch part is ``<torch_from>+``.
+    Without ``abi`` (see recipe_abi), or without a CUDA build of torch here, no id is guessed: the
+    planner lists the cells that serve this machine.
+    """
     pkg = canonicalize_name(project).replace("-", "_")
     py = f"{m.python[0]}.{m.python[1]}"
     extra = f" --archs {','.join(archs)}" if archs else ""
     series = series_or_none(m.torch)
-    if m.torch_build == "cuda" and m.torch_cuda and series:
-        return (f"nox -s build-{cell_id(pkg, py, m.torch_cuda, series)} -- --backend host{extra}  (in a clone of "
-                f"the cuwheels repository; the session is build-{cell_id(pkg, py, m.torch_cuda)} when torch "
-                f"{series} is the recipe's first torch for CUDA {m.torch_cuda}: `nox -l -t {pkg}` lists them)")
-    return (f"nox -s build-{pkg}-{py}-cu<CUDA> -- --backend host{extra}  (in a clone of the cuwheels "
-            f"repository; `nox -l -t {pkg}` lists the sessions)")
+    # Cell ids name major.minor ("12.4", never "12.4.1"), as index paths do.
+    cuda = ".".join(m.torch_cuda.split(".")[:2]) if m.torch_build == "cuda" and m.torch_cuda else None
+    where = "in a clone of the cuwheels repository"
+    if abi is not None and cuda and series:
+        python = PYTHON_PART.get(abi.python, py)
+        if abi.torch == "stable":
+            return (f"nox -s build-{cell_id(pkg, python, cuda, stable_torch_part(abi.torch_from))} -- "
+                    f"--backend host{extra}  ({where})")
+        return (f"nox -s build-{cell_id(pkg, python, cuda, series)} -- --backend host{extra}  ({where}; "
+                f"the session is build-{cell_id(pkg, python, cuda)} when torch {series} is the recipe's "
+                f"first torch for CUDA {cuda}: `nox -l -t {pkg}` lists them)")
+    filters = f"--package {pkg} --python {py}" + (f" --cuda {cuda}" if cuda else "") \
+        + (f" --torch {series}" if series else "")
+    return (f"python -m tools.matrix {filters} --format ids  ({where}: the cells that serve this "
+            f"machine; build one with nox -s build-<id> -- --backend host{extra})")
 
 
 def _tag_rank(w: WheelName) -> int:
@@ -183,10 +249,20 @@ def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machi
 
 def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True,
            timeout: float = 30) -> Answer:
-    """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does."""
+    """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does
+    and how to build one (for this machine's GPUs when the wheels lack their kernels)."""
+    ans, archs = _pick(index, package, m, version=version, peek=peek, timeout=timeout)
+    if not ans.fits:
+        abi = recipe_abi(index.files("", ans.package) or [], peek=peek, timeout=timeout)
+        ans.build = build_command(ans.package, m, archs=archs, abi=abi)
+    return ans
+
+
+def _pick(index: Index, package: str, m: Machine, *, version: str | None, peek: bool,
+          timeout: float) -> tuple[Answer, list[str] | None]:
+    """select's answer without the build hint, and the GPU archs a build should add, if any."""
     project = canonicalize_name(package)
     ans = Answer(package=project, fits=False, machine=m)
-    ans.build = build_command(project, m)
     combined = index.files("", project) or []
     if not combined:
         ans.reason = f"{project} is not in the index at {index.root}"
@@ -194,7 +270,7 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
         squashed = project.replace("-", "")
         close = [p for p in known if squashed in p.replace("-", "") or p.replace("-", "") in squashed]
         ans.alternatives = [{"project": p} for p in (close or known)[:10]]
-        return ans
+        return ans, None
     if version is not None and not any(
         (w := parse_wheel(f.filename)) and same_public(w.version, version) for f in combined
     ):
@@ -202,24 +278,24 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
         have = {w.version.public for f in combined if (w := parse_wheel(f.filename))}
         ans.reasons = [f"versions in the index: {', '.join(_sorted_versions(have))}"]
         ans.alternatives = alternatives(index, project, combined, m, version=None)
-        return ans
+        return ans, None
 
     what = f"{project}{' ' + version if version else ''}"
     if m.torch is None:
         ans.reason = f"torch is not installed here, and {what} must match the torch it runs with"
         ans.reasons = ["install torch first (or pass --torch-version, e.g. 2.8.0+cu128), then run this again"]
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        return ans
+        return ans, None
     if m.torch_build in ("cpu", "rocm"):
         ans.reason = (f"torch {m.torch} is a {'CPU-only' if m.torch_build == 'cpu' else 'ROCm'} build; "
                       f"{project}'s wheels are CUDA extensions for a CUDA build of torch")
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        return ans
+        return ans, None
     series = series_or_none(m.torch)
     if m.torch_build is None or not m.torch_cuda or series is None:
         ans.reason = f"couldn't tell which CUDA torch {m.torch} is built with: pass --torch-cuda (e.g. 12.8)"
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        return ans
+        return ans, None
 
     facts = index.facts()
     if driver_problem(m.torch_cuda, m, facts)[0]:
@@ -256,8 +332,7 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
                     and not Version(newest[0]).is_prerelease):
                 ans.notes.append(f"{project} {newest[0]} exists in the index, but not for torch {series} + "
                                  f"CUDA {m.torch_cuda}")
-            ans.build = None
-            return ans
+            return ans, None
 
     tv = f"torch {series} + CUDA {m.torch_cuda}"
     ans.alternatives = alternatives(index, project, combined, m, version=version, exclude=paths)
@@ -266,21 +341,20 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
         if ans.alternatives:
             ans.reasons = ["wheels exist for: " + "; ".join(
                 f"torch {a['torch']} + CUDA {a['cuda']} ({a['index']})" for a in ans.alternatives[:6])]
-        return ans
+        return ans, None
     ans.reasons = _summarize(seen, m)
     ans.reason = f"no {what} wheel for {tv} fits this machine; {ans.reasons[0]}"
     arch_failures = [c for c in seen if any(k == "arch" for k, _ in c.problems)]
-    if arch_failures and m.gpus:
-        ans.build = build_command(project, m, archs=sorted({g.sm for g in m.gpus}, key=int))
+    archs = sorted({g.sm for g in m.gpus}, key=int) if arch_failures and m.gpus else None
     ans.notes = list(dict.fromkeys(ans.notes + [n for c in seen for n in c.notes]))
     # Other versions in the same index that fit (when a version was asked for).
     if version is not None:
-        others = select(index, project, m, version=None, peek=peek, timeout=timeout)
+        others, _ = _pick(index, project, m, version=None, peek=peek, timeout=timeout)
         if others.fits:
             ans.alternatives.insert(0, {"index": others.index_path, "index_url": others.index_url,
                                         "versions": [Version(others.version or "0").public], "pip": others.pip,
                                         "fits_otherwise": True})
-    return ans
+    return ans, archs
 
 
 def _summarize(cands: list[Candidate], m: Machine) -> list[str]:

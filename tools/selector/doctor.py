@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from ..core.symbols import demangle
 from ..core.variant import parse_label, torch_index_url
-from tools.selector.answer import Answer, build_command, select
+from tools.selector.answer import Answer, abi_from_manifest, build_command, select
 from tools.selector.client import Index, IndexReadError
 from tools.selector.detect import Machine, run_quietly, series_or_none
 from tools.selector.gpu import arch_list, arch_problem, module_archs
@@ -128,6 +128,12 @@ def _install_fix(project: str, m: Machine, index: Index | None, answer: Answer |
             "this machine")
 
 
+def _build_fix(project: str, m: Machine, inst: Installed | None, *, archs: list[str] | None = None) -> str:
+    """How to build ``project`` here; the installed wheel's manifest says the recipe's ``abi``,
+    which the cell id depends on."""
+    return build_command(project, m, archs=archs, abi=abi_from_manifest(inst.manifest if inst else None))
+
+
 def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
              index: Index | None = None, answer: Answer | None = None) -> Diagnosis:
     """Explain an import/runtime error of ``package`` on machine ``m`` (installed as ``inst``)."""
@@ -189,7 +195,7 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
                          f"{readable.split('(')[0]} is missing: a torch patch release or a custom torch "
                          "build that changed this symbol")
             d.fixes = [f"reinstall torch {built}.* from the official index, or build {project} against "
-                       f"this torch: {build_command(project, m)}"]
+                       f"this torch: {_build_fix(project, m, inst)}"]
         return d
 
     match = re.search(r"No module named '([\w.]+)'", error)
@@ -224,7 +230,8 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
         return Diagnosis(
             "glibc", f"the module needs glibc {need}{by}, this machine has glibc {found}",
             fixes=[f"install a wheel tagged manylinux_2_X with X <= {m.glibc[1] if m.glibc else '?'}: {fix_install}",
-                   f"or build it on this machine (a host build links against this glibc): {build_command(project, m)}",
+                   "or build it on this machine (a host build links against this glibc): "
+                   + _build_fix(project, m, inst),
                    f"or use an OS/container image with glibc >= {need}"],
             error=error)
 
@@ -288,7 +295,7 @@ def _diagnose_arch(project: str, have: str, m: Machine, inst: Installed | None, 
     archs = sorted({g.sm for g in m.gpus}, key=int)
     return Diagnosis("no-kernel-image", summary, details, error=error, fixes=[
         f"install a wheel built for your GPU: {fix_install}",
-        f"or build for it: {build_command(project, m, archs=archs or ['<sm>'])}"])
+        f"or build for it: {_build_fix(project, m, inst, archs=archs or ['<sm>'])}"])
 
 
 def doctor(package: str, m: Machine, *, error: str | None = None, index: Index | None = None,
