@@ -22,7 +22,7 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
-from tools.core.errors import PlanError, cli
+from tools.core.errors import PlanError
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
