@@ -24,12 +24,11 @@ from tools.devtools.localimage import (
     image_changes,
     image_name,
     labels,
-    main,
-    parse_pythons,
     rootfs_dir,
     write_image_tar,
 )
 from tools.backends.oci_runtime import trust_store
+from tools.localimage import main, parse_pythons
 
 
 def completed(code: int = 0, out: str = "", err: str = "") -> subprocess.CompletedProcess:

@@ -17,10 +17,12 @@ from tools import ROOT
 from tools.core.errors import PlanError
 from tools.plan.matrix import (
     cells_for,
+    changed_only,
     changed_packages,
     find_cell,
     load_cell,
     plan,
+    require_known,
     select,
     torch_index,
 )
@@ -50,6 +52,13 @@ def test_select_filters(demo_cells):
     assert {c.python for c in select(demo_cells, pythons=["3.14"])} == {"3.14"}
     assert {c.cuda for c in select(demo_cells, cudas=["129"])} == {"12.9"}
     assert len(select(demo_cells, cudas=["13.0"], torches=["2.9"])) == 5
+
+
+def test_select_default_torch_only(demo_cells):
+    defaults = select(demo_cells, default_torch_only=True)
+    # CUDA 12.9's torch 2.8 (3.10-3.13) and CUDA 13.0's torch 2.10 (3.10-3.14); not 13.0's 2.9
+    assert len(defaults) == 4 + 5 and {c.torch for c in defaults} == {"2.8", "2.10"}
+    assert select(demo_cells, torches=["2.9"], default_torch_only=True) == []
 
 
 def _abi(good_recipe, **abi):
@@ -130,6 +139,26 @@ def test_find_cell_names_near_misses(demo_cells):
 ])
 def test_changed_packages(paths, expect):
     assert changed_packages(paths, {"flash_attn", "mamba_ssm", "xformers"}) == expect
+
+
+@pytest.mark.parametrize("packages,paths,expect", [
+    (None, ["recipes/xformers/recipe.yaml", "recipes/flash_attn/patches/1.patch"],
+     ["flash_attn", "xformers"]),                                       # sorted
+    (["xformers", "mamba_ssm"], ["recipes/table.yaml"], ["mamba_ssm", "xformers"]),  # narrowed
+    (["mamba_ssm"], ["recipes/xformers/recipe.yaml"], []),              # asked for, not changed
+    ([], ["recipes/xformers/recipe.yaml"], ["xformers"]),               # no --package: all
+    (None, ["README.md"], []),
+])
+def test_changed_only(packages, paths, expect):
+    assert changed_only(packages, paths, {"flash_attn", "mamba_ssm", "xformers"}) == expect
+
+
+def test_require_known(demo_cells):
+    require_known(None, demo_cells)
+    require_known(["demo_ext"], demo_cells)
+    with pytest.raises(PlanError, match=r"unknown package\(s\): flash-attn, zzz") as info:
+        require_known(["zzz", "demo_ext", "flash-attn"], demo_cells)
+    assert info.value.hint == "known: demo_ext"
 
 
 def test_cell_facts_from_the_table(demo_cells, mini_table):

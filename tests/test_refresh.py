@@ -30,9 +30,9 @@ import yaml
 from packaging.version import Version
 
 from tools import ROOT
+from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
 from tools.plan.recipe import load_all
-from tools.upstream import refresh
 from tools.upstream.refresh import propose, write_all
 from tools.upstream.registry import Registry
 from tools.plan.table import load_table, parse_table
@@ -249,9 +249,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def run_cli(recipes: Path, fake: FakeRegistry, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     """``python -m tools.refresh`` in this process (its registry client sent to ``fake``):
     (exit status, stdout, stderr)."""
-    monkeypatch.setattr(refresh, "Registry", lambda *a: fake.registry())
+    monkeypatch.setattr(refresh_command, "Registry", lambda *a: fake.registry())
     capsys.readouterr()
-    rc = refresh.main(["--recipes", str(recipes), "--date", DATE, *args])
+    rc = refresh_command.main(["--recipes", str(recipes), "--date", DATE, *args])
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -24,7 +24,7 @@ import yaml
 
 from conftest import MINI_TABLE
 from tools import ROOT
-from tools.devtools.lint_workflows import Finding, lint, npm_integrity, workflow_files
+from tools.devtools.lint_workflows import workflow_files
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -65,6 +65,7 @@ def _step(job: dict, name_part: str) -> tuple[int, dict]:
 
 
 # --------------------------------------------------------------------------- lint, for real
+# (the lint module's own tests are tests/test_lint_workflows.py)
 
 
 def test_workflows_are_clean():
@@ -73,51 +74,6 @@ def test_workflows_are_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "workflows clean" in proc.stdout
     assert {p.name for p in workflow_files()} >= {"checks.yml", "refresh.yml", "wheels.yml"}
-
-
-def test_lint_reports_each_tool(tmp_path):
-    bad = tmp_path / "bad.yml"
-    bad.write_text(
-        "name: bad\n"
-        "on: pull_request\n"
-        "jobs:\n"
-        "  a:\n"
-        "    runs-on: ubuntu-24.04\n"
-        "    steps:\n"
-        "      - uses: actions/checkout@v4\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
-        "  b:\n"
-        "    runs-on: ubuntu-24.04\n"
-        "    permissions: {contents: maybe}\n"
-        "    steps: [{run: echo}]\n")
-    injection = tmp_path / "injection.yml"
-    injection.write_text(bad.read_text().split("  b:\n")[0])  # valid, but unsafe
-    findings = lint([bad, injection])
-    rules = {(f.tool, f.rule) for f in findings if f.file.endswith("bad.yml")}
-    assert ("actionlint", "expression") in rules            # untrusted title in a script
-    assert ("zizmor", "error") in rules                       # zizmor refuses the invalid file
-    assert any(f.tool == "schema" and "permissions" in f.rule
-               for f in findings if f.file.endswith("bad.yml"))
-    rules = {(f.tool, f.rule) for f in findings if f.file.endswith("injection.yml")}
-    assert {("zizmor", "template-injection"), ("zizmor", "unpinned-uses"),
-            ("zizmor", "artipacked"), ("zizmor", "excessive-permissions")} <= rules
-
-
-@pytest.mark.parametrize("data,expect", [
-    # the empty input
-    (b"", "sha512-z4PhNX7vuL3xVChQ1m2AB9Yg5AULVxXcg/SpIdNs6c5H0NE8XYXysP+DGNKHfuwvY7kxvUdBe"
-          "oGlODJ6+SfaPg=="),
-    # the FIPS 180-2 test vector
-    (b"abc", "sha512-3a81oZNherrMQXNJriBBMRLm+k6JqX6iCp7u5ktV05ohkpkqJ0/BqDa6PCOj/uu9RU1EI2"
-             "Q86A4qmslPpUyknw=="),
-])
-def test_npm_integrity(data, expect):
-    assert npm_integrity(data) == expect
-
-
-def test_finding_format():
-    f = Finding("zizmor", ".github/workflows/x.yml", 3, 5, "template-injection", "high: boom")
-    assert str(f) == ".github/workflows/x.yml:3:5: zizmor[template-injection] high: boom"
 
 
 # --------------------------------------------------------------------------- safety rules

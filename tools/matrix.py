@@ -1,11 +1,91 @@
 """``python -m tools.matrix``: the build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
-The command only; the logic is ``tools.plan.matrix``.
+The command only: it parses the filters, plans with ``tools.plan.matrix``, prints in a format of
+``tools.plan.formats``, and says on stderr which recipes changed and when the list was capped.
 """
 
-import sys
+from __future__ import annotations
 
-from tools.plan.matrix import main
+import argparse
+import sys
+from pathlib import Path
+
+from tools import RECIPES_DIR
+from tools.core.errors import cli
+from tools.plan import matrix
+from tools.plan.formats import FORMATS, render
+from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
+from tools.plan.recipe import load_all
+from tools.plan.table import TABLE_PATH, load_table
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.matrix``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.matrix",
+                                 description=matrix.__doc__.split("\n")[0])
+    ap.add_argument("--package", help="comma-separated packages")
+    ap.add_argument("--python", help="comma-separated Python versions (3.12)")
+    ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")
+    ap.add_argument("--torch", help="comma-separated torch series (2.8)")
+    ap.add_argument("--default-torch-only", action="store_true",
+                    help="only each CUDA version's default torch")
+    changed = ap.add_mutually_exclusive_group()
+    changed.add_argument("--changed-since", metavar="REF",
+                         help="only recipes changed since the merge base with REF")
+    changed.add_argument("--changed-files", metavar="FILE",
+                         help="only recipes touched by the paths listed in FILE (- for stdin)")
+    ap.add_argument("--cap", type=int, default=0,
+                    help="at most this many cells (0: no cap); says so on stderr when capped")
+    ap.add_argument("--format", choices=FORMATS, default="json",
+                    help="counts: per recipe, cells before and after collapsing by ABI kind "
+                         "(counts-md: the same as a Markdown table)")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
+                    help="recipes directory (its parent is the git repository --changed-since "
+                         "reads)")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+    return ap
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _changed_paths(args: argparse.Namespace) -> list[str]:
+    """The changed repository paths --changed-since or --changed-files names."""
+    if args.changed_since:
+        return git_changed_files(args.changed_since, args.recipes.resolve().parent)
+    if args.changed_files == "-":
+        return sys.stdin.read().splitlines()
+    return Path(args.changed_files).read_text().splitlines()
+
+
+def _cap(cells: list[Cell], cap: int) -> list[Cell]:
+    """The first ``cap`` cells (all of them for 0), saying on stderr when some were left out."""
+    if not cap or len(cells) <= cap:
+        return cells
+    print(f"capped: {len(cells)} cells planned, building the first {cap}; "
+          "run the rest with a manual dispatch or narrower filters", file=sys.stderr)
+    return cells[:cap]
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Print the planned cells, filtered, in the chosen format."""
+    args = parser().parse_args(argv)
+    table = load_table(args.table)
+    recipes = load_all(args.recipes, table)
+    cells = plan(recipes, table)
+    packages = _csv(args.package)
+    if args.changed_since or args.changed_files:
+        packages = changed_only(packages, _changed_paths(args), {c.package for c in cells})
+        print(f"changed recipes: {', '.join(packages) or 'none'}", file=sys.stderr)
+        cells = cells if packages else []
+    require_known(packages, cells)
+    selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
+                      torches=_csv(args.torch), default_torch_only=args.default_torch_only)
+    print(render(args.format, _cap(selected, args.cap), recipes, table))
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

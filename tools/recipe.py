@@ -1,11 +1,42 @@
 """``python -m tools.recipe``: recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
 
-The command only; the logic is ``tools.plan.recipe``.
+The command only: it loads each recipe with ``tools.plan.recipe`` against the table, prints one
+line per valid recipe and every problem of the invalid ones, and exits non-zero when any is.
 """
 
-import sys
+from __future__ import annotations
 
-from tools.plan.recipe import main
+import argparse
+import sys
+from pathlib import Path
+
+from tools.core.errors import RecipeError, cli
+from tools.plan.recipe import load_recipe, recipe_folders
+from tools.plan.table import load_table
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem."""
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
+    ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
+    args = ap.parse_args(argv)
+    table = load_table()
+    folders = args.folders or recipe_folders()
+    failed = 0
+    for folder in folders:
+        try:
+            r = load_recipe(folder, table)
+        except RecipeError as exc:
+            failed += 1
+            print(exc, file=sys.stderr)
+            continue
+        print(f"ok  {r.package} {r.source.version}: CUDA {', '.join(t.cuda for t in r.cuda)}")
+    if failed:
+        print(f"{failed} of {len(folders)} recipe(s) invalid", file=sys.stderr)
+        return RecipeError.exit_code
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

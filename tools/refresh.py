@@ -1,11 +1,56 @@
 """``python -m tools.refresh``: refresh: follow the registry, and propose the change to the table and the recipes.
 
-The command only; the logic is ``tools.upstream.refresh``.
+The command only: it reads the registry with ``tools.upstream.refresh.propose``, prints the change
+as a unified diff (or writes it with ``--write``, every file or none) and the summary on stderr.
 """
 
-import sys
+from __future__ import annotations
 
-from tools.upstream.refresh import main
+import argparse
+import sys
+from pathlib import Path
+
+from tools import RECIPES_DIR
+from tools.core.errors import cli
+from tools.upstream.refresh import propose, summary, write_all
+from tools.upstream.registry import PYPI_JSON, TORCH_VARIANTS, Registry
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.refresh``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description=main.__doc__)
+    ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
+    ap.add_argument("--summary", type=Path, metavar="FILE",
+                    help="also write the summary (markdown) here, e.g. for a pull request")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes folder")
+    ap.add_argument("--table", type=Path, help="compatibility table (default: RECIPES/table.yaml)")
+    ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
+    ap.add_argument("--torch-variants", default=TORCH_VARIANTS,
+                    help="torch's index page listing every variant")
+    ap.add_argument("--date", help="the date written into sources (default: today)")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
+    return ap
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.refresh``: print the registry's change to the table and the recipes as
+    a diff, or apply it with ``--write``."""
+    args = parser().parse_args(argv)
+    registry = Registry(args.pypi, args.torch_variants, args.timeout)
+    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date)
+    text = summary(proposal)
+    if args.summary:
+        args.summary.write_text(text, encoding="utf-8")
+    if args.write:
+        write_all(proposal.new, proposal.old)
+        print(f"wrote {len(proposal.new)} file(s)" if proposal.new else "nothing to change",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(proposal.diff(args.recipes.resolve().parent))
+    print(text, file=sys.stderr)
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

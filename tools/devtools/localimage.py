@@ -23,14 +23,12 @@ once; later runs reuse it (``--rebuild`` forces a new one). The debootstrap tree
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -39,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tools.backends.engine import image_labels
-from tools.core.errors import ToolchainError, cli
+from tools.core.errors import ToolchainError
 from tools.backends.oci_runtime import cache_dir, containers_conf, check_starts
 
 SUITE = "bookworm"
@@ -355,47 +353,3 @@ def _start_checked(engine: str, name: str, check_start: bool) -> str:
         print(f"engine arguments: {' '.join(result.runtime_args)}; for tools that run {engine} "
               f"themselves (cibuildwheel): export CONTAINERS_CONF={conf}")
     return name
-
-
-def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m tools.localimage``."""
-    p = argparse.ArgumentParser(prog="python -m tools.localimage", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cuda", required=True, help="X.Y; must be this machine's toolkit")
-    p.add_argument("--pythons", default=",".join(DEFAULT_PYTHONS),
-                   help=f"comma-separated X.Y (default {','.join(DEFAULT_PYTHONS)}); "
-                        f"{HELPER_PYTHON} is always added for cibuildwheel")
-    p.add_argument("--name", help="image name (default: localhost/cuwheels-builder:"
-                                  "cudaX.Y-bookworm)")
-    p.add_argument("--engine", default="podman")
-    p.add_argument("--mirror", help="Debian mirror (default: the one apt uses here)")
-    p.add_argument("--rebuild", action="store_true", help="build even if the image exists")
-    p.add_argument("--no-start-check", "--no-probe", dest="check_start", action="store_false",
-                   help="do not start a container from the image afterwards")
-    return p
-
-
-def parse_pythons(text: str) -> list[str]:
-    """``3.10,3.11`` -> ``["3.10", "3.11"]``; ToolchainError naming a malformed entry."""
-    versions = [v.strip() for v in text.split(",") if v.strip()]
-    for v in versions:
-        if not re.fullmatch(r"3\.\d{1,2}", v):
-            raise ToolchainError(f"--pythons: `{v}` is not a Python version like 3.12",
-                                 hint="pass e.g. --pythons 3.10,3.12")
-    return versions
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m tools.localimage``."""
-    ns = parser().parse_args(argv)
-    if not re.fullmatch(r"\d+\.\d+", ns.cuda):
-        raise ToolchainError(f"--cuda: `{ns.cuda}` is not a CUDA version like 13.0",
-                             hint="pass X.Y, e.g. --cuda 13.0")
-    build_image(ns.cuda, parse_pythons(ns.pythons), name=ns.name, engine=ns.engine,
-                rebuild=ns.rebuild, mirror=ns.mirror, check_start=ns.check_start)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,23 +10,19 @@ version (torch part ``<torch_from>+``); see tools.core.variant.cell_id. A collap
 with one interpreter and one torch: the lowest Python it serves (the limited API's floor) and the
 CUDA version's default torch series.
 
-``python -m tools.matrix`` prints the planned cells as JSON (``--format github`` gives a GitHub
-Actions ``matrix`` object), filtered by package, Python, CUDA, torch, or by the recipes changed
-since a git ref.
+``python -m tools.matrix`` prints the planned cells (the formats are ``tools.plan.formats``),
+filtered by package, Python, CUDA, torch, or by the recipes changed since a git ref.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
-from tools.core.errors import PlanError, cli
+from tools.core.errors import PlanError
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
@@ -232,15 +228,17 @@ def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
 
 
 def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torches=None,
-           ids=None) -> list[Cell]:
-    """Cells matching every given filter (a filter left as None matches everything)."""
+           ids=None, default_torch_only: bool = False) -> list[Cell]:
+    """Cells matching every given filter (a filter left as None matches everything);
+    ``default_torch_only`` keeps only the cells of each CUDA version's default torch."""
     # A collapsed cell matches every Python and torch series its one build serves.
     def keep(c: Cell) -> bool:
         return ((not packages or c.package in packages)
                 and (not pythons or bool(set(c.serves_python or (c.python,)) & set(pythons)))
                 and (not cudas or c.cuda in cudas or cuda_nodot(c.cuda) in cudas)
                 and (not torches or bool(set(c.serves_torch or (c.torch,)) & set(torches)))
-                and (not ids or c.id in ids))
+                and (not ids or c.id in ids)
+                and (not default_torch_only or c.default_torch))
     return [c for c in cells if keep(c)]
 
 
@@ -296,82 +294,17 @@ def git_changed_files(ref: str, repo: Path = ROOT) -> list[str]:
     return git("diff", "--name-only", f"{ref}...HEAD") + git("diff", "--name-only", "HEAD")
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+def changed_only(packages: list[str] | None, paths: list[str], known: set[str]) -> list[str]:
+    """The packages to plan when only changed recipes count: those whose recipe ``paths``
+    touch (``changed_packages``), narrowed to ``packages`` when any are given; sorted."""
+    touched = changed_packages(paths, known)
+    return sorted(touched & set(packages)) if packages else sorted(touched)
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Print the planned cells as JSON."""
-    ap = argparse.ArgumentParser(prog="python -m tools.matrix", description=__doc__.split("\n")[0])
-    ap.add_argument("--package", help="comma-separated packages")
-    ap.add_argument("--python", help="comma-separated Python versions (3.12)")
-    ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")
-    ap.add_argument("--torch", help="comma-separated torch series (2.8)")
-    ap.add_argument("--default-torch-only", action="store_true",
-                    help="only each CUDA version's default torch")
-    changed = ap.add_mutually_exclusive_group()
-    changed.add_argument("--changed-since", metavar="REF",
-                         help="only recipes changed since the merge base with REF")
-    changed.add_argument("--changed-files", metavar="FILE",
-                         help="only recipes touched by the paths listed in FILE (- for stdin)")
-    ap.add_argument("--cap", type=int, default=0,
-                    help="at most this many cells (0: no cap); says so on stderr when capped")
-    ap.add_argument("--format", choices=["json", "github", "ids", "counts"], default="json",
-                    help="counts: per recipe, cells before and after collapsing by ABI kind")
-    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
-                    help="recipes directory (its parent is the git repository --changed-since "
-                         "reads)")
-    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
-    args = ap.parse_args(argv)
-
-    table = load_table(args.table)
-    recipes = load_all(args.recipes, table)
-    cells = plan(recipes, table)
-    packages = _csv(args.package)
-    if args.changed_since or args.changed_files:
-        if args.changed_since:
-            paths = git_changed_files(args.changed_since, args.recipes.resolve().parent)
-        elif args.changed_files == "-":
-            paths = sys.stdin.read().splitlines()
-        else:
-            paths = Path(args.changed_files).read_text().splitlines()
-        touched = changed_packages(paths, {c.package for c in cells})
-        packages = sorted(touched & set(packages)) if packages else sorted(touched)
-        print(f"changed recipes: {', '.join(packages) or 'none'}", file=sys.stderr)
-        if not packages:
-            cells = []
-    if packages is not None and packages:
-        unknown = set(packages) - {c.package for c in cells}
-        if unknown:
-            raise PlanError(f"unknown package(s): {', '.join(sorted(unknown))}",
-                            hint=f"known: {', '.join(sorted({c.package for c in cells}))}")
-    selected = select(cells, packages=packages, pythons=_csv(args.python),
-                      cudas=_csv(args.cuda), torches=_csv(args.torch))
-    if args.default_torch_only:
-        selected = [c for c in selected if c.default_torch]
-    if args.cap and len(selected) > args.cap:
-        print(f"capped: {len(selected)} cells planned, building the first {args.cap}; "
-              "run the rest with a manual dispatch or narrower filters", file=sys.stderr)
-        selected = selected[:args.cap]
-    if args.format == "counts":
-        chosen = {c.package for c in selected}
-        rows = [row for row in counts(recipes, table)
-                if row["package"] in chosen]
-        width = max([len(r["package"]) for r in rows] + [7])
-        print(f"{'package':<{width}}  {'abi (python + torch)':<28}  before  after")
-        for row in rows:
-            print(f"{row['package']:<{width}}  {row['abi']:<28}  {row['before']:>6}  {row['after']:>5}")
-        print(f"{'total':<{width}}  {'':<28}  {sum(r['before'] for r in rows):>6}  "
-              f"{sum(r['after'] for r in rows):>5}")
-    elif args.format == "ids":
-        print("\n".join(c.id for c in selected))
-    elif args.format == "github":
-        print(json.dumps({"include": [c.to_json() for c in selected]}, separators=(",", ":")))
-    else:
-        print(json.dumps([c.to_json() for c in selected], indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def require_known(packages: list[str] | None, cells: list[Cell]) -> None:
+    """PlanError naming each of ``packages`` that no cell belongs to, with the known ones."""
+    known = {c.package for c in cells}
+    unknown = set(packages or ()) - known
+    if unknown:
+        raise PlanError(f"unknown package(s): {', '.join(sorted(unknown))}",
+                        hint=f"known: {', '.join(sorted(known))}")

@@ -9,9 +9,7 @@ non-zero when any is wrong.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from tools import RECIPES_DIR
-from tools.core.errors import RecipeError, cli
+from tools.core.errors import RecipeError
 from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
 from .schema import Problems, load_yaml
@@ -508,30 +506,3 @@ def load_all(root: Path = RECIPES_DIR, table: Table | None = None) -> list[Recip
     """Load every recipe under ``root``; the first invalid one raises RecipeError."""
     table = table or load_table()
     return [load_recipe(d, table) for d in recipe_folders(root)]
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem."""
-    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
-    ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
-    args = ap.parse_args(argv)
-    table = load_table()
-    folders = args.folders or recipe_folders()
-    failed = 0
-    for folder in folders:
-        try:
-            r = load_recipe(folder, table)
-        except RecipeError as exc:
-            failed += 1
-            print(exc, file=sys.stderr)
-            continue
-        print(f"ok  {r.package} {r.source.version}: CUDA {', '.join(t.cuda for t in r.cuda)}")
-    if failed:
-        print(f"{failed} of {len(folders)} recipe(s) invalid", file=sys.stderr)
-        return RecipeError.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

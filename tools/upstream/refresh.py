@@ -19,13 +19,11 @@ table and recipes are validated by the loaders first). YAML comments and layout 
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import difflib
 import io
 import os
 import re
-import sys
 import tempfile
 import urllib.parse
 from collections.abc import Iterable
@@ -42,10 +40,10 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from tools import RECIPES_DIR
 from tools.core.digest import sha256_file
-from tools.core.errors import CuwheelsError, PatchError, RegistryError, SourceError, cli
+from tools.core.errors import CuwheelsError, PatchError, RegistryError, SourceError
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
-from .registry import (PYPI_JSON, TORCH_VARIANTS, Registry, TorchFacts, newest_by_series,
-                       newest_release, read_torch, read_variants)
+from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
+                       read_torch, read_variants)
 from tools.pipeline.source import apply_patches, extract_sdist
 from tools.plan.table import Table, parse_table, version_key
 
@@ -385,39 +383,3 @@ def summary(proposal: Proposal) -> str:
     if proposal.notes:
         lines += ["", "### For a person to check", ""] + [f"- {n}" for n in proposal.notes]
     return "\n".join(lines) + "\n"
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.refresh``: print the registry's change to the table and the recipes as
-    a diff, or apply it with ``--write``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description=main.__doc__)
-    ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
-    ap.add_argument("--summary", type=Path, metavar="FILE",
-                    help="also write the summary (markdown) here, e.g. for a pull request")
-    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes folder")
-    ap.add_argument("--table", type=Path, help="compatibility table (default: RECIPES/table.yaml)")
-    ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
-    ap.add_argument("--torch-variants", default=TORCH_VARIANTS,
-                    help="torch's index page listing every variant")
-    ap.add_argument("--date", help="the date written into sources (default: today)")
-    ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
-    args = ap.parse_args(argv)
-    registry = Registry(args.pypi, args.torch_variants, args.timeout)
-    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date)
-    text = summary(proposal)
-    if args.summary:
-        args.summary.write_text(text, encoding="utf-8")
-    root = args.recipes.resolve().parent
-    if args.write:
-        write_all(proposal.new, proposal.old)
-        print(f"wrote {len(proposal.new)} file(s)" if proposal.new else "nothing to change",
-              file=sys.stderr)
-    else:
-        sys.stdout.write(proposal.diff(root))
-    print(text, file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
