@@ -15,6 +15,8 @@ from tools.core.errors import PlanError
 from tools.plan.formats import (FORMATS, as_github, as_ids, as_json, counts_markdown, counts_rows,
                                 counts_text, render)
 from tools.plan.matrix import counts, plan, select
+from tools.plan.recipe import load_all
+from tools.plan.table import load_table
 
 
 @pytest.fixture
@@ -130,3 +132,17 @@ def test_counts_md_agrees_with_counts_for_the_repositorys_recipes():
         assert row[2:] == line.split()[-2:]
         assert row[1] == " ".join(line.split()[1:-2])
     assert int(cells[-1][3]) == len(plan())
+
+
+def test_the_readmes_matrix_table_is_the_output_of_counts_md():
+    """README.md's table between its markers is ``--format counts-md`` for the committed recipes,
+    so the README can't drift from the plan (regenerate it with that command when this fails)."""
+    readme = (ROOT / "README.md").read_text()
+    start = "<!-- generated: python -m tools.matrix --format counts-md -->\n"
+    assert readme.count(start) == 1, "README.md lost the marker before the matrix table"
+    block = readme.split(start, 1)[1].split("<!-- end generated -->", 1)[0]
+    table = load_table()
+    recipes = load_all(table=table)
+    cells = plan(recipes, table)
+    assert block == render("counts-md", cells, recipes, table) + "\n", \
+        "README.md's matrix table is stale: paste `python -m tools.matrix --format counts-md`"
