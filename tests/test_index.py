@@ -1,23 +1,29 @@
 """tools.index: the command, the order of the steps, and the ledger it keeps.
 
 Clients (pip, uv) installing from the served index are in test_serve.py; each step has its own
-test module (test_scan, test_yanks, test_placement, test_render, test_coverage, test_site).
+test module (test_scan, test_yanks, test_placement, test_render, test_frontpage, test_swap).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import re
 import shutil
 from datetime import datetime, timezone
 
 import pytest
+import yaml
+from conftest import MINI_TABLE
 from wheelfactory import make_wheel
 from index_support import basic  # noqa: F401  (a fixture, used by name)
 from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, page, project_json
 
-from tools.sitegen import generate as idx
+from tools.index import main
 from tools.core.errors import IndexBuildError
+from tools.plan.recipe import load_all
+from tools.plan.table import load_table
 from tools.sitegen.ledger import load_ledger
 
 
@@ -68,7 +74,7 @@ def test_missing_ledger_is_refused_without_init(tmp_path):
 
 def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
-    rc = idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+    rc = main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
                    "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger"])
     assert rc == 0
     assert "1 files in 1 projects" in capsys.readouterr().out
@@ -77,7 +83,7 @@ def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
 def test_jobs_must_be_a_positive_number(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     with pytest.raises(SystemExit) as exc:
-        idx.main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+        main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
                   "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger", "--jobs", "0"])
     assert exc.value.code == 2
     assert "--jobs: '0' is not a number of processes" in capsys.readouterr().err
@@ -106,3 +112,41 @@ def test_a_schema_1_ledger_is_upgraded(tmp_path):
     assert page(site, "ledger.json") == ledger_path.read_text()
     assert build(tmp_path, init_ledger=False).reused_pages > 0  # and is stable from then on
     assert ledger_path.read_text() == page(site, "ledger.json")
+
+
+def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, good_recipe, capsys):
+    """An index run with another recipes folder takes that folder's table.yaml for the placement
+    (each torch series' C++ ABI), selector.json and the front page's planned cells."""
+    write_recipe(good_recipe)  # demo_ext: CUDA 13.0 for torch 2.10 and 2.9, 12.9 for 2.8
+    recipes = tmp_path / "recipes"
+    table = copy.deepcopy(MINI_TABLE)
+    table["torch"]["2.8"]["cxx11_abi"] = False  # unlike recipes/table.yaml's torch 2.8
+    table["cuda"]["13.0"]["min_driver"] = "590.1.2"
+    table["torch"]["2.10"]["python"] = ["3.12"]
+    (recipes / "table.yaml").write_text(yaml.safe_dump(table))
+    own = load_table()
+    assert own.torch["2.8"].cxx11_abi and own.cuda["13.0"].min_driver != "590.1.2"
+    w = tmp_path / "w"
+    make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiFALSE")
+
+    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+               "--ledger", str(tmp_path / "l.json"), "--init-ledger", "--recipes", str(recipes)])
+    assert rc == 0, capsys.readouterr().err
+    site = tmp_path / "site"
+    assert (site / "cu12" / "torch2.8" / "simple" / "flash-attn").is_dir()  # the ABI of this table
+    assert json.loads(page(site, "selector.json"))["min_driver"]["13.0"] == "590.1.2"
+    missing = page(site, "index.html")[page(site, "index.html").index('<h2 id="missing">'):]
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td>', missing).group(1)
+    assert re.findall(r'title="([^"]+)"', row) == ["demo_ext-3.12-cu130"]  # this table's Pythons
+
+    # --table names another table: it wins over the folder's, for all three again.
+    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+               "--ledger", str(tmp_path / "l.json"), "--recipes", str(recipes),
+               "--table", str(own.path)])
+    assert rc == 0, capsys.readouterr().err
+    assert not (site / "cu12").exists()
+    assert json.loads(page(site, "selector.json"))["min_driver"]["13.0"] == own.cuda["13.0"].min_driver
+    missing = page(site, "index.html")[page(site, "index.html").index('<h2 id="missing">'):]
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td>', missing).group(1)
+    (recipe,) = load_all(recipes, own)
+    assert re.findall(r'title="([^"]+)"', row) == [f"demo_ext-{py}-cu130" for py in recipe.pythons_for("2.10", own)]

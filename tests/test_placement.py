@@ -4,12 +4,14 @@ from __future__ import annotations
 
 
 import pytest
+from packaging.tags import Tag
 from wheelfactory import make_wheel
 from index_support import (
     ANY, build, listed, load_entry, page, project_json,
 )
 
 from tools.core.variant import Variant
+from tools.plan.table import load_table
 from tools.sitegen import placement
 
 
@@ -97,21 +99,36 @@ def test_cxx11_abi_must_match_the_official_torch(tmp_path, local, index):
 
 
 def test_official_abi_rule_agrees_with_the_global_table():
-    from tools.plan.table import load_table
-
-    for series, torch in load_table().torch.items():
-        assert placement.official_cxx11_abi(series) == torch.cxx11_abi, series
+    table = load_table()
+    for series, torch in table.torch.items():
+        assert placement.official_cxx11_abi(table, series) == torch.cxx11_abi, series
 
 
 def test_official_abi_table():
-    assert placement.official_cxx11_abi("2.7") and placement.official_cxx11_abi("2.13")
-    assert placement.official_cxx11_abi("2.6") is False  # the PyPI build of 2.6: pre-C++11 ABI
-    assert placement.official_cxx11_abi("2.5") is None  # a series the table doesn't have
+    table = load_table()
+    assert placement.official_cxx11_abi(table, "2.7") and placement.official_cxx11_abi(table, "2.13")
+    assert placement.official_cxx11_abi(table, "2.6") is False  # the PyPI build of 2.6: pre-C++11 ABI
+    assert placement.official_cxx11_abi(table, "2.5") is None  # a series the table doesn't have
 
 
 def test_place_variants_is_pure():
     e = load_entry("ext-1.0+cu128.torch2.8-py3-none-any.whl", Variant("12.8", "2.8"))
-    assert placement.place_variants([e]) == {Variant("12.8", "2.8"): [e]}
+    assert placement.place_variants([e], table=load_table()) == {Variant("12.8", "2.8"): [e]}
+
+
+def test_the_abi_rule_reads_the_table_it_is_given(mini_table):
+    """A series the run's table lacks has no official ABI there: a wheel stating one stays out."""
+    e = load_entry("ext-1.0+cu12torch2.6cxx11abiFALSE-py3-none-any.whl", Variant("12", "2.6", False))
+    assert placement.place_variants([e], table=load_table()) == {Variant("12", "2.6"): [e]}
+    assert "2.6" not in mini_table.torch and placement.place_variants([e], table=mini_table) == {}
+
+
+def test_wheel_tags_are_packagings():
+    assert placement.wheel_tags("ext-1.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl") == {
+        Tag("cp311", "cp311", "manylinux_2_28_x86_64")}
+    # a compressed tag set is expanded, and a build tag is not part of the tags
+    assert placement.wheel_tags("ext-1.0-2-py2.py3-none-any.whl") == {
+        Tag("py2", "none", "any"), Tag("py3", "none", "any")}
 
 
 #: A stable-ABI build's manifest (finish writes ``abi`` from tools.finish.abicheck.check_claims).

@@ -14,7 +14,7 @@ from index_support import (
 )
 
 from tools.core import digest
-from tools.sitegen import generate as idx
+from tools.index import main
 from tools.core.errors import IndexBuildError
 from tools.sitegen.ledger import load_ledger
 from tools.sitegen import scan
@@ -111,7 +111,7 @@ def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, cap
     (w / "broken-1.0-py3-none-any.whl").write_bytes(b"PK\x03\x04 not really a zip")
     (w / "not_a_wheel.whl").write_bytes(b"")
     (w / "demo-1.0.tar.gz").write_bytes(b"")
-    rc = idx.main([
+    rc = main([
         "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
         "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
     ])

@@ -1,11 +1,45 @@
 """``python -m tools.ledger``: the ledger: the record of every file the index has ever published.
 
-The command only; the logic is ``tools.sitegen.ledger``.
+The command: ``hold-back`` sets aside the wheels of a batch whose file names are already
+published (``tools.sitegen.ledger.hold_back_published``) and says what it did with each.
 """
 
-import sys
+from __future__ import annotations
 
-from tools.sitegen.ledger import main
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tools.core.errors import cli
+from tools.sitegen.ledger import hold_back_published, load_ledger
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
+    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    hold = sub.add_parser("hold-back", help="move wheels whose file names the ledger has out of the batch")
+    hold.add_argument("--ledger", required=True, type=Path)
+    hold.add_argument("--wheels-dir", required=True, type=Path)
+    hold.add_argument("--to", required=True, type=Path, dest="held_dir", help="where they go")
+    return _run(parser.parse_args(argv))
+
+
+@cli
+def _run(args: argparse.Namespace) -> int:
+    report = hold_back_published(wheels_dir=args.wheels_dir, ledger=load_ledger(args.ledger),
+                                 held_dir=args.held_dir)
+    for h in report.held:
+        if h.same_bytes:
+            print(f"{h.filename}: already published, same bytes (a re-run): not published again")
+        else:
+            print(f"{h.filename}: already published with other bytes: the published file stays. "
+                  "To publish this rebuild, give it a new file name: raise build.number in its "
+                  "recipe (or bump source.version)")
+    print(f"{report.remaining} new wheel(s) to publish, {len(report.held)} held back in {args.held_dir}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,44 +1,61 @@
-"""The coverage matrix of the front page: per project, which Python versions each (version,
-variant index) pair has, yanked wheels marked, and the wheels that are in no variant index; and,
-where the index is built with the recipes, what is missing: per recipe, the cells the table allows
-that have no wheel yet, and why (not built yet, the package isn't known to support that torch yet,
-or a build failed, linked to its report)."""
+"""The front page's two tables: the coverage matrix, per project, of which Python versions each
+(version, variant index) pair has, yanked wheels marked, and the wheels that are in no variant
+index; and, where the index is built with the recipes, what is missing: per recipe, the cells the
+planner plans (tools.plan.matrix) that have no wheel in the index yet, and why (not built yet, or
+a build failed, linked to its report), beside the (CUDA, torch) pairs of the table the recipe
+doesn't list (the package isn't known to support that torch yet).
+
+A planned cell is published when, in each variant index it serves (its CUDA version with every
+torch series it serves), a wheel of the recipe's project and version is placed
+(tools.sitegen.placement) whose tags install on every Python the cell serves. The index decides
+this from the wheels as it places them (their variant, from the build manifest or the label, and
+their tags), not from the cell id a build manifest records: the ledger the pages are rendered
+from keeps no cell id, a wheel built elsewhere has no manifest, and an id names the build that was
+asked for, not what the wheel serves (a stable-ABI cell keeps its id when its recipe adds a torch
+series that the wheel already published was never checked against).
+"""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
 from .ledger import Entry
-from .placement import FileView, version_key, wheel_tags
+from .placement import FileView, project_name, version_key, wheel_tags
+from tools.plan.matrix import Cell, plan
 from tools.plan.recipe import Recipe, load_all
-from tools.plan.table import Table, load_table
+from tools.plan.table import Table
 from .templating import jinja_env
-from tools.core.variant import Variant, cell_id
+from tools.core.variant import Variant
 from .wheelread import parse_version
 
 
 @lru_cache(maxsize=None)
-def _python_labels(tags: str) -> tuple[str, ...]:
-    """``cp311-...`` -> ``3.11``; ``py3`` -> ``py3``; ``cp39-abi3-...`` and ``py39-none-...``
-    (one build for every Python from 3.9 on: abi3, or no Python C API) -> ``3.9+`` (for the matrix)."""
-    py, abi, _plat = tags.split("-")
+def _python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
+    """The Pythons a wheel's tags name, for the matrix: ``cp311`` -> ``3.11``; ``py3`` -> ``py3``;
+    ``cp39-abi3-...`` and ``py39-none-...`` (one build for every Python from 3.9 on: abi3, or no
+    Python C API) -> ``3.9+``."""
+    # A wheel is abi3 only when every tag is: a compressed ``abi3.none`` also names a
+    # version-specific build, so its CPython tags mean one version each.
+    abi3 = {t.abi for t in tags} == {"abi3"}
     labels = []
-    for tag in py.split("."):
-        if tag.startswith("cp") and tag[2:].isdigit() and len(tag) >= 4:
-            label = f"{tag[2]}.{tag[3:]}"
-            labels.append(label + "+" if abi == "abi3" else label)
-        elif tag.startswith("py") and tag[2:].isdigit() and len(tag) >= 4:
-            labels.append(f"{tag[2]}.{tag[3:]}+")
+    for interpreter in sorted({t.interpreter for t in tags}):
+        if interpreter.startswith("cp") and interpreter[2:].isdigit() and len(interpreter) >= 4:
+            label = f"{interpreter[2]}.{interpreter[3:]}"
+            labels.append(label + "+" if abi3 else label)
+        elif interpreter.startswith("py") and interpreter[2:].isdigit() and len(interpreter) >= 4:
+            labels.append(f"{interpreter[2]}.{interpreter[3:]}+")
         else:
-            labels.append(tag)
+            labels.append(interpreter)
     return tuple(labels)
 
 
@@ -61,7 +78,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
     """
     # Wheel tags per (project, public version, column) first, in one flat dict: the loop runs once
     # per placed file, the Python versions are worked out once per distinct tag.
-    tags_in: dict[tuple[str, str, str], set[tuple[str, bool]]] = defaultdict(set)
+    tags_in: dict[tuple[str, str, str], set[tuple[frozenset[Tag], bool]]] = defaultdict(set)
     in_variant: set[str] = set()
     for variant, placed_entries in placed.items():
         column = variant.index_path
@@ -152,55 +169,108 @@ def _covers(filename: str, python: str) -> bool:
     return False
 
 
-def missing_cells(recipes: Iterable[Recipe], table: Table, entries: Iterable[Entry],
-                  reports: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Per recipe, the cells the table allows (each torch series x its CUDA versions x the
-    Pythons both allow) that have no wheel of the recipe's version, grouped by (CUDA, torch) and
-    why: ``failed`` (a build report with an error; its cell links to it), ``todo`` (the recipe
-    lists the pair: not built yet), or ``unsupported`` (the recipe doesn't list the pair: the
-    package isn't known to support that torch with that CUDA yet)."""
-    reports = reports or {}
+@dataclass(frozen=True)
+class Planned:
+    """What the front page compares the index with: the recipes, the cells the planner plans for
+    them (tools.plan.matrix.plan, each with its one id) and the build reports by cell id."""
+
+    recipes: tuple[Recipe, ...]
+    cells: tuple[Cell, ...]
+    reports: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load_planned(recipes_dir: Path, table: Table, reports_dir: Path | None = None) -> Planned:
+    """The recipes under ``recipes_dir`` (checked against ``table``), the cells the planner plans
+    for them, and the build reports under ``reports_dir`` (``<cell>/report.json``) when given."""
+    recipes = load_all(recipes_dir, table)
+    return Planned(tuple(recipes), tuple(plan(recipes, table)),
+                   load_reports(reports_dir) if reports_dir else {})
+
+
+def _published_files(placed: Mapping[Variant, list[Entry]]) -> dict[tuple[str, str, str, str], list[str]]:
+    """(project, public version, CUDA, torch series) -> the files that variant index lists."""
     have: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
-    for e in entries:
-        if e.variant is not None:
-            have[(canonicalize_name(e.name), e.version.partition("+")[0], e.variant.cuda,
-                  e.variant.torch)].append(e.filename)
+    for variant, entries in placed.items():
+        for e in entries:
+            have[(project_name(e.name), e.version.partition("+")[0], variant.cuda,
+                  variant.torch)].append(e.filename)
+    return have
+
+
+def _is_published(cell: Cell, project: str, version: str,
+                  have: Mapping[tuple[str, str, str, str], list[str]]) -> bool:
+    """Whether every (torch series, Python) the cell serves has a wheel of ``project``
+    ``version`` in the cell's variant index of that series."""
+    pythons = cell.serves_python or (cell.python,)
+    for series in cell.serves_torch or (cell.torch,):
+        files = have.get((project, version, cell.cuda, series), ())
+        if not all(any(_covers(f, python) for f in files) for python in pythons):
+            return False
+    return True
+
+
+def _python_shown(cell: Cell) -> str:
+    """A cell's Python on the page: ``3.12`` for a per-Python build, ``3.9+`` for one build
+    serving every Python from 3.9 on (the coverage matrix's label for its wheel)."""
+    if cell.python_abi == "cpython":
+        return cell.python
+    return min(cell.serves_python, key=version_key) + "+"
+
+
+def _torch_shown(cell: Cell) -> str:
+    """A cell's torch on the page: its series, or every series a stable-ABI build serves."""
+    return ", ".join(sorted(cell.serves_torch or (cell.torch,), key=version_key))
+
+
+def missing_cells(planned: Planned, table: Table,
+                  placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
+    """Per recipe, its planned cells: ``published`` (their ids), and in ``groups`` the others by
+    (torch series, CUDA) of the table and why: ``failed`` (a build report with an error; its cell
+    links to it) or ``todo`` (not built yet); a pair of the table the recipe doesn't list is a
+    group of kind ``unsupported`` with no cells (the package isn't known to support that torch
+    with that CUDA yet). ``placed``: the variant indexes' files
+    (tools.sitegen.placement.place_variants); see the module docstring for when a cell counts as
+    published."""
+    have = _published_files(placed)
+    by_pair: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    for cell in planned.cells:
+        by_pair[(cell.package, cell.torch, cell.cuda)].append(cell)
     out = []
-    for recipe in sorted(recipes, key=lambda r: r.package):
+    for recipe in sorted(planned.recipes, key=lambda r: r.package):
         name, version = canonicalize_name(recipe.source.pypi), recipe.source.version
         listed = {t.cuda: t.torch for t in recipe.cuda}
-        groups = []
+        published, groups = [], []
         for series in sorted(table.torch, key=version_key, reverse=True):
             for cuda in table.torch[series].cuda:
-                files = have.get((name, version, cuda, series), [])
+                if series not in listed.get(cuda, ()):
+                    if recipe.pythons_for(series, table):
+                        groups.append({"cuda": cuda, "torch": series, "kind": "unsupported",
+                                       "cells": [],
+                                       "reason": _why_missing("unsupported", cuda, series, listed)})
+                    continue
+                cells = by_pair.get((recipe.package, series, cuda), [])
                 rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-                for python in recipe.pythons_for(series, table):
-                    if any(_covers(f, python) for f in files):
+                for cell in cells:
+                    if _is_published(cell, name, version, have):
+                        published.append(cell.id)
                         continue
-                    torches = listed.get(cuda, ())
-                    cell = cell_id(recipe.package, python, cuda,
-                                   None if torches and torches[0] == series else series)
-                    report = reports.get(cell)
-                    if series not in torches:
-                        kind = "unsupported"
-                    elif report and report.get("error"):
-                        kind = "failed"
-                    else:
-                        kind = "todo"
-                    rows[kind].append({"python": python, "cell": cell, "report": None,
+                    report = planned.reports.get(cell.id)
+                    kind = "failed" if report and report.get("error") else "todo"
+                    rows[kind].append({"python": _python_shown(cell), "cell": cell.id, "report": None,
                                        "error": report["error"] if kind == "failed" else None})
-                for kind in ("failed", "todo", "unsupported"):
+                for kind in ("failed", "todo"):
                     if rows[kind]:
-                        groups.append({"cuda": cuda, "torch": series, "kind": kind,
+                        # A stable-ABI cell is filed under the series it builds against
+                        # and says every series it serves.
+                        groups.append({"cuda": cuda, "torch": _torch_shown(cells[0]), "kind": kind,
                                        "cells": rows[kind],
-                                       "reason": _why_missing(kind, recipe, cuda, series, listed)})
+                                       "reason": _why_missing(kind, cuda, series, listed)})
         out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
-                    "groups": groups})
+                    "published": published, "groups": groups})
     return out
 
 
-def _why_missing(kind: str, recipe: Recipe, cuda: str, series: str,
-                 listed: Mapping[str, tuple[str, ...]]) -> str:
+def _why_missing(kind: str, cuda: str, series: str, listed: Mapping[str, tuple[str, ...]]) -> str:
     if kind == "failed":
         return "the build failed: see each cell's report"
     if kind == "todo":
@@ -215,7 +285,7 @@ def _why_missing(kind: str, recipe: Recipe, cuda: str, series: str,
 def missing_report_pages(missing: list[dict[str, Any]],
                          reports: Mapping[str, dict[str, Any]]) -> dict[str, bytes]:
     """The build report of each failed cell as a site page (``reports/<cell>.json``), which the
-    coverage page links to; sets each failed cell's ``report`` link."""
+    front page links to; sets each failed cell's ``report`` link."""
     pages = {}
     for recipe in missing:
         for group in recipe["groups"]:
@@ -225,12 +295,3 @@ def missing_report_pages(missing: list[dict[str, Any]],
                     pages[c["report"]] = (json.dumps(reports[c["cell"]], indent=2, sort_keys=True,
                                                      default=str) + "\n").encode("utf-8")
     return pages
-
-
-def missing_for(recipes_dir: Path, reports_dir: Path | None, entries: Iterable[Entry]
-                ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """``missing_cells`` for the recipes under ``recipes_dir`` (with its ``table.yaml``) and the
-    build reports under ``reports_dir``; returns (missing, reports) for render_site."""
-    table = load_table(Path(recipes_dir) / "table.yaml")
-    reports = load_reports(reports_dir) if reports_dir else {}
-    return missing_cells(load_all(recipes_dir, table), table, entries, reports), reports

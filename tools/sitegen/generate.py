@@ -2,6 +2,8 @@
 
     python -m tools.index --wheels-dir dist --output-dir build/site --base-url https://host/files
 
+(the command is tools/index.py; this module is the order of the steps, build_index).
+
 Layout of the site (``--output-dir``, INDEX_DIR)::
 
     index.html                                   for people: coverage matrix, pip and uv commands
@@ -17,7 +19,7 @@ Layout of the site (``--output-dir``, INDEX_DIR)::
 and beside it, never published: ``.<name>.prev`` (the previous site, until the next run),
 ``.<name>.hashcache.json`` (size, mtime and sha256 of wheels already read), ``.<name>.lock``.
 
-This module is the command and the order of the steps (build_index); each step is its own module:
+Each step of build_index is its own module:
 
 * tools.sitegen.scan: the batch against the ledger: known wheels compared, new ones read
   (tools.sitegen.wheelread, in worker processes for a batch of 256 MiB or more: ``--jobs``, default the
@@ -25,8 +27,13 @@ This module is the command and the order of the steps (build_index); each step i
   the number of processes;
 * tools.sitegen.yanks: the yank list (``--yanked``, ``index/yanked.yaml``) and the refusal to lose files;
 * tools.sitegen.placement: which files each variant index (one CUDA, torch pair) lists;
-* tools.sitegen.render (with tools.sitegen.frontpage, the front page's matrix): every page, from the ledger;
+* tools.sitegen.render (with tools.sitegen.frontpage, the front page's matrix and what is missing):
+  every page, from the ledger;
 * tools.sitegen.swap: writing the pages, reusing unchanged ones, the lock and the atomic swap.
+
+One run reads one compatibility table (``table_path``; by default ``table.yaml`` of the recipes
+folder when one is given, else recipes/table.yaml): the placement (each torch series' C++ ABI),
+the selector's ``selector.json`` and the front page's planned cells all come from it.
 
 Wheels are not copied into the site: each link points at ``--base-url`` + the file name, and the
 wheel's METADATA is extracted to ``<wheel>.metadata`` beside it in ``--wheels-dir``, so uploading
@@ -54,11 +61,9 @@ is published).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -66,21 +71,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .frontpage import missing_for
-from tools.core.digest import PARALLEL_MIN_BYTES
-from tools.core.errors import IndexBuildError, cli
+from .frontpage import load_planned
+from tools.core.errors import IndexBuildError
 from .ledger import atomic_write, dump_ledger, parse_ledger, read_ledger_text
 from .render import json_text, render_site
 from .scan import Rejected, scan_wheels
 from .swap import (
     WrittenPages, check_replaceable, delete_in_background, locked, recover, reuser, side_path, swap_in,
 )
-from tools.core.workers import default_jobs
+from tools.plan.table import TABLE_PATH, load_table
 from .yanks import check_nothing_dropped, check_yanked, load_yanked
-
-#: Defaults of the command line, relative to where it runs (the repository root).
-DEFAULT_LEDGER = Path("index/ledger.json")
-DEFAULT_YANKED = Path("index/yanked.yaml")
 
 
 def _load_cache(path: Path) -> dict[str, list]:
@@ -107,6 +107,13 @@ def _listed_files(site_copy: str | None, output_dir: Path) -> list[str]:
         return list(json.loads(site_copy).get("files", {}))
     except (ValueError, AttributeError) as exc:
         raise IndexBuildError(f"{output_dir / 'ledger.json'} is not a ledger: {exc}") from None
+
+
+def _table_path(table_path: Path | None, recipes_dir: Path | None) -> Path:
+    """The run's table: the one named, else the recipes folder's, else recipes/table.yaml."""
+    if table_path is not None:
+        return Path(table_path)
+    return Path(recipes_dir) / "table.yaml" if recipes_dir is not None else TABLE_PATH
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,7 @@ def build_index(
     jobs: int = 1,
     recipes_dir: Path | None = None,
     reports_dir: Path | None = None,
+    table_path: Path | None = None,
 ) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
@@ -147,8 +155,10 @@ def build_index(
     at ``output_dir``. Raises IndexBuildError (changing nothing) for a changed immutable file, a
     bad yank list, a missing ledger, or a site that would lose files. ``jobs``: the most worker
     processes that read a large batch of wheels (see tools.core.workers). ``recipes_dir``: the front
-    page also says, per recipe, which cells have no wheel yet and why (with the build reports
-    under ``reports_dir``, ``<cell>/report.json``, for the failed ones).
+    page also says, per recipe, which planned cells have no wheel yet and why (with the build
+    reports under ``reports_dir``, ``<cell>/report.json``, for the failed ones). ``table_path``:
+    the compatibility table of the run (default: ``recipes_dir``'s ``table.yaml``, else
+    recipes/table.yaml), loaded once, with the recipes, before anything is written.
     """
     wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
     if not base_url:
@@ -177,6 +187,8 @@ def build_index(
             ledger = {} if ledger_before is None else parse_ledger(ledger_before, source=str(ledger_path),
                                                                    trusted=trusted)
             yanked = load_yanked(Path(yanked_path) if yanked_path else None)
+            table = load_table(_table_path(table_path, recipes_dir))
+            planned = load_planned(Path(recipes_dir), table, reports_dir) if recipes_dir else None
             cache = _load_cache(cache_path)
             lap("load")
             # New wheels' .metadata files are written as each is read (tools.sitegen.wheelread.index_wheel).
@@ -203,11 +215,9 @@ def build_index(
             staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.new-"))
             try:
                 os.chmod(staging, 0o755)  # mkdtemp makes it 0700; the site is for a web server to read
-                missing, reports = (missing_for(recipes_dir, reports_dir, entries.values())
-                                    if recipes_dir else (None, None))
-                site = render_site(entries, yanked, site_url=site_url, ledger_text=ledger_text,
-                                   pages=WrittenPages(staging), reuse=reuser(output_dir, staging),
-                                   missing=missing, reports=reports)
+                site = render_site(entries, yanked, table=table, site_url=site_url,
+                                   ledger_text=ledger_text, pages=WrittenPages(staging),
+                                   reuse=reuser(output_dir, staging), planned=planned)
                 lap("render+write")
                 swap_in(staging, output_dir)
             except BaseException:
@@ -230,79 +240,3 @@ def build_index(
         reused_pages=site.reused,
         timings=timings,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tools.index``: build the index; exit 11 if it couldn't or if wheels were left out."""
-    parser = argparse.ArgumentParser(prog="python -m tools.index", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheels-dir", required=True, type=Path,
-                        help="wheels of this batch (their .metadata files are written beside them)")
-    parser.add_argument("--output-dir", required=True, type=Path, help="the site (INDEX_DIR), replaced atomically")
-    parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
-    parser.add_argument("--ledger", type=Path, default=DEFAULT_LEDGER, help="record of everything published")
-    parser.add_argument("--init-ledger", action="store_true",
-                        help="start a new, empty ledger if --ledger doesn't exist")
-    parser.add_argument("--yanked", type=Path, default=None,
-                        help=f"yank list {{filename: reason}} (default: {DEFAULT_YANKED} when it exists)")
-    parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
-    parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
-                        help="delete a published file from the index (repeatable; deliberate only)")
-    parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                        help="worker processes reading a large batch of wheels (default: the CPUs available, "
-                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
-    parser.add_argument("--recipes", type=Path, default=None, metavar="DIR",
-                        help="recipes folder: the front page then lists the cells with no wheel yet, and why")
-    parser.add_argument("--reports", type=Path, default=None, metavar="DIR",
-                        help="build reports (<DIR>/<cell>/report.json, e.g. build-cells): failed cells link to theirs")
-    parser.add_argument("--verbose", action="store_true", help="print the time each step took")
-    return _run(parser.parse_args(argv))
-
-
-def _jobs(text: str) -> int:
-    try:
-        jobs = int(text)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (a whole number, 1 or more)")
-    return jobs
-
-
-@cli
-def _run(args: argparse.Namespace) -> int:
-    yanked = args.yanked
-    if yanked is None and DEFAULT_YANKED.exists():
-        yanked = DEFAULT_YANKED
-    report = build_index(
-        wheels_dir=args.wheels_dir,
-        output_dir=args.output_dir,
-        base_url=args.base_url,
-        ledger_path=args.ledger,
-        yanked_path=yanked,
-        site_url=args.site_url,
-        init_ledger=args.init_ledger,
-        remove=args.remove,
-        jobs=args.jobs if args.jobs is not None else default_jobs(),
-        recipes_dir=args.recipes,
-        reports_dir=args.reports,
-    )
-    print(
-        f"index: {report.files} files in {report.projects} projects, "
-        f"{len(report.variant_indexes)} variant indexes -> {args.output_dir} "
-        f"({len(report.added)} new, {report.hashed} hashed, {len(report.removed)} removed)"
-    )
-    for fn in report.removed:
-        print(f"  removed: {fn}")
-    if args.verbose:
-        print(f"  {report.reused_pages} project pages reused; seconds: "
-              + ", ".join(f"{step} {seconds:.3f}" for step, seconds in report.timings.items()))
-    if report.rejected:
-        raise IndexBuildError(
-            f"{len(report.rejected)} file(s) left out; the rest is published:\n  "
-            + "\n  ".join(f"{r.filename}: {r.reason}" for r in report.rejected)
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -49,7 +49,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tools.core.errors import IndexBuildError, cli
+from tools.core.errors import IndexBuildError
 from tools.core.variant import Variant
 
 _encode_str = json.encoder.encode_basestring_ascii
@@ -346,7 +346,15 @@ class HeldBack(NamedTuple):
     same_bytes: bool
 
 
-def hold_back_published(wheels_dir: Path, ledger: dict[str, Entry], held_dir: Path) -> list[HeldBack]:
+class HoldBackReport(NamedTuple):
+    """What hold_back_published did to a batch."""
+
+    held: list[HeldBack]
+    #: wheels left in the batch: the new files to publish
+    remaining: int
+
+
+def hold_back_published(*, wheels_dir: Path, ledger: dict[str, Entry], held_dir: Path) -> HoldBackReport:
     """Move the wheels of ``wheels_dir`` that the ledger already has (and their ``.metadata``) to
     ``held_dir``, so that only new files are released and indexed.
 
@@ -354,7 +362,7 @@ def hold_back_published(wheels_dir: Path, ledger: dict[str, Entry], held_dir: Pa
     a recipe changed without a new version or build number makes the same name with other bytes
     (the build manifest records the recipe's commit). The published file stays in both cases.
     """
-    from tools.core.digest import sha256_file  # only this command hashes; the index imports this module
+    from tools.core.digest import sha256_file  # only hold-back hashes; the index imports this module
 
     held = []
     for wheel in sorted(Path(wheels_dir).glob("*.whl")):
@@ -367,36 +375,4 @@ def hold_back_published(wheels_dir: Path, ledger: dict[str, Entry], held_dir: Pa
             if path.exists():
                 os.replace(path, held_dir / path.name)
         held.append(HeldBack(wheel.name, same))
-    return held
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    hold = sub.add_parser("hold-back", help="move wheels whose file names the ledger has out of the batch")
-    hold.add_argument("--ledger", required=True, type=Path)
-    hold.add_argument("--wheels-dir", required=True, type=Path)
-    hold.add_argument("--to", required=True, type=Path, dest="held_dir", help="where they go")
-    return _run(parser.parse_args(argv))
-
-
-@cli
-def _run(args: Any) -> int:
-    held = hold_back_published(args.wheels_dir, load_ledger(args.ledger), args.held_dir)
-    left = len(list(args.wheels_dir.glob("*.whl")))
-    for h in held:
-        if h.same_bytes:
-            print(f"{h.filename}: already published, same bytes (a re-run): not published again")
-        else:
-            print(f"{h.filename}: already published with other bytes: the published file stays. "
-                  "To publish this rebuild, give it a new file name: raise build.number in its "
-                  "recipe (or bump source.version)")
-    print(f"{left} new wheel(s) to publish, {len(held)} held back in {args.held_dir}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return HoldBackReport(held, len(list(Path(wheels_dir).glob("*.whl"))))

@@ -8,8 +8,8 @@ fail to load (C++ symbols of torch change between minor versions). Two rules kee
 unambiguous inside one variant index:
 
 * C++ ABI: a wheel whose label states a C++ ABI goes to a variant index only when that is the ABI
-  of the official torch wheels of its series (``cxx11_abi`` of the series in recipes/table.yaml,
-  read through tools.plan.table); otherwise pip would pick ``...cxx11abiTRUE`` over
+  of the official torch wheels of its series (``cxx11_abi`` of the series in the compatibility
+  table the index run reads, tools.plan.table); otherwise pip would pick ``...cxx11abiTRUE`` over
   ``...cxx11abiFALSE`` by string order. A series the table doesn't have has no known ABI, so such
   a wheel of it stays in ``simple/`` only, as does one of the other ABI.
 * ``cu12`` ("any CUDA 12.x", Dao-AILab's convention) wheels are placed in their own
@@ -32,21 +32,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from packaging.utils import canonicalize_name
+from packaging.tags import Tag
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from tools.plan import table
+from tools.plan.table import Table
+from tools.plan.table import version_key as _version_key
 from .ledger import Entry
 from tools.core.variant import Variant
 
-#: ``table.version_key``, once per distinct text: it runs for every file placed.
-version_key = lru_cache(maxsize=None)(table.version_key)
+#: ``tools.plan.table.version_key``, once per distinct text: it runs for every file placed.
+version_key = lru_cache(maxsize=None)(_version_key)
 
 
-@lru_cache(maxsize=None)
-def official_cxx11_abi(torch: str) -> bool | None:
+def official_cxx11_abi(table: Table, torch: str) -> bool | None:
     """Whether the official torch wheels of series ``torch`` use the C++11 ABI (the table's
     ``cxx11_abi``); None for a series the table doesn't have."""
-    entry = table.load_table().torch.get(torch)
+    entry = table.torch.get(torch)
     return None if entry is None else entry.cxx11_abi
 
 
@@ -62,25 +63,28 @@ def project_name(name: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def wheel_tags(filename: str) -> str:
-    """The ``python-abi-platform`` part of a wheel filename (validated when it was published)."""
-    return "-".join(filename[:-4].rsplit("-", 3)[-3:])
+def wheel_tags(filename: str) -> frozenset[Tag]:
+    """The tags a wheel filename states (``cp311-cp311-manylinux_2_28_x86_64``, a compressed
+    ``py2.py3-none-any`` expanded), as packaging reads them; the name was validated when it was
+    published."""
+    return parse_wheel_filename(filename)[3]
 
 
-def _identity(e: Entry) -> tuple[str, str, str]:
+def _identity(e: Entry) -> tuple[str, str, frozenset[Tag]]:
     """(project, public version, wheel tags): what an exact build and a generic one share."""
     return (project_name(e.name), e.version.partition("+")[0], wheel_tags(e.filename))
 
 
-def _abi_fits(variant: Variant) -> bool:
+def _abi_fits(variant: Variant, table: Table) -> bool:
     """A wheel fits its variant indexes when it states no C++ ABI or its torch series' official one."""
-    return variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(variant.torch)
+    return variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(table, variant.torch)
 
 
-def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
+def place_variants(entries: Iterable[Entry], *, table: Table) -> dict[Variant, list[Entry]]:
     """Which files each variant index lists, keyed by ``Variant(cuda, torch)`` (no ABI).
 
-    See the module docstring for the rules (C++ ABI, ``cu12`` wheels).
+    ``table``: the compatibility table of the index run (the official C++ ABI of each torch
+    series). See the module docstring for the rules (C++ ABI, ``cu12`` wheels).
     """
     # (cuda, torch) tuples, not Variant objects, while placing: a frozen dataclass hashes and
     # compares in Python, and this runs once per placed file.
@@ -88,7 +92,7 @@ def place_variants(entries: Iterable[Entry]) -> dict[Variant, list[Entry]]:
     generic: list[Entry] = []
     for e in entries:
         v = e.variant
-        if v is None or not _abi_fits(v):
+        if v is None or not _abi_fits(v, table):
             continue
         for series in v.served:
             placed[(v.cuda, series)].append(e)

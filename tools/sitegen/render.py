@@ -26,13 +26,14 @@ from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
-from .frontpage import coverage_matrix, missing_report_pages
+from .frontpage import Planned, coverage_matrix, missing_cells, missing_report_pages
 from .ledger import Entry, dump_ledger
 from .placement import FileView, place_variants, project_name
+from tools.plan.table import Table
 from tools.selector.bundle import site_files as selector_site_files
 from . import templating
 from .templating import jinja_env
-from tools.core.variant import Variant
+from tools.core.variant import Variant, uv_index_name
 from .wheelread import parse_version
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
@@ -176,24 +177,27 @@ def render_site(
     entries: Mapping[str, Entry],
     yanked: Mapping[str, str],
     *,
+    table: Table,
     site_url: str | None = None,
     ledger_text: str | None = None,
     pages: dict[str, bytes] | None = None,
     reuse: Reuse | None = None,
-    missing: list[dict[str, Any]] | None = None,
-    reports: Mapping[str, dict[str, Any]] | None = None,
+    planned: Planned | None = None,
 ) -> Site:
     """Every page of the site; writes nothing itself (``pages`` may be a dict that writes).
 
-    A project page whose fingerprint (page_fingerprint) matches the previous site's is left to
-    ``reuse`` instead of being rendered again (it is then not in ``pages``); every other page is
-    rendered, each file's link once whatever the number of pages listing it. ``missing``
-    (tools.sitegen.frontpage.missing_cells) adds what is missing to the front page, with the ``reports``
-    of failed cells as pages it links to.
+    ``table``: the compatibility table of the run, read by the placement (each torch series'
+    C++ ABI), the selector's facts (``selector.json``) and the front page. A project page whose
+    fingerprint (page_fingerprint) matches the previous site's is left to ``reuse`` instead of
+    being rendered again (it is then not in ``pages``); every other page is rendered, each file's
+    link once whatever the number of pages listing it. ``planned``
+    (tools.sitegen.frontpage.load_planned) adds to the front page which planned cells have no
+    wheel yet (tools.sitegen.frontpage.missing_cells), with the build reports of failed cells as
+    pages it links to.
     """
     views = file_views(entries, yanked)
     pages = {} if pages is None else pages
-    placed = place_variants(entries.values())
+    placed = place_variants(entries.values(), table=table)
     indexes: list[tuple[str, str | None, list[FileView]]] = [("", None, list(views.values()))]
     for variant, placed_entries in placed.items():
         files = sorted((views[e.filename] for e in placed_entries), key=_sort_key)
@@ -249,24 +253,25 @@ def render_site(
             "path": variant.index_path,
             "title": variant_title(variant),
             "exact": variant.exact_cuda,
-            "uv_name": f"cuwheels-{variant.index_path.replace('/', '-')}",
+            "uv_name": uv_index_name(variant.index_path),
             "projects": projects,
         }
         for variant, (_prefix, _title, projects) in zip(placed, roots[1:], strict=True)
     ]
-    report_pages = missing_report_pages(missing or [], reports or {})  # sets each failed cell's link
+    missing = missing_cells(planned, table, placed) if planned is not None else []
+    report_pages = missing_report_pages(missing, planned.reports if planned else {})  # sets each failed cell's link
     pages["index.html"] = jinja_env().get_template("home.html").render(
         api_version=API_VERSION,
         site_url=(site_url.rstrip("/") + "/") if site_url else None,
         variants=variants,
         matrix=coverage_matrix(views, placed),
-        missing=missing or [],
+        missing=missing,
         file_count=len(entries),
         yanked_count=sum(1 for fn in yanked if fn in entries),
     ).encode("utf-8")
     for name, data in report_pages.items():  # item by item: ``pages`` may write on assignment
         pages[name] = data
-    for name, data in selector_site_files().items():  # cuwheels-select.pyz and selector.json
+    for name, data in selector_site_files(table).items():  # cuwheels-select.pyz and selector.json
         pages[name] = data
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")
     pages[FINGERPRINTS] = json_text(fingerprints).encode("utf-8")

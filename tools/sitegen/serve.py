@@ -2,6 +2,8 @@
 
     python -m tools.serve --site build/site --files dist --port 8000 [--log requests.log]
 
+(the command is tools/serve.py; this module is the server: make_server, serve).
+
 The site (tools.index output) is served at ``/``; the wheels directory at ``/files/``, so a site
 built with ``--base-url /files`` (or ``http://127.0.0.1:8000/files``) works end to end. For a
 directory holding both ``index.html`` and ``index.json`` the ``Accept`` header decides (PEP 691):
@@ -14,18 +16,15 @@ to see which wheels were downloaded); ``--exit-after SECONDS`` stops the server 
 
 from __future__ import annotations
 
-import argparse
 import posixpath
 import shutil
-import sys
 import threading
-from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tools.core.errors import CuwheelsError, cli
+from tools.core.errors import CuwheelsError
 
 JSON_V1 = "application/vnd.pypi.simple.v1+json"
 HTML_V1 = "application/vnd.pypi.simple.v1+html"
@@ -250,38 +249,16 @@ def make_server(
                        log_path=log_path, quiet=quiet)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tools.serve``: serve the site and the wheels until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--site", required=True, type=Path, help="the built site (INDEX_DIR)")
-    parser.add_argument("--files", type=Path, default=None, help="wheels directory, served at /files/")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--log", type=Path, default=None, help="append 'METHOD PATH STATUS' per request here")
-    parser.add_argument("--no-negotiate", action="store_true", help="always answer HTML, like a static host")
-    parser.add_argument("--exit-after", type=float, default=0, help="stop after this many seconds (0: never)")
-    parser.add_argument("--quiet", action="store_true", help="no access log on stderr")
-    return _run(parser.parse_args(argv))
-
-
-@cli
-def _run(args: argparse.Namespace) -> int:
-    server = make_server(args.site, args.files, host=args.host, port=args.port,
-                         negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet)
-    if args.exit_after > 0:
-        timer = threading.Timer(args.exit_after, server.shutdown)
+def serve(server: IndexServer, *, exit_after: float = 0) -> None:
+    """Serve until stopped (Ctrl-C, or ``exit_after`` seconds when above 0), then close the
+    server and its request log."""
+    if exit_after > 0:
+        timer = threading.Timer(exit_after, server.shutdown)
         timer.daemon = True
         timer.start()
-    files = f", {args.files} at /files/" if args.files else ""
-    print(f"serving {server.url}/ ({args.site}{files})", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,6 +19,7 @@ from index_support import (
 
 from tools import ROOT
 from tools.core.errors import IndexBuildError
+from tools.plan.table import load_table
 from tools.sitegen.ledger import load_ledger
 from tools.sitegen import render
 from tools.sitegen import swap as site
@@ -136,8 +137,8 @@ def test_an_incremental_site_is_the_same_as_a_full_render(tmp_path):
     # Rendered again: ext in simple/ and cu128/torch2.8 (a new file), other in simple/ and
     # cu128/torch2.9 (a yank). Reused, HTML and JSON: pure, ext in cu128/torch2.9 and cu12/torch2.8.
     assert report.reused_pages == 6
-    full = render.render_site(load_ledger(tmp_path / "ledger.json"), yanks,
-                           ledger_text=(tmp_path / "ledger.json").read_text())
+    full = render.render_site(load_ledger(tmp_path / "ledger.json"), yanks, table=load_table(),
+                              ledger_text=(tmp_path / "ledger.json").read_text())
     assert snapshot(tmp_path / "site") == {Path(k): v for k, v in full.pages.items()}
 
 

@@ -1,17 +1,31 @@
-"""tools.sitegen.frontpage: the front page's coverage matrix and commands, also as a browser renders them."""
+"""tools.sitegen.frontpage: the front page's coverage matrix, commands and missing cells, also as a browser renders them."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import struct
 import subprocess
+import sys
 
 import pytest
+import yaml
+from conftest import MINI_TABLE
+from packaging.tags import parse_tag
 from wheelfactory import make_wheel
 from index_support import (
-    ANY, build, page, yank_file,
+    ANY, build, load_entry, page, yank_file,
 )
+
+from tools import RECIPES_DIR, ROOT
+from tools.core.variant import Variant
+from tools.plan.matrix import plan
+from tools.plan.recipe import load_all
+from tools.plan.table import load_table, version_key
+from tools.sitegen.frontpage import load_planned, missing_cells
+from tools.sitegen.ledger import load_ledger
+from tools.sitegen.placement import place_variants
 
 
 def test_home_page_has_matrix_and_commands(tmp_path):
@@ -112,13 +126,6 @@ def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
 
 
 def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, good_recipe):
-    import json
-
-    import yaml
-    from conftest import MINI_TABLE
-
-    from tools.sitegen.frontpage import missing_cells
-
     write_recipe(good_recipe)  # demo_ext 1.0.0: CUDA 12.9 for torch 2.8, 13.0 for 2.10 and 2.9
     recipes = tmp_path / "recipes"
     (recipes / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE))
@@ -134,12 +141,16 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     build(tmp_path, recipes_dir=recipes, reports_dir=reports)
 
     html = page(tmp_path / "site", "index.html")
-    (demo,) = missing_cells(*_world(recipes), [], {})  # nothing built: every cell is missing
+    table = load_table(recipes / "table.yaml")
+    (demo,) = missing_cells(load_planned(recipes, table), table, {})  # nothing built: every cell is missing
     rows = {(g["torch"], g["cuda"], g["kind"]): [c["python"] for c in g["cells"]]
             for g in demo["groups"]}
+    assert demo["published"] == []
     assert rows[("2.10", "13.0", "todo")] == ["3.10", "3.11", "3.12", "3.13", "3.14"]
     assert rows[("2.8", "12.9", "todo")] == ["3.10", "3.11", "3.12", "3.13"]  # python >=3.10
-    assert ("2.8", "12.6", "unsupported") in rows and ("2.9", "13.0", "todo") in rows
+    assert ("2.9", "13.0", "todo") in rows
+    # A pair the recipe doesn't list has a reason but no cells: the planner plans none there.
+    assert rows[("2.8", "12.6", "unsupported")] == []
 
     # On the page: 3.12 has a wheel of 1.0.0 (0.9.0's 3.13 doesn't count), 3.11 failed and links
     # to its report, 3.10 built without an error (then: not built yet), the rest not built yet.
@@ -153,8 +164,9 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
                     section)
     assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
     assert '<td>2.9</td><td>13.0</td><td><span class="py no" title="demo_ext-3.10-cu130-torch2.9">' in section
-    assert ("<td>the package isn&#39;t known to support torch 2.10 yet: the recipe builds no CUDA "
-            "12.6 wheels (it lists CUDA 12.9, 13.0)</td>") in section
+    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>the package isn&#39;t known '
+            'to support torch 2.10 yet: the recipe builds no CUDA 12.6 wheels (it lists CUDA 12.9, '
+            '13.0)</td></tr>') in section
     report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
     assert report["error"] == {"kind": "compile", "message": "nvcc failed"}
 
@@ -165,9 +177,92 @@ def test_no_missing_section_without_recipes(tmp_path):
     assert 'id="missing"' not in page(tmp_path / "site", "index.html")
 
 
-def _world(recipes):
-    from tools.plan.recipe import load_all
-    from tools.plan.table import load_table
+def _first_cell_wheel(directory, cell, recipe):
+    """The wheel a build of ``cell`` makes (name, label, tags and, for a stable-ABI build, the
+    manifest that says which torch series it serves)."""
+    python = min(cell.serves_python or (cell.python,), key=version_key).replace(".", "")
+    tag = {"cpython": f"cp{python}-cp{python}", "abi3": f"cp{python}-abi3",
+           "none": f"py{python}-none"}[cell.python_abi] + f"-{cell.platform_tag}"
+    manifest = None
+    if cell.torch_abi == "stable":
+        manifest = {"cuda": cell.cuda, "torch": cell.torch_version, "cxx11_abi": cell.cxx11_abi,
+                    "abi": {"python": cell.python_abi, "torch": "stable", "torch_from": cell.torch_from,
+                            "serves": list(cell.serves_torch)}}
+    return make_wheel(directory, recipe.source.pypi, recipe.source.version, local=cell.label, tag=tag,
+                      manifest=manifest)
 
-    table = load_table(recipes / "table.yaml")
-    return load_all(recipes, table), table
+
+def test_the_front_page_lists_exactly_the_planned_cells_of_every_recipe(tmp_path):
+    """For every recipe in recipes/: the cells the front page shows missing plus those it counts
+    as published are the planner's cells, each once: ``python -m tools.matrix --format ids``."""
+    table = load_table()
+    recipes = load_all(RECIPES_DIR, table)
+    planned_ids = [c.id for c in plan(recipes, table)]
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "ids"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == sorted(planned_ids)
+    assert any(i.startswith("xformers-py3-") for i in planned_ids)  # a collapsed recipe is among them
+
+    # One wheel per recipe, its first cell's (xformers: the stable-ABI build for CUDA 12.8).
+    by_package = {r.package: r for r in recipes}
+    firsts = {}
+    for cell in plan(recipes, table):
+        firsts.setdefault(cell.package, cell)
+    for cell in firsts.values():
+        _first_cell_wheel(tmp_path / "wheels", cell, by_package[cell.package])
+    build(tmp_path, recipes_dir=RECIPES_DIR)
+
+    section = page(tmp_path / "site", "index.html")
+    section = section[section.index('<h2 id="missing">'):]
+    shown = re.findall(r'title="([^":]+)', section)
+    published = {c.id for c in firsts.values()}
+    assert len(shown) == len(set(shown)), "a cell is listed twice"
+    assert set(shown) == set(planned_ids) - published
+    assert "xformers-3.10-cu130-torch2.13" not in section  # no per-Python cell of a py3 build
+
+    entries = load_ledger(tmp_path / "ledger.json").values()
+    model = missing_cells(load_planned(RECIPES_DIR, table), table, place_variants(entries, table=table))
+    said_published = [i for r in model for i in r["published"]]
+    said_missing = [c["cell"] for r in model for g in r["groups"] for c in g["cells"]]
+    assert set(said_published) == published
+    assert sorted(said_published + said_missing) == sorted(planned_ids)
+
+
+def test_a_stable_abi_cell_is_published_only_when_its_wheel_serves_every_series():
+    """xformers' CUDA 13.0 cell serves several torch series with one build: a wheel checked
+    against fewer of them (built before the recipe listed one more) leaves the cell missing."""
+    table = load_table()
+    planned = load_planned(RECIPES_DIR, table)
+    (cell,) = [c for c in planned.cells if c.package == "xformers" and c.cuda == "13.0"]
+    assert cell.id == "xformers-py3-cu130-torch2.10+" and len(cell.serves_torch) > 1
+    version = next(r for r in planned.recipes if r.package == "xformers").source.version
+    lowest = min(cell.serves_python, key=version_key)
+    fn = f"xformers-{version}+{cell.label}-py{lowest.replace('.', '')}-none-{cell.platform_tag}.whl"
+
+    def front_page_of(serves):
+        entry = load_entry(fn, Variant(cell.cuda, cell.torch, cell.cxx11_abi, serves))._replace(name="xformers")
+        placed = place_variants([entry], table=table)
+        return next(r for r in missing_cells(planned, table, placed) if r["package"] == "xformers")
+
+    assert cell.id in front_page_of(cell.serves_torch)["published"]
+    fewer = front_page_of(cell.serves_torch[1:])
+    assert cell.id not in fewer["published"]
+    (row,) = [g for g in fewer["groups"] if g["cuda"] == "13.0" and g["kind"] == "todo"]
+    assert row["torch"] == ", ".join(sorted(cell.serves_torch, key=version_key))  # every series it serves
+    assert row["cells"] == [{"python": f"{lowest}+", "cell": cell.id, "report": None, "error": None}]
+
+
+def test_python_labels_of_compressed_and_abi3_tags():
+    from tools.sitegen.frontpage import _python_labels
+
+    def labels(tags):
+        return set(_python_labels(frozenset(parse_tag(tags))))
+
+    assert labels("cp311-cp311-manylinux_2_28_x86_64") == {"3.11"}
+    assert labels("cp39-abi3-manylinux_2_28_x86_64") == {"3.9+"}
+    assert labels("py39-none-manylinux_2_28_x86_64") == {"3.9+"}
+    assert labels("py2.py3-none-any") == {"py2", "py3"}
+    assert labels("cp310.cp311-cp310.cp311-linux_x86_64") == {"3.10", "3.11"}
+    # only a wheel that is abi3 through and through serves the later Pythons
+    assert labels("cp39-abi3.cp39-linux_x86_64") == {"3.9"}
