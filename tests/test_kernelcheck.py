@@ -1,4 +1,5 @@
-"""The kernel check: every recipe's check file read statically, and the harness run for real.
+"""The kernel check (tools.kernels.check, tools.kernels.harness and the command tools.kernelcheck):
+every recipe's check file read statically, and the harness run for real.
 
 No GPU is needed: the harness (tools/kernels/harness.py) runs fixture checks of plain-torch code
 on CPU tensors in a real torch environment (tests/fixtures/kernelchecks/: one passing, one
@@ -20,8 +21,9 @@ import pytest
 from tinyext_support import cuda_torch_venv
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import VerifyError
-from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, declared_ops,
-                               raise_if_failed, run_check, summary)
+from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, Target, declared_ops,
+                                 environment_python, raise_if_failed, resolve_target, run_check,
+                                 run_target, summary)
 from tools.plan.recipe import load_all, recipe_folders
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernelchecks"
@@ -171,7 +173,7 @@ def test_command_line(torch_python, tmp_path, fixture, code, expected):
 
 def test_command_line_without_a_gpu_exits_not_run(tmp_path, monkeypatch, capsys):
     """The GPU finder is told there is no GPU: the command says so and exits 12, not 0."""
-    import tools.kernels.check as kernelcheck
+    import tools.kernelcheck as kernelcheck
     monkeypatch.setattr(kernelcheck, "find_gpu", no_gpu)
     out = tmp_path / "result.json"
     code = kernelcheck.main(["flash_attn", "--python", str(tmp_path / "unused"),
@@ -190,3 +192,128 @@ def test_command_line_names_an_environment_without_torch(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == VerifyError.exit_code
     assert f"could not ask {bare} for a GPU: torch failed to import" in proc.stderr
+
+
+# ---- --python: an interpreter named by a path that may be relative ---------------------------
+
+def test_command_line_names_a_relative_python_that_does_not_exist(tmp_path):
+    """No traceback: the path, where it was looked for, and the fix; exit 10."""
+    proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "flash_attn",
+                           "--python", "relative/path/python"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == VerifyError.exit_code == 10, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (f"Python interpreter relative/path/python (--python) was not found (relative to "
+            f"the current directory {ROOT})") in proc.stderr
+    assert "fix: give the interpreter of the environment holding torch and the wheel as an " \
+           "absolute path" in proc.stderr
+
+
+def test_environment_python_makes_a_relative_path_absolute_without_resolving_links(
+        tmp_path, monkeypatch):
+    env_bin = tmp_path / "env" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    # The venv's own path, not the interpreter the link points at: that one has no venv.
+    assert environment_python("env/bin/python") == env_bin / "python"
+    assert environment_python(Path("env/bin/python")).is_absolute()
+
+
+@pytest.mark.parametrize("given, message, fix", [
+    ("./venv", "Python interpreter ./venv (--python) is a directory (relative to the current "
+               "directory {cwd})", "give the interpreter inside it, e.g. {cwd}/venv/bin/python"),
+    ("venv", "Python interpreter 'venv' (--python) is no command on PATH",  # a bare name
+     "a bare name is looked up on PATH; for {cwd}/venv write ./venv/bin/python"),
+    ("venv/bin/python3.99", "Python interpreter venv/bin/python3.99 (--python) was not found "
+                            "(relative to the current directory {cwd})", "an absolute path"),
+    ("{cwd}/venv/bin/python3.99", "Python interpreter {cwd}/venv/bin/python3.99 (--python) "
+                                  "was not found\n", "an absolute path"),
+    ("venv/notes.txt", "Python interpreter {cwd}/venv/notes.txt (--python) is not executable",
+     "an absolute path"),
+    ("no-such-python-3.99", "Python interpreter 'no-such-python-3.99' (--python) is no command "
+                            "on PATH", "an absolute path"),
+])
+def test_environment_python_refuses(tmp_path, monkeypatch, given, message, fix):
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "notes.txt").write_text("not a program\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VerifyError) as info:
+        environment_python(given.format(cwd=tmp_path))
+    assert message.format(cwd=tmp_path) in str(info.value) + "\n"
+    assert fix.format(cwd=tmp_path) in info.value.hint
+
+
+@pytest.mark.network
+def test_a_relative_python_runs_the_check_from_its_own_directory(torch_python, tmp_path,
+                                                                  monkeypatch):
+    """The harness runs in an empty directory of its own: the relative path still names the
+    interpreter given, from where the command was started."""
+    monkeypatch.chdir(torch_python.parent.parent)
+    relative = Path(torch_python.parent.name) / torch_python.name
+    result = run_target(Target(FIXTURES / "passing.py"), relative, device="cpu")
+    assert result["verdict"] == "passed", result
+    assert result["python"] == str(torch_python)
+
+
+# ---- a module missing from the environment is not an API change -----------------------------
+
+def _broken_by_import(tmp_path, statement):
+    """Run (with this Python, on CPU) a check that breaks importing ``statement`` at its top."""
+    check = tmp_path / "check.py"
+    check.write_text(f"{statement}\n\nOPS = ('a',)\n\ndef run(check):\n    pass\n")
+    return run_check(check, sys.executable, workdir=tmp_path / "work", device="cpu")
+
+
+def test_a_missing_package_under_test_is_named_with_the_install_fix(tmp_path):
+    result = _broken_by_import(tmp_path, "import fused_softmax_not_installed")
+    assert result["verdict"] == "error"
+    assert result["missing_module"] == "fused_softmax_not_installed"
+    assert result["python"] == sys.executable
+    with pytest.raises(VerifyError) as info:
+        raise_if_failed(result, what="check.py",
+                        modules=("fused_softmax_not_installed._C", "fused_softmax_not_installed"))
+    text = str(info.value)
+    assert (f"the kernel check of check.py could not run: fused_softmax_not_installed is not "
+            f"installed in {sys.executable}") in text
+    assert f"fix: install the wheel under test there ({sys.executable} -m pip install" in text
+    assert "API" not in text
+
+
+def test_a_missing_dependency_is_named_too(tmp_path):
+    """A module that is not the package under test (or a check named by its file, which says
+    no package): named as missing all the same, with what to install."""
+    result = _broken_by_import(tmp_path, "import einops_not_installed")
+    with pytest.raises(VerifyError) as info:
+        raise_if_failed(result, what="check.py", modules=("flash_attn",))
+    text = str(info.value)
+    assert f"einops_not_installed is not installed in {sys.executable}" in text
+    assert "fix: install what provides einops_not_installed there" in text
+
+
+def test_a_missing_submodule_of_an_installed_package_stays_an_api_question(tmp_path):
+    """``json`` is installed and ``json.gone`` is not: the package's layout changed."""
+    result = _broken_by_import(tmp_path, "import json.gone")
+    assert result["missing_module"] == "json.gone"
+    with pytest.raises(VerifyError) as info:
+        raise_if_failed(result, what="check.py", modules=("json",))
+    assert "an API the check calls may have changed" in info.value.hint
+
+
+def test_a_recipe_target_names_the_package_under_test():
+    target = resolve_target("flash_attn", RECIPES_DIR)
+    assert target.check == RECIPES_DIR / "flash_attn" / "check.py"
+    assert target.modules == ("flash_attn_2_cuda", "flash_attn")
+    assert resolve_target("some/check.py", RECIPES_DIR) == Target(Path("some/check.py"))
+
+
+@pytest.mark.network
+def test_command_line_names_a_recipe_package_missing_from_the_environment(torch_python):
+    """flash_attn is not installed in a torch-only environment: said so, not blamed on its API."""
+    proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "flash_attn",
+                           "--python", str(torch_python), "--device", "cpu"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == VerifyError.exit_code, proc.stderr
+    assert "kernel check: error" in proc.stdout
+    assert f"flash_attn is not installed in {torch_python}" in proc.stderr
+    assert f"fix: install the wheel under test there ({torch_python} -m pip install" in proc.stderr

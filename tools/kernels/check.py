@@ -11,27 +11,24 @@ op, dtype, shape, error, tolerance and pass/fail; the GPU; the verdict.
 Without a GPU nothing runs and the verdict is ``not run: no GPU``, never a pass. Which GPU the
 environment sees is a parameter (``gpu_finder``), so tests decide it.
 
-``python -m tools.kernelcheck flash_attn [--python PATH] [--json OUT]`` runs a recipe's check
-in an environment where the wheel is installed (by default the Python running the command).
+``python -m tools.kernelcheck flash_attn [--python PATH] [--json OUT]`` (the command module)
+runs a recipe's check through :func:`run_target` in an environment where the wheel is installed.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools import RECIPES_DIR
-from tools.core.errors import VerifyError, cli
+from tools.core.errors import VerifyError
 from tools.plan.recipe import load_recipe
 
 #: The harness file copied next to the environment under test.
@@ -67,12 +64,46 @@ def _child_env(pythonpath: tuple[Path, ...]) -> dict[str, str]:
     return env
 
 
+def environment_python(python: Path | str) -> Path:
+    """The interpreter ``python`` names, as a path that works from any working directory.
+
+    A path with a separator is taken relative to the current directory and made absolute (not
+    resolved: a venv's ``bin/python`` is a link whose target lies outside the venv); a bare name
+    is looked up on ``PATH``. VerifyError, naming the path and where it was looked for, when it
+    is missing, a directory or not executable.
+    """
+    text = str(python)
+    fix = ("give the interpreter of the environment holding torch and the wheel as an absolute "
+           "path (e.g. /path/to/venv/bin/python), or a relative path that exists from the "
+           "current directory")
+    if os.sep not in text:
+        found = shutil.which(text)
+        if found is None:
+            here = Path(text).absolute()
+            inside = "/bin/python" if here.is_dir() else ""
+            raise VerifyError(f"Python interpreter {text!r} (--python) is no command on PATH",
+                              hint=f"a bare name is looked up on PATH; for {here} write "
+                                   f"./{text}{inside}" if here.exists() else fix)
+        return Path(found)
+    path = Path(text).absolute()
+    where = "" if Path(text).is_absolute() else f" (relative to the current directory {Path.cwd()})"
+    if path.is_dir():
+        raise VerifyError(f"Python interpreter {text} (--python) is a directory{where}",
+                          hint=f"give the interpreter inside it, e.g. {path / 'bin' / 'python'}")
+    if not path.is_file():
+        raise VerifyError(f"Python interpreter {text} (--python) was not found{where}", hint=fix)
+    if not os.access(path, os.X_OK):
+        raise VerifyError(f"Python interpreter {path} (--python) is not executable", hint=fix)
+    return path
+
+
 def find_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu | None:
     """The GPU that ``python``'s torch sees (``torch.cuda.is_available()``), or None.
 
     Asked of the environment under test rather than of ``nvidia-smi``: a driver the wheel's
     torch can't use is no GPU for the check.
     """
+    python = environment_python(python)
     proc = subprocess.run([str(python), "-c", _GPU_QUERY], capture_output=True, text=True,
                           env=_child_env(pythonpath), timeout=300)
     if proc.returncode != 0:
@@ -87,13 +118,26 @@ def find_gpu(python: Path | str, *, pythonpath: tuple[Path, ...] = ()) -> Gpu | 
 GpuFinder = Callable[..., "Gpu | None"]
 
 
-def recipe_check(recipe_folder: Path) -> Path:
-    """The check file a recipe declares (``check: {file: ...}`` in its recipe.yaml)."""
-    recipe = load_recipe(recipe_folder)
+@dataclass(frozen=True)
+class Target:
+    """What the command checks: a check file and, when it was named by its recipe, the modules
+    of the package under test (the recipe's ``imports``)."""
+
+    check: Path
+    modules: tuple[str, ...] = ()
+
+
+def resolve_target(target: str, recipes: Path) -> Target:
+    """A check file (``*.py``) as it is, or the check a recipe in ``recipes`` declares
+    (``check: {file: ...}`` in its recipe.yaml) with the recipe's import names."""
+    path = Path(target)
+    if path.suffix == ".py":
+        return Target(path)
+    recipe = load_recipe(Path(recipes) / target)
     if recipe.check is None:
-        raise VerifyError(f"{Path(recipe_folder) / 'recipe.yaml'} declares no kernel check",
+        raise VerifyError(f"{recipe.path} declares no kernel check",
                           hint="add check: {file: check.py, reason: ...} and the file")
-    return recipe.check.path
+    return Target(recipe.check.path, tuple(recipe.imports))
 
 
 def declared_ops(check: Path) -> tuple[str, ...]:
@@ -163,6 +207,8 @@ def run_check(check: Path, python: Path | str, *, workdir: Path, device: str = "
                       "results": [], "skipped": {}}
             out.write_text(json.dumps(result, indent=1) + "\n")
             return result
+    # Absolute: the harness runs in a directory of its own, where a relative path means nothing.
+    python = environment_python(python)
     # Copied under a name of its own: a bare ``harness.py`` beside a check could be anything.
     harness = workdir / "kernelharness.py"
     shutil.copyfile(HARNESS, harness)
@@ -219,11 +265,41 @@ def describe(r: dict[str, Any]) -> str:
             f"{r['error']:.4g} {sign} tolerance {r['tolerance']:.4g}")
 
 
-def raise_if_failed(result: dict[str, Any], *, what: str) -> None:
+def _missing_module(result: dict[str, Any], what: str, modules: tuple[str, ...]
+                    ) -> VerifyError | None:
+    """The error for a check that broke because a top-level module is not installed where it
+    ran; None for any other break. A missing submodule (``pkg.gone``) means the package is there
+    and its layout changed: that stays an API question."""
+    missing = result.get("missing_module")
+    if not missing or "." in missing:
+        return None
+    python = result.get("python") or "the environment under test"
+    if missing in {m.split(".")[0] for m in modules}:
+        hint = (f"install the wheel under test there ({python} -m pip install "
+                f"<the .whl file>), or give --python the interpreter of the environment that "
+                f"holds it")
+    else:
+        hint = (f"install what provides {missing} there ({python} -m pip install ...), or give "
+                f"--python the interpreter of an environment that has it; if the wheel under "
+                f"test imports it, the wheel's metadata should require it")
+    return VerifyError(f"the kernel check of {what} could not run: {missing} is not installed "
+                       f"in {python}", hint=hint)
+
+
+def raise_if_failed(result: dict[str, Any], *, what: str, modules: tuple[str, ...] = ()
+                    ) -> None:
     """VerifyError naming each failing op, dtype, shape and error against its tolerance (or
-    the check's own error); nothing for ``passed`` and ``not run``."""
+    the check's own error); nothing for ``passed`` and ``not run``.
+
+    A check that broke on a module not installed in its environment says so (naming the
+    interpreter, with the install as the fix) rather than suspecting the package's API;
+    ``modules`` are the package under test's own (the recipe's ``imports``).
+    """
     verdict = result["verdict"]
     if verdict == "error":
+        missing = _missing_module(result, what, modules)
+        if missing is not None:
+            raise missing
         trace = "\n".join(result.get("traceback", [])[-8:])
         raise VerifyError(f"the kernel check of {what} broke: {result.get('error')}"
                           + (f"\n{trace}" if trace else ""),
@@ -242,45 +318,20 @@ def raise_if_failed(result: dict[str, Any], *, what: str) -> None:
                            "out of the wheelhouse; compare with the package's own tests")
 
 
-def print_result(result: dict[str, Any], stream=None) -> None:
-    """One line per comparison and a verdict line, for people (on stdout by default)."""
-    stream = stream or sys.stdout
-    for r in result.get("results", []):
-        print(("ok   " if r["passed"] else "FAIL ") + describe(r), file=stream)
-    for op, why in sorted(result.get("skipped", {}).items()):
-        print(f"skip {op}: {why}", file=stream)
+def format_result(result: dict[str, Any]) -> str:
+    """One line per comparison and skipped op, then the verdict line, for people."""
+    lines = [("ok   " if r["passed"] else "FAIL ") + describe(r)
+             for r in result.get("results", [])]
+    lines += [f"skip {op}: {why}" for op, why in sorted(result.get("skipped", {}).items())]
     gpu = f" on {result['gpu']} (sm {result.get('capability')})" if result.get("gpu") else ""
-    print(f"kernel check{gpu}: {result['verdict']}", file=stream)
+    lines.append(f"kernel check{gpu}: {result['verdict']}")
+    return "\n".join(lines)
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.kernelcheck RECIPE|CHECK.py [--python PATH] [--json OUT]``
-
-    Exit status: 0 passed, 10 failed or broke, 12 not run (no GPU).
-    """
-    ap = argparse.ArgumentParser(prog="python -m tools.kernelcheck",
-                                 description="run a recipe's kernel check on this machine's GPU")
-    ap.add_argument("target", help="a recipe name (flash_attn) or a check file")
-    ap.add_argument("--python", default=sys.executable,
-                    help="the Python of the environment holding torch and the installed wheel "
-                         "(default: this one)")
-    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
-    ap.add_argument("--device", default="cuda",
-                    help="cuda (default), or cpu for a check of plain-torch code")
-    ap.add_argument("--json", type=Path, help="also write the result here")
-    args = ap.parse_args(argv)
-    target = Path(args.target)
-    check = target if target.suffix == ".py" else recipe_check(args.recipes / args.target)
+def run_target(target: Target, python: Path | str, *, device: str = "cuda",
+               gpu_finder: GpuFinder = find_gpu) -> dict[str, Any]:
+    """Run ``target``'s check with ``python`` on ``device`` in a working directory of its own,
+    removed afterwards; the result as :func:`run_check` gives it."""
     with tempfile.TemporaryDirectory(prefix="kernelcheck-") as work:
-        result = run_check(check, args.python, workdir=Path(work), device=args.device,
-                           gpu_finder=find_gpu)
-    print_result(result)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    raise_if_failed(result, what=str(check))
-    return EXIT_NOT_RUN if result["verdict"] == NOT_RUN_NO_GPU else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return run_check(target.check, python, workdir=Path(work), device=device,
+                         gpu_finder=gpu_finder)

@@ -5,7 +5,7 @@
 It imports nothing from this project and only the standard library at module level (torch is
 imported when a check runs), because it is copied next to an environment that holds just torch
 and the wheel under test: the build's smoke-test venv, or a cluster user's own environment.
-``tools.kernelcheck`` is the other half: it finds the GPU, runs this file and reads the result.
+``tools.kernels.check`` is the other half: it finds the GPU, runs this file and reads the result.
 
 A check file declares ``OPS`` (the names of the operations it checks) and defines
 ``run(check)``; every declared op must end up compared (``check.compare``/``check.record``) or
@@ -146,7 +146,7 @@ def run_file(path: Path, device: str) -> dict[str, Any]:
     (``passed``, ``failed``, or ``error`` when the check itself broke)."""
     start = time.monotonic()
     result: dict[str, Any] = {"schema": RESULT_SCHEMA, "check": str(path), "device": device,
-                              "results": [], "skipped": {}}
+                              "python": sys.executable, "results": [], "skipped": {}}
     check = None
     try:
         module = load_check(Path(path))
@@ -173,6 +173,10 @@ def run_file(path: Path, device: str) -> dict[str, Any]:
         result["verdict"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = lines[-_TRACEBACK_LINES:]
+        # Named apart from the message: a module missing from this environment is no failure
+        # of the package's API, and the runner says which.
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            result["missing_module"] = exc.name
     if check is not None:
         result["results"], result["skipped"] = check.results, check.skipped
     result["seconds"] = round(time.monotonic() - start, 2)
