@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tools import abicheck as abicheck_command
 from tools.finish import abicheck
 from tools.core.errors import VerifyError
 from tools.plan.matrix import plan
@@ -332,7 +333,7 @@ def xformers_wheel() -> Path:
 @pytest.mark.network
 def test_the_real_xformers_wheel_loads_with_torch_2_10_on(tmp_path, capsys):
     wheel = xformers_wheel()
-    assert abicheck.main(["check", str(wheel)]) == 0
+    assert abicheck_command.main(["check", str(wheel)]) == 0
     out = capsys.readouterr().out
     assert "_C.so: 70 stable shim symbols, 0 torch C++ symbols, 0 Python C API symbols" in out
     assert "  aoti_torch_get_current_cuda_stream\n" in out and "  torch_library_impl\n" in out

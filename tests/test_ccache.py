@@ -38,11 +38,14 @@ needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 
 @pytest.mark.parametrize("environ,expect", [
     # nothing set: the per-user default
-    ({}, ccache.DEFAULT_DIR),
-    # CI points it at the directory it restores
+    ({}, Path.home() / ".cache" / "cuwheels" / "ccache"),
+    # under cuwheels' cache directory, which follows XDG_CACHE_HOME
+    ({"XDG_CACHE_HOME": "/xdg"}, Path("/xdg/cuwheels/ccache")),
+    # CI points it at the directory it restores, whatever XDG_CACHE_HOME says
     ({"CUWHEELS_CCACHE_DIR": "/runner/ccache"}, Path("/runner/ccache")),
+    ({"CUWHEELS_CCACHE_DIR": "/runner/ccache", "XDG_CACHE_HOME": "/xdg"}, Path("/runner/ccache")),
     # an empty value is unset, not the working directory
-    ({"CUWHEELS_CCACHE_DIR": ""}, ccache.DEFAULT_DIR),
+    ({"CUWHEELS_CCACHE_DIR": ""}, Path.home() / ".cache" / "cuwheels" / "ccache"),
 ])
 def test_cache_dir(environ, expect):
     assert ccache.cache_dir(environ) == expect

@@ -153,6 +153,15 @@ def test_install_wrapper_rewrites_only_when_changed(tmp_path):
     assert "'/usr/bin/crun'" in dest.read_text()
 
 
+def test_the_wrapper_and_its_conf_go_to_the_cache_directory(tmp_path, monkeypatch):
+    """Without a destination: cuwheels' cache directory (tools.core.paths), which follows
+    XDG_CACHE_HOME."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    wrapper = install_wrapper("/usr/bin/runc")
+    assert wrapper == tmp_path / "xdg" / "cuwheels" / "runc-no-rlimits"
+    assert containers_conf(wrapper) == tmp_path / "xdg" / "cuwheels" / "containers.conf"
+
+
 def test_containers_conf_names_the_wrapper(tmp_path):
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python >= 3.11")
     conf = containers_conf(tmp_path / "w", tmp_path / "containers.conf")

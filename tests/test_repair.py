@@ -20,7 +20,8 @@ import pytest
 
 from tinyext_support import nvcc_path, shared_tinyext
 from tools.core.errors import RepairError
-from tools.finish.repair import TORCH_EXCLUDES, main, repair_wheel
+from tools.finish.repair import TORCH_EXCLUDES, repair_wheel
+from tools.repair import main
 from tools.finish.verify import cuda_archs, extension_modules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -20,6 +20,7 @@ import pytest
 from tinyext_support import TORCH_VERSION, make_sdist, nvcc_path, shared_tinyext, torch_lib_dir
 from tools.core.errors import VerifyError
 from tools.finish.repair import repair_wheel
+from tools.verify import main
 from tools.finish.verify import (
     AbiReport,
     ArchReport,
@@ -33,7 +34,6 @@ from tools.finish.verify import (
     exported_symbols,
     extension_modules,
     is_torch_symbol,
-    main,
     smoke_argv,
     smoke_test,
     undefined_torch_symbols,

@@ -207,9 +207,9 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
     assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
     assert stop_step["if"] == "always()"
     # the directory tools.pipeline.ccache uses by default (the container backend mounts it)
-    from tools.pipeline.ccache import DEFAULT_DIR
+    from tools.pipeline.ccache import cache_dir
     path = restore_step["with"]["path"]
-    assert path == save_step["with"]["path"] and Path(path).expanduser() == DEFAULT_DIR
+    assert path == save_step["with"]["path"] and Path(path).expanduser() == cache_dir({})
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
     keys = restore_step["with"]["restore-keys"].strip().splitlines()
     assert keys == [CACHE_KEY, CACHE_KEY.rsplit("-py", 1)[0] + "-"]

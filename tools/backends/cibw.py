@@ -29,8 +29,9 @@ from tools import RECIPES_DIR, ROOT
 from tools.pipeline import ccache as compiler_cache
 from tools.pipeline.buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from tools.core.errors import ToolchainError
+from tools.core.paths import cache_dir
 from tools.plan.matrix import ARCH, Cell, torch_index
-from .oci_runtime import cache_dir, trust_store
+from .oci_runtime import trust_store
 from tools.pipeline.venvs import PYPI_SIMPLE
 from tools.plan.recipe import Recipe
 from tools.plan.table import TABLE_PATH, Table

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.core.paths import cache_dir
+
 #: What the runtime prints when it may not set a limit, lowercased: runc says "error setting
 #: rlimit type 7: operation not permitted", crun "setrlimit `RLIMIT_NOFILE`: Operation not
 #: permitted".
@@ -48,14 +50,6 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https
                    "no_proxy")
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
-
-
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where cuwheels keeps machine-local helpers: ``$XDG_CACHE_HOME/cuwheels`` or
-    ``~/.cache/cuwheels``."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cuwheels"
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from pathlib import Path, PurePosixPath
 
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
-from tools.backends.oci_runtime import cache_dir, containers_conf, check_starts
+from tools.core.paths import cache_dir
+from tools.backends.oci_runtime import containers_conf, check_starts
 
 SUITE = "bookworm"
 GLIBC = "2.36"

@@ -22,7 +22,6 @@ committed lists) it loads with.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -30,14 +29,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tools import RECIPES_DIR
-from tools.core.errors import VerifyError, cli
+from tools.core.errors import VerifyError
+from tools.core.rangeread import RangeReader, RangeUnsupported
 from tools.plan.table import version_key
 from .verify import demangle, dynamic_symbols, extension_modules, is_shim_symbol, is_torch_symbol
 
@@ -134,62 +133,6 @@ def known_series(root: Path = SHIM_DIR) -> list[str]:
 
 # -- Reading a torch wheel's shim exports ---------------------------------------------------------
 
-class RangeReader(io.RawIOBase):
-    """A read-only, seekable file over HTTP range requests, in blocks of ``block`` bytes, so
-    that zipfile can read one member of a remote wheel without downloading the rest."""
-
-    def __init__(self, url: str, *, block: int = _RANGE_BLOCK, timeout: float = 120):
-        super().__init__()
-        self.url, self.block, self.timeout = url, block, timeout
-        self.pos, self.fetched = 0, 0
-        self._cache: tuple[int, bytes] = (-1, b"")
-        with self._open(0, 0) as resp:
-            total = resp.headers.get("Content-Range", "").rpartition("/")[2]
-        if not total.isdigit():
-            raise VerifyError(f"{url}: the server answered no Content-Range to a range request",
-                              hint="download the wheel once and pass its path instead")
-        self.size = int(total)
-
-    def _open(self, start: int, end: int):
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={start}-{end}"})
-        resp = urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310 (an https URL)
-        if resp.status != 206:
-            resp.close()
-            raise VerifyError(f"{self.url}: range request answered {resp.status}, not 206",
-                              hint="download the wheel once and pass its path instead")
-        return resp
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        if self.pos >= self.size:
-            return 0
-        start, data = self._cache
-        if not (start <= self.pos < start + len(data)):
-            start = self.pos
-            end = min(self.size, start + max(self.block, len(buffer))) - 1
-            with self._open(start, end) as resp:
-                data = resp.read()
-            self.fetched += len(data)
-            self._cache = (start, data)
-        chunk = data[self.pos - start:self.pos - start + len(buffer)]
-        buffer[:len(chunk)] = chunk
-        self.pos += len(chunk)
-        return len(chunk)
-
-
 def _exports(path: Path) -> list[str]:
     return sorted(name for name in dynamic_symbols(path)[0] if is_shim_symbol(name))
 
@@ -213,38 +156,23 @@ def extract_shim(wheel: str, *, sha256: str | None = None, workdir: Path | None 
     remote = wheel.startswith(("https://", "http://"))
     name = wheel.rsplit("/", 1)[-1].split("#", 1)[0]
     reader = None
-    if remote:
-        reader = RangeReader(wheel)
-        fh: Any = io.BufferedReader(reader, buffer_size=1 << 20)
-    else:
-        fh = open(wheel, "rb")  # noqa: SIM115 (closed below)
-        digest = hashlib.sha256()
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-        if sha256 and digest.hexdigest() != sha256:
-            raise VerifyError(f"{wheel}: sha256 {digest.hexdigest()} is not the expected {sha256}")
-        sha256 = digest.hexdigest()
-        fh.seek(0)
-    with tempfile.TemporaryDirectory(dir=workdir, prefix="shim-") as tmp, fh, zipfile.ZipFile(fh) as zf:
-        names = zf.namelist()
-        meta = next((n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
-        if not meta or not meta.startswith("torch-"):
-            raise VerifyError(f"{name} is not a torch wheel (no torch-*.dist-info/METADATA)")
-        version = next(line.split(":", 1)[1].strip() for line in zf.read(meta).decode().splitlines()
-                       if line.startswith("Version:"))
-        libraries, read = {}, []
-        for lib in SHIM_LIBRARIES:
-            member = f"torch/lib/{lib}"
-            if member not in names:
-                continue
-            target = Path(tmp) / lib
-            with zf.open(member) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            libraries[lib] = tuple(_exports(target))
-            read.append(member)
-            target.unlink()
-        if not libraries:
-            raise VerifyError(f"{name} holds none of {', '.join(SHIM_LIBRARIES)} under torch/lib/")
+    try:
+        if remote:
+            reader = RangeReader(wheel, block=_RANGE_BLOCK, timeout=120)
+            fh: Any = io.BufferedReader(reader, buffer_size=1 << 20)
+        else:
+            fh = open(wheel, "rb")  # noqa: SIM115 (closed below)
+            digest = hashlib.sha256()
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+            if sha256 and digest.hexdigest() != sha256:
+                raise VerifyError(f"{wheel}: sha256 {digest.hexdigest()} is not the expected {sha256}")
+            sha256 = digest.hexdigest()
+            fh.seek(0)
+        with tempfile.TemporaryDirectory(dir=workdir, prefix="shim-") as tmp, fh, zipfile.ZipFile(fh) as zf:
+            libraries, read, version = _read_shim_members(zf, name, Path(tmp))
+    except RangeUnsupported as exc:
+        raise VerifyError(exc.message, hint="download the wheel once and pass its path instead") from None
     how = ("HTTP range requests of the zip members " if remote else "the zip members ") + ", ".join(read)
     if reader is not None:
         how += f" ({reader.fetched} of the wheel's {reader.size} bytes)"
@@ -253,6 +181,32 @@ def extract_shim(wheel: str, *, sha256: str | None = None, workdir: Path | None 
         source["url"] = wheel
         source["sha256_from"] = "the registry's file listing (the wheel was not downloaded whole)"
     return ShimList(version.split("+")[0], source, libraries)
+
+
+def _read_shim_members(zf: zipfile.ZipFile, name: str, tmp: Path
+                       ) -> tuple[dict[str, tuple[str, ...]], list[str], str]:
+    """(shim exports per library, the members read, torch's version) of the open torch wheel
+    ``name``; each library is unpacked into ``tmp`` for its symbol table, then removed."""
+    names = zf.namelist()
+    meta = next((n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+    if not meta or not meta.startswith("torch-"):
+        raise VerifyError(f"{name} is not a torch wheel (no torch-*.dist-info/METADATA)")
+    version = next(line.split(":", 1)[1].strip() for line in zf.read(meta).decode().splitlines()
+                   if line.startswith("Version:"))
+    libraries, read = {}, []
+    for lib in SHIM_LIBRARIES:
+        member = f"torch/lib/{lib}"
+        if member not in names:
+            continue
+        target = tmp / lib
+        with zf.open(member) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        libraries[lib] = tuple(_exports(target))
+        read.append(member)
+        target.unlink()
+    if not libraries:
+        raise VerifyError(f"{name} holds none of {', '.join(SHIM_LIBRARIES)} under torch/lib/")
+    return libraries, read, version
 
 
 def write_shim(shim: ShimList, root: Path = SHIM_DIR) -> Path:
@@ -421,60 +375,28 @@ def check_claims(wheel: Path, modules: list[Path], *, python_abi: str, torch_abi
     return out
 
 
-# -- Command line ---------------------------------------------------------------------------------
+# -- A wheel's report ------------------------------------------------------------------------------
 
-def _check_wheel(args: argparse.Namespace) -> int:
-    series = args.series.split(",") if args.series else known_series(args.shim_dir)
+@dataclass
+class WheelShimReport:
+    """What ``python -m tools.abicheck check`` reports of a wheel: the stable-ABI lookup of its
+    modules in each series' list, and the Python C API symbols each module needs."""
+
+    stable: StableReport
+    python: dict[str, tuple[str, ...]]
+
+
+def check_wheel(wheel: Path, series: list[str] | tuple[str, ...] | None = None, *,
+                root: Path = SHIM_DIR) -> WheelShimReport:
+    """Look up the shim symbols of every extension module in ``wheel`` in the committed list of
+    each of ``series`` (default: every committed list); VerifyError when it holds no module."""
+    series = list(series) if series else known_series(root)
     with tempfile.TemporaryDirectory(prefix="abicheck-") as tmp:
-        with zipfile.ZipFile(args.wheel) as zf:
+        with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
         modules = extension_modules(Path(tmp))
         if not modules:
-            raise VerifyError(f"{args.wheel.name} holds no compiled extension module")
-        report = stable_report(modules, series, root=args.shim_dir)
+            raise VerifyError(f"{Path(wheel).name} holds no compiled extension module")
+        report = stable_report(modules, series, root=root)
         pythons = {m.name: module_symbols(m).python for m in modules}
-    for module, names in sorted(report.shim.items()):
-        print(f"{module}: {len(names)} stable shim symbols, "
-              f"{len(report.not_shim.get(module, ()))} torch C++ symbols, "
-              f"{len(pythons[module])} Python C API symbols")
-        for name in names:
-            print(f"  {name}")
-    for s in report.series:
-        missing = sorted({n for ns in report.missing.get(s, {}).values() for n in ns})
-        print(f"torch {s}: " + ("loads" if not missing else
-                                f"{len(missing)} missing: {', '.join(missing)}"))
-    if report.not_shim:
-        print("not a stable-ABI build: it needs torch C++ symbols, which no shim list covers")
-        return 1
-    print(f"loads with torch {', '.join(report.loads_with) or 'none of ' + ', '.join(series)}")
-    return 0
-
-
-def _extract(args: argparse.Namespace) -> int:
-    shim = extract_shim(args.wheel, sha256=args.sha256)
-    path = write_shim(shim, args.out)
-    counts = ", ".join(f"{lib} {len(names)}" for lib, names in sorted(shim.libraries.items()))
-    print(f"{path}: torch {shim.torch}, {len(shim.symbols)} shim symbols ({counts})")
-    return 0
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.abicheck check WHEEL`` / ``extract TORCH_WHEEL``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.abicheck", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="list a wheel's shim symbols and the torch series it loads with")
-    check.add_argument("wheel", type=Path)
-    check.add_argument("--series", help="comma-separated torch series (default: every committed list)")
-    check.add_argument("--shim-dir", type=Path, default=SHIM_DIR)
-    extract = sub.add_parser("extract", help="write the shim list of a torch wheel (path or URL)")
-    extract.add_argument("wheel", help="a torch wheel: a local path or the registry's https URL")
-    extract.add_argument("--sha256", help="the registry's sha256 of the wheel (recorded; checked "
-                                          "for a local file)")
-    extract.add_argument("--out", type=Path, default=SHIM_DIR)
-    args = ap.parse_args(argv)
-    return _check_wheel(args) if args.command == "check" else _extract(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return WheelShimReport(report, pythons)

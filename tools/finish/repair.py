@@ -13,7 +13,6 @@ manylinux_2_28 images pass ``plat="manylinux_2_28_x86_64"`` explicitly, and get 
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from tools.core.errors import RepairError, cli
+from tools.core.errors import RepairError
 
 #: ``auditwheel repair --exclude`` patterns (fnmatch on sonames): libraries the user's torch or
 #: GPU driver provides at run time, never grafted into our wheels.
@@ -66,12 +65,12 @@ class RepairResult:
 
 
 def _platform_tags(wheel: Path) -> tuple[str, ...]:
-    """The platform tags in ``wheel``'s file name, in file-name order."""
+    """The platform tags in ``wheel``'s file name, sorted."""
     try:
-        parse_wheel_filename(wheel.name)
+        _, _, _, tags = parse_wheel_filename(wheel.name)
     except InvalidWheelFilename as exc:
         raise RepairError(f"{wheel.name!r} (written by auditwheel): {exc}") from None
-    return tuple(wheel.name[: -len(".whl")].rsplit("-", 1)[1].split("."))
+    return tuple(sorted({tag.platform for tag in tags}))
 
 
 def _hint(output: str, plat: str) -> str:
@@ -148,29 +147,3 @@ def repair_wheel(wheel: Path, out_dir: Path, *, plat: str = "auto",
         shutil.move(str(written[0]), target)
     return RepairResult(target, _platform_tags(target), wheel.stat().st_size,
                         target.stat().st_size, command)
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.repair WHEEL --out-dir DIR [--plat P] [--exclude PATTERN]...``"""
-    parser = argparse.ArgumentParser(prog="python -m tools.repair",
-                                     description="auditwheel repair with torch's libraries "
-                                                 "excluded")
-    parser.add_argument("wheel", type=Path)
-    parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--plat", default="auto",
-                        help="'auto' (most compatible) or a policy, e.g. manylinux_2_28_x86_64")
-    parser.add_argument("--exclude", action="append", default=[],
-                        help="another soname pattern to leave out (repeatable)")
-    parser.add_argument("--no-strip", dest="strip", action="store_false")
-    parser.add_argument("--log", type=Path)
-    args = parser.parse_args(argv)
-    result = repair_wheel(args.wheel, args.out_dir, plat=args.plat,
-                          extra_excludes=tuple(args.exclude), strip=args.strip, log=args.log)
-    print(f"{result.wheel} ({', '.join(result.platform_tags)}; "
-          f"{result.size_before} -> {result.size_after} bytes)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

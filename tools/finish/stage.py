@@ -22,7 +22,7 @@ from typing import Any
 from .abicheck import check_claims
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from tools.core.errors import VerifyError
-from tools.core.manifest import MANIFEST_SCHEMA
+from tools.core.manifest import Manifest
 from tools.plan.matrix import Cell
 from tools.pipeline.report import Progress, Step
 from tools.plan.recipe import Recipe
@@ -128,30 +128,17 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
 
     found, claims = progress.run("inspect", inspect)
 
-    manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "cell": cell.id,
-        "package": cell.package,
-        "version": cell.version,
-        "python": cell.python,
-        "cuda": cell.cuda,
-        "torch": torch_version.split("+")[0],
-        "cxx11_abi": cell.cxx11_abi,
-        "archs": {"requested": list(archs), "found": found},
-        "source": {"sdist": recipe.source.sdist, "sha256": recipe.source.sha256,
-                   "url": recipe.source.url},
-        "patches": [p.file for p in recipe.patches],
-        "recipe_revision": recipe_revision or recipe_git_revision(recipe),
-        "build_number": recipe.build.number,
-        "backend": backend,
-        "compiler": compiler_versions(nvcc),
-        "torch_cuda": torch_cuda,
-        "archs_override": archs != cell.archs,
-        # The recipe's abi as checked: a stable build's ``serves`` places it in each variant index.
-        "abi": claims,
-        "build_platform": build_platform(),
-        **(manifest_extra or {}),
-    }
+    manifest = Manifest(
+        cell=cell.id, package=cell.package, version=cell.version, python=cell.python,
+        cuda=cell.cuda, torch=torch_version.split("+")[0], cxx11_abi=cell.cxx11_abi,
+        archs_requested=archs, archs_found=found, sdist=recipe.source.sdist,
+        sha256=recipe.source.sha256, url=recipe.source.url,
+        patches=tuple(p.file for p in recipe.patches),
+        recipe_revision=recipe_revision or recipe_git_revision(recipe),
+        build_number=recipe.build.number, backend=backend, compiler=compiler_versions(nvcc),
+        torch_cuda=torch_cuda, archs_override=archs != cell.archs, abi=claims,
+        build_platform=build_platform(), extra=dict(manifest_extra or {}),
+    ).to_json()
 
     def metadata(step: Step) -> Path:
         pin = cell.torch_pin

@@ -16,7 +16,6 @@ Each check answers a question a user would otherwise answer with a crash:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib.util
 import os
@@ -24,7 +23,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -36,7 +34,7 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from tools.pipeline import venvs as pyenv
-from tools.core.errors import ToolchainError, VerifyError, cli
+from tools.core.errors import ToolchainError, VerifyError
 from tools.core.symbols import demangle_all
 from tools.plan.table import arch_key
 from tools.core.variant import torch_series
@@ -466,37 +464,30 @@ def _smoke_import(python: str, torch_version: str, imports: tuple[str, ...], wor
                           f"{torch_requirement}:\n{tail}", hint=hint)
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.verify WHEEL --torch-lib DIR --torch-version V [--archs 80 90]``
+@dataclass(frozen=True)
+class StaticReport:
+    """The static checks of one wheel: its platform tags, its ABI check against one torch and
+    the GPU code of each extension module (by file name)."""
 
-    The static checks (tags, ABI, archs) on one wheel; the smoke test needs the build's cell.
+    platforms: tuple[str, ...]
+    abi: AbiReport
+    archs: dict[str, ArchReport]
+
+
+def check_wheel(wheel: Path, *, torch_lib: Path, torch_version: str,
+                archs: tuple[str, ...] = ()) -> StaticReport:
+    """The static checks (tags, ABI, archs) on one wheel; VerifyError for the first that fails.
+
+    ``archs``, when given, must each have SASS in every module with GPU code. The smoke test
+    needs the build's cell and is not among them.
     """
-    parser = argparse.ArgumentParser(prog="python -m tools.verify",
-                                     description="check a built wheel's tags, torch ABI and "
-                                                 "GPU archs")
-    parser.add_argument("wheel", type=Path)
-    parser.add_argument("--torch-lib", type=Path, required=True,
-                        help="site-packages/torch/lib of the torch to check against")
-    parser.add_argument("--torch-version", required=True)
-    parser.add_argument("--archs", nargs="*", default=[],
-                        help="archs that must have SASS, e.g. 80 90 100a")
-    args = parser.parse_args(argv)
-    platforms = check_tags(args.wheel)
+    platforms = check_tags(wheel)
     with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
-        with zipfile.ZipFile(args.wheel) as zf:
+        with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
         modules = extension_modules(Path(tmp))
-        report = abi_check(modules, args.torch_lib, torch_version=args.torch_version)
+        report = abi_check(modules, torch_lib, torch_version=torch_version)
         found = {module.name: cuda_archs(module) for module in modules}
-    if args.archs:
-        check_archs(found, tuple(args.archs))
-    print(f"{args.wheel.name}: {', '.join(platforms)}; {report.checked} torch symbols "
-          f"resolve in torch {args.torch_version}")
-    for name, arch in sorted(found.items()):
-        print(f"  {name}: sass {' '.join(arch.sass) or '-'}; ptx {' '.join(arch.ptx) or '-'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if archs:
+        check_archs(found, tuple(archs))
+    return StaticReport(platforms, report, found)

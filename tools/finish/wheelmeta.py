@@ -13,7 +13,6 @@ import contextlib
 import csv
 import hashlib
 import io
-import json
 import re
 import time
 import zipfile
@@ -25,7 +24,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from tools.core.errors import VerifyError
-from tools.core.manifest import MANIFEST_NAME
+from tools.core.manifest import MANIFEST_NAME, manifest_bytes
 
 
 def _record_hash(data: bytes) -> str:
@@ -124,7 +123,7 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
         info = zipfile.ZipInfo(f"{new_dist}/{MANIFEST_NAME}", date_time=stamp)
         info.external_attr = 0o644 << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        entries.append((info, json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"))
+        entries.append((info, manifest_bytes(manifest)))
     # .dist-info last, RECORD very last (the wheel spec's recommended order)
     entries.sort(key=lambda e: (e[0].filename.startswith(new_dist + "/"), e[0].filename))
     # csv quotes a path holding a comma or a quote, as the wheel spec's RECORD (a CSV file) requires.

@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import ToolchainError
+from tools.core.paths import cache_dir as cuwheels_cache
 
-#: Overrides where the cache lives (default below); CI points it at the directory it restores.
+#: Overrides where the cache lives (default: ``ccache`` in tools.core.paths.cache_dir); CI points
+#: it at the directory it restores.
 ENV_DIR = "CUWHEELS_CCACHE_DIR"
-DEFAULT_DIR = Path.home() / ".cache" / "cuwheels" / "ccache"
 #: The fixed torch path inside a cell's work directory (see the module docstring).
 TORCH_ROOT = "torch-root"
 #: The directory of masquerading compiler links, first on PATH during the compile.
@@ -71,9 +72,12 @@ SETTINGS = {
 
 
 def cache_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where the cache lives: ``$CUWHEELS_CCACHE_DIR``, else ``~/.cache/cuwheels/ccache``."""
+    """Where the cache lives: ``$CUWHEELS_CCACHE_DIR``, else ``ccache`` in cuwheels' cache
+    directory (``$XDG_CACHE_HOME/cuwheels/ccache``, ``~/.cache/cuwheels/ccache`` without it)."""
     environ = dict(os.environ) if environ is None else environ
-    return Path(environ[ENV_DIR]).expanduser() if environ.get(ENV_DIR) else DEFAULT_DIR
+    if environ.get(ENV_DIR):
+        return Path(environ[ENV_DIR]).expanduser()
+    return cuwheels_cache(environ) / "ccache"
 
 
 def find_ccache(environ: dict[str, str] | None = None) -> str:

@@ -17,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from ..core.manifest import MANIFEST_NAME, archs_found
 from ..core.variant import Variant, parse_label
 from tools.selector.client import IndexFile, read_wheel_manifest
 from tools.selector.detect import Machine, release, series_or_none
@@ -222,7 +223,9 @@ def check_arch(c: Candidate, m: Machine, *, peek: bool, budget: list[int], timeo
         return
     archs: Any = (c.file.extra or {}).get("archs")
     source = "the index"
-    if archs is None:
+    if archs is not None:
+        found = archs.get("found", archs) if isinstance(archs, dict) else None
+    else:
         if not peek:
             c.notes.append("didn't check the GPU arch (--no-peek)")
             return
@@ -234,9 +237,8 @@ def check_arch(c: Candidate, m: Machine, *, peek: bool, budget: list[int], timeo
         if manifest is None:
             c.notes.append(f"couldn't check the GPU arch: no build manifest ({how})")
             return
-        archs = manifest.get("archs")
-        source = f"the wheel's cuwheels.json ({how})"
-    found = archs.get("found", archs) if isinstance(archs, dict) else None
+        found = archs_found(manifest)
+        source = f"the wheel's {MANIFEST_NAME} ({how})"
     if not isinstance(found, dict) or not module_archs(found):
         c.notes.append("couldn't check the GPU arch: the build manifest lists no GPU code")
         return

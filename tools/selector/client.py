@@ -10,7 +10,6 @@ whole wheel unless it is small).
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import urllib.error
@@ -24,6 +23,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from tools.core.manifest import read_manifest
+from tools.core.rangeread import RangeReader, RangeUnsupported
 from tools.selector.facts import FACTS_FILE, SiteFacts, parse_facts
 
 #: Wheels up to this size are read whole when the server ignores HTTP range requests.
@@ -246,89 +247,12 @@ def site_root(location: str) -> str:
 # --------------------------------------------------------------------------- reading a wheel's manifest
 
 
-class _NoRanges(Exception):
-    """The server answered a range request with the whole file."""
-
-
-class RangeFile(io.RawIOBase):
-    """A seekable, read-only view of a remote file that fetches only the byte ranges read, in
-    64 KiB blocks: zipfile then reads a wheel's central directory and one member, not the wheel."""
-
-    BLOCK = 1 << 16
-
-    def __init__(self, url: str, size: int, *, timeout: float = 30):
-        super().__init__()
-        self.url, self.size, self.timeout = url, size, timeout
-        self.pos = 0
-        self.requests = 0
-        self.fetched = 0
-        self._blocks: dict[int, bytes] = {}
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        end = min(self.size, self.pos + len(buffer))
-        if end <= self.pos:
-            return 0
-        first, last = self.pos // self.BLOCK, (end - 1) // self.BLOCK
-        missing = [i for i in range(first, last + 1) if i not in self._blocks]
-        if missing:
-            self._fetch(missing[0] * self.BLOCK, min(self.size, (missing[-1] + 1) * self.BLOCK))
-        data = b"".join(self._blocks[i] for i in range(first, last + 1))
-        chunk = data[self.pos - first * self.BLOCK: end - first * self.BLOCK]
-        buffer[: len(chunk)] = chunk
-        self.pos += len(chunk)
-        return len(chunk)
-
-    def prefetch_tail(self) -> None:
-        """Fetch the last block (the end of central directory record, and usually the directory)."""
-        lo = max(0, self.size - self.BLOCK) // self.BLOCK * self.BLOCK
-        self._fetch(lo, self.size)
-
-    def _fetch(self, lo: int, hi: int) -> None:
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={lo}-{hi - 1}",
-                                                        "User-Agent": USER_AGENT})
-        self.requests += 1
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            if resp.status == 206:
-                data = resp.read(hi - lo + 1)
-                start = lo
-            elif self.size <= PEEK_FULL_LIMIT:
-                data, start = resp.read(self.size + 1), 0
-            else:
-                raise _NoRanges()
-        self.fetched += len(data)
-        for i in range(start // self.BLOCK, (start + len(data) + self.BLOCK - 1) // self.BLOCK):
-            self._blocks[i] = data[i * self.BLOCK - start: (i + 1) * self.BLOCK - start]
-
-
-def _manifest_from_zip(fileobj: Any) -> dict[str, Any] | None:
-    with zipfile.ZipFile(fileobj) as zf:
-        for name in zf.namelist():
-            parts = name.split("/")
-            if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "cuwheels.json":
-                return json.loads(zf.read(name))
-    return None
-
-
 def read_wheel_manifest(url: str, size: int | None, *, timeout: float = 30) -> tuple[dict[str, Any] | None, str]:
     """(manifest or None, what happened) for the wheel at ``url``, reading as little as possible."""
     try:
         if url.startswith("file://"):
-            with open(urllib.request.url2pathname(urllib.parse.urlsplit(url).path), "rb") as f:
-                manifest = _manifest_from_zip(f)
+            with zipfile.ZipFile(urllib.request.url2pathname(urllib.parse.urlsplit(url).path)) as zf:
+                manifest = read_manifest(zf)
             return manifest, "read from the local wheel"
         if size is None:
             head = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
@@ -336,13 +260,13 @@ def read_wheel_manifest(url: str, size: int | None, *, timeout: float = 30) -> t
                 size = int(resp.headers.get("Content-Length") or 0)
         if not size:
             return None, "the wheel's size is unknown"
-        reader = RangeFile(url, size, timeout=timeout)
-        # The tail holds the zip's directory; fetched here, a network error stays a network error
-        # (inside zipfile every OSError becomes "File is not a zip file").
+        reader = RangeReader(url, size, timeout=timeout, user_agent=USER_AGENT,
+                             whole_file_limit=PEEK_FULL_LIMIT)
         reader.prefetch_tail()
-        manifest = _manifest_from_zip(reader)
+        with zipfile.ZipFile(reader) as zf:
+            manifest = read_manifest(zf)
         return manifest, f"read {reader.fetched} of {size} bytes in {reader.requests} request(s)"
-    except _NoRanges:
+    except RangeUnsupported:
         return None, f"the server ignores HTTP range requests and the wheel is {size >> 20} MiB"
     except (OSError, urllib.error.URLError, zipfile.BadZipFile, ValueError, KeyError) as exc:
         return None, f"couldn't read the wheel: {exc}"

@@ -28,13 +28,18 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from tools.core.errors import RegistryError
-from tools.selector.client import RangeFile
+from tools.core.rangeread import RangeReader
 from tools.plan.table import version_key
 
 PYPI_JSON = "https://pypi.org/pypi/"
 #: torch's own index of every variant (one page lists the files of every ``cuXYZ`` index).
 TORCH_VARIANTS = "https://download.pytorch.org/whl/torch/"
 USER_AGENT = "cuwheels-refresh/1"
+#: The User-Agent of the range reads of a wheel's members: the agent these reads have always
+#: sent (the selector's), kept so that a registry's logs and rules see the same client.
+RANGE_USER_AGENT = "cuwheels-select/1"
+#: A file up to this size is read whole when the server ignores range requests.
+WHOLE_FILE_LIMIT = 16 << 20
 #: The wheel read for a torch release: the newest Python's would follow torch's support window,
 #: so one in the middle of every window since 2.4 is taken first.
 PREFERRED_PYTHON = ("cp312", "cp313", "cp311", "cp314")
@@ -79,7 +84,8 @@ class Registry:
 
     def members(self, url: str, size: int, wanted: Iterable[str]) -> dict[str, bytes]:
         """The named members of the remote zip at ``url``, read with HTTP range requests."""
-        reader = RangeFile(url, size, timeout=self.timeout)
+        reader = RangeReader(url, size, timeout=self.timeout, user_agent=RANGE_USER_AGENT,
+                             whole_file_limit=WHOLE_FILE_LIMIT)
         try:
             reader.prefetch_tail()
             with zipfile.ZipFile(reader) as zf:
