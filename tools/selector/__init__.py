@@ -9,8 +9,9 @@
 Installed, the command is ``cuwheels-select``. Every site publishes the same code as one file,
 ``cuwheels-select.pyz`` (tools.selector.bundle), that runs with nothing but Python >= 3.8
 (``python cuwheels-select.pyz flash-attn --index <site>``) in the environment that has the
-problem: the modules here use the standard library, tools.core.variant, tools.core.symbols and
-``packaging`` (carried inside the file), never yaml, jinja2 or torch (torch only as a last
+problem: the modules here use the standard library, the package tools.core (cell ids and labels,
+the manifest, the range reader, demangling; shipped whole) and ``packaging`` (carried inside the
+file), never yaml, jinja2 or torch (torch only as a last
 resort, in a subprocess).
 
 Modules, one job each: ``gpu`` (which GPU code runs on which GPU), ``detect`` (the machine:

@@ -9,11 +9,11 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..core.variant import PYTHON_PART, Variant, cell_id, stable_torch_part, torch_index_url, uv_index_name
-from tools.selector.checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
+from tools.core.variant import PYTHON_PART, Variant, cell_id, stable_torch_part, torch_index_url, uv_index_name
+from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
-from tools.selector.client import Index, IndexFile, read_wheel_manifest
-from tools.selector.detect import Machine, release, series_or_none
+from .client import Index, IndexFile, read_wheel_manifest
+from .detect import Machine, release, series_or_none
 
 
 @dataclass

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tools.selector.facts import FACTS_FILE, SiteFacts
+from .facts import FACTS_FILE, SiteFacts
 
 #: The archive's name under the site root.
 ZIPAPP_FILE = "cuwheels-select.pyz"
@@ -96,7 +96,7 @@ def site_files(table: Any | None = None) -> dict[str, bytes]:
     ``table`` defaults to recipes/table.yaml, loaded here.
     """
     if table is None:
-        from ..plan.table import load_table  # needs yaml: only the builder imports it, never the archive
+        from tools.plan.table import load_table  # needs yaml: only the builder imports it, never the archive
 
         table = load_table()
     return {ZIPAPP_FILE: zipapp_bytes(), FACTS_FILE: facts_document(table)}

@@ -17,12 +17,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from ..core.manifest import MANIFEST_NAME, archs_found
-from ..core.variant import Variant, parse_label
-from tools.selector.client import IndexFile, read_wheel_manifest
-from tools.selector.detect import Machine, release, series_or_none
-from tools.selector.facts import SiteFacts
-from tools.selector.gpu import arch_problem, module_archs
+from tools.core.manifest import MANIFEST_NAME, archs_found
+from tools.core.variant import Variant, parse_label
+from .client import IndexFile, read_wheel_manifest
+from .detect import Machine, release, series_or_none
+from .facts import SiteFacts
+from .gpu import arch_problem, module_archs
 
 #: At most this many wheels' manifests are read for one answer (each costs a few requests).
 PEEK_MAX = 3

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from tools.selector.answer import Answer, select
-from tools.selector.client import Index, IndexReadError
-from tools.selector.detect import Machine, detect_machine
-from tools.selector.doctor import Diagnosis, doctor
+from .answer import Answer, select
+from .client import Index, IndexReadError
+from .detect import Machine, detect_machine
+from .doctor import Diagnosis, doctor
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from argparse
 

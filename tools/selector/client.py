@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 
 from tools.core.manifest import read_manifest
 from tools.core.rangeread import RangeReader, RangeUnsupported
-from tools.selector.facts import FACTS_FILE, SiteFacts, parse_facts
+from .facts import FACTS_FILE, SiteFacts, parse_facts
 
 #: Wheels up to this size are read whole when the server ignores HTTP range requests.
 PEEK_FULL_LIMIT = 16 << 20

@@ -24,8 +24,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from ..core.variant import cuda_from_nodot, torch_series
-from tools.selector.gpu import Gpu, parse_sm
+from tools.core.variant import cuda_from_nodot, torch_series
+from .gpu import Gpu, parse_sm
 
 
 def release(text: str) -> tuple[int, ...]:

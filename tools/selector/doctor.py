@@ -9,7 +9,6 @@ built for (its build manifest, else its local label) and this machine's facts.
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -17,12 +16,13 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from ..core.symbols import demangle
-from ..core.variant import parse_label, torch_index_url
-from tools.selector.answer import Answer, abi_from_manifest, build_command, select
-from tools.selector.client import Index, IndexReadError
-from tools.selector.detect import Machine, run_quietly, series_or_none
-from tools.selector.gpu import arch_list, arch_problem, module_archs
+from tools.core.manifest import MANIFEST_NAME, parse_manifest
+from tools.core.symbols import demangle
+from tools.core.variant import parse_label, torch_index_url
+from .answer import Answer, abi_from_manifest, build_command, select
+from .client import Index, IndexReadError
+from .detect import Machine, run_quietly, series_or_none
+from .gpu import arch_list, arch_problem, module_archs
 
 
 @dataclass
@@ -62,8 +62,8 @@ def find_installed(package: str) -> Installed | None:
         return None
     manifest = None
     try:
-        text = dist.read_text("cuwheels.json")
-        manifest = json.loads(text) if text else None
+        text = dist.read_text(MANIFEST_NAME)
+        manifest = parse_manifest(text, f"{dist.metadata['Name']}'s {MANIFEST_NAME}") if text else None
     except (ValueError, OSError):
         manifest = None
     files = [str(f) for f in (dist.files or [])]
