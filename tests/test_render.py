@@ -38,9 +38,11 @@ def test_project_page_links(basic):
     meta_sha = hashlib.sha256((wheel.parent / (wheel.name + ".metadata")).read_bytes()).hexdigest()
     assert (
         f'<a href="{BASE}/foo_bar_baz-1.0-py3-none-any.whl#sha256={sha}" '
-        f'data-requires-python="&gt;=3.9,&lt;4" data-core-metadata="sha256={meta_sha}" '
-        f'data-dist-info-metadata="sha256={meta_sha}">foo_bar_baz-1.0-py3-none-any.whl</a>'
+        f'data-requires-python="&gt;=3.9,&lt;4" data-core-metadata="sha256={meta_sha}">'
+        f'foo_bar_baz-1.0-py3-none-any.whl</a>'
     ) in html
+    # PEP 714: the old name, which pip 22.3 to 23.1 break on, is never sent.
+    assert "dist-info-metadata" not in html
     # The yank reason is escaped like any attribute value.
     assert 'data-yanked="broken &lt;b&gt;"' in html
 
@@ -105,7 +107,7 @@ def test_file_json_is_what_json_dumps_would_say():
         assert json.loads(render._file_json(e, reason)) == {
             "filename": e.filename, "url": e.url, "hashes": {"sha256": e.sha256},
             "requires-python": ">=3.9", "core-metadata": {"sha256": e.metadata_sha256},
-            "dist-info-metadata": {"sha256": e.metadata_sha256}, "yanked": yanked, "size": e.size,
+            "yanked": yanked, "size": e.size,
             "upload-time": e.upload_time,
         }
 

@@ -2,7 +2,9 @@
 
 HTML pages follow PEP 503 (normalized names, trailing slashes, ``#sha256=`` on every link), PEP 629
 (``pypi:repository-version``), PEP 592 (``data-yanked``) and PEP 658/714 (``data-core-metadata``
-and ``data-dist-info-metadata``). Each page has a PEP 691 JSON twin (API 1.1, PEP 700: ``size``,
+only: PEP 714 renamed the older ``data-dist-info-metadata`` and tells servers not to send it, because
+pip 22.3 to 23.1 break on it: ``TypeError: unhashable type: 'dict'`` on the JSON key, "inconsistent
+Name" on the HTML attribute, pypa/pip#12042 and #12038). Each page has a PEP 691 JSON twin (API 1.1, PEP 700: ``size``,
 ``upload-time``, ``versions``) as ``index.json`` in the same directory. Every file with a variant
 also carries, in the JSON only, ``"_cuwheels": {cuda, torch, cxx11_abi, archs}`` (and ``serves``,
 the torch series of a stable-ABI build) (PEP 691 reserves
@@ -38,9 +40,10 @@ from .wheelread import parse_version
 
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
 API_VERSION = "1.1"
-#: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``); part of every
-#: page fingerprint, so a site built before is rendered again rather than reused.
-PAGE_FORMAT = 2
+#: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``; 3: no more
+#: ``dist-info-metadata``); part of every page fingerprint, so a site built before is rendered
+#: again rather than reused.
+PAGE_FORMAT = 3
 
 _encode_str = json.encoder.encode_basestring_ascii
 
@@ -104,7 +107,7 @@ def _file_json(e: Entry, reason: str | None) -> str:
         extra = f',"_cuwheels":{{"cuda":{s(v.cuda)},"torch":{s(v.torch)},"cxx11_abi":{abi},"archs":{archs}{serves}}}'
     return (
         f'{{"filename":{s(e.filename)},"url":{s(e.url)},"hashes":{{"sha256":{s(e.sha256)}}},{requires}'
-        f'"core-metadata":{meta},"dist-info-metadata":{meta},"yanked":{yanked},"size":{int(e.size)},'
+        f'"core-metadata":{meta},"yanked":{yanked},"size":{int(e.size)},'
         f'"upload-time":{s(e.upload_time)}{extra}}}'
     )
 
