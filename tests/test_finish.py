@@ -9,8 +9,11 @@ Python and per torch series (``cpython`` + ``exact``).
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import zipfile
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -55,6 +58,23 @@ def test_a_true_claim_reaches_the_manifest_and_the_pin(tinyext, tmp_path):
         assert read_manifest(zf)["abi"] == manifest["abi"]
         metadata = zf.read("tinyext-0.1.0+cu130.torch2.13.dist-info/METADATA").decode()
     assert "Requires-Dist: torch==2.13.*" in metadata
+
+
+def test_the_finished_tinyext_wheel_is_taken_by_users_tools(tinyext, tmp_path):
+    """The real wheel: RECORD lists files only, installer validates every one, and `auditwheel
+    show` runs (exit 0) and agrees with the tag the repair chose."""
+    final, _, progress = _finish(tinyext, CELL, tmp_path)
+    metadata = next(s for s in progress.steps if s.name == "metadata").detail
+    with zipfile.ZipFile(final) as zf:
+        record = zf.read("tinyext-0.1.0+cu130.torch2.13.dist-info/RECORD").decode().splitlines()
+        assert not [n for n in zf.namelist() if n.endswith("/")]
+    assert not [row for row in record if row.split(",")[0].endswith("/")]
+    assert metadata["record_files_validated"] == len(record)
+    platform_tag = final.name.rsplit("-", 1)[1].removesuffix(".whl")
+    assert metadata["auditwheel_show"] == platform_tag  # e.g. manylinux_2_34_x86_64 on this host
+    proc = subprocess.run([str(Path(sys.executable).with_name("auditwheel")), "show", str(final)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("claim, says", [

@@ -3,7 +3,8 @@
 repair (auditwheel, torch/CUDA libraries excluded) -> inspect (every torch symbol resolves in
 the cell's torch; the recipe's ``abi`` claims hold (tools.abicheck); the SASS inside covers the
 requested archs) -> metadata (local version label, torch pin, build tag, the ``cuwheels.json``
-manifest) -> the platform tag check. The host
+manifest; then the wheel as users' tools see it: installer's RECORD validation and ``auditwheel
+show``, tools.finish.usertools) -> the platform tag check. The host
 backend runs it after its compile; the container backend runs the same function inside the
 image as cibuildwheel's repair command (``python -m tools.incontainer finish``). The import
 smoke test follows in a fresh environment (``tools.finish.verify.smoke_test`` on the host,
@@ -27,6 +28,7 @@ from tools.plan.matrix import Cell
 from tools.pipeline.report import Progress, Step
 from tools.plan.recipe import Recipe
 from .repair import repair_wheel
+from .usertools import check_as_users_do
 from .verify import abi_check, check_archs, check_tags, cuda_archs, extension_modules
 from .wheelmeta import set_version_and_pin
 
@@ -149,6 +151,10 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
                            build_number=recipe.build.number)
         if cell.needs_dist:
             step.detail.update(requires=list(cell.needs_dist))
+        # The tools users run must take the wheel as it will be published.
+        seen = check_as_users_do(out)
+        step.detail.update(record_files_validated=seen.record_files,
+                           auditwheel_show=seen.auditwheel_constraint or "no glibc constraint")
         return out
 
     final = progress.run("metadata", metadata)

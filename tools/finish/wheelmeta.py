@@ -102,7 +102,10 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
         entries: list[tuple[zipfile.ZipInfo, bytes]] = []
         for info in infos:
             top, _, rest = info.filename.partition("/")
-            if top == old_dist and rest in ("RECORD", MANIFEST_NAME):
+            # RECORD lists files only, and so does the zip: a directory entry (the package's
+            # build may write them) would land in RECORD, and `auditwheel show` iterates RECORD
+            # and crashes on it (IsADirectoryError). Installers create directories themselves.
+            if info.is_dir() or (top == old_dist and rest in ("RECORD", MANIFEST_NAME)):
                 continue
             data = zin.read(info)
             filename = f"{new_dist}/{rest}" if top == old_dist else info.filename
