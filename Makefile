@@ -11,7 +11,11 @@ YANKED     ?= index/yanked.yaml
 # A local `make index` keeps its own ledger; publishing passes the live site's (see wheels.yml).
 LEDGER     ?= $(INDEX_DIR)-ledger.json
 PORT       ?= 8765
-INDEX_FLAGS ?= --init-ledger
+# A new ledger only for a new index: neither LEDGER nor a site in INDEX_DIR yet. Without LEDGER
+# over an existing site the index refuses, and says how to go on (--init-ledger: from the site's
+# own ledger.json; --start-over: without its files, each named).
+INIT_LEDGER ?= $(if $(wildcard $(LEDGER) $(INDEX_DIR)/ledger.json),,--init-ledger)
+INDEX_FLAGS ?=
 
 .PHONY: setup test test-slow demo probe index serve recipes lint clean
 
@@ -42,7 +46,7 @@ probe: setup
 ## index: emit the package index from WHEELS_DIR into INDEX_DIR
 index: setup
 	$(PY) -m tools.index --wheels-dir $(WHEELS_DIR) --output-dir $(INDEX_DIR) \
-	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED) $(INDEX_FLAGS)
+	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED) $(INIT_LEDGER) $(INDEX_FLAGS)
 
 ## serve: serve INDEX_DIR (and WHEELS_DIR under /files/) on 127.0.0.1:PORT
 serve: setup

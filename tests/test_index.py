@@ -7,6 +7,7 @@ test module (test_scan, test_yanks, test_placement, test_render, test_frontpage,
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import re
@@ -18,7 +19,7 @@ import yaml
 from conftest import MINI_TABLE
 from wheelfactory import make_wheel
 from index_support import basic  # noqa: F401  (a fixture, used by name)
-from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, page, project_json
+from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, page, project_json, snapshot
 
 from tools.index import main
 from tools.core.errors import IndexBuildError
@@ -96,7 +97,7 @@ def test_a_schema_1_ledger_is_upgraded(tmp_path):
     build(tmp_path)
     ledger_path, site = tmp_path / "ledger.json", tmp_path / "site"
     doc = json.loads(ledger_path.read_text())
-    assert doc["schema"] == 3
+    assert doc["schema"] == 4
     # The same ledger as a schema-1 run wrote it (no archs, no variant.serves), and its site copy.
     old = '{"schema": 1, "files": {\n' + ",\n".join(
         json.dumps(name) + ": " + json.dumps({k: ({x: y for x, y in v.items() if x != "serves"} if k == "variant" and v
@@ -109,7 +110,7 @@ def test_a_schema_1_ledger_is_upgraded(tmp_path):
     report = build(tmp_path, init_ledger=False)
     assert report.added == ()
     upgraded = json.loads(ledger_path.read_text())
-    assert upgraded["schema"] == 3 and upgraded["files"][fn]["archs"] is None
+    assert upgraded["schema"] == 4 and upgraded["files"][fn]["archs"] is None
     assert page(site, "ledger.json") == ledger_path.read_text()
     assert build(tmp_path, init_ledger=False).reused_pages > 0  # and is stable from then on
     assert ledger_path.read_text() == page(site, "ledger.json")
@@ -151,3 +152,119 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
     row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td>', missing).group(1)
     (recipe,) = load_all(recipes, own)
     assert re.findall(r'title="([^"]+)"', row) == [f"demo_ext-{py}-cu130" for py in recipe.pythons_for("2.10", own)]
+
+
+# --------------------------------------------------------------------------- the ledger is the authority
+
+
+def _cli(tmp_path, *extra, ledger="ledger.json"):
+    return main(["--wheels-dir", str(tmp_path / "wheels"), "--output-dir", str(tmp_path / "site"),
+                 "--base-url", BASE, "--ledger", str(tmp_path / ledger), *extra])
+
+
+def test_a_missing_ledger_over_a_site_is_refused_or_started_from_the_sites_copy(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    site_ledger = page(tmp_path / "site", "ledger.json")
+    (tmp_path / "ledger.json").unlink()
+    # A rebuild under the published name, with the ledger gone.
+    (w / fn).unlink()
+    (w / (fn + ".metadata")).unlink()
+    make_wheel(w, "demo", "1.0", tag=ANY, requires_dist=["numpy"])
+    assert _cli(tmp_path) == 11
+    err = capsys.readouterr().err
+    assert f"ledger {tmp_path / 'ledger.json'} does not exist, and the site {tmp_path / 'site'} publishes 1 file(s)" in err
+    assert "--init-ledger to start it from the site's own ledger.json" in err and "--start-over" in err
+    # --init-ledger starts it from the site's copy: the rebuild is refused as a changed published file.
+    assert _cli(tmp_path, "--init-ledger") == 11
+    assert "files are immutable" in capsys.readouterr().err
+    assert not (tmp_path / "ledger.json").exists() and page(tmp_path / "site", "ledger.json") == site_ledger
+    (w / fn).unlink()
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    assert _cli(tmp_path, "--init-ledger") == 0
+    out = capsys.readouterr().out
+    assert "(1 new, 1 hashed, 0 removed)" in out and "started from the site's own ledger.json" in out
+    files = json.loads((tmp_path / "ledger.json").read_text())["files"]
+    assert files[fn] == json.loads(site_ledger)["files"][fn]  # the same upload time, the same sha256
+
+
+def test_start_over_names_every_file_the_site_loses(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    old = [make_wheel(w, "demo", v, tag=ANY).name for v in ("1.0", "1.1")]
+    build(tmp_path)
+    for p in w.iterdir():
+        p.unlink()
+    new = make_wheel(w, "demo", "2.0", tag=ANY).name
+    assert _cli(tmp_path, "--start-over") == 11
+    assert "--start-over: ledger" in capsys.readouterr().err  # the ledger exists: never thrown away
+    (tmp_path / "ledger.json").rename(tmp_path / "ledger.aside.json")
+    assert _cli(tmp_path, "--start-over") == 0
+    out = capsys.readouterr().out
+    assert "started over: 2 file(s) the site published are no longer listed:" in out
+    assert [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  dropped: ")] == old
+    assert sorted(load_ledger(tmp_path / "ledger.json")) == [new]
+
+
+@pytest.mark.parametrize("inside", ["ledger", "wheels"])
+def test_the_ledger_and_the_wheels_may_not_sit_inside_the_site(tmp_path, inside):
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    before = snapshot(tmp_path / "site")
+    kwargs = ({"ledger_path": tmp_path / "site" / "ledger.json"} if inside == "ledger"
+              else {"wheels_dir": tmp_path / "site" / "simple"})
+    with pytest.raises(IndexBuildError, match=f"is inside the site {tmp_path / 'site'}"):
+        build(tmp_path, init_ledger=False, **kwargs)
+    assert snapshot(tmp_path / "site") == before
+
+
+def test_one_ledger_is_locked_whatever_the_site(tmp_path):
+    import fcntl
+
+    make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
+    with open(tmp_path / ".ledger.json.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # another run, building another site from it
+        with pytest.raises(IndexBuildError, match=f"another index build holds {tmp_path / '.ledger.json.lock'}"):
+            build(tmp_path, output_dir=tmp_path / "other-site")
+    assert not (tmp_path / "ledger.json").exists() and not (tmp_path / "other-site").exists()
+
+
+def test_a_site_listing_other_bytes_than_the_ledger_is_refused(tmp_path):
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    doc = json.loads((tmp_path / "ledger.json").read_text())
+    doc["files"][fn]["sha256"] = "f" * 64
+    (tmp_path / "other.json").write_text(json.dumps(doc))
+    shutil.rmtree(w)  # the ledger alone says what the site publishes
+    with pytest.raises(IndexBuildError, match=f"publishes 1 file.s. with another sha256 than the ledger records: {fn}"):
+        build(tmp_path, init_ledger=False, ledger_path=tmp_path / "other.json")
+
+
+@pytest.mark.parametrize("step", ["render", "ledger"])
+def test_a_full_disk_is_a_named_error_and_changes_nothing(tmp_path, monkeypatch, capsys, step):
+    """ENOSPC, simulated by a write that fails as a full file system's does, while the new site is
+    written or while the ledger is (tests/test_hostile_index.py fills a real tmpfs)."""
+    from tools.sitegen import ledger as ledger_module, swap
+
+    w = tmp_path / "wheels"
+    make_wheel(w, "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    before = snapshot(tmp_path / "site"), (tmp_path / "ledger.json").read_bytes()
+    make_wheel(w, "demo", "2.0", tag=ANY)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if step == "render":
+        monkeypatch.setattr(swap.WrittenPages, "__setitem__", full)
+    else:
+        monkeypatch.setattr(ledger_module.os, "fsync", full)
+    assert _cli(tmp_path) == 11
+    err = capsys.readouterr().err
+    what = "writing the new site in" if step == "render" else f"writing the ledger {tmp_path / 'ledger.json'}"
+    assert err.startswith(f"index error: {what}") and "No space left on device" in err
+    assert "fix: the file system is full: free space there and run again; the site and the ledger are unchanged" in err
+    assert (snapshot(tmp_path / "site"), (tmp_path / "ledger.json").read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".ledger.json.lock", ".site.hashcache.json", ".site.lock", "ledger.json", "site", "wheels"]

@@ -17,12 +17,17 @@ from tools.core.errors import IndexBuildError
 from tools.sitegen.generate import build_index
 from tools.sitegen.ledger import (
     Entry,
+    Ledger,
+    Removal,
     atomic_write,
     dump_ledger,
     encode_entry,
     entry_from_json,
     load_ledger,
+    load_ledger_document,
+    lock_path,
     parse_ledger,
+    parse_ledger_document,
     write_ledger,
 )
 from tools.core.variant import Variant
@@ -60,17 +65,17 @@ def schema_1_text(entries: dict) -> str:
 
 
 @pytest.mark.parametrize("trusted", [False, True])
-def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_3(trusted):
+def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_4(trusted):
     entries = {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "b-1.0-py3-none-any.whl")}
     old = schema_1_text(entries)
     parsed = parse_ledger(old, trusted=trusted)
     assert parsed == entries and all(e.archs is None for e in parsed.values())
     # Adding to it must not keep its schema-1 lines under a newer header.
     new = dict(parsed) | {"c-1.0-py3-none-any.whl": entry("c-1.0-py3-none-any.whl", archs=ARCHS)}
-    text = dump_ledger(new, base=(old, parsed))
+    text = dump_ledger(new, base=(old, Ledger(parsed, {})))
     assert text == dump_ledger(new)
     doc = json.loads(text)
-    assert doc["schema"] == 3 and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
+    assert doc["schema"] == 4 and doc["removed"] == {} and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
     assert doc["files"]["c-1.0-py3-none-any.whl"]["archs"] == ARCHS
     assert parse_ledger(text) == new
 
@@ -90,10 +95,10 @@ def test_one_line_per_file_sorted_by_filename():
     # A diff of the ledger must show exactly which files were published or deleted.
     entries = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl")}
     lines = dump_ledger(entries).splitlines()
-    assert lines[0] == '{"schema": 3, "files": {'
+    assert lines[0] == '{"schema": 4, "files": {'
     assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
-    assert lines[3] == "}}"
-    assert json.loads(dump_ledger(entries))["schema"] == 3
+    assert lines[3] == '}, "removed": {}}'
+    assert json.loads(dump_ledger(entries))["schema"] == 4
 
 
 ARCHS = {"ext/_C.so": {"ptx": ["120"], "sass": ["80", "90"]}, "ext/é.so": {"ptx": [], "sass": []}}
@@ -111,9 +116,15 @@ def test_hand_written_encoder_matches_json_dumps(variant, archs):
 def test_adding_to_a_dumped_ledger_gives_the_same_text_as_dumping_it_whole():
     old = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "d-1.0-py3-none-any.whl")}
     new = dict(old) | {fn: entry(fn) for fn in ("a-1.0-py3-none-any.whl", "c-1!2.0-py3-none-any.whl")}
-    assert dump_ledger(new, base=(dump_ledger(old), old)) == dump_ledger(new)
+    assert dump_ledger(new, base=(dump_ledger(old), Ledger(old, {}))) == dump_ledger(new)
     shrunk = {"b-1.0-py3-none-any.whl": old["b-1.0-py3-none-any.whl"]}
-    assert dump_ledger(shrunk, base=(dump_ledger(old), old)) == dump_ledger(shrunk)  # a removal: whole
+    assert dump_ledger(shrunk, base=(dump_ledger(old), Ledger(old, {}))) == dump_ledger(shrunk)  # a removal: whole
+    # With removals recorded: the same text as a whole dump, whether they change or not.
+    gone = {"d-1.0-py3-none-any.whl": Removal(old.pop("d-1.0-py3-none-any.whl"), "2026-02-03T00:00:00.000000Z")}
+    base = (dump_ledger(old, removed=gone), Ledger(old, gone))
+    new = dict(old) | {"e-1.0-py3-none-any.whl": entry("e-1.0-py3-none-any.whl")}
+    assert dump_ledger(new, removed=gone, base=base) == dump_ledger(new, removed=gone)
+    assert dump_ledger(new, removed={}, base=base) == dump_ledger(new)
 
 
 def test_trusted_parse_gives_the_same_entries():
@@ -261,9 +272,77 @@ def test_hold_back_leaves_only_new_file_names_in_the_batch(tmp_path):
     assert report.added == (new.name,) and report.files == 3
 
 
+def test_hold_back_holds_removed_names_too(tmp_path):
+    first = tmp_path / "first"
+    gone = make_wheel(first, "demo", "1.0", tag="py3-none-any")
+    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", init_ledger=True)
+    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", remove=[gone.name])
+    proc = _hold_back(tmp_path, first)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        f"{gone.name}: removed from the index (--remove), and stays out: not published again. "
+        f"To publish it again: python -m tools.index --restore {gone.name}")
+    assert not gone.exists() and (tmp_path / "held" / gone.name).exists()
+
+
 def test_hold_back_without_a_ledger_fails_and_moves_nothing(tmp_path):
     make_wheel(tmp_path / "batch", "demo", "1.0", tag="py3-none-any")
     proc = _hold_back(tmp_path, tmp_path / "batch")
     assert proc.returncode == 11
     assert str(tmp_path / "ledger.json") in proc.stderr
     assert len(list((tmp_path / "batch").iterdir())) == 1 and not (tmp_path / "held").exists()
+
+
+# --------------------------------------------------------------------------- removals (schema 4)
+
+
+def test_a_removal_keeps_the_entry_as_published_and_reads_back():
+    kept, gone = entry("demo-2.0-py3-none-any.whl"), entry("demo-1.0-py3-none-any.whl", archs=ARCHS)
+    removed = {gone.filename: Removal(gone, "2026-02-03T04:05:06.000000Z")}
+    text = dump_ledger({kept.filename: kept}, removed=removed)
+    lines = text.splitlines()
+    assert lines[-3:] == ['}, "removed": {', lines[-2], "}}"] and lines[-2].startswith('"demo-1.0-py3-none-any.whl": {')
+    assert json.loads(lines[-2].split(": ", 1)[1]) == gone.to_json() | {"removed_time": "2026-02-03T04:05:06.000000Z"}
+    for trusted in (False, True):
+        assert parse_ledger_document(text, trusted=trusted) == Ledger({kept.filename: kept}, removed)
+    assert parse_ledger(text) == {kept.filename: kept}  # what the index publishes
+    only_removed = dump_ledger({}, removed=removed)
+    assert only_removed.startswith('{"schema": 4, "files": {}, "removed": {\n')
+    assert parse_ledger_document(only_removed) == Ledger({}, removed)
+
+
+@pytest.mark.parametrize("text, message", [
+    # A key this reader doesn't know is refused, not dropped; schema 3 had no removals.
+    ('{"schema": 4, "files": {}, "removed": {}, "later": 1}', r"exactly the keys \['files', 'removed', 'schema'\]"),
+    ('{"schema": 3, "files": {}, "removed": {}}', r"exactly the keys \['files', 'schema'\]"),
+    ('{"schema": 4, "files": {}}', "exactly the keys"),
+    ('{"schema": 4, "files": {}, "removed": []}', "exactly the keys"),
+    ('{"schema": 4, "files": {}, "removed": {"demo-1.0-py3-none-any.whl": {"sha256": "x"}}}', "'removed_time' string"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"schema": 4, "files": {}, "removed": {}}' + "x", "not valid JSON"),
+])
+def test_malformed_documents_are_named_errors(text, message):
+    with pytest.raises(IndexBuildError, match=message) as exc:
+        parse_ledger_document(text, source="L")
+    assert str(exc.value).startswith("L")
+
+
+def test_a_file_both_published_and_removed_is_refused():
+    e = entry()
+    text = dump_ledger({e.filename: e}).replace('"removed": {}', '"removed": {' + json.dumps(e.filename) + ": "
+                                                + json.dumps(Removal(e, "t").to_json()) + "}")
+    with pytest.raises(IndexBuildError, match="both published and removed"):
+        parse_ledger_document(text, source="L")
+
+
+def test_a_ledger_that_is_not_utf8_is_a_named_error(tmp_path):
+    path = tmp_path / "ledger.json"
+    path.write_bytes(b'{"schema": 4, "files": {}, "removed": {}}\xff')
+    with pytest.raises(IndexBuildError, match=f"ledger {path} is not UTF-8 text"):
+        load_ledger_document(path)
+
+
+def test_the_lock_file_sits_beside_the_ledger(tmp_path):
+    assert lock_path(tmp_path / "site-ledger.json") == tmp_path / ".site-ledger.json.lock"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -216,3 +217,84 @@ def test_an_error_while_reading_a_batch_stops_the_workers_at_once(tmp_path, monk
     else:
         pytest.fail("the build went on after an error")
     assert not (tmp_path / "ledger.json").exists() and not (tmp_path / "site").exists()
+
+
+def test_a_wheel_rewritten_in_place_with_its_size_and_mtime_is_hashed_again(tmp_path):
+    # Size and mtime are what a rewrite can keep (os.utime); the inode change time is not.
+    w = tmp_path / "wheels"
+    fn = make_wheel(w, "demo", "1.0", tag=ANY).name
+    build(tmp_path)
+    before = snapshot(tmp_path / "site")
+    st = os.stat(w / fn)
+    with open(w / fn, "r+b") as f:  # in place: the same inode, the same size, one byte changed
+        f.seek(st.st_size // 2)
+        byte = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(w / fn, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(w / fn).st_size, os.stat(w / fn).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    with pytest.raises(IndexBuildError, match=f"{fn}: sha256 .* published with"):
+        build(tmp_path, init_ledger=False)
+    assert snapshot(tmp_path / "site") == before
+
+
+def test_a_hash_cache_of_the_older_schema_is_not_trusted(tmp_path):
+    w = tmp_path / "wheels"
+    make_wheel(w, "demo", "1.0", tag=ANY)
+    build(tmp_path)
+    cache = tmp_path / ".site.hashcache.json"
+    doc = json.loads(cache.read_text())
+    assert doc["schema"] == scan.CACHE_SCHEMA == 2
+    (record,) = doc["files"].values()
+    assert len(record) == 5  # size, mtime, ctime, inode, sha256
+    cache.write_text(json.dumps({"schema": 1, "files": {k: [v[0], v[1], v[4]] for k, v in doc["files"].items()}}))
+    assert build(tmp_path, init_ledger=False).hashed == 1
+    cache.write_text("[" * 100_000)  # a cache that can't be read is no cache
+    assert scan.load_hash_cache(cache) == {}
+
+
+@pytest.mark.parametrize("published, respelled", [
+    ("flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-linux_x86_64.whl",
+     "Flash_Attn-2.8.3+cu128.torch2.8-cp311-cp311-linux_x86_64.whl"),  # the project spelled otherwise
+    ("flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-linux_x86_64.whl",
+     "flash_attn-2.8.3.0+cu128.torch2.8-cp311-cp311-linux_x86_64.whl"),  # the version
+    ("demo-1.0-py2.py3-none-any.whl", "demo-1.0-py3.py2-none-any.whl"),  # the tag set
+    ("demo-1.0-1-py3-none-any.whl", "demo-1.0-01-py3-none-any.whl"),  # the build tag
+])
+def test_a_published_wheel_spelled_otherwise_is_left_out_unread(tmp_path, published, respelled):
+    w = tmp_path / "wheels"
+
+    def wheel(fn):
+        name, version = fn.split("-")[:2]
+        return make_wheel(w, name, version, tag="-".join(fn[:-4].split("-")[-3:]), filename=fn)
+
+    wheel(published)
+    build(tmp_path)
+    ledger = (tmp_path / "ledger.json").read_bytes()
+    wheel(respelled)
+    report = build(tmp_path, init_ledger=False)
+    assert [r.filename for r in report.rejected] == [respelled]
+    assert report.rejected[0].reason.startswith(f"installers take it for {published}, published (same ")
+    assert (tmp_path / "ledger.json").read_bytes() == ledger
+    assert not (w / (respelled + ".metadata")).exists()  # refused before it was read
+
+
+def test_two_spellings_in_one_batch_are_both_left_out_and_a_new_build_number_is_not_a_spelling(tmp_path):
+    w = tmp_path / "wheels"
+    a = make_wheel(w, "flash-attn", "2.8.3", tag=ANY).name
+    b = make_wheel(w, "flash-attn", "2.8.3.0", tag=ANY).name
+    rebuilt = make_wheel(w, "flash-attn", "2.8.3", tag=ANY, build_tag="1").name
+    report = build(tmp_path)
+    assert sorted(r.filename for r in report.rejected) == sorted([a, b])
+    assert all("of this batch" in r.reason for r in report.rejected)
+    assert report.added == (rebuilt,)
+
+
+def test_a_name_with_control_characters_is_shown_escaped(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    (w).mkdir()
+    (w / "evil\x1b[2J-1.0-py3-none-any.whl").write_bytes(b"")
+    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+               "--ledger", str(tmp_path / "ledger.json"), "--init-ledger"])
+    err = capsys.readouterr().err
+    assert rc == 11 and "\x1b" not in err and "evil\\x1b[2J-1.0-py3-none-any.whl: invalid wheel filename" in err

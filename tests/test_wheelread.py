@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import zipfile
 
 import pytest
@@ -11,7 +12,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 from wheelfactory import make_wheel
 
-from tools.sitegen import wheelread
+from tests.fixtures.hostile.make_wheels import SPECIAL_EXPECT, WHEELS, make_special
+
+from tools.sitegen import wheelread, wheelzip
 from tools.core.errors import IndexBuildError
 from tools.sitegen.ledger import Entry
 from tools.core.variant import Variant
@@ -131,17 +134,6 @@ def test_a_line_that_is_not_a_result_is_an_error(tmp_path):
         wheelread.parse_indexed(line, "other-1.0-py3-none-any.whl")
 
 
-def test_zip_directory_agrees_with_zipfile(tmp_path):
-    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"},
-                      payload=b"x" * 1000)
-    with zipfile.ZipFile(path, "a") as zf:
-        zf.writestr("ext/caf\u00e9.py", b"# a name that is not ASCII: zipfile flags it UTF-8\n")
-    with open(path, "rb") as f, zipfile.ZipFile(path) as zf:
-        fast = wheelread.ZipDirectory(f.fileno(), path.stat().st_size)
-        assert fast.namelist() == zf.namelist() and "ext/caf\u00e9.py" in fast.namelist()
-        assert all(fast.read(n) == zf.read(n) for n in zf.namelist())
-
-
 @pytest.mark.parametrize("filename", [
     "demo-1.0-py3-none-any.whl",
     "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl",  # Dao-AILab's label
@@ -176,8 +168,8 @@ def test_a_zip_the_fast_reader_leaves_to_zipfile_is_read_by_zipfile(tmp_path):
     path = make_wheel(tmp_path, "ext", "1.0", tag=ANY)
     original = path.read_bytes()
     path.write_bytes(b"#!/bin/sh\nexit 0\n" + original)
-    with open(path, "rb") as f, pytest.raises(wheelread._Unsupported):
-        wheelread.ZipDirectory(f.fileno(), path.stat().st_size)
+    with open(path, "rb") as f, pytest.raises(wheelzip.Unsupported):
+        wheelzip.ZipDirectory(f.fileno(), path.stat().st_size)
     entry = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
     with zipfile.ZipFile(path) as zf:
         assert (tmp_path / f"{path.name}.metadata").read_bytes() == zf.read("ext-1.0.dist-info/METADATA")
@@ -189,3 +181,38 @@ def test_metadata_header_parser():
     assert wheelread.parse_metadata_headers(text) == {
         "metadata-version": "2.1", "name": "a", "version": "1", "requires-python": ">=3.9", "description": "x",
     }
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["fast-reader", "zipfile"])
+@pytest.mark.parametrize("hostile", WHEELS, ids=[h.id for h in WHEELS])
+def test_each_hostile_wheel_is_left_out_with_its_reason_and_nothing_written(tmp_path, monkeypatch, hostile,
+                                                                             fallback):
+    """What index_wheel answers for each hostile wheel (tests/fixtures/hostile), with the fast zip
+    reader and with the zipfile module alone: a reason, never an exception, and no .metadata."""
+    if fallback:
+        def unsupported(fd, size):
+            raise wheelzip.Unsupported("as if the layout were unusual")
+        monkeypatch.setattr(wheelread, "ZipDirectory", unsupported)
+    path = hostile.make(tmp_path)
+    reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    assert isinstance(reason, str) and re.search(hostile.expect, reason), reason
+    assert len(reason) <= wheelread.MAX_REASON + 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_file_that_is_not_regular_is_refused_without_blocking(tmp_path):
+    for path in make_special(tmp_path):
+        reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+        assert re.search(SPECIAL_EXPECT, reason), reason
+
+
+def test_a_rebuild_number_is_part_of_a_wheels_identity():
+    same = {wheelread.wheel_identity(fn) for fn in (
+        "Flash_Attn-2.8.3.0+CU128.torch2.8-cp311-cp311-linux_x86_64.whl",
+        "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-linux_x86_64.whl")}
+    assert len(same) == 1
+    (ident,) = same
+    assert ident[:3] == ("flash-attn", wheelread.parse_version("2.8.3+cu128.torch2.8"), ())
+    assert wheelread.wheel_identity("flash_attn-2.8.3+cu128.torch2.8-1-cp311-cp311-linux_x86_64.whl") != ident
+    assert wheelread.wheel_identity("not a wheel.whl") is None
+    assert wheelread.project_of("Flash.Attn-2.8.3-py3-none-any.whl") == "flash-attn"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from datetime import datetime, timezone
 
 import pytest
 from wheelfactory import make_wheel
@@ -12,7 +13,7 @@ from index_support import (
 
 from tools import ROOT
 from tools.core.errors import IndexBuildError
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger import Ledger, Removal, dump_ledger, load_ledger, load_ledger_document
 from tools.sitegen import yanks
 
 
@@ -52,8 +53,9 @@ def test_removal_is_explicit(tmp_path):
     build(tmp_path)
     # A ledger that lost an entry (a wrong --ledger, a bad merge) can't shrink the site.
     shutil.rmtree(w)
+    (tmp_path / "other.json").write_text(dump_ledger({}))
     with pytest.raises(IndexBuildError, match="publishes 2 file.*the ledger doesn.t have: demo-1.0") as exc:
-        build(tmp_path, ledger_path=tmp_path / "other.json")
+        build(tmp_path, ledger_path=tmp_path / "other.json", init_ledger=False)
     assert "--remove" in str(exc.value)
     report = build(tmp_path, init_ledger=False, remove=[gone])
     assert report.removed == (gone,) and report.files == 1
@@ -61,9 +63,75 @@ def test_removal_is_explicit(tmp_path):
     assert listed(tmp_path / "site", "", "demo") == ["demo-2.0-py3-none-any.whl"]
     with pytest.raises(IndexBuildError, match="no such file"):
         build(tmp_path, init_ledger=False, remove=["nope-1.0-py3-none-any.whl"])
+    with pytest.raises(IndexBuildError, match=f"--remove {gone}: already removed"):
+        build(tmp_path, init_ledger=False, remove=[gone])
+
+
+def test_a_removed_file_stays_removed_until_restored(tmp_path, capsys):
+    w = tmp_path / "wheels"
+    gone = make_wheel(w, "demo", "1.0", tag=ANY)
+    make_wheel(w, "demo", "2.0", tag=ANY)
+    build(tmp_path)
+    published = load_ledger_document(tmp_path / "ledger.json").files[gone.name]
+    later = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    build(tmp_path, init_ledger=False, remove=[gone.name], now=later)
+    ledger = load_ledger_document(tmp_path / "ledger.json")
+    assert ledger.removed == {gone.name: Removal(published, "2026-03-04T05:06:07.000000Z")}
+    # The next ordinary run, with the wheel still in the batch: it stays out, and says so.
+    report = build(tmp_path, init_ledger=False)
+    assert report.added == () and report.kept_out == (gone.name,) and report.files == 1
+    assert listed(tmp_path / "site", "", "demo") == ["demo-2.0-py3-none-any.whl"]
+    # Other bytes under the removed name stop the run, as for a published name.
+    gone.unlink()
+    make_wheel(w, "demo", "1.0", tag=ANY, requires_dist=["numpy"])
+    with pytest.raises(IndexBuildError, match=r"published \(and removed since\)"):
+        build(tmp_path, init_ledger=False)
+    # Another spelling of the removed wheel is refused as the same wheel.
+    gone.unlink()
+    respelled = make_wheel(w, "Demo", "1.0.0", tag=ANY, filename="Demo-1.0.0-py3-none-any.whl")
+    report = build(tmp_path, init_ledger=False)
+    assert [(r.filename, "installers take it for demo-1.0-py3-none-any.whl, published (and removed since)" in r.reason)
+            for r in report.rejected] == [(respelled.name, True)]
+    respelled.unlink()
+    # --restore puts the entry back as it was published (its URL and upload time), no wheel needed.
+    report = build(tmp_path, init_ledger=False, restore=[gone.name])
+    assert report.restored == (gone.name,)
+    assert load_ledger_document(tmp_path / "ledger.json") == Ledger(
+        {**ledger.files, gone.name: published}, {})
+    assert listed(tmp_path / "site", "", "demo") == [gone.name, "demo-2.0-py3-none-any.whl"]
+    with pytest.raises(IndexBuildError, match="records no removal"):
+        build(tmp_path, init_ledger=False, restore=[gone.name])
 
 
 def test_a_yank_reason_is_one_line(tmp_path):
     make_wheel(tmp_path / "wheels", "demo", "1.0", tag=ANY)
     with pytest.raises(IndexBuildError, match="one line of text"):
         build(tmp_path, yanked_path=yank_file(tmp_path, {"demo-1.0-py3-none-any.whl": "a\nb"}))
+
+
+@pytest.mark.parametrize("text, message", [
+    # An alias bomb: nine lines that expand to a billion strings.
+    ('a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+     + "".join(f'{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},'
+               f'*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n' for i in range(8))
+     + "demo-1.0-py3-none-any.whl: *i\n", r"an alias \(\*a\) is not allowed"),
+    ("demo-1.0-py3-none-any.whl: first\ndemo-1.0-py3-none-any.whl: second\n", "written twice"),
+    ("[" * 50_000, "nested too deeply|not valid YAML"),
+    ("demo-1.0-py3-none-any.whl: [a, b]\n", "is not 'filename: reason'"),
+])
+def test_a_yank_list_is_read_strictly(tmp_path, text, message):
+    path = tmp_path / "yanked.yaml"
+    path.write_text(text)
+    with pytest.raises(IndexBuildError, match=message) as exc:
+        yanks.load_yanked(path)
+    assert str(path) in str(exc.value)
+
+
+def test_a_yank_list_that_is_not_utf8_or_too_large_is_refused(tmp_path):
+    path = tmp_path / "yanked.yaml"
+    path.write_bytes(b"demo-1.0-py3-none-any.whl: caf\xe9\n")
+    with pytest.raises(IndexBuildError, match="is not UTF-8 text"):
+        yanks.load_yanked(path)
+    path.write_bytes(b"#" * (yanks.MAX_YANK_LIST + 1))
+    with pytest.raises(IndexBuildError, match="can.t be read: over 8388608 bytes"):
+        yanks.load_yanked(path)

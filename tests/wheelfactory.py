@@ -6,8 +6,9 @@ always give the same bytes (fixed zip timestamps), which lets tests compare hash
     from wheelfactory import make_wheel
     path = make_wheel(tmp_path, "flash-attn", "2.8.3", local="cu128.torch2.8")
 
-The ``metadata_name`` / ``metadata_version`` / ``omit_metadata`` knobs build the broken wheels the
-index must reject; ``payload`` pads a wheel to a chosen size (for benchmarks).
+The ``metadata_name`` / ``metadata_version`` / ``omit_metadata`` / ``omit`` / ``wheel_version`` /
+``extra_files`` knobs build the broken wheels the index must reject (tests/fixtures/hostile/ builds
+the rest); ``payload`` pads a wheel to a chosen size (for benchmarks).
 """
 
 from __future__ import annotations
@@ -68,14 +69,19 @@ def make_wheel(
     metadata_version: str | None = None,
     omit_metadata: bool = False,
     filename: str | None = None,
+    omit: Iterable[str] = (),
+    wheel_version: str = "1.0",
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> Path:
     """Write a valid wheel of ``name`` ``version[+local]`` into ``directory`` and return its path.
 
     ``manifest`` becomes ``<dist-info>/cuwheels.json`` (the build manifest, see tools.core.manifest).
     ``payload`` is stored uncompressed as ``<package>/_payload.bin`` to give the wheel a size.
     ``metadata_name`` / ``metadata_version`` put a different Name / Version in METADATA than in the
-    filename; ``omit_metadata`` leaves METADATA out; ``filename`` overrides the file's name. Those
-    four exist to build the invalid wheels an index must refuse.
+    filename; ``omit_metadata`` leaves METADATA out; ``filename`` overrides the file's name;
+    ``omit`` leaves out other ``.dist-info`` files (``"WHEEL"``, ``"RECORD"``); ``wheel_version``
+    is WHEEL's Wheel-Version; ``extra_files`` adds members (any path, as given, before RECORD).
+    Those exist to build the invalid wheels an index must refuse.
     """
     full_version = f"{version}+{local}" if local else version
     dist = dist_name(name)
@@ -92,16 +98,20 @@ def make_wheel(
             requires_python=requires_python,
             requires_dist=requires_dist,
         ).encode()
-    wheel_lines = ["Wheel-Version: 1.0", "Generator: cuwheels-tests", "Root-Is-Purelib: false"]
+    wheel_lines = [f"Wheel-Version: {wheel_version}", "Generator: cuwheels-tests", "Root-Is-Purelib: false"]
     wheel_lines += [f"Tag: {t}" for t in _expand_tag(tag)]
     if build_tag:
         wheel_lines.append(f"Build: {build_tag}")
     files[f"{dist_info}/WHEEL"] = ("\n".join(wheel_lines) + "\n").encode()
     if manifest is not None:
         files[f"{dist_info}/cuwheels.json"] = json.dumps(dict(manifest), sort_keys=True).encode()
-    record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()]
-    record.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    for left_out in omit:
+        files.pop(f"{dist_info}/{left_out}", None)  # RECORD is written below, unless left out
+    files.update(extra_files or {})
+    if "RECORD" not in omit:
+        record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()]
+        record.append(f"{dist_info}/RECORD,,")
+        files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
 
     parts = [dist, full_version] + ([build_tag] if build_tag else []) + [tag]
     path = Path(directory) / (filename or "-".join(parts) + ".whl")

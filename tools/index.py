@@ -31,12 +31,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
     parser.add_argument("--ledger", type=Path, default=DEFAULT_LEDGER, help="record of everything published")
     parser.add_argument("--init-ledger", action="store_true",
-                        help="start a new, empty ledger if --ledger doesn't exist")
+                        help="start --ledger if it doesn't exist: from the site's own ledger.json when "
+                        "--output-dir holds a site (nothing published is lost), else empty")
+    parser.add_argument("--start-over", action="store_true",
+                        help="start a new, empty ledger (--ledger must not exist) even though the site at "
+                        "--output-dir publishes files: each one it loses is named")
     parser.add_argument("--yanked", type=Path, default=None,
                         help=f"yank list {{filename: reason}} (default: {DEFAULT_YANKED} when it exists)")
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
     parser.add_argument("--remove", action="append", default=[], metavar="FILENAME",
-                        help="delete a published file from the index (repeatable; deliberate only)")
+                        help="take a published file out of the index; the ledger records it and keeps it "
+                        "out (repeatable; deliberate only)")
+    parser.add_argument("--restore", action="append", default=[], metavar="FILENAME",
+                        help="put a removed file back in the index as it was published (repeatable)")
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                         help="worker processes reading a large batch of wheels (default: the CPUs available, "
                         f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
@@ -74,7 +81,9 @@ def _run(args: argparse.Namespace) -> int:
         yanked_path=yanked,
         site_url=args.site_url,
         init_ledger=args.init_ledger,
+        start_over=args.start_over,
         remove=args.remove,
+        restore=args.restore,
         jobs=args.jobs if args.jobs is not None else default_jobs(),
         recipes_dir=args.recipes,
         reports_dir=args.reports,
@@ -85,15 +94,25 @@ def _run(args: argparse.Namespace) -> int:
         f"{len(report.variant_indexes)} variant indexes -> {args.output_dir} "
         f"({len(report.added)} new, {report.hashed} hashed, {len(report.removed)} removed)"
     )
+    if report.ledger_origin == "site":
+        print(f"  ledger {args.ledger} started from the site's own ledger.json")
     for fn in report.removed:
         print(f"  removed: {fn}")
+    for fn in report.restored:
+        print(f"  restored: {fn}")
+    for fn in report.kept_out:
+        print(f"  left out, removed from the index: {fn} (--restore {fn} publishes it again)")
+    if report.dropped:
+        print(f"  started over: {len(report.dropped)} file(s) the site published are no longer listed:")
+        for fn in report.dropped:
+            print(f"  dropped: {fn}")
     if args.verbose:
         print(f"  {report.reused_pages} project pages reused; seconds: "
               + ", ".join(f"{step} {seconds:.3f}" for step, seconds in report.timings.items()))
     if report.rejected:
         raise IndexBuildError(
             f"{len(report.rejected)} file(s) left out; the rest is published:\n  "
-            + "\n  ".join(f"{r.filename}: {r.reason}" for r in report.rejected)
+            + "\n  ".join(r.line() for r in report.rejected)
         )
     return 0
 

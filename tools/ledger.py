@@ -1,7 +1,8 @@
 """``python -m tools.ledger``: the ledger: the record of every file the index has ever published.
 
 The command: ``hold-back`` sets aside the wheels of a batch whose file names are already
-published (``tools.sitegen.ledger.hold_back_published``) and says what it did with each.
+published, or were and were removed (``tools.sitegen.ledger.hold_back_published``), and says what
+it did with each.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.sitegen.ledger import hold_back_published, load_ledger
+from tools.sitegen.ledger import hold_back_published, load_ledger_document
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
     parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    hold = sub.add_parser("hold-back", help="move wheels whose file names the ledger has out of the batch")
+    hold = sub.add_parser("hold-back",
+                          help="move wheels whose file names the ledger has (published or removed) out of the batch")
     hold.add_argument("--ledger", required=True, type=Path)
     hold.add_argument("--wheels-dir", required=True, type=Path)
     hold.add_argument("--to", required=True, type=Path, dest="held_dir", help="where they go")
@@ -28,10 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @cli
 def _run(args: argparse.Namespace) -> int:
-    report = hold_back_published(wheels_dir=args.wheels_dir, ledger=load_ledger(args.ledger),
+    report = hold_back_published(wheels_dir=args.wheels_dir, ledger=load_ledger_document(args.ledger),
                                  held_dir=args.held_dir)
     for h in report.held:
-        if h.same_bytes:
+        if h.removed:
+            print(f"{h.filename}: removed from the index (--remove), and stays out: not published again. "
+                  "To publish it again: python -m tools.index --restore " + h.filename)
+        elif h.same_bytes:
             print(f"{h.filename}: already published, same bytes (a re-run): not published again")
         else:
             print(f"{h.filename}: already published with other bytes: the published file stays. "

@@ -6,17 +6,22 @@ wheel files. Files are immutable: an entry, once written, is never changed by a 
 filename with another sha256 is refused by tools.index), and an entry only leaves the ledger when
 someone names it (``python -m tools.index --remove FILENAME``), never because a file is missing.
 
-Location: wherever ``--ledger`` says (``make index``: ``LEDGER``, default ``index/ledger.json``).
+Location: wherever ``--ledger`` says (``make index``: ``LEDGER``, default ``site-ledger.json``).
 Every site the index builds carries the ledger it was built from at ``<site>/ledger.json``, so the
 deployed site is its own record: the publishing workflow fetches that copy and merges the new
 batch into it, and the repository's ``index/ledger.json`` (empty) is only where the first
-deployment starts. A local demo passes its own ``LEDGER`` (and ``--init-ledger``), so that URLs
-of a local server never enter a real ledger.
+deployment starts. A run whose ``--ledger`` does not exist is refused, unless ``--init-ledger``
+starts it: from the site's own ``ledger.json`` when ``--output-dir`` holds a site (nothing
+published is lost), empty otherwise; only ``--start-over`` publishes over a site without its
+files, and names each one. A local demo passes its own ``LEDGER``, so that URLs of a local
+server never enter a real ledger.
 
-Format (JSON, schema 2), one file per line so that a diff shows exactly what was published::
+Format (JSON, schema 4), one file per line so that a diff shows exactly what was published::
 
-    {"schema": 3, "files": {
+    {"schema": 4, "files": {
     "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "serves": null, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    }, "removed": {
+    "flash_attn-2.8.2+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {..., "removed_time": "2026-12-01T08:00:00.000000Z", ...}
     }}
 
 ``url`` is where the file was published (the wheel's ``.metadata`` is at the same URL plus
@@ -26,24 +31,36 @@ each extension module (the build manifest's ``archs.found``, as ``{module: {"ptx
 [...]}}``), recorded when the file is first published; null for a wheel without a manifest, or one
 whose manifest records none.
 
+``removed`` records each file taken out with ``--remove``: its entry as it was published, plus
+``removed_time``. A removed file stays out: the same name in a later batch is compared with the
+recorded bytes (other bytes stop the run, as for a published name) and left out, and a file of
+the same (project, version, build tag, tags) under another name is refused, until
+``--restore FILENAME`` puts the entry back as it was.
+
 Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels-dir D --to H`` moves the
-wheels of a batch whose file names the ledger already has to H (a re-run of a build, or a rebuild
-without a new version or build number), saying which, so that only new files are released.
+wheels of a batch whose file names the ledger already has (published or removed) to H (a re-run
+of a build, or a rebuild without a new version or build number), saying which, so that only new
+files are released.
 
-Schema 3 adds ``serves`` to ``variant``: null for a build for its one torch series, or the list
+Schema 3 added ``serves`` to ``variant``: null for a build for its one torch series, or the list
 of torch series a stable-ABI build serves (listed in each one's variant index; ``torch`` is the
-series it was built against).
+series it was built against). Schema 4 adds ``removed``.
 
-Schemas 1 (no ``archs``) and 2 (no ``variant.serves``) are still read: their entries get
-``archs: null`` / ``serves: null``, and the next write is schema 3. A reader refuses a newer
-schema than its own (rather than silently drop what it doesn't know).
+Schemas 1 (no ``archs``), 2 (no ``variant.serves``) and 3 (no ``removed``) are still read: their
+entries get ``archs: null`` / ``serves: null``, and the next write is schema 4. A reader refuses
+a newer schema than its own, and any key it doesn't know (rather than silently drop it).
+
+A run holds ``.<ledger name>.lock`` beside the ledger from reading it to swapping its site in, so
+that two runs with different sites can't both merge into the same ledger.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -55,19 +72,24 @@ from tools.core.variant import Variant
 _encode_str = json.encoder.encode_basestring_ascii
 
 #: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
-LEDGER_SCHEMA = 3
-#: Schemas this reader accepts: 1 is schema 2 without ``archs``, 2 is 3 without ``variant.serves``.
-READABLE_SCHEMAS = (1, 2, 3)
+LEDGER_SCHEMA = 4
+#: Schemas this reader accepts: 1 is schema 2 without ``archs``, 2 is 3 without ``variant.serves``,
+#: 3 is 4 without ``removed``.
+READABLE_SCHEMAS = (1, 2, 3, 4)
 
 _KEYS_1 = frozenset({
     "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
     "metadata_sha256", "variant",
 })
 _KEYS = _KEYS_1 | {"archs"}
-_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS}
+_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS, 4: _KEYS}
 _ARCH_KEYS = {"sass", "ptx"}
 _VARIANT_KEYS_2 = frozenset({"cuda", "torch", "cxx11_abi"})
-_VARIANT_KEYS_BY_SCHEMA = {1: _VARIANT_KEYS_2, 2: _VARIANT_KEYS_2, 3: _VARIANT_KEYS_2 | {"serves"}}
+_VARIANT_KEYS_BY_SCHEMA = {1: _VARIANT_KEYS_2, 2: _VARIANT_KEYS_2, 3: _VARIANT_KEYS_2 | {"serves"},
+                           4: _VARIANT_KEYS_2 | {"serves"}}
+#: The keys of the document itself, per schema: a key a reader doesn't know is refused, not dropped.
+_DOC_KEYS = {1: {"schema", "files"}, 2: {"schema", "files"}, 3: {"schema", "files"},
+             4: {"schema", "files", "removed"}}
 
 
 class Entry(NamedTuple):
@@ -111,6 +133,24 @@ class Entry(NamedTuple):
             "variant": variant,
             "archs": self.archs,
         }
+
+
+class Removal(NamedTuple):
+    """A file taken out of the index with ``--remove``: its entry as published, and when it left."""
+
+    entry: Entry
+    removed_time: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The removal as its ledger object: the entry's keys plus ``removed_time``."""
+        return {**self.entry.to_json(), "removed_time": self.removed_time}
+
+
+class Ledger(NamedTuple):
+    """A whole ledger document: the files the index publishes, and the ones removed from it."""
+
+    files: dict[str, Entry]
+    removed: dict[str, Removal]
 
 
 _HEX = frozenset("0123456789abcdef")
@@ -190,25 +230,42 @@ def _variant(cuda: str, torch: str, cxx11_abi: bool | None, serves: tuple[str, .
     return Variant(cuda, torch, cxx11_abi, serves)
 
 
-def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
-    """Parse a ledger document (schema 1 or 2) into ``{filename: Entry}``.
+def parse_ledger_document(text: str, *, source: str = "ledger", trusted: bool = False) -> Ledger:
+    """Parse a ledger document (schema 1 to 4): its files and its removals.
 
-    ``trusted`` skips the checks of each entry: only for a text this module wrote from checked
-    entries (tools.index passes it when the ledger is byte for byte the copy its site was built
-    from), because checking 10,000 entries is a large part of adding one file.
+    ``trusted`` skips the checks of each file's entry: only for a text this module wrote from
+    checked entries (tools.index passes it when the ledger is byte for byte the copy its site was
+    built from), because checking 10,000 entries is a large part of adding one file. Removals,
+    few, are always checked.
     """
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise IndexBuildError(f"{source} is not valid JSON: {exc}") from None
+        # A key written twice would silently lose the first (a second sha256 for one file): a
+        # text not known to be this module's own is read with a hook that refuses it.
+        doc = json.loads(text) if trusted else json.loads(text, object_pairs_hook=_unique_keys)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError; _unique_keys raises one too
+        raise IndexBuildError(f"{source} is not valid JSON: {exc}",
+                              hint="restore the ledger from the site it was published with (<site>/ledger.json)",
+                              ) from None
+    except RecursionError:
+        raise IndexBuildError(f"{source} is not a ledger: its JSON is nested too deeply",
+                              hint="a ledger is two levels of objects; restore it from <site>/ledger.json") from None
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema not in READABLE_SCHEMAS or type(schema) is not int or not isinstance(doc.get("files"), dict):
         raise IndexBuildError(
             f"{source} is not a schema-{LEDGER_SCHEMA} ledger "
-            f"(want {{\"schema\": {LEDGER_SCHEMA}, \"files\": {{...}}}}; schema 1 is also read)"
+            f"(want {{\"schema\": {LEDGER_SCHEMA}, \"files\": {{...}}, \"removed\": {{...}}}}; "
+            "schemas 1 to 3 are also read)"
+        )
+    unknown = doc.keys() - _DOC_KEYS[schema]
+    missing = _DOC_KEYS[schema] - doc.keys()
+    if unknown or missing or not isinstance(doc.get("removed", {}), dict):
+        raise IndexBuildError(
+            f"{source}: a schema-{schema} ledger has exactly the keys {sorted(_DOC_KEYS[schema])}, "
+            f"with objects for files and removed; this one has {sorted(doc.keys())}",
+            hint="a key this reader doesn't know is refused rather than dropped: use the tools that wrote it",
         )
     if trusted:
-        return {
+        files = {
             name: Entry(
                 name, d["name"], d["version"], d["url"], d["sha256"], d["size"], d["upload_time"],
                 d["requires_python"], d["metadata_sha256"],
@@ -219,7 +276,40 @@ def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) ->
             )
             for name, d in doc["files"].items()
         }
-    return {name: entry_from_json(name, data, source=source, schema=schema) for name, data in doc["files"].items()}
+    else:
+        files = {name: entry_from_json(name, data, source=source, schema=schema)
+                 for name, data in doc["files"].items()}
+    removed = {name: _removal_from_json(name, data, source=source, schema=schema)
+               for name, data in doc.get("removed", {}).items()}
+    both = sorted(files.keys() & removed.keys())
+    if both:
+        raise IndexBuildError(f"{source}: {', '.join(both[:5])} both published and removed",
+                              hint="a file is either in files or in removed; restore the ledger from its site")
+    return Ledger(files, removed)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, or ValueError when a key is written twice."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {twice[:200]!r} is written twice")
+    return doc
+
+
+def _removal_from_json(filename: str, data: Any, *, source: str, schema: int) -> Removal:
+    """One object of ``removed``: an entry's keys plus ``removed_time``."""
+    if not isinstance(data, dict) or type(data.get("removed_time")) is not str or not data["removed_time"]:
+        raise IndexBuildError(f"{source}: removed {filename!r} must be an entry with a 'removed_time' string")
+    entry = entry_from_json(filename, {k: v for k, v in data.items() if k != "removed_time"},
+                            source=f"{source} (removed)", schema=schema)
+    return Removal(entry, data["removed_time"])
+
+
+def parse_ledger(text: str, *, source: str = "ledger", trusted: bool = False) -> dict[str, Entry]:
+    """The files a ledger document publishes, ``{filename: Entry}`` (see parse_ledger_document)."""
+    return parse_ledger_document(text, source=source, trusted=trusted).files
 
 
 def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
@@ -229,20 +319,55 @@ def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
     index without everything published before.
     """
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path).decode("utf-8")
     except FileNotFoundError:
         if init:
             return None
         raise IndexBuildError(
             f"ledger {path} does not exist",
-            hint="pass the right --ledger, or --init-ledger to start a new, empty index",
+            hint="pass the right --ledger, or --init-ledger to start one (from the site's own "
+            "ledger.json when --output-dir holds a site)",
         ) from None
+    except UnicodeDecodeError as exc:
+        raise IndexBuildError(f"ledger {path} is not UTF-8 text: {exc}",
+                              hint="restore it from the site it was published with (<site>/ledger.json)") from None
+    except OSError as exc:
+        raise IndexBuildError(f"ledger {path} can't be read: {exc}") from None
+
+
+def read_regular(path: Path, *, limit: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path``; OSError for anything else (a FIFO, a device, a
+    directory) or, with ``limit``, for a file over ``limit`` bytes (EFBIG).
+
+    O_NONBLOCK: opening a FIFO put where a file was expected would otherwise wait for a writer
+    forever, and reading a device like /dev/zero would never end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with os.fdopen(fd, "rb") as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise OSError(errno.EFBIG, f"over {limit} bytes", str(path))
+    return data
+
+
+def load_ledger_document(path: Path, *, init: bool = False) -> Ledger:
+    """Read the whole ledger at ``path`` (files and removals); see load_ledger."""
+    text = read_ledger_text(path, init=init)
+    return Ledger({}, {}) if text is None else parse_ledger_document(text, source=str(path))
 
 
 def load_ledger(path: Path, *, init: bool = False) -> dict[str, Entry]:
-    """Read the ledger at ``path``; a missing one is an error unless ``init`` asks for a new one."""
-    text = read_ledger_text(path, init=init)
-    return {} if text is None else parse_ledger(text, source=str(path))
+    """The files the ledger at ``path`` publishes; a missing ledger is an error unless ``init``
+    asks for a new one."""
+    return load_ledger_document(path, init=init).files
+
+
+def lock_path(ledger_path: Path) -> Path:
+    """The lock file of a ledger: ``.<name>.lock`` beside it (a file the ledger's writes never replace)."""
+    return ledger_path.with_name(f".{ledger_path.name}.lock")
 
 
 def _null_or(value: Any, encode: Any) -> str:
@@ -271,22 +396,34 @@ def encode_entry(e: Entry) -> str:
     )
 
 
-def dump_ledger(entries: dict[str, Entry], *, base: tuple[str, dict[str, Entry]] | None = None) -> str:
+def dump_ledger(entries: dict[str, Entry], *, removed: dict[str, Removal] | None = None,
+                base: tuple[str, Ledger] | None = None) -> str:
     """The ledger document: sorted by filename, one entry per line (readable diffs, fast to write).
 
-    ``base`` is a (text, entries) pair where the text is what this function returned for those
-    entries: when ``entries`` only adds to them, the new lines are merged into that text instead
-    of encoding every entry again (only a text of this schema: older lines lack keys).
+    ``removed``: the removals it records. ``base`` is a (text, ledger) pair where the text is what
+    this function returned for that ledger: when ``entries`` only adds to its files and the
+    removals are the same, the new lines are merged into that text instead of encoding every
+    entry again (only a text of this schema: older lines lack keys).
     """
+    removed = removed or {}
     if base is not None:
         text, old = base
-        if old and text.startswith(_header()) and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.items()):
-            lines = text.split("\n")[1:-2]  # header, entry lines, "}}", ""
-            body = [line.rstrip(",") for line in lines]
-            body += [encode_entry(entries[fn]) for fn in entries.keys() - old.keys()]
+        lines = text.split("\n")
+        if (old.files and removed == old.removed and lines[0] == _header()
+                and all(entries.get(fn) is e or entries.get(fn) == e for fn, e in old.files.items())):
+            # header, entry lines, then the removals' part, which starts with "}"
+            end = next(i for i, line in enumerate(lines) if line.startswith("}"))
+            body = [line.rstrip(",") for line in lines[1:end]]
+            body += [encode_entry(entries[fn]) for fn in entries.keys() - old.files.keys()]
             body.sort(key=_line_key)
-            return _document(body)
-    return _document([encode_entry(entries[name]) for name in sorted(entries)])
+            return _document(body, "\n".join(lines[end:]))
+    files = [encode_entry(entries[name]) for name in sorted(entries)]
+    return _document(files, _removed_part([_encode_removal(removed[name]) for name in sorted(removed)]))
+
+
+def _encode_removal(r: Removal) -> str:
+    # Few and rarely written: the standard encoder, same key order as encode_entry.
+    return _encode_str(r.entry.filename) + ": " + json.dumps(r.to_json(), sort_keys=True)
 
 
 def _line_key(line: str) -> str:
@@ -298,16 +435,22 @@ def _header() -> str:
     return f'{{"schema": {LEDGER_SCHEMA}, "files": {{'
 
 
-def _document(lines: list[str]) -> str:
+def _removed_part(lines: list[str]) -> str:
+    """What follows the file lines: ``}, "removed": {...}}`` and the final newline."""
     if not lines:
-        return f'{_header()}}}}}\n'
-    body = ",\n".join(lines)
-    return f'{_header()}\n{body}\n}}}}\n'
+        return '}, "removed": {}}\n'
+    return '}, "removed": {\n' + ",\n".join(lines) + "\n}}\n"
 
 
-def write_ledger(path: Path, entries: dict[str, Entry]) -> None:
+def _document(lines: list[str], tail: str) -> str:
+    if not lines:
+        return f'{_header()}{tail}'
+    return f'{_header()}\n' + ",\n".join(lines) + "\n" + tail
+
+
+def write_ledger(path: Path, entries: dict[str, Entry], removed: dict[str, Removal] | None = None) -> None:
     """Write the ledger atomically: a killed run leaves the old ledger or the new one, never half."""
-    atomic_write(path, dump_ledger(entries).encode("utf-8"), durable=True)
+    atomic_write(path, dump_ledger(entries, removed=removed).encode("utf-8"), durable=True)
 
 
 def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
@@ -339,11 +482,13 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
 
 
 class HeldBack(NamedTuple):
-    """A wheel of a new batch whose file name is already published."""
+    """A wheel of a new batch whose file name is already published (or was, and was removed)."""
 
     filename: str
     #: True when its bytes are the published file's (a re-run), False when they differ (a rebuild)
     same_bytes: bool
+    #: True when the ledger records the name as removed (``--remove``): it stays out
+    removed: bool = False
 
 
 class HoldBackReport(NamedTuple):
@@ -354,19 +499,21 @@ class HoldBackReport(NamedTuple):
     remaining: int
 
 
-def hold_back_published(*, wheels_dir: Path, ledger: dict[str, Entry], held_dir: Path) -> HoldBackReport:
-    """Move the wheels of ``wheels_dir`` that the ledger already has (and their ``.metadata``) to
-    ``held_dir``, so that only new files are released and indexed.
+def hold_back_published(*, wheels_dir: Path, ledger: Ledger, held_dir: Path) -> HoldBackReport:
+    """Move the wheels of ``wheels_dir`` whose names the ledger already has, published or removed
+    (and their ``.metadata``), to ``held_dir``, so that only new files are released and indexed.
 
     A file name never changes bytes once published. A re-run of a build makes the same name again;
     a recipe changed without a new version or build number makes the same name with other bytes
-    (the build manifest records the recipe's commit). The published file stays in both cases.
+    (the build manifest records the recipe's commit). The published file stays in both cases, and
+    a removed one stays removed.
     """
     from tools.core.digest import sha256_file  # only hold-back hashes; the index imports this module
 
     held = []
     for wheel in sorted(Path(wheels_dir).glob("*.whl")):
-        entry = ledger.get(wheel.name)
+        gone = ledger.removed.get(wheel.name)
+        entry = ledger.files.get(wheel.name) or (gone.entry if gone else None)
         if entry is None:
             continue
         same = wheel.stat().st_size == entry.size and sha256_file(wheel) == entry.sha256
@@ -374,5 +521,5 @@ def hold_back_published(*, wheels_dir: Path, ledger: dict[str, Entry], held_dir:
         for path in (wheel, wheel.with_name(wheel.name + ".metadata")):
             if path.exists():
                 os.replace(path, held_dir / path.name)
-        held.append(HeldBack(wheel.name, same))
+        held.append(HeldBack(wheel.name, same, gone is not None))
     return HoldBackReport(held, len(list(Path(wheels_dir).glob("*.whl"))))

@@ -1,17 +1,28 @@
 """Scanning a batch: which wheels of ``--wheels-dir`` are new, which are known, which are refused.
 
-Known wheels are compared with the ledger (size, then sha256 unless the machine-local hash cache
-vouches for them), new ones are read by tools.sitegen.wheelread.index_wheel (here for a small batch, by
-worker processes for a large one: tools.core.workers), always with the results taken in file-name
-order, so the outcome is the same whatever the number of processes.
+Known wheels (published, or removed: the ledger keeps both) are compared with the ledger (size,
+then sha256 unless the machine-local hash cache vouches for them), new ones are read by
+tools.sitegen.wheelread.index_wheel (here for a small batch, by worker processes for a large one:
+tools.core.workers), always with the results taken in file-name order, so the outcome is the same
+whatever the number of processes.
+
+The hash cache vouches for a file only when its size, mtime, inode change time (ctime) and inode
+number are the ones recorded: size and mtime alone are what a file rewritten in place can keep
+(``os.utime``), while the ctime is set by the kernel on every change and no caller can set it back.
+
+A new file is refused before it is read when installers would take it for a wheel the ledger
+already has under another name (wheelread.wheel_identity: normalized project, version, build tag
+and tags), published or removed, or for another new file of the batch.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -19,9 +30,17 @@ from pathlib import Path
 
 from tools.core.digest import hash_files, jobs_for
 from tools.core.errors import IndexBuildError
-from .ledger import Entry
-from .wheelread import WheelRejected, index_wheel, parse_indexed, read_wheel_metadata
+from .ledger import Entry, Removal, read_regular
+from .wheelread import (
+    WheelRejected, index_wheel, parse_indexed, project_of, read_wheel_metadata, wheel_identity,
+)
 from tools.core.workers import map_in_workers
+
+
+#: Bumped when the hash cache's records change: a cache of another schema is not read.
+CACHE_SCHEMA = 2
+#: The largest hash cache read (a record is about 200 bytes): a larger file is no cache.
+MAX_CACHE = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +49,17 @@ class Rejected:
 
     filename: str
     reason: str
+
+    def line(self) -> str:
+        """``filename: reason`` for a terminal: control characters (a crafted name) escaped."""
+        return f"{printable(self.filename)}: {printable(self.reason)}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, a surrogate)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 @dataclass
@@ -43,6 +73,23 @@ class Scan:
     #: known wheel's filename -> its METADATA, to write again as ``<wheel>.metadata`` beside it
     metadata_restores: dict[str, bytes] = field(default_factory=dict)
     cache: dict[str, list] = field(default_factory=dict)
+    #: removed files found in the batch with their recorded bytes: left out, as removed
+    kept_out: list[str] = field(default_factory=list)
+
+
+def load_hash_cache(path: Path) -> dict[str, list]:
+    """The hash cache (``{path: [size, mtime_ns, ctime_ns, inode, sha256]}``); empty when unreadable."""
+    try:
+        doc = json.loads(read_regular(path, limit=MAX_CACHE))
+        files = doc["files"] if doc.get("schema") == CACHE_SCHEMA else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError):
+        return {}  # a cache: when in doubt, hash again
+    return files if isinstance(files, dict) else {}
+
+
+def _record(st: os.stat_result, sha256: str) -> list:
+    """A hash cache record: what the file's inode says now, and the hash of its bytes."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256]
 
 
 def utc_timestamp(moment: datetime) -> str:
@@ -58,16 +105,22 @@ def scan_wheels(
     base_url: str,
     now: datetime,
     jobs: int = 1,
+    removed: Mapping[str, Removal] | None = None,
 ) -> Scan:
-    """Merge the wheels in ``wheels_dir`` into the ledger.
+    """Merge the wheels in ``wheels_dir`` into the ledger (its files: ``ledger``, its removals:
+    ``removed``).
 
     A wheel known to the ledger is not hashed again when the hash cache has its path with the same
-    size and mtime. Known wheels are checked first: a known file name with other contents raises
-    IndexBuildError before any new wheel is read. Each new wheel is then read by
-    tools.sitegen.wheelread.index_wheel, which writes its ``.metadata`` beside it; a known wheel's missing
-    ``.metadata`` is read into ``scan.metadata_restores``. Nothing else is written here. With
-    ``jobs`` > 1, a large batch is read by up to ``jobs`` worker processes (tools.core.workers).
+    size, mtime, ctime and inode. Known wheels are checked first: a known file name (published or
+    removed) with other contents raises IndexBuildError before any new wheel is read; a removed one
+    with its recorded bytes stays out (``scan.kept_out``). A new wheel that is a known one under
+    another spelling is refused unread. Each other new wheel is then read by
+    tools.sitegen.wheelread.index_wheel, which writes its ``.metadata`` beside it; a known wheel's
+    missing ``.metadata`` is read into ``scan.metadata_restores``. Nothing else is written here.
+    With ``jobs`` > 1, a large batch is read by up to ``jobs`` worker processes
+    (tools.core.workers).
     """
+    removed = removed or {}
     scan = Scan(entries=dict(ledger))
     conflicts: list[str] = []
     upload_time = utc_timestamp(now)
@@ -95,15 +148,14 @@ def scan_wheels(
             continue
         st = d.stat()
         key = f"{directory}/{fn}"  # the hash cache is keyed by absolute path
-        known = ledger.get(fn)
+        known = ledger.get(fn) or (removed[fn].entry if fn in removed else None)
         if known is None:
             new.append((fn, key, st))
         elif st.st_size != known.size:
-            conflicts.append(f"{fn}: {st.st_size} bytes, published with {known.size} bytes")
-        elif (cached := cache.get(key)) is not None and cached == [st.st_size, st.st_mtime_ns, known.sha256]:
+            conflicts.append(f"{fn}: {st.st_size} bytes, {_published(fn, removed)} with {known.size} bytes")
+        elif (cached := cache.get(key)) is not None and cached == _record(st, known.sha256):
             scan.cache[key] = cached
-            if fn + ".metadata" not in names:
-                _restore_metadata(Path(key), known, scan)
+            _known_as_published(Path(key), known, fn in removed, names, scan)
         else:
             unsure.append((fn, key, st, known))
     # Published before but not in the hash cache: only the bytes are compared (the wheel was
@@ -117,11 +169,10 @@ def scan_wheels(
         sha256 = hashed[0]
         scan.hashed += 1
         if sha256 != known.sha256:
-            conflicts.append(f"{fn}: sha256 {sha256}, published with {known.sha256}")
+            conflicts.append(f"{fn}: sha256 {sha256}, {_published(fn, removed)} with {known.sha256}")
             continue
-        scan.cache[key] = [st.st_size, st.st_mtime_ns, sha256]
-        if fn + ".metadata" not in names:
-            _restore_metadata(Path(key), known, scan)
+        scan.cache[key] = _record(st, sha256)
+        _known_as_published(Path(key), known, fn in removed, names, scan)
     if conflicts:
         raise IndexBuildError(
             "files are immutable, and these differ from what was published under the same name:\n  "
@@ -129,6 +180,10 @@ def scan_wheels(
             hint="a rebuilt wheel needs a new file name (bump the version or its build tag); "
             "nothing was changed",
         )
+    clashes = identity_clashes([n[0] for n in new], ledger, removed)
+    for fn in sorted(clashes):
+        scan.rejected.append(Rejected(fn, clashes[fn]))
+    new = [n for n in new if n[0] not in clashes]
     # Each new wheel is read once, checked, and its .metadata written (tools.sitegen.wheelread), by
     # worker processes for a large batch, here otherwise; in order either way.
     paths = [n[1] for n in new]
@@ -152,9 +207,61 @@ def scan_wheels(
             scan.entries[fn] = outcome
             scan.added.append(fn)
             if outcome.size == st.st_size:
-                # The mtime listed before reading: a file changed since is read again next time.
-                scan.cache[key] = [st.st_size, st.st_mtime_ns, outcome.sha256]
+                # The stat taken before reading: a file changed since is read again next time.
+                scan.cache[key] = _record(st, outcome.sha256)
+    scan.rejected.sort(key=lambda r: r.filename)
     return scan
+
+
+def _published(fn: str, removed: Mapping[str, Removal]) -> str:
+    return "published (and removed since)" if fn in removed else "published"
+
+
+def _known_as_published(path: Path, known: Entry, is_removed: bool, names: set[str], scan: Scan) -> None:
+    """A known wheel found with its recorded bytes: a removed one stays out; a published one's
+    missing ``.metadata`` is restored."""
+    if is_removed:
+        scan.kept_out.append(path.name)
+    elif path.name + ".metadata" not in names:
+        _restore_metadata(path, known, scan)
+
+
+def identity_clashes(new: Iterable[str], ledger: Mapping[str, Entry],
+                     removed: Mapping[str, Removal]) -> dict[str, str]:
+    """The new file names installers would take for a known wheel or for another new one, each
+    with the reason it is refused (wheelread.wheel_identity).
+
+    Only the ledger's files of the batch's projects are parsed: a batch adds to a few projects of
+    a ledger of thousands of files.
+    """
+    idents = {fn: ident for fn in new if (ident := wheel_identity(fn)) is not None}
+    projects = {ident[0] for ident in idents.values()}
+    known: dict[tuple, str] = {}
+    for fn in (*ledger, *removed):
+        if project_of(fn) in projects and (ident := wheel_identity(fn)) is not None:
+            known.setdefault(ident, fn)
+    by_ident: dict[tuple, list[str]] = defaultdict(list)
+    for fn, ident in idents.items():
+        by_ident[ident].append(fn)
+    reasons = {}
+    for ident, names in by_ident.items():
+        name, version, build, _tags = ident
+        what = f"{name} {version}" + (f" build {build[0]}{build[1]}" if build else "")
+        other = known.get(ident)
+        for fn in names:
+            if other is not None:
+                reasons[fn] = (
+                    f"installers take it for {other}, {_published(other, removed)} (same {what} and tags, "
+                    "spelled otherwise): one wheel is published under one name; a rebuild needs a new "
+                    "build number"
+                )
+            elif len(names) > 1:
+                twin = next(n for n in names if n != fn)
+                reasons[fn] = (
+                    f"installers take it for {twin} of this batch (same {what} and tags, spelled "
+                    "otherwise): keep one of the two"
+                )
+    return reasons
 
 
 def _restore_metadata(path: Path, known: Entry, scan: Scan) -> None:

@@ -2,10 +2,21 @@
 current site reused by hard link, and the atomic swap of the new site for the old.
 
 The new site is written into a temporary directory beside INDEX_DIR and swapped in with one
-``renameat2(RENAME_EXCHANGE)``; where the kernel or file system lacks it, two renames are used and
-a run killed between them leaves the old site at ``.<name>.prev``, put back by the next run. The
-previous site stays at ``.<name>.prev`` until the next run (a rollback is one ``mv``). A lock file
-(``.<name>.lock``) keeps two runs off the same site.
+``renameat2(RENAME_EXCHANGE)``: at every moment INDEX_DIR is the whole old site or the whole new
+one. The previous site stays at ``.<name>.prev`` until the next run (a rollback is one ``mv``). A
+lock file (``.<name>.lock``) keeps two runs off the same site.
+
+Where RENAME_EXCHANGE is missing (not Linux, a kernel before 3.15, a file system without it:
+some FUSE and network file systems; renameat2 then fails with ENOSYS, EINVAL or EOPNOTSUPP), no
+system call replaces a non-empty directory atomically, and the swap is four steps: the marker
+``.<name>.swapping`` is created, INDEX_DIR is renamed to ``.<name>.prev``, the new site is renamed
+to INDEX_DIR, the marker is removed. Between the two renames (microseconds) INDEX_DIR does not
+exist: a web server serving it answers 404 for that moment. A run killed there leaves the old
+site, whole, at ``.<name>.prev``, the new one at ``.<name>.new-*``, and the marker; the ledger
+already records the new files (a site lists only what the ledger records, either way). The next
+run on that site, before anything else, puts ``.<name>.prev`` back (recover), and publishes the
+new files; by hand, ``mv .<name>.prev <name>`` does the same. Without the marker (a site deleted
+by hand), ``.<name>.prev`` is never put back.
 """
 
 from __future__ import annotations
@@ -22,7 +33,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tools.core.errors import IndexBuildError
+from .ledger import read_regular
 from .render import FINGERPRINTS, Reuse
+
+#: The largest fingerprint record read (a line per page): a larger file is ignored.
+MAX_FINGERPRINTS = 256 << 20
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -140,9 +155,11 @@ def check_replaceable(output_dir: Path) -> None:
 
 @contextmanager
 def locked(lock_path: Path) -> Iterator[None]:
-    """Hold the build lock of a site, or raise IndexBuildError when another build holds it."""
+    """Hold the lock file ``lock_path`` (a site's or a ledger's), or raise IndexBuildError when
+    another build holds it."""
     import fcntl
 
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -158,9 +175,9 @@ def reuser(output_dir: Path, staging: Path) -> Reuse:
     site keeps its own name for them until it is deleted.
     """
     try:
-        recorded = json.loads((output_dir / FINGERPRINTS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        recorded = {}
+        recorded = json.loads(read_regular(output_dir / FINGERPRINTS, limit=MAX_FINGERPRINTS))
+    except (OSError, ValueError, RecursionError):
+        recorded = {}  # only a shortcut: without it every page is rendered
     if not isinstance(recorded, dict):
         recorded = {}
     made: set[str] = set()

@@ -7,9 +7,16 @@ reads it through, and the zip directory and the ``.dist-info`` files, written la
 come from its last 32 KiB, just read and still in the page cache.
 
 A wheel is left out (WheelRejected, with the reason shown to people) for an invalid filename, an
-unreadable zip, a missing METADATA, a METADATA whose Name or Version disagrees with the filename,
-an invalid Requires-Python, a build manifest that contradicts the local label, or a ``.metadata``
-file that can't be written.
+unreadable zip, a wheel pip refuses to install (a member with an absolute or ``..`` path, an
+encrypted or duplicated member, no or several ``.dist-info`` directories, one not named for the
+project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA, WHEEL or build
+manifest over its size cap (MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is
+decompressed, and the decompression itself is bounded), a METADATA whose Name or Version disagrees
+with the filename, an invalid Requires-Python, a build manifest that can't be read or contradicts
+the local label, or a ``.metadata`` file that can't be written. Anything else reading a crafted
+file raises (the zip module's RuntimeError for an encrypted member, a RecursionError...) leaves
+that file out the same way, named with its reason: one wheel never stops the run. The zip is read,
+and its member list checked, by tools.sitegen.wheelzip.
 
 Only what reading a wheel needs is imported here (no Jinja2, no YAML): every worker imports this
 module at its start.
@@ -22,6 +29,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import struct
 import zipfile
 import zlib
@@ -39,12 +47,21 @@ from packaging.version import InvalidVersion, Version
 from tools.core.digest import hash_fd
 from tools.core.errors import IndexBuildError
 from .ledger import FILENAME_CHARS, Entry, encode_entry, entry_from_json
-from tools.core.manifest import MANIFEST_NAME, read_manifest, variant_from_manifest
+from .wheelzip import Unsupported, WheelRejected, ZipDirectory, ZipfileMembers, check_members, shown
+from tools.core.manifest import MANIFEST_NAME, parse_manifest, variant_from_manifest
 from tools.core.variant import Variant, parse_label
 
 
-class WheelRejected(Exception):
-    """A wheel that can't be indexed; the message is the reason shown to people."""
+#: The most bytes of METADATA read from a wheel. A real one is tens of KB (torch's: 30 KB, with
+#: its README); the cap keeps a small crafted wheel from making the index hold, and publish as
+#: ``.metadata``, hundreds of megabytes.
+MAX_METADATA = 4 << 20
+#: The most bytes of the build manifest (cuwheels.json), a few KB in a real wheel.
+MAX_MANIFEST = 1 << 20
+#: The most bytes of the WHEEL file, a few lines in a real wheel.
+MAX_WHEEL_FILE = 64 << 10
+#: The longest reason shown for a file left out: the rest of a crafted value is not printed.
+MAX_REASON = 400
 
 
 @dataclass(frozen=True)
@@ -65,7 +82,7 @@ class WheelFacts:
 def check_filename(filename: str) -> tuple[str, Version]:
     """The (normalized name, version) a wheel filename states, or WheelRejected naming the rule."""
     try:
-        name, version = _parse_wheel_filename(filename)
+        name, version, _build, _tags = _parse_wheel_filename(filename)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise WheelRejected(f"invalid wheel filename: {exc}") from None
     if not FILENAME_CHARS.fullmatch(filename):
@@ -75,7 +92,7 @@ def check_filename(filename: str) -> tuple[str, Version]:
     return name, version
 
 
-def _parse_wheel_filename(filename: str) -> tuple[str, Version]:
+def _parse_wheel_filename(filename: str) -> tuple[str, Version, tuple, frozenset]:
     """packaging's parse_wheel_filename, in two cached halves: the wheels of one release for
     several Pythons share the ``name-version[-build]`` part, and a batch has few distinct tags.
 
@@ -90,18 +107,41 @@ def _parse_wheel_filename(filename: str) -> tuple[str, Version]:
     try:
         if not (filename.endswith(".whl") and dash and dash2 and dash3):
             raise InvalidWheelFilename(filename)
-        _parse_tag(f"{py}-{abi}-{tags}")
-        return _parse_head(head)
+        return (*_parse_head(head), _parse_tag(f"{py}-{abi}-{tags}"))
     except (InvalidWheelFilename, InvalidVersion, ValueError):
         # packaging decides, on the whole name: it raises with the name quoted.
-        name, version, _build, _tags = parse_wheel_filename(filename)
-        return name, version
+        return parse_wheel_filename(filename)
 
 
 @lru_cache(maxsize=4096)
-def _parse_head(head: str) -> tuple[str, Version]:
-    name, version, _build, _tags = parse_wheel_filename(f"{head}-py3-none-any.whl")
-    return name, version
+def _parse_head(head: str) -> tuple[str, Version, tuple]:
+    name, version, build, _tags = parse_wheel_filename(f"{head}-py3-none-any.whl")
+    return name, version, build
+
+
+def wheel_identity(filename: str) -> tuple[str, Version, tuple, frozenset] | None:
+    """What installers tell apart in a wheel file name: (normalized project, version, build tag,
+    tags); None for a name that is not a wheel's.
+
+    Two names with one identity are one wheel to pip and uv: ``Flash_Attn-2.8.3.0-...`` and
+    ``flash_attn-2.8.3-...``, or ``py2.py3-none-any`` and ``py3.py2-none-any``. The build tag is
+    part of it: a rebuild is published under a new build number.
+    """
+    try:
+        return _parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+
+
+def project_of(filename: str) -> str:
+    """The normalized project a wheel file name starts with (its first dash-separated part)."""
+    return _canonical_project(filename.partition("-")[0])
+
+
+@lru_cache(maxsize=4096)
+def _canonical_project(part: str) -> str:
+    # A ledger of thousands of files names a few dozen projects: normalized once each.
+    return canonicalize_name(part)
 
 
 @lru_cache(maxsize=256)
@@ -116,15 +156,15 @@ def parse_version(text: str) -> Version:
     return Version(text)
 
 
-def parse_metadata_headers(data: bytes) -> dict[str, str]:
-    """The first value of each header of a METADATA document (lower-cased keys).
+def parse_metadata_headers(data: bytes, what: str = "METADATA") -> dict[str, str]:
+    """The first value of each header of a METADATA (or WHEEL: ``what``) document (lower-cased keys).
 
     A hand parser, not email.parser: that one costs more per wheel than hashing a small wheel.
     """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise WheelRejected(f"METADATA is not UTF-8: {exc}") from None
+        raise WheelRejected(f"{what} is not UTF-8: {exc}") from None
     headers: dict[str, str] = {}
     for line in text.split("\n\n", 1)[0].splitlines():
         if not line or line[0] in " \t":
@@ -135,108 +175,12 @@ def parse_metadata_headers(data: bytes) -> dict[str, str]:
     return headers
 
 
-class _Unsupported(Exception):
-    """A zip layout the fast reader leaves to the zipfile module (zip64, prepended data...)."""
-
-
-class ZipDirectory:
-    """A wheel's zip central directory, with ``namelist()`` and ``read()`` like zipfile.ZipFile.
-
-    It reads only the directory and the members asked for, with ``os.pread`` (the bytes were
-    just hashed, so they come from the page cache), and builds no object per member: with
-    zipfile.ZipFile, opening a small wheel costs about as much as hashing it. Anything unusual
-    raises _Unsupported, and the caller falls back to zipfile, the authority on what a valid zip is.
-    """
-
-    _EOCD = struct.Struct("<4s4H2LH")
-    _CENTRAL = struct.Struct("<4s6H3L5H2L")
-    _LOCAL = struct.Struct("<4s5H3L2H")
-
-    def __init__(self, fd: int, size: int):
-        self._fd = fd
-        # The end record is the last 22 bytes unless the zip has a comment (up to 64 KiB). One
-        # 32 KiB read usually holds it, the central directory and the .dist-info files (written
-        # last in a wheel), so reading METADATA costs no further system call.
-        for span in (32 << 10, self._EOCD.size + 0xFFFF + (32 << 10)):
-            tail_start = max(0, size - span)
-            tail = os.pread(fd, size - tail_start, tail_start)
-            end = tail.rfind(b"PK\x05\x06")
-            if end >= 0 or tail_start == 0:
-                break
-        self._tail, self._tail_start = tail, tail_start
-        if end < 0 or end + self._EOCD.size > len(tail):
-            raise _Unsupported("no end of central directory record")
-        _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _comment = self._EOCD.unpack_from(tail, end)
-        if count == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_offset + cd_size != tail_start + end:
-            raise _Unsupported("zip64 or data before the archive")
-        if cd_offset >= tail_start:
-            data, pos = tail, cd_offset - tail_start
-        else:  # a directory larger than 64 KiB: read it whole
-            data, pos = os.pread(fd, cd_size, cd_offset), 0
-        stop = pos + cd_size
-        self._members: dict[str, tuple[int, int, int, int, int]] = {}
-        for _ in range(count):
-            if pos + self._CENTRAL.size > stop:
-                raise _Unsupported("truncated central directory")
-            (sig, _made, _need, flags, method, _time, _date, crc, csize, _usize,
-             nlen, xlen, clen, _dstart, _iattr, _eattr, offset) = self._CENTRAL.unpack_from(data, pos)
-            if sig != b"PK\x01\x02":
-                raise _Unsupported("bad central directory entry")
-            raw = data[pos + self._CENTRAL.size: pos + self._CENTRAL.size + nlen]
-            if raw.isascii():  # nearly every name: the same in UTF-8 and cp437, and decoded in C
-                name = raw.decode("ascii")
-            else:  # cp437's decoder is Python code: only for the names that need it
-                name = raw.decode("utf-8" if flags & 0x800 else "cp437")
-            self._members[name] = (flags, method, crc, csize, offset)
-            pos += self._CENTRAL.size + nlen + xlen + clen
-
-    def namelist(self) -> list[str]:
-        """Member names, in archive order."""
-        return list(self._members)
-
-    def read(self, name: str) -> bytes:
-        """A member's bytes, CRC-checked."""
-        flags, method, crc, csize, offset = self._members[name]
-        if flags & 0x1:
-            raise _Unsupported("encrypted member")
-        at = offset - self._tail_start
-        if at >= 0 and at + self._LOCAL.size <= len(self._tail):
-            header = self._tail[at: at + self._LOCAL.size]
-        else:
-            header = os.pread(self._fd, self._LOCAL.size, offset)
-        if len(header) < self._LOCAL.size:
-            raise _Unsupported("truncated local header")
-        sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
-        if sig != b"PK\x03\x04":
-            raise _Unsupported("bad local header")
-        start = offset + self._LOCAL.size + nlen + xlen
-        at = start - self._tail_start
-        if at >= 0 and at + csize <= len(self._tail):
-            raw = self._tail[at: at + csize]
-        else:
-            raw = os.pread(self._fd, csize, start)
-        if method == zipfile.ZIP_STORED:
-            out = raw
-        elif method == zipfile.ZIP_DEFLATED:
-            out = zlib.decompress(raw, -15)
-        else:
-            raise _Unsupported(f"compression method {method}")
-        if zlib.crc32(out) != crc:
-            raise _Unsupported("CRC mismatch")
-        return out
-
-
-def _find_metadata(names: list[str], dist: str, version: str) -> str:
-    """The archive name of the wheel's METADATA (``<name>-<version>.dist-info/METADATA``)."""
-    candidates = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-    if not candidates:
-        raise WheelRejected("no METADATA: the wheel has no <name>-<version>.dist-info/METADATA")
-    if len(candidates) > 1:
-        wanted = [n for n in candidates if n.startswith(f"{dist}-{version}.dist-info/")]
-        if len(wanted) != 1:
-            raise WheelRejected(f"several .dist-info directories hold a METADATA: {sorted(candidates)}")
-        return wanted[0]
-    return candidates[0]
+def check_wheel_file(data: bytes) -> None:
+    """WheelRejected unless the WHEEL file states a Wheel-Version pip installs (1.x)."""
+    version = parse_metadata_headers(data, "WHEEL").get("wheel-version")
+    major = (version or "").partition(".")[0]
+    if not major.isdigit() or int(major) != 1:
+        raise WheelRejected(f"WHEEL states Wheel-Version {shown(version or '')}: pip installs only 1.x")
 
 
 def inspect_wheel(path: str | os.PathLike) -> WheelFacts:
@@ -248,7 +192,7 @@ def inspect_wheel(path: str | os.PathLike) -> WheelFacts:
     """
     filename = os.path.basename(path)
     dist, file_version = check_filename(filename)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         sha256, size = hash_fd(fd)
         metadata, name, version, requires_python, variant, archs = _read_zip(fd, filename, dist, file_version,
@@ -262,38 +206,66 @@ def read_wheel_metadata(path: str | os.PathLike) -> bytes:
     """The METADATA bytes of a wheel (no hashing), to restore a missing ``.metadata`` file."""
     filename = os.path.basename(path)
     dist, version = check_filename(filename)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         return _read_zip(fd, filename, dist, version, size=os.fstat(fd).st_size)[0]
     finally:
         os.close(fd)
 
 
-#: The members read from a wheel: the namelist is narrowed to these once (a wheel may hold hundreds).
-_WANTED = (".dist-info/METADATA", f".dist-info/{MANIFEST_NAME}")
+def _open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of the regular file at ``path``; WheelRejected for anything else.
+
+    O_NONBLOCK: a FIFO put where a wheel was listed would otherwise hang the open itself.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WheelRejected("not a regular file: wheels must be plain files")
+    return fd
 
 
-def _read_members(zf: Any, raw_dist: str, raw_version: str) -> tuple[bytes, dict | None]:
-    names = [n for n in zf.namelist() if n.endswith(_WANTED)]
-    metadata = zf.read(_find_metadata(names, raw_dist, raw_version))
+def _read_members(zf: Any, dist: str) -> tuple[bytes, dict | None]:
+    """METADATA and the parsed build manifest (None: none) of a wheel, checked as pip would."""
+    info_dir, has_manifest = check_members(zf.members(), dist)
+    check_wheel_file(zf.read(f"{info_dir}/WHEEL", MAX_WHEEL_FILE))
+    metadata = zf.read(f"{info_dir}/METADATA", MAX_METADATA)
+    if not has_manifest:
+        return metadata, None
+    member = f"{info_dir}/{MANIFEST_NAME}"
+    data = zf.read(member, MAX_MANIFEST)
     try:
-        manifest = read_manifest(zf, names)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return metadata, parse_manifest(data, member)
+    except ValueError as exc:  # not JSON (UnicodeDecodeError too), or not an object
         raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
-    return metadata, manifest
+    except RecursionError:
+        raise WheelRejected("unreadable build manifest (cuwheels.json): its JSON is nested too deeply") from None
 
 
 def _read_zip(fd: int, filename: str, dist: str, file_version: Version, *, size: int):
-    """Read and check METADATA (and the manifest) from a wheel of ``size`` bytes open as ``fd``."""
-    raw_dist, raw_version = filename[:-4].split("-")[:2]
+    """Read and check METADATA (and the manifest) from a wheel of ``size`` bytes open as ``fd``.
+
+    Every failure is this file's WheelRejected: whatever a crafted file makes the zip module or a
+    parser raise is about that file, and never stops the run reading the others.
+    """
+    try:
+        return _read_and_check(fd, filename, dist, file_version, size=size)
+    except WheelRejected:
+        raise
+    except Exception as exc:  # RuntimeError, RecursionError, MemoryError...: see the docstring
+        raise WheelRejected(f"unreadable wheel ({type(exc).__name__}): {exc}") from None
+
+
+def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *, size: int):
+    raw_version = filename[:-4].split("-")[1]
     try:
         try:
-            metadata, manifest = _read_members(ZipDirectory(fd, size), raw_dist, raw_version)
-        except (_Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+            metadata, manifest = _read_members(ZipDirectory(fd, size), dist)
+        except (Unsupported, struct.error, zlib.error, UnicodeDecodeError):
             with open(fd, "rb", closefd=False) as f:
                 f.seek(0)
                 with zipfile.ZipFile(f) as zf:
-                    metadata, manifest = _read_members(zf, raw_dist, raw_version)
+                    metadata, manifest = _read_members(ZipfileMembers(zf), dist)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
@@ -454,9 +426,9 @@ def index_wheel(path: str, *, base_url: str, upload_time: str, written: dict[str
     try:
         facts = inspect_wheel(path)
     except WheelRejected as exc:
-        return str(exc)
+        return _clip(str(exc))
     except OSError as exc:
-        return f"unreadable file: {exc}"
+        return _clip(f"unreadable file: {exc}")
     target = f"{path}.metadata"
     metadata_sha256 = hashlib.sha256(facts.metadata).hexdigest()
     try:
@@ -469,6 +441,11 @@ def index_wheel(path: str, *, base_url: str, upload_time: str, written: dict[str
         filename, facts.name, facts.version, file_url(base_url, filename), facts.sha256, facts.size, upload_time,
         facts.requires_python, metadata_sha256, facts.variant, facts.archs,
     )
+
+
+def _clip(reason: str) -> str:
+    """A reason cut to MAX_REASON characters (a crafted value may be megabytes long)."""
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON] + "..."
 
 
 def indexer(base_url: str, upload_time: str) -> Callable[[str], str]:
