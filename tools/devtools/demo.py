@@ -19,6 +19,7 @@ from pathlib import Path
 from tools import ROOT
 from tools.pipeline import venvs as pyenv
 from tools.builder.orchestrate import build_cell
+from tools.builder.planned import Planned
 from tools.core.errors import CuwheelsError, PlanError, ToolchainError, cli
 from tools.backends.host import find_nvcc
 from tools.plan.matrix import Cell, load_cell, plan
@@ -81,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
         current = "building (host backend: source, compile, repair, verify)"
         _step(2, total, current, start)
-        report = build_cell(cell.id, backend="host", archs=args.archs, out_dir=wheels,
-                            stream=sys.stdout)
-        wheel = Path(report["wheel"])
+        planned = Planned.make()
+        wheel = build_cell(planned.cell(cell.id), planned, backend="host", archs=args.archs,
+                           out_dir=wheels, stream=sys.stdout).wheel
 
         current = "emitting the index (make index)"
         _step(3, total, current, start)
