@@ -9,7 +9,8 @@
 
 Thin by design: the cells come from ``python -m tools.matrix`` and every step lives in ``tools``.
 Run ``nox -l`` to list, ``nox -s build-flash_attn-3.12-cu129`` to build one cell, ``nox -t
-flash_attn`` for a package's family. Arguments after ``--`` go to ``python -m tools.build``.
+flash_attn`` for a package's family. Arguments after ``--`` go to ``python -m tools.build``, which
+gets the plan the listing made (``--plan``) instead of planning the matrix again.
 
 Every session runs in the project's own environment, ``.venv``, which ``make setup`` creates and
 keeps in step with pyproject.toml (a no-op when it is current): the sessions need the pinned
@@ -19,6 +20,7 @@ build tools (cibuildwheel, auditwheel, uv, ...), which nox's own environment doe
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -45,9 +47,19 @@ def _project(session: nox.Session, *args: str) -> None:
     session.run(PROJECT_PYTHON, *args, external=True)
 
 
-def _register(cell: dict) -> None:
+def _register(cell: dict, cells: list[dict]) -> None:
     def build(session: nox.Session) -> None:
-        _project(session, "-m", "tools.build", cell["id"], *session.posargs)
+        # The listing was planned from this checkout's recipes and table: hand it on, unless
+        # the arguments name other recipes, another table or a plan of their own.
+        own = {arg.split("=", 1)[0] for arg in session.posargs}
+        if own & {"--recipes", "--table", "--plan"}:
+            _project(session, "-m", "tools.build", cell["id"], *session.posargs)
+            return
+        with tempfile.TemporaryDirectory(prefix="cuwheels-plan-") as tmp:
+            plan = Path(tmp) / "plan.json"
+            plan.write_text(json.dumps(cells))
+            _project(session, "-m", "tools.build", cell["id"], "--plan", str(plan),
+                     *session.posargs)
 
     # A collapsed cell (one build serving several Pythons or torch series) is tagged with each.
     pythons = cell.get("serves_python") or [cell["python"]]
@@ -63,8 +75,9 @@ def _register(cell: dict) -> None:
                 default=False)(build)
 
 
-for _cell in _cells():
-    _register(_cell)
+_CELLS = _cells()
+for _cell in _CELLS:
+    _register(_cell, _CELLS)
 
 
 @nox.session(venv_backend="none")

@@ -22,8 +22,9 @@ import yaml
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tinyext_support import cuda_torch_venv
 from tools import ROOT
+from tools import build as build_command
 from tools.builder.orchestrate import build_cell, resolve_archs
-from tools.backends.host import find_nvcc
+from tools.builder.planned import Planned
 from tools.backends.engine import Readiness
 from tools.kernels.check import find_gpu
 from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyError
@@ -32,6 +33,7 @@ from tools.plan.matrix import cells_for
 from tools.plan.recipe import load_recipe
 from tools.core.digest import sha256_file
 from tools.plan.table import load_table
+from tools.pipeline.toolchain import find_nvcc
 
 PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: cuwheels <cuwheels@example.invalid>
@@ -273,8 +275,9 @@ def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
     data["source"]["sha256"] = "0" * 64   # stop right after the backend choice is printed
     recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
     stream = io.StringIO()
+    planned = Planned.make(recipes)
     with pytest.raises(SourceError):
-        build_cell(_cell(data), recipes_root=recipes, out_dir=tmp_path / "o",
+        build_cell(planned.cell(_cell(data)), planned, out_dir=tmp_path / "o",
                    work_root=tmp_path / "w", sdist=sdist, stream=stream,
                    can_build=lambda engine, image: Readiness(engine, image, False,
                                                          f"{engine} is not installed"))
@@ -315,11 +318,14 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
     cell = _cell(data)
-    report = build_cell(cell, backend="auto", sdist=sdist, offline=True, python=env_python,
-                        out_dir=out, work_root=work, recipes_root=recipes, stream=stream,
+    planned = Planned.make(recipes)
+    result = build_cell(planned.cell(cell), planned, backend="auto", sdist=sdist, offline=True,
+                        python=env_python, out_dir=out, work_root=work, stream=stream,
                         gpu_finder=lambda python, **_: None,
                         can_build=lambda engine, image: pytest.fail("--python must not probe engines"))
+    report = result.report
     assert report["verdict"] == "passed", stream.getvalue()[-3000:]
+    assert result.wheel == Path(report["wheel"])
     assert report["why"] == f"--python {env_python}"
     names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]
     assert names == ["python", "toolchain", "source", "compile", "repair", "inspect",
@@ -359,3 +365,27 @@ def test_offline_needs_what_it_cannot_download(tmp_path, args, message):
     proc = subprocess.run([sys.executable, "-m", "tools.build", "tinyext-3.11-cu130", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_the_cell_of_a_plan_handed_on_is_built_as_planned(world, tmp_path, monkeypatch, capsys):
+    """``--plan FILE`` (what the nox build sessions pass): the cell is taken from that plan, not
+    planned again. The plan here says one arch where the recipe says three; the dry run's
+    script builds the planned one, and without --plan the recipe's."""
+    world()
+    monkeypatch.setenv("CUWHEELS_CONTAINER_MEMORY_GIB", "14")
+    monkeypatch.setenv("CUWHEELS_CONTAINER_CPUS", "4")
+    here = ["--recipes", str(tmp_path / "recipes"), "--table", str(tmp_path / "table.yaml")]
+    listing = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "json", *here],
+                             cwd=ROOT, capture_output=True, text=True, check=True, timeout=120)
+    cells = json.loads(listing.stdout)
+    for cell in cells:
+        if cell["id"] == "demo_ext-3.12-cu129":
+            cell["archs"] = ["90"]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(cells))
+    command = ["demo_ext-3.12-cu129", "--backend", "container", "--dry-run", *here,
+               "--work", str(tmp_path / "work")]
+    assert build_command.main([*command, "--plan", str(plan)]) == 0
+    assert "# archs: sm_90\n" in capsys.readouterr().out
+    assert build_command.main(command) == 0
+    assert "# archs: sm_80 sm_90 sm_120\n" in capsys.readouterr().out

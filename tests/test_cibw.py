@@ -16,8 +16,8 @@ from cibuildwheel.util.helpers import prepare_command
 
 from tests.conftest import GOOD_RECIPE, SETUP_PY, plan_cell, write_sdist_recipe
 from tools import ROOT
+from tools import incontainer
 from tools.backends import cibw
-from tools.backends import inside as incontainer
 from tools.pipeline import ccache as compiler_cache
 from tools.core.errors import ToolchainError
 from tools.plan.matrix import cells_for, plan
@@ -77,11 +77,12 @@ def test_generated_options(world, tmp_path, cell_id, ident, image, torch_install
     assert deps_step.endswith("--index-url https://pypi.org/simple")
     assert "torch" not in deps_step
     assert o["CIBW_BEFORE_TEST"] == torch_step
-    # the finish step, for this cell and its arch list; the smoke test imports the recipe's
-    assert f"finish {{wheel}} {{dest_dir}} --cell {cell.id} --archs {','.join(cell.archs)}" \
-        in o["CIBW_REPAIR_WHEEL_COMMAND"]
+    # the finish step, for the staged cell and its arch list; the smoke test imports the
+    # recipe's
+    assert ("finish {wheel} {dest_dir} --cell-file /project/cuwheels/cell.json --archs "
+            f"{','.join(cell.archs)}") in o["CIBW_REPAIR_WHEEL_COMMAND"]
     assert o["CIBW_TEST_COMMAND"].endswith(f"{cell.torch_version} {' '.join(recipe.imports)}")
-    assert f"toolchain --cell {cell.id}" in o["CIBW_BEFORE_ALL"]
+    assert "toolchain --cell-file /project/cuwheels/cell.json" in o["CIBW_BEFORE_ALL"]
 
 
 def test_build_requirements_are_quoted_and_seeded_once(world, tmp_path):
@@ -141,7 +142,7 @@ def test_repair_command_is_what_the_finish_step_parses(world, tmp_path):
     assert words[:4] == ["PYTHONPATH=/project/cuwheels", "/tmp/cuwheels-tools/bin/python", "-m",
                          "tools.incontainer"]
     args = incontainer.parser().parse_args(words[4:])
-    assert args.command == "finish" and args.cell == cell.id
+    assert args.command == "finish" and str(args.cell_file) == str(cibw.CONTAINER_CELL)
     assert args.wheel == Path("/tmp/cibuildwheel/built_wheel/demo_ext-1.0.0-cp311.whl")
     assert args.dest_dir == Path("/tmp/cibuildwheel/repaired_wheel")
     assert tuple(args.archs.split(",")) == cell.archs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import os
 import shlex
 import subprocess
@@ -18,14 +19,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import MINI_TABLE, plan_cell
+from tests.conftest import MINI_TABLE, plan_cell, write_sdist_recipe
 from tools import ROOT
+from tools import build as build_command
 from tools.builder import orchestrate as build
+from tools.builder.planned import Planned
 from tools.backends import cibw
 from tools.backends import container
 from tools.backends.engine import Readiness
 from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
-from tools.plan.matrix import find_cell
+from tools.plan.matrix import Cell, find_cell
 
 
 # --- dry run: the printed script is the plan, and it runs ----------------------------------------
@@ -39,8 +42,8 @@ def _world_args(tmp_path) -> list[str]:
 def _dry_run(monkeypatch, tmp_path, table, cell_id, capsys, *extra):
     monkeypatch.setenv("CUWHEELS_CONTAINER_MEMORY_GIB", "14")
     monkeypatch.setenv("CUWHEELS_CONTAINER_CPUS", "4")
-    rc = build.main([cell_id, "--backend", "container", "--dry-run", *_world_args(tmp_path),
-                     *extra])
+    rc = build_command.main([cell_id, "--backend", "container", "--dry-run",
+                             *_world_args(tmp_path), *extra])
     out, err = capsys.readouterr()
     assert rc == 0, err
     return out, err
@@ -112,6 +115,26 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     assert not list(tools.rglob("__pycache__"))
     assert (tools / "recipes" / "table.yaml").read_text() == (tmp_path / "table.yaml").read_text()
     assert (tools / "recipes" / "flashy" / "patches" / "0001-Read-arch-list.patch").is_file()
+    assert sorted(p.name for p in (tools / "recipes").iterdir()) == ["flashy", "table.yaml"]
+    # the planned cell goes with them: the commands in the container read it, never re-plan
+    assert Cell.from_json(json.loads((tools / "cell.json").read_text())) == cell
+
+
+def test_stage_of_a_dependent_stages_its_own_recipe_and_the_planned_needs(world, tmp_path,
+                                                                          good_recipe):
+    """The container no longer plans, so a dependent's recipe goes without those it depends on:
+    what it needs is in the staged cell."""
+    table, _, _ = world()
+    from tests.test_needs import _dependent
+    write_sdist_recipe(tmp_path, _dependent(good_recipe))
+    planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
+    cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
+    staged = container.stage(cell, planned.recipe(cell), table, tmp_path / "work" / cell.id,
+                             sdist=tmp_path / "sdists" / "dep_ext-1.0.0.tar.gz")
+    tools = staged.project / "cuwheels"
+    assert sorted(p.name for p in (tools / "recipes").iterdir()) == ["dep_ext", "table.yaml"]
+    saved = Cell.from_json(json.loads((tools / "cell.json").read_text()))
+    assert saved == cell and saved.needs == ("demo_ext-3.12-cu130-torch2.9",)
 
 
 def test_relax_only_where_the_table_says(world, tmp_path, monkeypatch, capsys):
@@ -145,8 +168,8 @@ def _no_engine_path(tmp_path, monkeypatch):
 def test_container_backend_without_an_engine_says_so(world, tmp_path, monkeypatch, capsys):
     world()
     _no_engine_path(tmp_path, monkeypatch)
-    rc = build.main(["demo_ext-3.12-cu129", "--backend", "container", *_world_args(tmp_path),
-                     "--out", str(tmp_path / "out")])
+    rc = build_command.main(["demo_ext-3.12-cu129", "--backend", "container",
+                             *_world_args(tmp_path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == ToolchainError.exit_code
     assert "toolchain error: no container engine can build from " in err
@@ -169,10 +192,12 @@ def _answering(*engines: str):
     return probe
 
 
-def _in_world(tmp_path, stream, probe) -> dict:
-    return dict(recipes_root=tmp_path / "recipes", table_path=tmp_path / "table.yaml",
-                work_root=tmp_path / "work", out_dir=tmp_path / "out", stream=stream,
-                can_build=can_build)
+def _in_world(tmp_path, cell_id, stream, can_build) -> tuple:
+    """The arguments of build_cell for a cell of the test world (planned once, here)."""
+    planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
+    return (planned.cell(cell_id), planned), dict(
+        work_root=tmp_path / "work", out_dir=tmp_path / "out", stream=stream,
+        can_build=can_build)
 
 
 def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_path):
@@ -180,8 +205,8 @@ def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_p
     stream = io.StringIO()
     with pytest.raises(ToolchainError, match=r"no container engine can build from \S+ here "
                                              r"\(`docker info` failed: not running\)"):
-        build.build_cell("demo_ext-3.12-cu129", backend="container", engine="docker",
-                         **_in_world(tmp_path, stream, _answering("podman")))
+        args, kwargs = _in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering("podman"))
+        build.build_cell(*args, backend="container", engine="docker", **kwargs)
     assert "step 1/6: engine FAILED" in stream.getvalue()
     assert not (tmp_path / "out").exists()
 
@@ -197,9 +222,11 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
                                                       expect):
     world()
     stream = io.StringIO()
-    kwargs = _in_world(tmp_path, stream, _answering(*answering))
+    args, kwargs = _in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering(*answering))
     if answering:
-        report = build.build_cell("demo_ext-3.12-cu129", dry_run=True, **kwargs)
+        result = build.build_cell(*args, dry_run=True, **kwargs)
+        report = result.report
+        assert result.wheel is None
         assert report["verdict"] == "planned" and report["why"] == expect.split("(", 1)[1][:-1]
         script = capsys.readouterr().out
         assert script.startswith("#!/bin/sh\n")
@@ -207,7 +234,7 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
         assert f"CIBW_CONTAINER_ENGINE='{answering[0]}; create_args:" in script
     else:
         with pytest.raises(ToolchainError, match="--dry-run is for the container backend"):
-            build.build_cell("demo_ext-3.12-cu129", dry_run=True, **kwargs)
+            build.build_cell(*args, dry_run=True, **kwargs)
     assert f"backend: {expect}" in stream.getvalue()
 
 
@@ -220,8 +247,8 @@ def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkey
                           "(`docker info` failed: Cannot")
     assert why.endswith("podman is not installed), using host")
     # through the command line: the host backend starts (and stops at its first step here)
-    rc = build.main(["demo_ext-3.12-cu129", *_world_args(tmp_path),
-                     "--sdist", str(tmp_path / "missing")])
+    rc = build_command.main(["demo_ext-3.12-cu129", *_world_args(tmp_path),
+                             "--sdist", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert rc != 0
     assert "backend: host (auto: no container engine can build from" in err

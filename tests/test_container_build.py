@@ -20,10 +20,11 @@ import pytest
 from tests.test_build import PATCH, _recipe, _write
 from tools.devtools import localimage
 from tools.builder.orchestrate import build_cell
+from tools.builder.planned import Planned
 from tools.backends.engine import readiness
 from tools.core.errors import CompileError
-from tools.backends.host import find_nvcc
 from tools.core.manifest import read_manifest
+from tools.pipeline.toolchain import find_nvcc
 
 #: The cell's Python: the one the causal_conv1d container run uses too, so both share one cached
 #: torch download.
@@ -64,9 +65,11 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
     recipes, cell, data = _tinyext(tmp_path, sdist)
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
-    report = build_cell(cell, backend="container", engine="podman", image=local_image,
-                        archs="90", sdist=sdist, recipes_root=recipes, out_dir=out,
+    planned = Planned.make(recipes)
+    result = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
+                        image=local_image, archs="90", sdist=sdist, out_dir=out,
                         work_root=work, stream=stream)
+    report = result.report
     said = stream.getvalue()
     assert report["verdict"] == "passed", said[-4000:]
     for step in ("engine", "image", "source", "stage", "cibuildwheel", "publish"):
@@ -75,6 +78,7 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
     assert "image: a local stand-in" in said
     assert report["image"] == local_image and report["plat"] == "auto"
     (wheel,) = out.glob("*.whl")
+    assert result.wheel == wheel
     torch_series = next(iter(data["cuda"].values()))["torch"][0]
     assert f"+cu130.torch{torch_series}-cp312-cp312-manylinux_2_" in wheel.name
     assert "manylinux_2_28" not in wheel.name
@@ -112,10 +116,11 @@ def test_image_without_the_cells_python_is_refused_before_compiling(local_image,
     cell = f"tinyext-3.14-cu{cuda.replace('.', '')}"
     stream = io.StringIO()
     from tools.core.errors import ToolchainError
+    planned = Planned.make(recipes, table)
     with pytest.raises(ToolchainError) as info:
-        build_cell(cell, backend="container", engine="podman", image=local_image, archs="90",
-                   sdist=sdist, recipes_root=recipes, table_path=table,
-                   out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream)
+        build_cell(planned.cell(cell), planned, backend="container", engine="podman",
+                   image=local_image, archs="90", sdist=sdist, out_dir=tmp_path / "out",
+                   work_root=tmp_path / "work", stream=stream)
     assert f"{local_image} lacks what {cell} needs: /opt/python/cp314-cp314/bin/python " \
            "(the cell's Python 3.14)" in str(info.value)
     assert "tools.localimage" in info.value.hint
@@ -137,9 +142,10 @@ def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist
     # The limit covers the whole container: pip's install of torch fits in 1 GiB (it streams),
     # the compile of a unit that includes torch's headers does not (about 1.2 GiB here).
     stream = io.StringIO()
+    planned = Planned.make(recipes)
     with pytest.raises(CompileError) as info:
-        build_cell(cell, backend="container", engine="podman", image=local_image, archs="90",
-                   sdist=sdist, recipes_root=recipes, out_dir=tmp_path / "out",
+        build_cell(planned.cell(cell), planned, backend="container", engine="podman",
+                   image=local_image, archs="90", sdist=sdist, out_dir=tmp_path / "out",
                    work_root=tmp_path / "work", memory_gib=1, stream=stream,
                    cache=False)   # a compiler-cache hit would compile nothing
     said = str(info.value)
@@ -164,10 +170,11 @@ def test_a_second_python_hits_the_compiler_cache_in_the_container(local_image, s
                          {"0001-Mark-patched.patch": PATCH})
         cuda = next(iter(data["cuda"])).replace(".", "")
         stream = io.StringIO()
+        planned = Planned.make(recipes)
         reports[python] = build_cell(
-            f"tinyext-{python}-cu{cuda}", backend="container", engine="podman",
-            image=local_image, archs="90", sdist=sdist, recipes_root=recipes,
-            out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream)
+            planned.cell(f"tinyext-{python}-cu{cuda}"), planned, backend="container",
+            engine="podman", image=local_image, archs="90", sdist=sdist,
+            out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream).report
         assert reports[python]["verdict"] == "passed", stream.getvalue()[-4000:]
         print(python, reports[python]["ccache"], stream.getvalue()[-600:])
     first, second = reports["3.11"]["ccache"], reports["3.12"]["ccache"]
@@ -199,9 +206,10 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     cell = needed.replace("tinyext", "tinydep")
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
-    report = build_cell(cell, backend="container", engine="podman", image=local_image,
-                        archs="90", sdist_dir=sdists, recipes_root=recipes, out_dir=out,
-                        work_root=work, stream=stream)
+    planned = Planned.make(recipes)
+    report = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
+                        image=local_image, archs="90", sdist_dir=sdists, out_dir=out,
+                        work_root=work, stream=stream).report
     said = stream.getvalue()
     assert report["verdict"] == "passed", said[-4000:]
     assert f"needs {needed}: no wheel of it in {out}" in said

@@ -7,9 +7,14 @@ import pytest
 
 from tools import ROOT
 from tools.core.errors import PlanError
+from tools.builder.planned import Planned
 from tools.devtools.demo import DEFAULT_PACKAGE, DemoResult, pick_cell, summary
 from tools.plan.matrix import find_cell, plan
 from tools.plan.table import load_table
+
+
+#: The repository's plan, made once for the module (as the demo makes it once per run).
+PLANNED = Planned.make()
 
 
 def _coordinates(package: str) -> list[tuple[str, str]]:
@@ -20,7 +25,7 @@ def _coordinates(package: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("python,cuda", _coordinates(DEFAULT_PACKAGE))
 def test_the_picked_cell_takes_its_torch_from_the_registry_where_it_can(python, cuda):
     table = load_table()
-    cell = pick_cell(DEFAULT_PACKAGE, python, cuda)
+    cell = pick_cell(PLANNED, DEFAULT_PACKAGE, python, cuda)
     assert (cell.package, cell.python, cell.cuda) == (DEFAULT_PACKAGE, python, cuda)
     candidates = [c for c in plan()
                   if (c.package, c.python, c.cuda) == (DEFAULT_PACKAGE, python, cuda)]
@@ -37,7 +42,7 @@ def test_the_picked_cell_takes_its_torch_from_the_registry_where_it_can(python, 
 def test_no_cell_is_named_with_the_command_that_lists_them(package, python, cuda):
     with pytest.raises(PlanError, match=f"{package} has no cell for Python {python} and CUDA "
                                         f"{cuda}") as info:
-        pick_cell(package, python, cuda)
+        pick_cell(PLANNED, package, python, cuda)
     assert f"python -m tools.matrix --package {package} --format ids" in info.value.hint
 
 

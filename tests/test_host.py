@@ -1,10 +1,12 @@
-"""Host backend pieces that need no compile: nvcc discovery and checks, and the checks of an
-existing interpreter (``--python``) against real environments: a CUDA torch, a CPU torch, one
-without a build requirement."""
+"""Host backend pieces that need no compile: the checks of an existing interpreter
+(``--python``) against real environments (a CUDA torch, a CPU torch, one without a build
+requirement), whose errors name the planned cell that would fit, and the kernels step on a real
+tinyext wheel. (nvcc discovery and checks: tests/test_toolchain.py.)"""
 
 from __future__ import annotations
 
 import re
+import sys
 import zipfile
 from pathlib import Path
 
@@ -14,43 +16,13 @@ import yaml
 from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
 from tools.pipeline import venvs as pyenv
 from tools.core.errors import ToolchainError, VerifyError
-from tools.backends.host import (Nvcc, check_existing_python, check_kernels, check_nvcc, find_nvcc,
-                        missing_requirements)
+from tools.backends.host import check_existing_python, check_kernels, missing_requirements
 from tools.core.manifest import read_manifest
 from tools.finish.verify import smoke_test_existing
 from tools.finish.wheelmeta import set_version_and_pin
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import Recipe, load_recipe
 from tools.plan.table import load_table
-
-
-def test_find_nvcc_finds_the_toolkit_root():
-    nvcc = find_nvcc()
-    assert nvcc.version.count(".") == 1
-    # the root holds the headers torch's extension builder needs
-    from pathlib import Path
-    assert (Path(nvcc.cuda_home) / "include" / "cuda_runtime.h").is_file()
-
-
-def test_find_nvcc_missing(tmp_path, monkeypatch):
-    import tools.backends.host as host
-    monkeypatch.setattr(host, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
-    with pytest.raises(ToolchainError, match="nvcc was not found"):
-        find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": str(tmp_path)})
-
-
-@pytest.fixture
-def cells(write_recipe, good_recipe, mini_table):
-    return {c.id: c for c in cells_for(load_recipe(write_recipe(good_recipe), mini_table),
-                                       mini_table)}
-
-
-def test_check_nvcc(cells):
-    cu130 = cells["demo_ext-3.12-cu130"]
-    assert check_nvcc(Nvcc("/x/nvcc", "13.0", "/x"), cu130) is None
-    assert "same major" in check_nvcc(Nvcc("/x/nvcc", "13.2", "/x"), cu130)
-    with pytest.raises(ToolchainError, match="needs CUDA 12.9, but nvcc at /x/nvcc is CUDA 13.0"):
-        check_nvcc(Nvcc("/x/nvcc", "13.0", "/x"), cells["demo_ext-3.12-cu129"])
 
 
 # ---- --python: an existing interpreter, checked before anything compiles ----------------------
@@ -117,11 +89,16 @@ def _cell(recipe: Recipe, cell_id: str):
     return next(c for c in cells_for(recipe, load_table()) if c.id == cell_id)
 
 
+def _plan(recipe: Recipe) -> tuple:
+    """The plan of the one recipe: the cells an interpreter's errors may name."""
+    return tuple(cells_for(recipe, load_table()))
+
+
 @pytest.mark.network
 def test_existing_python_that_fits(envs, real_recipe):
     recipe = real_recipe()
     bp = check_existing_python(envs["cuda"], _cell(recipe, "tinyext-3.11-cu130-torch2.13"),
-                               recipe, load_table())
+                               recipe, load_table(), cells=_plan(recipe))
     assert bp.python == envs["cuda"] and bp.torch_version.startswith("2.13.0")
     assert bp.torch_cuda.startswith("13.") and (bp.torch_lib / "libc10.so").is_file()
 
@@ -153,10 +130,28 @@ def test_existing_python_is_refused_with_a_named_reason(envs, real_recipe, env, 
                                                         message, fix):
     recipe = real_recipe(**changes)
     with pytest.raises(ToolchainError) as info:
-        check_existing_python(envs[env], _cell(recipe, cell), recipe, load_table())
+        check_existing_python(envs[env], _cell(recipe, cell), recipe, load_table(),
+                              cells=_plan(recipe))
     assert f"--python {envs[env]}" in info.value.message
     assert message in info.value.message
     assert fix in (info.value.hint or "")
+
+
+def test_an_interpreter_of_another_python_names_its_planned_cell(real_recipe):
+    """The interpreter running these tests is refused for a cell of another Python; the fix
+    names the cell of the same plan that fits it, and none without a plan."""
+    recipe = real_recipe()
+    cells, here = _plan(recipe), "%d.%d" % sys.version_info[:2]
+    fits = next(c for c in cells if c.python == here and c.id.endswith("-cu130-torch2.13"))
+    other = next(c for c in cells if c.python != here and c.id.endswith("-cu130-torch2.13"))
+    with pytest.raises(ToolchainError) as info:
+        check_existing_python(Path(sys.executable), other, recipe, load_table(), cells=cells)
+    assert f"is Python {here}; cell {other.id} is for Python {other.python}" in str(info.value)
+    assert info.value.hint == (f"build the cell of that interpreter ({fits.id}) or give a "
+                               f"Python {other.python} interpreter")
+    with pytest.raises(ToolchainError) as info:
+        check_existing_python(Path(sys.executable), other, recipe, load_table())
+    assert info.value.hint == f"give a Python {other.python} interpreter"
 
 
 def test_existing_python_that_is_not_there(tmp_path, real_recipe):
@@ -263,21 +258,3 @@ def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe
                       pythonpath=(site,), work=tmp_path, device="cpu", detail=detail)
     assert detail["kernel_check"]["verdict"] in ("failed", "error")
     assert not (tmp_path / "checked").exists()
-
-
-def test_build_env_adds_the_torch_wheels_cuda_headers_after_every_include(tmp_path, monkeypatch):
-    """A toolkit of nvcc alone lacks cusparse.h, which torch's ATen/cuda headers include; the
-    torch wheel's nvidia packages carry it. CPATH comes after every -I, so a full toolkit wins."""
-    from tools.backends.host import build_process_env
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    headers = venv / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13" / "include"
-    headers.mkdir(parents=True)
-    monkeypatch.setenv("CPATH", "/opt/mine/include")
-    env = build_process_env(venv / "bin" / "python", {"CUDA_HOME": "/usr/local/cuda"})
-    assert env["CPATH"].split(":") == ["/opt/mine/include", str(headers)]
-    assert env["PATH"].split(":")[:2] == [str(venv / "bin"), "/usr/local/cuda/bin"]
-    monkeypatch.delenv("CPATH")
-    bare = tmp_path / "bare" / "bin"
-    bare.mkdir(parents=True)
-    assert "CPATH" not in build_process_env(bare / "python", {})

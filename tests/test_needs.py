@@ -176,19 +176,19 @@ def test_a_missing_wheel_is_built_first(two_cells, tmp_path):
     cell, needed = two_cells
     calls, said = [], []
 
-    def build(cell_id: str, out: Path) -> Path:
-        calls.append((cell_id, out))
+    def build(other, out: Path) -> Path:
+        calls.append((other, out))
         return _wheel_of(out, needed)
 
     got = provide(cell, [needed], search=(tmp_path / "out",), into=tmp_path / "needs",
                   build=build, say=said.append)
-    assert calls == [(needed.id, tmp_path / "needs" / "build")]
+    assert calls == [(needed, tmp_path / "needs" / "build")]   # the plan's cell itself
     assert got[0].parent == tmp_path / "needs" and is_wheel_of(got[0], needed, "demo-ext")
     assert "no wheel of it in" in said[0] and "building it first" in said[0]
 
     with pytest.raises(VerifyError, match=f"{cell.id} needs {needed.id}, whose build made"):
         provide(cell, [needed], search=(), into=tmp_path / "needs2", say=said.append,
-                build=lambda cell_id, out: _wheel_of(out, needed, python="cp311"))
+                build=lambda other, out: _wheel_of(out, needed, python="cp311"))
 
 
 # ---- the container gets the needed wheels ---------------------------------------------------

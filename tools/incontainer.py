@@ -1,11 +1,71 @@
 """``python -m tools.incontainer``: the commands cibuildwheel runs inside the builder image, from the staged copy of the tools.
 
-The command only; the logic is ``tools.backends.inside``.
+The command line only; the logic is ``tools.backends.inside``.
 """
 
+import argparse
 import sys
+from pathlib import Path
 
-from tools.backends.inside import main
+from tools.backends import inside
+from tools.backends.cibw import CONTAINER_TORCH
+from tools.core.errors import ToolchainError, cli
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.incontainer``."""
+    ap = argparse.ArgumentParser(prog="python -m tools.incontainer",
+                                 description=inside.__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    tc = sub.add_parser("toolchain", help="check the image's nvcc against the cell's CUDA")
+    tc.add_argument("--cell-file", type=Path, required=True,
+                    help="the planned cell (cell.json, staged beside the tools)")
+    rx = sub.add_parser("relax-nvcc-check", help="relax torch's nvcc major-version check")
+    rx.add_argument("--python", required=True, help="the build venv's interpreter")
+    fi = sub.add_parser("finish", help="repair, inspect, label the wheel")
+    fi.add_argument("wheel", type=Path)
+    fi.add_argument("dest_dir", type=Path)
+    fi.add_argument("--cell-file", type=Path, required=True,
+                    help="the planned cell (cell.json, staged beside the tools)")
+    fi.add_argument("--archs", required=True, help="comma-separated: 80,90")
+    fi.add_argument("--build-python", required=True, help="the build venv's interpreter")
+    fi.add_argument("--recipe-revision", default="unknown")
+    fi.add_argument("--plat", help="auditwheel's target (default: the cell's manylinux tag; "
+                                   "auto: the lowest the wheel allows)")
+    fi.add_argument("--image", help="the image it runs in, for the manifest")
+    cc = sub.add_parser("ccache", help="the compiler cache: set it up, or say what it did")
+    cc.add_argument("action", choices=["setup", "stats"])
+    cc.add_argument("--python", help="setup: the build venv's interpreter")
+    return ap
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Run one in-image command (see ``tools.backends.inside``)."""
+    args = parser().parse_args(argv)
+    if args.command == "toolchain":
+        cell = inside.read_cell(args.cell_file)
+        nvcc, note = inside.check_toolchain(cell)
+        print(f"nvcc {nvcc.version} at {nvcc.path} for {cell.id}" + (f" ({note})" if note else ""))
+    elif args.command == "ccache" and args.action == "setup":
+        if not args.python:
+            raise ToolchainError("ccache setup needs --python (the build venv's interpreter)")
+        cache = inside.ccache_setup(args.python)
+        print(f"compiler cache: ccache {cache.version} in {cache.directory}, torch at "
+              f"{CONTAINER_TORCH}, base_dir {cache.env['CCACHE_BASEDIR']}")
+    elif args.command == "ccache":
+        print("\n".join(inside.ccache_stats_lines()))
+    elif args.command == "relax-nvcc-check":
+        print(f"relaxed torch's nvcc major-version check in {inside.relax_installed(args.python)}")
+    else:
+        out = inside.finish(args.wheel, args.dest_dir, cell=inside.read_cell(args.cell_file),
+                            archs=tuple(a for a in args.archs.split(",") if a),
+                            build_python=args.build_python,
+                            recipe_revision=args.recipe_revision, plat=args.plat,
+                            image=args.image)
+        print(f"finished: {out}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,6 +42,10 @@ PROJECT = PurePosixPath("/project")
 #: The staged copy of this project beside the package tree, and its path in the container.
 TOOLS_DIR = "cuwheels"
 CONTAINER_TOOLS = PROJECT / TOOLS_DIR
+#: The planned cell (``Cell.to_json``), staged beside the tools: what the commands run in the
+#: container build for, read instead of planned again.
+CELL_FILE = "cell.json"
+CONTAINER_CELL = CONTAINER_TOOLS / CELL_FILE
 #: The finish step runs from its own venv, so the build venv (no build isolation: every package
 #: in it is visible to the build) holds only torch and the recipe's requirements. cp312 is in
 #: every manylinux_2_28 image, and the tools need Python >= 3.10 whatever the cell's Python.
@@ -266,7 +270,7 @@ def before_all(cell: Cell, ccache: bool = False) -> str:
         # packages (the local stand-in's) has none, and the arch check needs one.
         f"{{ [ -x {CONTAINER_CUDA_HOME}/bin/cuobjdump ] || "
         + _sh([venv_python, "-m", "pip", "install", "--quiet", _q(cuobjdump)]) + "; }",
-        _sh([*_tools("toolchain"), "--cell", cell.id]),
+        _sh([*_tools("toolchain"), "--cell-file", str(CONTAINER_CELL)]),
     ])
 
 
@@ -302,7 +306,7 @@ def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str,
     the finished wheel to ``{dest_dir}``, repaired to the policy the image can give; with
     ``ccache``, first what the cache did for the compile (``incontainer ccache stats``)."""
     image = image or Image(cell.image, cell.platform_tag)
-    finish = _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell", cell.id,
+    finish = _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell-file", str(CONTAINER_CELL),
                   "--archs", ",".join(archs), "--build-python", _BUILD_PYTHON,
                   "--plat", image.plat, "--image", _q(image.name),
                   "--recipe-revision", _q(recipe_revision)])

@@ -1,19 +1,22 @@
 """Container backend: cibuildwheel in the cell's manylinux CUDA image, the path CI publishes from.
 
-``build_container`` runs the steps engine -> source -> stage -> cibuildwheel -> publish: it finds
-an engine (``tools.backends.engine``), fetches, verifies and patches the sdist and stages it with this
-project's tools (``stage``), runs cibuildwheel with the cell's plan (``tools.backends.cibw``), names the
+:class:`ContainerBackend` (a ``tools.backends.base.Backend``) runs the steps engine -> image ->
+source -> stage -> cibuildwheel -> publish: it finds an engine (``tools.backends.engine``),
+fetches, verifies and patches the sdist and stages it with this project's tools and the planned
+cell (``stage``), runs cibuildwheel with the cell's plan (``tools.backends.cibw``), names the
 cause of a failed run (``classify_failure``) and publishes the wheel that passed the finish
 stage and the smoke test in the container. The commands run inside the image live in
-``tools.incontainer``.
+``tools.backends.inside`` (``python -m tools.incontainer``); they take the cell from the staged
+``cell.json``, never plan it again.
 
 Layout of a cell's work directory (``build-cells/<cell id>/``)::
 
     sdist/<file>.tar.gz      the verified sdist
     src/                     what cibuildwheel copies into the container as /project:
       <sdist top dir>/       the patched tree it builds
-      cuwheels/tools, cuwheels/recipes/{table.yaml,<package>/}
-                             this project's tools and the cell's recipe, for the finish step
+      cuwheels/tools, cuwheels/recipes/{table.yaml,<package>/}, cuwheels/cell.json
+                             this project's tools, the cell's recipe and the planned cell
+                             (``Cell.to_json``), for the commands run in the container
     wheels/                  cibuildwheel's output
     cibuildwheel.log, report.json
 
@@ -29,7 +32,6 @@ or needing an engine. ``python -m tools.container stage CELL --work DIR`` is the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -41,12 +43,14 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TextIO
 
-from tools import RECIPES_DIR, ROOT
+from tools import ROOT
 from tools.core import errors
+from .base import BuildOptions, BuildResult
 from .cibw import (
     CCACHE_STATS_PREFIX,
+    CELL_FILE,
     TOOLS_DIR,
     TOOLS_PYTHON,
     Image,
@@ -62,14 +66,14 @@ from .cibw import (
 )
 from tools.pipeline.compilelog import failing_file
 from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
-from tools.core.errors import CompileError, CuwheelsError, ToolchainError, cli
+from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.stage import recipe_git_revision
 from tools.core.manifest import read_manifest
-from tools.plan.matrix import Cell, load_cell
+from tools.plan.matrix import Cell
 from tools.pipeline.report import Progress, publish, reporting
-from tools.plan.recipe import Recipe, load_recipe
+from tools.plan.recipe import Recipe
 from tools.pipeline.source import prepare_source
-from tools.plan.table import TABLE_PATH, Table
+from tools.plan.table import Table
 
 #: The container backend's steps, as the progress lines and the report name them.
 CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
@@ -134,8 +138,9 @@ class Staged:
 def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path | None = None,
           sdist_dir: Path | None = None) -> Staged:
     """Fetch, verify, extract and patch the sdist into ``work/src/``, and put this project's
-    tools and the cell's recipe (with those it depends on, which the plan inside reads) and
-    table beside it (``work/src/cuwheels``)."""
+    tools, the cell's recipe and the table beside it (``work/src/cuwheels``), with the planned
+    cell as ``cell.json``: the commands in the container read the cell from there instead of
+    planning it again (which would need every recipe it depends on)."""
     prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
     project = prepared.tree.parent
     dest = project / TOOLS_DIR
@@ -143,14 +148,8 @@ def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path |
     shutil.copytree(ROOT / "tools", dest / "tools", ignore=ignore)
     (dest / "recipes").mkdir(parents=True)
     shutil.copyfile(table.path, dest / "recipes" / "table.yaml")
-    folders, queue = {recipe.package: recipe.folder}, list(recipe.depends)
-    while queue:
-        dep = queue.pop()
-        if dep.package not in folders:
-            folders[dep.package] = recipe.folder.parent / dep.package
-            queue.extend(load_recipe(folders[dep.package], table).depends)
-    for package, folder in folders.items():
-        shutil.copytree(folder, dest / "recipes" / package, ignore=ignore)
+    shutil.copytree(recipe.folder, dest / "recipes" / recipe.package, ignore=ignore)
+    (dest / CELL_FILE).write_text(json.dumps(cell.to_json(), indent=1) + "\n")
     return Staged(project, prepared.tree, prepared.sdist, prepared.sha256, prepared.patches)
 
 
@@ -247,181 +246,180 @@ def run_cibuildwheel(inv: Invocation, log: Path, on_line: Callable[[str], None])
         return proc.wait()
 
 
-def build_container(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
-                    engine: str | None, dry_run: bool, out_dir: Path, work_root: Path,
-                    progress: Progress, sdist: Path | None, sdist_dir: Path | None,
-                    memory_gib: int | None = None, cpus: int | None = None,
-                    image: str | None = None, mounts: Mounts | None = None,
-                    stdout=None, can_build: ReadinessCheck = readiness, cache: bool = True,
-                    needed: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Build one cell with cibuildwheel in its image and return the build report.
+@dataclass(frozen=True)
+class ContainerBackend:
+    """The container backend (a ``tools.backends.base.Backend``): cibuildwheel in the cell's
+    image.
 
-    ``image`` replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
-    With ``dry_run``, print the plan as a shell script on ``stdout`` and stop: no download, no
-    engine needed. Otherwise an engine must be able to start a container from the image
-    (``can_build`` says which can; an image that is not here is pulled first), and the image must
-    hold the cell's Python and CUDA; the wheel reaches ``out_dir`` only after the repair,
-    inspection and smoke test in the container passed. ``cache``: compile through ccache in the
-    mounted compiler cache (``tools.pipeline.ccache.cache_dir``), its hits and misses in the report.
-    ``needed``: the wheels of the cells this one needs (``tools.builder.needs``, one directory),
-    mounted read-only and installed into the test venv before the wheel.
+    ``engine``: docker or podman (default: the first that can build, ``can_build`` says which
+    can; an image that is not here is pulled first). ``image`` replaces the table's image for
+    the cell's CUDA (a local stand-in, a mirror). ``memory_gib`` and ``cpus`` limit the
+    container (default: ``cibw.default_limits``); ``mounts`` replaces the default mounts (the
+    trust store, the pip cache and, with ``options.cache``, the compiler cache). A dry run
+    prints the plan as a shell script on ``stdout`` (default: sys.stdout).
     """
-    stdout = stdout or sys.stdout
-    limits = default_limits()
-    limits = Limits(memory_gib or limits.memory_gib, cpus or limits.cpus)
-    mounts = with_needs(default_mounts(ccache=cache) if mounts is None else mounts, needed)
-    image_name = image or cell.image
-    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
-    workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
-    report: dict[str, Any] = {"cell": cell.id, "backend": "container", "image": image_name,
-                              "archs": list(archs), "label": cell.label,
-                              "limits": asdict(limits), "workarounds": workarounds}
-    if dry_run:
-        inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
-                              limits=limits, work_root=work_root, sdist=sdist,
-                              sdist_dir=sdist_dir, recipe_revision=recipe_git_revision(recipe),
-                              image=Image(image_name, cell.platform_tag), mounts=mounts)
-        check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
-                      identifier(cell))
-        stdout.write(inv.shell())
-        stdout.flush()
-        return {**report, "verdict": "planned", "dry_run": True, "script": inv.shell()}
 
-    work = work_root / cell.id
-    work.mkdir(parents=True, exist_ok=True)
-    for volume in mounts.volumes:
-        if not volume.endswith(":ro"):   # a cache the container writes: it must exist first
-            Path(volume.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-    report["verdict"] = "failed"
-    with reporting(work / "report.json", report, progress):
-        def engine_step(step) -> Readiness:
-            ready = find_engine(engine, image_name, can_build)
-            step.detail.update(engine=ready.engine, why=ready.why)
-            if not ready.local:
+    name: ClassVar[str] = "container"
+    engine: str | None = None
+    image: str | None = None
+    memory_gib: int | None = None
+    cpus: int | None = None
+    can_build: ReadinessCheck = readiness
+    mounts: Mounts | None = None
+    stdout: TextIO | None = None
+
+    @property
+    def steps(self) -> list[str]:
+        """The container backend's steps."""
+        return CONTAINER_STEPS
+
+    def build(self, cell: Cell, recipe: Recipe, table: Table, *, options: BuildOptions,
+              progress: Progress) -> BuildResult:
+        """Build one cell with cibuildwheel in its image; the report goes to
+        ``<work_root>/<cell id>/report.json`` however the build ends.
+
+        With ``options.dry_run``, print the plan and stop: no download, no engine needed, no
+        report written. Otherwise an engine must be able to start a container from the image,
+        and the image must hold the cell's Python and CUDA; the wheel reaches
+        ``options.out_dir`` only after the repair, inspection and smoke test in the container
+        passed. ``options.cache``: compile through ccache in the mounted compiler cache, its
+        hits and misses in the report. ``options.needed`` are mounted read-only and installed
+        into the test venv before the wheel.
+        """
+        stdout = self.stdout or sys.stdout
+        engine, can_build, archs = self.engine, self.can_build, options.archs
+        limits = default_limits()
+        limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
+        mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
+                            else self.mounts, options.needed)
+        image_name = self.image or cell.image
+        relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
+        workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
+        report: dict[str, Any] = {"cell": cell.id, "backend": self.name, "image": image_name,
+                                  "archs": list(archs), "label": cell.label,
+                                  "limits": asdict(limits), "workarounds": workarounds}
+        if options.dry_run:
+            inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
+                                  limits=limits, work_root=options.work_root, sdist=options.sdist,
+                                  sdist_dir=options.sdist_dir,
+                                  recipe_revision=recipe_git_revision(recipe),
+                                  image=Image(image_name, cell.platform_tag), mounts=mounts)
+            check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
+                          identifier(cell))
+            stdout.write(inv.shell())
+            stdout.flush()
+            return BuildResult({**report, "verdict": "planned", "dry_run": True,
+                                "script": inv.shell()})
+
+        work = options.work_root / cell.id
+        work.mkdir(parents=True, exist_ok=True)
+        for volume in mounts.volumes:
+            if not volume.endswith(":ro"):   # a cache the container writes: it must exist first
+                Path(volume.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
+        report["verdict"] = "failed"
+        with reporting(work / "report.json", report, progress):
+            def engine_step(step) -> Readiness:
+                ready = find_engine(engine, image_name, can_build)
+                step.detail.update(engine=ready.engine, why=ready.why)
+                if not ready.local:
+                    name = (qualified(image_name) if ready.engine.endswith("podman")
+                            else image_name)
+                    progress.say(f"pulling {name} with {ready.engine}")
+                    pull(ready.engine, name)
+                    ready = can_build(ready.engine, image_name)
+                    if not ready.ok:
+                        raise ToolchainError(f"pulled {image_name}, but {ready.why}")
+                step.detail["runtime_args"] = list(ready.runtime_args)
+                return ready
+
+            ready = progress.run("engine", engine_step)
+            report["engine"] = ready.engine
+
+            def image_step(step) -> Image:
+                missing = check_image(ready, cell)
+                if missing:
+                    raise ToolchainError(
+                        f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
+                        hint="use an image that has them (the table's image for CUDA "
+                             f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
+                             f"--pythons {cell.python}`), or leave this Python out of the "
+                             "recipe")
+                # podman won't resolve a short name without a terminal to ask on; docker
+                # assumes Docker Hub, which is what the qualified name says.
                 name = qualified(image_name) if ready.engine.endswith("podman") else image_name
-                progress.say(f"pulling {name} with {ready.engine}")
-                pull(ready.engine, name)
-                ready = can_build(ready.engine, image_name)
-                if not ready.ok:
-                    raise ToolchainError(f"pulled {image_name}, but {ready.why}")
-            step.detail["runtime_args"] = list(ready.runtime_args)
-            return ready
+                chosen = image_for(cell, name, ready.labels)
+                step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
+                if chosen.note:
+                    progress.say(f"image: {chosen.note}")
+                return chosen
 
-        ready = progress.run("engine", engine_step)
-        report["engine"] = ready.engine
+            chosen = progress.run("image", image_step)
+            report["plat"] = chosen.plat
 
-        def image_step(step) -> Image:
-            missing = check_image(ready, cell)
-            if missing:
-                raise ToolchainError(
-                    f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
-                    hint="use an image that has them (the table's image for CUDA "
-                         f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
-                         f"--pythons {cell.python}`), or leave this Python out of the recipe")
-            # podman won't resolve a short name without a terminal to ask on; docker assumes
-            # Docker Hub, which is what the qualified name says.
-            name = qualified(image_name) if ready.engine.endswith("podman") else image_name
-            chosen = image_for(cell, name, ready.labels)
-            step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
-            if chosen.note:
-                progress.say(f"image: {chosen.note}")
-            return chosen
+            def source(step) -> Staged:
+                staged = stage(cell, recipe, table, work, sdist=options.sdist,
+                               sdist_dir=options.sdist_dir)
+                step.detail.update(sdist=staged.sdist.name, sha256=staged.sha256,
+                                   patches=list(staged.patches), tree=str(staged.tree))
+                return staged
 
-        chosen = progress.run("image", image_step)
-        report["plat"] = chosen.plat
+            staged = progress.run("source", source)
 
-        def source(step) -> Staged:
-            staged = stage(cell, recipe, table, work, sdist=sdist, sdist_dir=sdist_dir)
-            step.detail.update(sdist=staged.sdist.name, sha256=staged.sha256,
-                               patches=list(staged.patches), tree=str(staged.tree))
-            return staged
+            def plan_step(step) -> Invocation:
+                inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
+                                      limits=limits, work_root=options.work_root,
+                                      tree_name=staged.tree.name, sdist=options.sdist,
+                                      sdist_dir=options.sdist_dir,
+                                      recipe_revision=recipe_git_revision(recipe), image=chosen,
+                                      mounts=mounts, containers_conf=ready.containers_conf)
+                check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
+                step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
+                if relaxed:
+                    progress.say("workaround: torch's nvcc version check relaxed "
+                                 f"({relaxed})")
+                return inv
 
-        staged = progress.run("source", source)
+            inv = progress.run("stage", plan_step)
+            report["script"] = inv.shell()
 
-        def plan_step(step) -> Invocation:
-            inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
-                                  limits=limits, work_root=work_root, tree_name=staged.tree.name,
-                                  sdist=sdist, sdist_dir=sdist_dir,
-                                  recipe_revision=recipe_git_revision(recipe), image=chosen,
-                                  mounts=mounts, containers_conf=ready.containers_conf)
-            check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
-            step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
-            if relaxed:
-                progress.say(f"workaround: torch's nvcc version check relaxed ({relaxed})")
-            return inv
+            def cibuildwheel_step(step) -> Path:
+                wheels = work / "wheels"
+                if wheels.exists():
+                    shutil.rmtree(wheels)
+                log = work / "cibuildwheel.log"
+                step.detail["log"] = str(log)
+                last = [0.0]
 
-        inv = progress.run("stage", plan_step)
-        report["script"] = inv.shell()
+                def on_line(line: str) -> None:
+                    now = time.monotonic()
+                    if (line.startswith(f"[{cell.id} ")
+                            or any(m in line for m, _ in _CIBW_STEPS)):
+                        progress.say(f"container: {line.strip()[:120]}")
+                    elif now - last[0] > 10 and line.strip():
+                        last[0] = now
+                        progress.say(f"container: {line.strip()[:120]}")
 
-        def build(step) -> Path:
-            wheels = work / "wheels"
-            if wheels.exists():
-                shutil.rmtree(wheels)
-            log = work / "cibuildwheel.log"
-            step.detail["log"] = str(log)
-            last = [0.0]
+                code = run_cibuildwheel(inv, log, on_line)
+                stats = ccache_stats(log.read_text(errors="replace"))
+                if stats:
+                    step.detail["ccache"] = stats
+                    report["ccache"] = stats
+                    progress.say(f"compiler cache: {stats['hits']} hits "
+                                 f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
+                                 f"preprocessed), {stats['misses']} misses")
+                if code != 0:
+                    raise classify_failure(log.read_text(errors="replace"), log=log,
+                                           limits=limits, code=code)
+                found = sorted(wheels.glob("*.whl"))
+                if len(found) != 1:
+                    raise CompileError(f"cibuildwheel made {len(found)} wheels in {wheels}, "
+                                       "expected one")
+                with zipfile.ZipFile(found[0]) as zf:
+                    manifest = read_manifest(zf)
+                step.detail.update(wheel=found[0].name, manifest=manifest)
+                return found[0]
 
-            def on_line(line: str) -> None:
-                now = time.monotonic()
-                if line.startswith(f"[{cell.id} ") or any(m in line for m, _ in _CIBW_STEPS):
-                    progress.say(f"container: {line.strip()[:120]}")
-                elif now - last[0] > 10 and line.strip():
-                    last[0] = now
-                    progress.say(f"container: {line.strip()[:120]}")
-
-            code = run_cibuildwheel(inv, log, on_line)
-            stats = ccache_stats(log.read_text(errors="replace"))
-            if stats:
-                step.detail["ccache"] = stats
-                report["ccache"] = stats
-                progress.say(f"compiler cache: {stats['hits']} hits "
-                             f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
-                             f"preprocessed), {stats['misses']} misses")
-            if code != 0:
-                raise classify_failure(log.read_text(errors="replace"), log=log,
-                                       limits=limits, code=code)
-            found = sorted(wheels.glob("*.whl"))
-            if len(found) != 1:
-                raise CompileError(f"cibuildwheel made {len(found)} wheels in {wheels}, "
-                                   "expected one")
-            with zipfile.ZipFile(found[0]) as zf:
-                manifest = read_manifest(zf)
-            step.detail.update(wheel=found[0].name, manifest=manifest)
-            return found[0]
-
-        wheel = progress.run("cibuildwheel", build)
-        target = progress.run("publish", lambda step: publish(wheel, out_dir, step))
-        report.update(verdict="passed", wheel=str(target))
-    return report
-
-
-def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m tools.container``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.container",
-                                 description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    st = sub.add_parser("stage", help="on the host: fetch, verify, patch and stage a cell's "
-                                      "source and this project's tools for cibuildwheel")
-    st.add_argument("cell")
-    st.add_argument("--work", type=Path, required=True, help="per-cell work directories")
-    st.add_argument("--recipes", type=Path, default=RECIPES_DIR)
-    st.add_argument("--table", type=Path, default=TABLE_PATH)
-    src = st.add_mutually_exclusive_group()
-    src.add_argument("--sdist", type=Path)
-    src.add_argument("--sdist-dir", type=Path)
-    return ap
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Stage a cell's source and tools (the first command of the printed plan)."""
-    args = parser().parse_args(argv)
-    cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
-    staged = stage(cell, recipe, table, args.work / cell.id, sdist=args.sdist,
-                   sdist_dir=args.sdist_dir)
-    print(staged.tree)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            wheel = progress.run("cibuildwheel", cibuildwheel_step)
+            target = progress.run("publish", lambda step: publish(wheel, options.out_dir, step))
+            report.update(verdict="passed", wheel=str(target))
+        return BuildResult(report, target)

@@ -1,9 +1,11 @@
 """Host backend: build a cell with this machine's toolchain, in a fresh venv per cell.
 
-``build_host`` runs every step here: toolchain -> source -> python -> compile -> the finish
-stage (``tools.finish.stage``) -> verify (import smoke test) -> publish. Wheels built here need this
-host's glibc or newer (auditwheel tags them accordingly, e.g. manylinux_2_34 on Debian 12); the
-container backend builds the broadly installable manylinux_2_28 wheels CI publishes.
+:class:`HostBackend` (a ``tools.backends.base.Backend``) runs every step here: toolchain ->
+source -> python -> compile -> the finish stage (``tools.finish.stage``) -> verify (import smoke
+test) -> kernels -> publish, with the toolchain of ``tools.pipeline.toolchain``. Wheels built
+here need this host's glibc or newer (auditwheel tags them accordingly, e.g. manylinux_2_34 on
+Debian 12); the container backend builds the broadly installable manylinux_2_28 wheels CI
+publishes.
 """
 
 from __future__ import annotations
@@ -11,157 +13,39 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
+from tools.core.errors import CompileError, ToolchainError
+from tools.core.variant import torch_series
+from tools.finish.stage import finish_wheel, record_kernel_check
+from tools.finish.verify import smoke_test, smoke_test_existing, smoke_venv
+from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
 from tools.pipeline import ccache
-from tools.pipeline import venvs as pyenv
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
 from tools.pipeline.compilelog import failing_file
-from tools.core.errors import CompileError, ToolchainError
-from tools.finish.stage import finish_wheel, record_kernel_check
-from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
-from tools.plan.matrix import Cell, torch_index
-from tools.pipeline.report import Progress, Step, publish
-from tools.plan.recipe import Recipe
+from tools.pipeline.report import Progress, Step, publish, reporting
 from tools.pipeline.source import prepare_source
+from tools.pipeline.toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
+                                      pip_wheel_command, torch_info)
+from tools.pipeline.venvs import prepare_python
+from tools.plan.matrix import Cell, torch_index
+from tools.plan.recipe import Recipe
 from tools.plan.table import Table
-from tools.core.variant import cell_id, torch_series
-from tools.finish.verify import smoke_test, smoke_test_existing, smoke_venv
+from .base import BuildOptions, BuildResult
 
 #: The host backend's steps, as the progress lines and the report name them.
 HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
               "verify", "kernels", "publish"]
 #: The steps with ``--python``: the given interpreter is checked first, before anything else.
 EXISTING_PYTHON_STEPS = ["python", *(s for s in HOST_STEPS if s != "python")]
-
-#: Where CUDA installers put the toolkit when CUDA_HOME is not set.
-DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
-
-
-@dataclass(frozen=True)
-class Nvcc:
-    """The CUDA compiler found on this machine."""
-
-    path: str
-    version: str
-    cuda_home: str
-
-
-@dataclass(frozen=True)
-class BuildPython:
-    """A cell's build venv, with the torch it holds."""
-
-    python: Path
-    torch_version: str
-    torch_cuda: str
-    torch_lib: Path
-    cxx11_abi: bool
-
-
-def find_nvcc(env: dict[str, str] | None = None) -> Nvcc:
-    """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; ToolchainError if none.
-
-    The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
-    ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
-    """
-    env = env if env is not None else dict(os.environ)
-    candidates = []
-    if env.get("CUDA_HOME"):
-        candidates.append(Path(env["CUDA_HOME"]) / "bin" / "nvcc")
-    candidates.append(DEFAULT_CUDA_HOME / "bin" / "nvcc")
-    if found := shutil.which("nvcc", path=env.get("PATH")):
-        candidates.append(Path(found))
-    for nvcc in candidates:
-        if not nvcc.is_file():
-            continue
-        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                              timeout=60)
-        m = re.search(r"release (\d+\.\d+)", proc.stdout)
-        if proc.returncode != 0 or not m:
-            continue
-        for root in (nvcc.parent.parent, nvcc.resolve().parent.parent, DEFAULT_CUDA_HOME):
-            if (root / "include" / "cuda_runtime.h").is_file():
-                return Nvcc(str(nvcc), m.group(1), str(root))
-    raise ToolchainError("nvcc was not found with its toolkit (looked in $CUDA_HOME, "
-                         "/usr/local/cuda, PATH; the toolkit must have include/cuda_runtime.h)",
-                         hint="install the CUDA toolkit matching the cell's CUDA major version "
-                              "and set CUDA_HOME, or use --backend container")
-
-
-def check_nvcc(nvcc: Nvcc, cell: Cell) -> str | None:
-    """Refuse an nvcc whose major differs from the cell's CUDA (torch refuses it too); return a
-    warning when only the minor differs."""
-    have, want = nvcc.version.split("."), cell.cuda.split(".")
-    if have[0] != want[0]:
-        raise ToolchainError(
-            f"cell {cell.id} needs CUDA {cell.cuda}, but nvcc at {nvcc.path} is CUDA "
-            f"{nvcc.version}: torch's extension builder refuses a different major version",
-            hint=f"install CUDA {want[0]}.x and point CUDA_HOME at it, pick a cu{have[0]}x cell, "
-                 "or use --backend container")
-    if have != want:
-        return (f"nvcc is CUDA {nvcc.version}, the cell is CUDA {cell.cuda}: same major, so "
-                "torch accepts it; the manifest records the real compiler")
-    return None
-
-
-_TORCH_QUERY = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
-          "'cuda': torch.version.cuda, 'lib': os.path.join(os.path.dirname(torch.__file__), "
-          "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
-
-
-def _torch_info(python: Path | str, hint: str | None = None) -> dict:
-    proc = subprocess.run([str(python), "-c", _TORCH_QUERY], capture_output=True, text=True,
-                          timeout=600)
-    if proc.returncode != 0:
-        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}",
-                             hint=hint)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def inspect_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
-    """The torch that ``python`` imports (version, CUDA, lib dir, ABI), checked against the
-    cell: a CPU build, another CUDA major (unless the table relaxes it) or another C++ ABI than
-    the table's is a ToolchainError."""
-    info = _torch_info(python)
-    if not info["cuda"]:
-        raise ToolchainError(
-            f"the torch installed for {cell.id} ({info['v']}) is a CPU build",
-            hint="a machine-wide pip find-links or index may be serving a CPU torch; pass "
-                 "--torch-index with the CUDA index or a --wheelhouse holding the CUDA build")
-    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
-    if info["cuda"].split(".")[0] != cell.cuda.split(".")[0] and not relaxed:
-        raise ToolchainError(f"torch {info['v']} is built with CUDA {info['cuda']}, the cell "
-                             f"needs CUDA {cell.cuda}",
-                             hint="pass --torch-index for the cell's CUDA version")
-    if info["abi"] != cell.cxx11_abi:
-        raise ToolchainError(f"torch {info['v']} uses cxx11_abi={info['abi']}, the table says "
-                             f"{cell.cxx11_abi} for torch {cell.torch}",
-                             hint="fix recipes/table.yaml or the torch source")
-    return BuildPython(Path(python), info["v"], info["cuda"], Path(info["lib"]), info["abi"])
-
-
-def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
-                   wheelhouse: Path | None, offline: bool, index_url: str | None,
-                   log: Path) -> BuildPython:
-    """A fresh venv for the cell's Python with its torch and the recipe's build requirements."""
-    python = pyenv.create_venv(workdir / "venv", cell.python, seed=True)
-    extra = (index_url,) if index_url else ()
-    if not index_url and (url := torch_index(cell, table)):
-        extra = (url,)
-    reqs = [cell.torch_requirement, *(d.requirement for d in recipe.build.requires)]
-    pyenv.install(python, reqs, extra_index_urls=extra, offline=offline,
-                  find_links=(wheelhouse,) if wheelhouse else (), log=log,
-                  what=f"the build requirements of {cell.id}")
-    return inspect_torch(python, cell, table)
-
 
 _VERSION_QUERY = "import sys; print('%d.%d' % sys.version_info[:2])"
 #: Prints the installed version of each distribution named in argv (null when absent).
@@ -172,13 +56,21 @@ _DISTS_QUERY = ("import json, sys, importlib.metadata as m\n"
                 "print(json.dumps({n: v(n) for n in sys.argv[1:]}))")
 
 
-def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
-                          ) -> BuildPython:
+def _sibling(cells: Sequence[Cell], cell: Cell, *, python: str, torch: str) -> Cell | None:
+    """The cell of ``cells`` (a plan) that builds ``cell``'s package for its CUDA with this
+    Python and torch series, if the plan has one."""
+    return next((c for c in cells if c.package == cell.package and c.cuda == cell.cuda
+                 and c.python == python and c.torch == torch), None)
+
+
+def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table, *,
+                          cells: Sequence[Cell] = ()) -> BuildPython:
     """Check an existing interpreter (``--python``) for ``cell`` before anything compiles: it
     runs, it is the cell's Python version, its torch imports and is a CUDA build of the cell's
     CUDA major and torch series (and the table's C++ ABI), and the recipe's build requirements
     (and pip, which runs the build) are installed. Nothing is installed or downloaded: each
-    failure is a ToolchainError naming what is wrong and how to fix it.
+    failure is a ToolchainError naming what is wrong and how to fix it; where the interpreter
+    fits another cell of ``cells`` (the plan ``cell`` comes from), the fix names that cell.
     """
     python = Path(python)
     flag = f"--python {python}"
@@ -192,13 +84,12 @@ def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
         raise ToolchainError(f"{flag} does not run: {proc.stderr.strip()[-400:]}")
     version = proc.stdout.strip()
     if version != cell.python:
-        same = cell_id(cell.package, version, cell.cuda,
-                       None if cell.default_torch else cell.torch)
+        same = _sibling(cells, cell, python=version, torch=cell.torch)
         raise ToolchainError(f"{flag} is Python {version}; cell {cell.id} is for Python "
                              f"{cell.python}",
-                             hint=f"build the cell of that interpreter ({same}) or give a "
-                                  f"Python {cell.python} interpreter")
-    info = _torch_info(python, hint=f"install the cell's torch ({cell.torch_requirement}, "
+                             hint=(f"build the cell of that interpreter ({same.id}) or give a "
+                                   if same else "give a ") + f"Python {cell.python} interpreter")
+    info = torch_info(python, hint=f"install the cell's torch ({cell.torch_requirement}, "
                                     f"a CUDA {cell.cuda.split('.')[0]} build) into that "
                                     "environment")
     if not info["cuda"]:
@@ -215,12 +106,10 @@ def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
                                   f"whose torch is a CUDA {want} build")
     series = torch_series(info["v"])
     if series != cell.torch:
-        other = (cell_id(cell.package, cell.python, cell.cuda,
-                         None if series == recipe.target(cell.cuda).torch[0] else series)
-                 if series in recipe.target(cell.cuda).torch else None)
+        other = _sibling(cells, cell, python=cell.python, torch=series)
         raise ToolchainError(f"{flag} has torch {info['v']}; cell {cell.id} builds against "
                              f"torch {cell.torch} (its wheel is labelled and pinned for it)",
-                             hint=f"build {other}, the cell of that torch" if other else
+                             hint=f"build {other.id}, the cell of that torch" if other else
                                   f"the recipe builds no CUDA {cell.cuda} wheel for torch "
                                   f"{series}; give an environment with torch {cell.torch}")
     if info["abi"] != cell.cxx11_abi:
@@ -268,42 +157,6 @@ def missing_requirements(python: Path, requirements: list[str]
 
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-
-
-def pip_wheel_command(python: Path, tree: Path, out_dir: Path, *, isolation: bool,
-                      offline: bool = False) -> list[str]:
-    """The package's own build as the host backend runs it: ``pip wheel`` on the tree
-    (``--no-index`` offline: ``--isolated`` makes pip ignore PIP_NO_INDEX)."""
-    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
-           "-v", "-w", str(out_dir), str(tree)]
-    if not isolation:
-        cmd.insert(4, "--no-build-isolation")
-    if offline:
-        cmd.insert(4, "--no-index")
-    return cmd
-
-
-def build_process_env(python: Path, env: dict[str, str], *,
-                      first_on_path: tuple[Path, ...] = ()) -> dict[str, str]:
-    """The environment of the package's build: ours plus the cell's variables, with the build
-    venv's scripts (ninja) and the toolkit's bin on PATH; ``first_on_path`` goes before them."""
-    path = [*map(str, first_on_path), str(python.parent)]
-    if env.get("CUDA_HOME"):
-        path.append(str(Path(env["CUDA_HOME"]) / "bin"))
-    # The caller's PYTHONPATH must not reach the build; the cell's own (the compiler cache's
-    # fixed torch path) must.
-    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    full_env = {**inherited, **env,
-                "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
-    # torch's CUDA wheels bring the CUDA libraries' headers (site-packages/nvidia/cu13/include:
-    # cusparse.h, cublas_v2.h, ...), which torch's ATen/cuda headers include; a toolkit made of
-    # nvcc alone lacks them. CPATH is searched after every -I, so a full toolkit's copies win.
-    wheel_headers = sorted(str(d) for d in python.parent.parent.glob(
-        "lib/python3*/site-packages/nvidia/*/include"))
-    if wheel_headers:
-        full_env["CPATH"] = os.pathsep.join(
-            [*filter(None, [os.environ.get("CPATH")]), *wheel_headers])
-    return full_env
 
 
 def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
@@ -389,127 +242,178 @@ def _report_cache(setup: ccache.CompilerCache, step: Step, progress: Progress) -
     progress.say(f"compiler cache: {stats.summary}")
 
 
-def build_host(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
-               work: Path, out_dir: Path, progress: Progress, sdist: Path | None,
-               sdist_dir: Path | None, wheelhouse: Path | None, offline: bool,
-               torch_index_override: str | None, python: Path | None = None,
-               gpu_finder: GpuFinder = find_gpu, cache: bool = True,
-               needed: tuple[Path, ...] = ()) -> Path:
-    """The host backend: every step on this machine; returns the published wheel.
+@dataclass(frozen=True)
+class HostBackend:
+    """The host backend (a ``tools.backends.base.Backend``): every step on this machine.
 
     ``python``: build against that existing interpreter's torch and build requirements, as
-    they are (checked first; no venv, nothing installed). ``gpu_finder`` says which GPU the
-    kernel check may use (none: the check is recorded as not run). ``cache`` compiles through
-    ccache (``tools.pipeline.ccache``); its hits and misses go in the compile step's report.
-    ``needed``: the wheels of the cells this one needs (``tools.builder.needs``), installed beside it
-    for the import and kernel checks.
+    they are (checked first; no venv, nothing installed); ``cells``: the plan the built cell
+    comes from, whose cells its errors name. Otherwise a fresh venv gets the cell's torch from
+    ``torch_index`` (default: the cell's CUDA index) and its build requirements, from
+    ``wheelhouse`` too, or only from there when ``offline``. ``gpu_finder`` says which GPU the
+    kernel check may use (none: the check is recorded as not run).
     """
-    def existing(step: Step) -> BuildPython:
-        bp = check_existing_python(python, cell, recipe, table)
-        step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
-                           torch_cuda=bp.torch_cuda, cxx11_abi=bp.cxx11_abi)
-        return bp
 
-    if python is not None:
-        bp = progress.run("python", existing)
+    name: ClassVar[str] = "host"
+    wheelhouse: Path | None = None
+    offline: bool = False
+    torch_index: str | None = None
+    python: Path | None = None
+    cells: tuple[Cell, ...] = ()
+    gpu_finder: GpuFinder = find_gpu
 
-    def toolchain(step: Step) -> Nvcc:
-        nvcc = find_nvcc()
-        if warning := check_nvcc(nvcc, cell):
-            progress.say(f"note: {warning}")
-        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version, cuda_home=nvcc.cuda_home)
-        return nvcc
+    @property
+    def steps(self) -> list[str]:
+        """The host's steps; with ``python`` the interpreter is checked first."""
+        return EXISTING_PYTHON_STEPS if self.python is not None else HOST_STEPS
 
-    nvcc = progress.run("toolchain", toolchain)
+    def build(self, cell: Cell, recipe: Recipe, table: Table, *, options: BuildOptions,
+              progress: Progress) -> BuildResult:
+        """Build the cell here and publish its wheel; the report goes to
+        ``<work_root>/<cell id>/report.json`` however the build ends. The compiler cache's hits
+        and misses go in the compile step's report; ``options.needed`` are installed beside the
+        wheel for the import and kernel checks."""
+        if options.dry_run:
+            raise ToolchainError("--dry-run is for the container backend (it prints the "
+                                 "cibuildwheel command)", hint="add --backend container")
+        work = options.work_root / cell.id
+        work.mkdir(parents=True, exist_ok=True)
+        for stale in ("compile.log", "python.log", "repair.log", "ccache-stats.log"):
+            (work / stale).unlink(missing_ok=True)
+        report: dict[str, Any] = {"cell": cell.id, "backend": self.name, "why": options.why,
+                                  "archs": list(options.archs), "label": cell.label,
+                                  "verdict": "failed"}
+        if options.needed:
+            report["needs"] = [str(p) for p in options.needed]
+        with reporting(work / "report.json", report, progress):
+            wheel = self._run(cell, recipe, table, options, work, progress)
+            report.update(verdict="passed", wheel=str(wheel))
+        return BuildResult(report, wheel)
 
-    def source(step: Step):
-        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
-        step.detail.update(sdist=prepared.sdist.name, sha256=prepared.sha256,
-                           patches=list(prepared.patches))
-        return prepared
+    def _run(self, cell: Cell, recipe: Recipe, table: Table, options: BuildOptions, work: Path,
+             progress: Progress) -> Path:
+        """Every step, in ``work``; returns the published wheel."""
+        python, wheelhouse, offline, archs = (self.python, self.wheelhouse, self.offline,
+                                              options.archs)
 
-    prepared = progress.run("source", source)
+        def existing(step: Step) -> BuildPython:
+            bp = check_existing_python(python, cell, recipe, table, cells=self.cells)
+            step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
+                               torch_cuda=bp.torch_cuda, cxx11_abi=bp.cxx11_abi)
+            return bp
 
-    def fresh_python(step: Step) -> BuildPython:
-        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
-                            index_url=torch_index_override, log=work / "python.log")
-        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
-                           cxx11_abi=bp.cxx11_abi)
-        return bp
-
-    if python is None:
-        bp = progress.run("python", fresh_python)
-
-    sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
-    env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
-
-    def compile_(step: Step) -> Path:
-        progress.say(f"sizing: {sizing.note}")
-        progress.say("environment: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-        step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
-        setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
-                               cuda_home=nvcc.cuda_home) if cache else None
-        if setup:
-            progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
-                         "(--no-cache builds without it)")
-            step.detail["cache"] = setup.describe()
-        else:
-            step.detail["cache"] = {"tool": None, "why": "--no-cache"}
-        last = [0.0]
-
-        def on_line(line: str) -> None:
-            now = time.monotonic()
-            if now - last[0] > 5:
-                last[0] = now
-                counter = line.split("]", 1)[0] + "]"
-                source = re.search(r"\s-c\s+(?:-c\s+)*(\S+)", line)  # torch may pass -c twice
-                progress.say(f"compiling {counter} "
-                             f"{Path(source.group(1)).name if source else line[len(counter):80]}")
-        try:
-            return compile_wheel(bp.python, prepared.tree,
-                                 {**env, **(setup.env if setup else ccache.disabled_env())},
-                                 work / "dist", work / "compile.log",
-                                 isolation=recipe.build.isolation, on_line=on_line,
-                                 offline=offline, path_prefix=setup.path_prefix if setup else ())
-        finally:
-            if setup:
-                _report_cache(setup, step, progress)
-
-    raw = progress.run("compile", compile_)
-    final, manifest = finish_wheel(
-        raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
-        torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work, progress=progress,
-        plat="auto", backend="host", nvcc=nvcc.path,
-        manifest_extra={"existing_python": True} if python is not None else None)
-
-    def verify(step: Step) -> tuple[Path, tuple[Path, ...]]:
-        """The import smoke test; returns the Python and path the kernel check runs with."""
         if python is not None:
-            seconds, site = smoke_test_existing(final, python=bp.python,
-                                                torch_series=cell.torch,
-                                                imports=recipe.imports, workdir=work / "smoke",
-                                                extra_wheels=needed)
+            bp = progress.run("python", existing)
+
+        def toolchain(step: Step) -> Nvcc:
+            nvcc = find_nvcc()
+            if warning := check_nvcc(nvcc, cell):
+                progress.say(f"note: {warning}")
+            step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version,
+                               cuda_home=nvcc.cuda_home)
+            return nvcc
+
+        nvcc = progress.run("toolchain", toolchain)
+
+        def source(step: Step):
+            prepared = prepare_source(recipe, work, sdist=options.sdist,
+                                      sdist_dir=options.sdist_dir)
+            step.detail.update(sdist=prepared.sdist.name, sha256=prepared.sha256,
+                               patches=list(prepared.patches))
+            return prepared
+
+        prepared = progress.run("source", source)
+
+        def fresh_python(step: Step) -> BuildPython:
+            bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse,
+                                offline=offline, index_url=self.torch_index,
+                                log=work / "python.log")
+            step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
+                               cxx11_abi=bp.cxx11_abi)
+            return bp
+
+        if python is None:
+            bp = progress.run("python", fresh_python)
+
+        sizing = size_for(recipe, archs, cores=usable_cores(),
+                          available_gib=available_memory_gib())
+        env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
+
+        def compile_(step: Step) -> Path:
+            progress.say(f"sizing: {sizing.note}")
+            progress.say("environment: "
+                         + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+            step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
+            setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
+                                   cuda_home=nvcc.cuda_home) if options.cache else None
+            if setup:
+                progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
+                             "(--no-cache builds without it)")
+                step.detail["cache"] = setup.describe()
+            else:
+                step.detail["cache"] = {"tool": None, "why": "--no-cache"}
+            last = [0.0]
+
+            def on_line(line: str) -> None:
+                now = time.monotonic()
+                if now - last[0] > 5:
+                    last[0] = now
+                    counter = line.split("]", 1)[0] + "]"
+                    # torch may pass -c twice
+                    source = re.search(r"\s-c\s+(?:-c\s+)*(\S+)", line)
+                    name = Path(source.group(1)).name if source else line[len(counter):80]
+                    progress.say(f"compiling {counter} {name}")
+            try:
+                return compile_wheel(bp.python, prepared.tree,
+                                     {**env, **(setup.env if setup else ccache.disabled_env())},
+                                     work / "dist", work / "compile.log",
+                                     isolation=recipe.build.isolation, on_line=on_line,
+                                     offline=offline,
+                                     path_prefix=setup.path_prefix if setup else ())
+            finally:
+                if setup:
+                    _report_cache(setup, step, progress)
+
+        raw = progress.run("compile", compile_)
+        final, manifest = finish_wheel(
+            raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
+            torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
+            progress=progress, plat="auto", backend="host", nvcc=nvcc.path,
+            manifest_extra={"existing_python": True} if python is not None else None)
+
+        def verify(step: Step) -> tuple[Path, tuple[Path, ...]]:
+            """The import smoke test; returns the Python and path the kernel check runs with."""
+            if python is not None:
+                seconds, site = smoke_test_existing(final, python=bp.python,
+                                                    torch_series=cell.torch,
+                                                    imports=recipe.imports,
+                                                    workdir=work / "smoke",
+                                                    extra_wheels=options.needed)
+                step.detail.update(smoke_test="passed", imports=list(recipe.imports),
+                                   seconds=seconds, python=str(bp.python))
+                return bp.python, (site,)
+            index = self.torch_index or torch_index(cell, table)
+            seconds = smoke_test(final, python=cell.python,
+                                 torch_requirement=cell.torch_requirement,
+                                 torch_version=cell.torch_version, imports=recipe.imports,
+                                 workdir=work / "smoke",
+                                 extra_index_urls=(index,) if index else (),
+                                 find_links=(wheelhouse,) if wheelhouse else (), offline=offline,
+                                 extra_wheels=options.needed)
             step.detail.update(smoke_test="passed", imports=list(recipe.imports),
-                               seconds=seconds, python=str(bp.python))
-            return bp.python, (site,)
-        index = torch_index_override or torch_index(cell, table)
-        seconds = smoke_test(final, python=cell.python, torch_requirement=cell.torch_requirement,
-                             torch_version=cell.torch_version, imports=recipe.imports,
-                             workdir=work / "smoke", extra_index_urls=(index,) if index else (),
-                             find_links=(wheelhouse,) if wheelhouse else (), offline=offline,
-                             extra_wheels=needed)
-        step.detail.update(smoke_test="passed", imports=list(recipe.imports), seconds=seconds)
-        return smoke_venv(work / "smoke") / "bin" / "python", ()
+                               seconds=seconds)
+            return smoke_venv(work / "smoke") / "bin" / "python", ()
 
-    check_python, check_path = progress.run("verify", verify)
+        check_python, check_path = progress.run("verify", verify)
 
-    def kernels(step: Step) -> Path:
-        checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
-                                      python=check_python, pythonpath=check_path,
-                                      work=work, gpu_finder=gpu_finder, detail=step.detail)
-        progress.say(f"kernel check: {kept['verdict']}"
-                     + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
-        return checked
+        def kernels(step: Step) -> Path:
+            checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
+                                          python=check_python, pythonpath=check_path,
+                                          work=work, gpu_finder=self.gpu_finder,
+                                          detail=step.detail)
+            progress.say(f"kernel check: {kept['verdict']}"
+                         + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
+            return checked
 
-    checked = progress.run("kernels", kernels)
-    return progress.run("publish", lambda step: publish(checked, out_dir, step))
+        checked = progress.run("kernels", kernels)
+        return progress.run("publish", lambda step: publish(checked, options.out_dir, step))

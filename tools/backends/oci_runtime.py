@@ -25,7 +25,6 @@ is its old name, still accepted).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -287,35 +286,3 @@ def trust_store(environ: Mapping[str, str] | None = None) -> TrustStore:
             mounted.append(path)
     variables = tuple(name for name in (*CA_VARIABLES, *PROXY_VARIABLES) if environ.get(name))
     return TrustStore(tuple(f"{p}:{p}:ro" for p in mounted), variables)
-
-
-def parser() -> argparse.ArgumentParser:
-    """The command line: ``check`` that an engine starts containers, or ``wrap`` a runtime (what the
-    wrapper runs)."""
-    p = argparse.ArgumentParser(prog="python -m tools.oci_runtime", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", aliases=["probe"],
-                           help="start a container plainly, else through the wrapper")
-    check.add_argument("--engine", default="podman")
-    check.add_argument("--image", required=True, help="a local image (nothing is pulled)")
-    wrap_p = sub.add_parser("wrap", help="strip rlimits, then exec RUNTIME ARGS")
-    wrap_p.add_argument("runtime")
-    wrap_p.add_argument("args", nargs=argparse.REMAINDER)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m tools.oci_runtime``; exit 0 when containers start."""
-    ns = parser().parse_args(argv)
-    if ns.command == "wrap":
-        wrap(ns.runtime, ns.args)
-    result = check_starts(ns.engine, ns.image)
-    print(("ok: " if result.ok else "failed: ") + result.why)
-    if result.runtime_args:
-        print("engine arguments: " + shlex.join(result.runtime_args))
-    return 0 if result.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,8 +22,8 @@ from packaging.version import Version
 from tools.core.errors import PlanError, VerifyError
 from tools.plan.matrix import Cell
 
-#: Builds one needed cell (by id) into a directory and returns its wheel.
-BuildNeeded = Callable[[str, Path], Path]
+#: Builds one needed cell (of the same plan) into a directory and returns its wheel.
+BuildNeeded = Callable[[Cell, Path], Path]
 
 
 def is_wheel_of(path: Path, cell: Cell, dist: str) -> bool:
@@ -56,9 +56,9 @@ def find_wheel(cell: Cell, dist: str, dirs: tuple[Path, ...]) -> Path | None:
 
 def provide(cell: Cell, needed: list[Cell], *, search: tuple[Path, ...], into: Path,
             build: BuildNeeded, say: Callable[[str], None]) -> tuple[Path, ...]:
-    """The wheel of each of ``needed`` (the cells ``cell.needs`` names, in order), copied into
-    ``into``: found in ``search``, else built first with ``build``. A built wheel that isn't
-    the needed cell's is a VerifyError naming both."""
+    """The wheel of each of ``needed`` (the cells ``cell.needs`` names, in order, from the plan
+    ``cell`` comes from), copied into ``into``: found in ``search``, else built first with
+    ``build``. A built wheel that isn't the needed cell's is a VerifyError naming both."""
     if len(needed) != len(cell.needs_dist):
         raise PlanError(f"{cell.id}: {len(needed)} needed cells for "
                          f"{len(cell.needs_dist)} dependencies",
@@ -74,7 +74,7 @@ def provide(cell: Cell, needed: list[Cell], *, search: tuple[Path, ...], into: P
         else:
             where = ", ".join(str(d) for d in search) or "no directory"
             say(f"needs {other.id}: no wheel of it in {where}; building it first")
-            wheel = build(other.id, into / "build")
+            wheel = build(other, into / "build")
             if not is_wheel_of(wheel, other, dist):
                 raise VerifyError(f"{cell.id} needs {other.id}, whose build made {wheel.name}",
                                  hint=f"expected {dist}-{other.version}+{other.label} for "

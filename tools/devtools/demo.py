@@ -19,11 +19,11 @@ from pathlib import Path
 from tools import ROOT
 from tools.pipeline import venvs as pyenv
 from tools.builder.orchestrate import build_cell
+from tools.builder.planned import Planned
 from tools.core.errors import CuwheelsError, PlanError, ToolchainError
-from tools.backends.host import find_nvcc
-from tools.plan.matrix import Cell, load_cell, plan
+from tools.pipeline.toolchain import find_nvcc
+from tools.plan.matrix import Cell
 from tools.sitegen.serve import make_server
-from tools.plan.table import load_table
 from tools.core.variant import Variant, uv_index_name
 from tools.finish.verify import smoke_argv
 
@@ -33,11 +33,11 @@ DEFAULT_PACKAGE = "causal_conv1d"
 DEFAULT_ARCHS = "90"
 
 
-def pick_cell(package: str, python: str, cuda: str) -> Cell:
+def pick_cell(planned: Planned, package: str, python: str, cuda: str) -> Cell:
     """The cell of ``package`` for this Python and CUDA whose torch the registry serves built
     for exactly that CUDA (so nothing but the registry is needed)."""
-    table = load_table()
-    cells = [c for c in plan(table=table)
+    table = planned.table
+    cells = [c for c in planned.cells
              if c.package == package and c.python == python and c.cuda == cuda]
     if not cells:
         raise PlanError(f"{package} has no cell for Python {python} and CUDA {cuda}",
@@ -85,15 +85,15 @@ def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
     try:
         _step(1, total, "choosing what to build", start)
         cuda = cuda or find_nvcc().version
-        cell = pick_cell(package, python, cuda)
+        planned = Planned.make()  # the one plan of this command, passed down
+        cell = pick_cell(planned, package, python, cuda)
         print(f"cell {cell.id}: {cell.package} {cell.version}, Python {cell.python}, CUDA "
               f"{cell.cuda}, torch {cell.torch_version}, archs {archs}")
 
         current = "building (host backend: source, compile, repair, verify)"
         _step(2, total, current, start)
-        report = build_cell(cell.id, backend="host", archs=archs, out_dir=wheels,
-                            stream=sys.stdout)
-        wheel = Path(report["wheel"])
+        wheel = build_cell(cell, planned, backend="host", archs=archs, out_dir=wheels,
+                           stream=sys.stdout).wheel
 
         current = "emitting the index (make index)"
         _step(3, total, current, start)
@@ -122,8 +122,8 @@ def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
                 raise CuwheelsError("pip could not install the wheel from the local index")
             current = "importing the wheel"
             _step(5, total, current, start)
-            _, recipe, _ = load_cell(cell.id)
-            proc = _run(smoke_argv(str(venv_python), cell.torch_version, recipe.imports),
+            proc = _run(smoke_argv(str(venv_python), cell.torch_version,
+                                   planned.recipe(cell).imports),
                         cwd=str(out_dir))
             if proc.returncode != 0:
                 raise CuwheelsError("the installed wheel does not import (see above)")

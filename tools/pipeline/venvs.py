@@ -3,7 +3,8 @@
 torch with its CUDA libraries is about 4.7 GB installed; uv hard-links it from its cache, so each
 cell's fresh build venv and fresh smoke-test venv cost seconds after the first download. uv
 ignores pip's configuration files, so a machine-wide ``find-links`` holding a CPU torch (as on
-our development machines) can't leak in.
+our development machines) can't leak in. ``prepare_python`` makes a cell's build venv: its
+torch and the recipe's build requirements, the torch checked against the cell.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import subprocess
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
+from tools.plan.matrix import Cell, torch_index
+from tools.plan.recipe import Recipe
+from tools.plan.table import Table
+from .toolchain import BuildPython, inspect_torch
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 
@@ -99,3 +104,18 @@ def install(python: Path, requirements: list[str], *, index_url: str | None = No
                 "the wheelhouse lacks a wheel for this Python/platform: add it")
         raise ToolchainError(f"installing {what} ({' '.join(requirements)}) failed:\n{tail}",
                              hint=hint)
+
+
+def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
+                   wheelhouse: Path | None, offline: bool, index_url: str | None,
+                   log: Path) -> BuildPython:
+    """A fresh venv for the cell's Python with its torch and the recipe's build requirements."""
+    python = create_venv(workdir / "venv", cell.python, seed=True)
+    extra = (index_url,) if index_url else ()
+    if not index_url and (url := torch_index(cell, table)):
+        extra = (url,)
+    reqs = [cell.torch_requirement, *(d.requirement for d in recipe.build.requires)]
+    install(python, reqs, extra_index_urls=extra, offline=offline,
+            find_links=(wheelhouse,) if wheelhouse else (), log=log,
+            what=f"the build requirements of {cell.id}")
+    return inspect_torch(python, cell, table)

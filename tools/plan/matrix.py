@@ -16,8 +16,9 @@ filtered by package, Python, CUDA, torch, or by the recipes changed since a git 
 
 from __future__ import annotations
 
+import re
 import subprocess
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -108,6 +109,37 @@ class Cell:
             data[key] = list(data[key])
         del data["torch_next_major"]  # said by torch_pin, as a string
         return {"id": self.id, **data, "label": self.label, "torch_pin": self.torch_pin}
+
+    @classmethod
+    def from_json(cls, data: dict, *, where: str = "a planned cell") -> Cell:
+        """The cell a :meth:`to_json` dict describes (a cell handed on as a file: the container
+        backend's ``cell.json``, a saved plan). ``where`` names the input in errors: PlanError
+        for a field missing or unknown, or an id, label or torch pin other than the one its
+        fields make (a file from another version of the planner)."""
+        again = "plan it again with this checkout (python -m tools.matrix --format json)"
+        if not isinstance(data, dict):
+            raise PlanError(f"{where}: a cell is a JSON object, not {type(data).__name__}",
+                            hint=again)
+        own = {f.name: f for f in fields(cls) if f.name != "torch_next_major"}
+        derived = ("id", "label", "torch_pin")
+        missing = [n for n, f in own.items() if f.default is MISSING and n not in data]
+        unknown = sorted(set(data) - set(own) - set(derived))
+        if missing or unknown:
+            said = ([f"missing {', '.join(missing)}"] if missing else []) + \
+                   ([f"unknown {', '.join(unknown)}"] if unknown else [])
+            raise PlanError(f"{where}: not a planned cell ({'; '.join(said)})", hint=again)
+        values = {n: tuple(v) if isinstance(v, list) else v for n, v in data.items() if n in own}
+        # to_json leaves torch_next_major to the pin, ``torch>=X,<N``; an exact build's pin
+        # doesn't read it.
+        pin = re.fullmatch(r"torch>=[\w.]+,<(\d+)", str(data.get("torch_pin", "")))
+        if pin:
+            values["torch_next_major"] = int(pin.group(1))
+        cell = cls(**values)
+        for name in derived:
+            if name in data and data[name] != getattr(cell, name):
+                raise PlanError(f"{where}: {name} is {data[name]!r}, but the cell's fields make "
+                                f"{getattr(cell, name)!r}", hint=again)
+        return cell
 
 
 def cells_for(recipe: Recipe, table: Table) -> list[Cell]:

@@ -6,7 +6,8 @@ it) with a stand-in ``ninja`` first on PATH, which asks the real ninja for the f
 database (``ninja -t compdb -x``: every command line fully expanded) and compiles nothing. It
 puts an empty object file (an empty C file, compiled once) where each object would be, so that a
 package with several extensions (one ninja run each) goes on to the next; what the build then
-links and packs from those is deleted. ``tools.probe`` compiles some of the units it returns.
+links and packs from those is deleted. ``tools.probing.probe`` compiles some of the units it
+returns.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ProbeError
-from tools.backends.host import build_process_env, pip_wheel_command
+from tools.pipeline.toolchain import build_process_env, pip_wheel_command
 
 #: The package's build with nothing compiled (setup.py, torch's import, links of empty objects)
 #: takes seconds to a few minutes.

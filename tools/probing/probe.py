@@ -21,7 +21,6 @@ before anything starts; a build that writes no compile commands is a ProbeError 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -39,16 +38,17 @@ from typing import Any
 
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
+from tools.core.errors import CompileError, ProbeError
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
-from .compdb import Unit, capture_commands
 from tools.pipeline.compilelog import failing_file
-from tools.core.errors import CompileError, ProbeError, cli
-from tools.backends.host import build_process_env, check_nvcc, find_nvcc, prepare_python
-from tools.plan.matrix import Cell, load_cell
 from tools.pipeline.report import Progress, reporting
-from tools.plan.recipe import Recipe, load_recipe
 from tools.pipeline.source import prepare_source
-from tools.plan.table import TABLE_PATH
+from tools.pipeline.toolchain import build_process_env, check_nvcc, find_nvcc
+from tools.pipeline.venvs import prepare_python
+from tools.plan.matrix import Cell
+from tools.plan.recipe import Recipe, load_recipe
+from tools.plan.table import Table
+from .compdb import Unit, capture_commands
 
 PROBE_STEPS = ["toolchain", "source", "python", "commands", "compile"]
 DEFAULT_WORK = ROOT / "build-cells"
@@ -336,17 +336,17 @@ def judge_memory(report: ProbeReport, recipe: Recipe) -> None:
                                  f"it to {supported:g} in {recipe.path}")
 
 
-def probe_cell(cell_id: str, *, units: tuple[str, ...] = (), count: int = DEFAULT_COUNT,
-               archs: str | None = None, sdist: Path | None = None,
-               sdist_dir: Path | None = None, wheelhouse: Path | None = None,
-               offline: bool = False, torch_index: str | None = None,
-               work_root: Path = DEFAULT_WORK, recipes_root: Path = RECIPES_DIR,
-               table_path: Path = TABLE_PATH, available_gib: float | None = None,
-               unit_timeout: float = UNIT_TIMEOUT, stream=None) -> ProbeReport:
-    """Probe one cell (see the module docstring); the report is also written to
-    ``<work_root>/<cell>/probe/probe.json``. Raises ProbeError (memory, no commands, unknown
-    unit) or CompileError (a unit failed, each failure named) after writing the report."""
-    cell, recipe, table = load_cell(cell_id, recipes_root, table_path)
+def probe_cell(cell: Cell, recipe: Recipe, table: Table, *, units: tuple[str, ...] = (),
+               count: int = DEFAULT_COUNT, archs: str | None = None,
+               sdist: Path | None = None, sdist_dir: Path | None = None,
+               wheelhouse: Path | None = None, offline: bool = False,
+               torch_index: str | None = None, work_root: Path = DEFAULT_WORK,
+               available_gib: float | None = None, unit_timeout: float = UNIT_TIMEOUT,
+               stream=None) -> ProbeReport:
+    """Probe one planned cell (see the module docstring) of ``recipe`` and ``table``; the
+    report is also written to ``<work_root>/<cell>/probe/probe.json``. Raises ProbeError
+    (memory, no commands, unknown unit) or CompileError (a unit failed, each failure named)
+    after writing the report."""
     cell_archs = resolve_archs(cell, archs, table)
     check_memory(recipe, cell_archs,
                  available_memory_gib() if available_gib is None else available_gib)
@@ -369,7 +369,7 @@ def probe_cell(cell_id: str, *, units: tuple[str, ...] = (), count: int = DEFAUL
     return report
 
 
-def _probe(cell: Cell, recipe: Recipe, table, report: ProbeReport, work: Path,
+def _probe(cell: Cell, recipe: Recipe, table: Table, report: ProbeReport, work: Path,
            progress: Progress, *, units, count, archs, sdist, sdist_dir, wheelhouse, offline,
            torch_index, unit_timeout, data) -> None:
     def toolchain(step):
@@ -462,7 +462,7 @@ def table_rows(root: Path, recipes_root: Path = RECIPES_DIR) -> list[str]:
     rows, recipes = [], {}
     for path in sorted(root.glob("*/probe/probe.json")):
         data = json.loads(path.read_text())
-        report = ProbeReport(**_report_fields(path))
+        report = read_report(path)
         package = report.cell.split("-")[0]
         if package not in recipes:
             folder = recipes_root / package
@@ -485,72 +485,10 @@ def table_rows(root: Path, recipes_root: Path = RECIPES_DIR) -> list[str]:
     return [row for _, row in sorted(rows)]
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    """Probe one cell (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m tools.probe",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("cell", nargs="?", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
-    ap.add_argument("--summary", type=Path, metavar="WORK",
-                    help="print the probes' results under WORK (a --work directory) as the "
-                         "README's markdown table, and probe nothing")
-    ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
-                                    "tree, or their file names), instead of the heaviest")
-    ap.add_argument("--count", type=int, default=DEFAULT_COUNT,
-                    help=f"how many of the heaviest CUDA units to compile, besides the heaviest C++ "
-                         f"unit (default {DEFAULT_COUNT})")
-    ap.add_argument("--archs", help="arch list to probe, e.g. 90 (default: the cell's)")
-    ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
-    ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
-    ap.add_argument("--wheelhouse", type=Path, help="wheels (torch, build deps) to install from")
-    ap.add_argument("--offline", action="store_true", help="install only from --wheelhouse")
-    ap.add_argument("--torch-index", help="index URL for the cell's torch build")
-    ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="per-cell work directories")
-    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
-    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
-    ap.add_argument("--unit-timeout", type=float, default=UNIT_TIMEOUT,
-                    help="seconds one unit may take (default %(default)s)")
-    args = ap.parse_args(argv)
-    # A terminated probe unwinds (and so stops the compiler it started) like an interrupted one.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    if args.summary:
-        rows = table_rows(args.summary, args.recipes)
-        if not rows:
-            raise ProbeError(f"{args.summary}: no <cell>/probe/probe.json below it",
-                             hint="pass the --work directory the probes wrote to "
-                                  f"(default {DEFAULT_WORK})")
-        print("\n".join([TABLE_HEADER, *rows]))
-        return 0
-    if not args.cell:
-        ap.error("name a cell to probe (or --summary WORK)")
-    if args.offline and not args.wheelhouse:
-        ap.error("--offline needs --wheelhouse")
-    if args.count < 1:
-        ap.error("--count must be at least 1")
-    units = tuple(u.strip() for u in (args.units or "").split(",") if u.strip())
-    try:
-        report = probe_cell(args.cell, units=units, count=args.count, archs=args.archs,
-                            sdist=args.sdist, sdist_dir=args.sdist_dir,
-                            wheelhouse=args.wheelhouse, offline=args.offline,
-                            torch_index=args.torch_index, work_root=args.work,
-                            recipes_root=args.recipes, table_path=args.table,
-                            unit_timeout=args.unit_timeout)
-    except CompileError:
-        path = args.work / args.cell / "probe" / "probe.json"
-        if path.is_file():
-            print(format_report(ProbeReport(**_report_fields(path))))
-        raise
-    print(format_report(report))
-    return 0
-
-
-def _report_fields(path: Path) -> dict[str, Any]:
+def read_report(path: Path) -> ProbeReport:
+    """The probe's findings as a ``probe.json`` holds them (the steps it also holds left out)."""
     data = json.loads(path.read_text())
     fields = {f for f in ProbeReport.__dataclass_fields__}
     out = {k: v for k, v in data.items() if k in fields}
     out["units"] = [UnitResult(**u) for u in out.get("units", [])]
-    return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return ProbeReport(**out)

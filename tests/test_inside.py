@@ -1,8 +1,11 @@
-"""The commands run inside the builder image: the nvcc check and the torch nvcc-check
-relaxation, run from a staged copy of the tools outside the repository (as in the container)."""
+"""The commands run inside the builder image (``tools.backends.inside``, ``python -m
+tools.incontainer``): the planned cell read from the staged ``cell.json``, the nvcc check and the
+torch nvcc-check relaxation, run from a staged copy of the tools outside the repository (as in
+the container)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import write_sdist_recipe
+from tests.test_needs import _dependent
 from tools.backends import container
 from tools.backends import inside as incontainer
-from tools.core.errors import ToolchainError
+from tools.builder.planned import Planned
+from tools.core.errors import PlanError, ToolchainError
 from tools.plan.matrix import find_cell
 
 
@@ -42,11 +48,64 @@ def test_staged_tools_check_the_images_nvcc(world, tmp_path, release, rc, says):
     where = subprocess.run([sys.executable, "-c", "import tools; print(tools.__file__)"],
                            env=env, cwd=tmp_path, capture_output=True, text=True)
     assert where.stdout.strip() == str(staged.project / "cuwheels" / "tools" / "__init__.py")
-    proc = subprocess.run([sys.executable, "-m", "tools.incontainer", "toolchain", "--cell",
-                           cell.id], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "tools.incontainer", "toolchain", "--cell-file",
+                           str(staged.project / "cuwheels" / "cell.json")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == rc, proc.stderr
     assert says in proc.stdout + proc.stderr
+    if rc == 0:   # the cell it names is the staged one
+        assert f" for {cell.id}" in proc.stdout
+
+
+def test_a_dependent_is_read_from_its_cell_file_without_the_recipes_it_depends_on(
+        world, tmp_path, good_recipe):
+    """The staged copy holds the dependent's recipe alone: planning it there would fail (its
+    dependency is no recipe there); the staged cell, with what it needs, is read instead."""
+    table, _, _ = world()
+    write_sdist_recipe(tmp_path, _dependent(good_recipe))
+    planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
+    cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
+    staged = container.stage(cell, planned.recipe(cell), table, tmp_path / "work" / cell.id,
+                             sdist=tmp_path / "sdists" / "dep_ext-1.0.0.tar.gz")
+    tools = staged.project / "cuwheels"
+    read = incontainer.read_cell(tools / "cell.json")
+    assert read == cell and read.needs_dist == ("demo-ext",)
+    recipe, staged_table = incontainer.staged_recipe(read, tools / "recipes",
+                                                     tools / "recipes" / "table.yaml")
+    assert recipe.package == "dep_ext" and staged_table.cuda.keys() == table.cuda.keys()
+    env = {**os.environ, "PYTHONPATH": str(tools), "CUDA_HOME": str(_fake_nvcc(tmp_path, "13.0"))}
+    proc = subprocess.run([sys.executable, "-m", "tools.incontainer", "toolchain", "--cell-file",
+                           str(tools / "cell.json")], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"nvcc 13.0 at {tmp_path}/cuda/bin/nvcc for {cell.id}"
+
+
+@pytest.mark.parametrize("text, says", [
+    (None, "no planned cell there"),
+    ("{not json", "not JSON"),
+    ("[]", "a cell is a JSON object, not list"),
+    ('{"package": "demo_ext"}', "not a planned cell (missing version, python"),
+])
+def test_a_missing_or_broken_cell_file_is_named(tmp_path, text, says):
+    path = tmp_path / "cell.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(PlanError) as info:
+        incontainer.read_cell(path)
+    assert str(info.value).startswith(f"{path}: ") and says in str(info.value)
+    assert info.value.hint
+
+
+def test_a_cell_file_whose_id_its_fields_do_not_make_is_refused(world, tmp_path):
+    _, _, cells = world()
+    data = find_cell("demo_ext-3.12-cu129", cells).to_json()
+    data["python"] = "3.11"           # edited by hand: the id still says 3.12
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="id is 'demo_ext-3.12-cu129', but the cell's fields "
+                                        "make 'demo_ext-3.11-cu129'"):
+        incontainer.read_cell(path)
 
 
 # --- CUDA newer than the torch build's: relaxed only where the table says so ---------------------

@@ -1,0 +1,166 @@
+"""The toolchain a build runs with: nvcc, the torch a Python imports, and the package's own build
+command with its environment.
+
+The host backend, the commands run inside the builder image (``tools.backends.inside``) and the
+probe build (``tools.probing``) all compile with these, so that a check or a command line is
+written once: the nvcc check inside the image is the host's, the probe reads the command lines of
+the very ``pip wheel`` the host backend runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.core.errors import ToolchainError
+from tools.plan.matrix import Cell
+from tools.plan.table import Table
+
+#: Where CUDA installers put the toolkit when CUDA_HOME is not set.
+DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
+
+
+@dataclass(frozen=True)
+class Nvcc:
+    """The CUDA compiler found on this machine."""
+
+    path: str
+    version: str
+    cuda_home: str
+
+
+@dataclass(frozen=True)
+class BuildPython:
+    """A cell's build venv, with the torch it holds."""
+
+    python: Path
+    torch_version: str
+    torch_cuda: str
+    torch_lib: Path
+    cxx11_abi: bool
+
+
+def find_nvcc(env: dict[str, str] | None = None) -> Nvcc:
+    """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; ToolchainError if none.
+
+    The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
+    ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
+    """
+    env = env if env is not None else dict(os.environ)
+    candidates = []
+    if env.get("CUDA_HOME"):
+        candidates.append(Path(env["CUDA_HOME"]) / "bin" / "nvcc")
+    candidates.append(DEFAULT_CUDA_HOME / "bin" / "nvcc")
+    if found := shutil.which("nvcc", path=env.get("PATH")):
+        candidates.append(Path(found))
+    for nvcc in candidates:
+        if not nvcc.is_file():
+            continue
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                              timeout=60)
+        m = re.search(r"release (\d+\.\d+)", proc.stdout)
+        if proc.returncode != 0 or not m:
+            continue
+        for root in (nvcc.parent.parent, nvcc.resolve().parent.parent, DEFAULT_CUDA_HOME):
+            if (root / "include" / "cuda_runtime.h").is_file():
+                return Nvcc(str(nvcc), m.group(1), str(root))
+    raise ToolchainError("nvcc was not found with its toolkit (looked in $CUDA_HOME, "
+                         "/usr/local/cuda, PATH; the toolkit must have include/cuda_runtime.h)",
+                         hint="install the CUDA toolkit matching the cell's CUDA major version "
+                              "and set CUDA_HOME, or use --backend container")
+
+
+def check_nvcc(nvcc: Nvcc, cell: Cell) -> str | None:
+    """Refuse an nvcc whose major differs from the cell's CUDA (torch refuses it too); return a
+    warning when only the minor differs."""
+    have, want = nvcc.version.split("."), cell.cuda.split(".")
+    if have[0] != want[0]:
+        raise ToolchainError(
+            f"cell {cell.id} needs CUDA {cell.cuda}, but nvcc at {nvcc.path} is CUDA "
+            f"{nvcc.version}: torch's extension builder refuses a different major version",
+            hint=f"install CUDA {want[0]}.x and point CUDA_HOME at it, pick a cu{have[0]}x cell, "
+                 "or use --backend container")
+    if have != want:
+        return (f"nvcc is CUDA {nvcc.version}, the cell is CUDA {cell.cuda}: same major, so "
+                "torch accepts it; the manifest records the real compiler")
+    return None
+
+
+_TORCH_QUERY = ("import json, os, torch; print(json.dumps({'v': torch.__version__, "
+          "'cuda': torch.version.cuda, 'lib': os.path.join(os.path.dirname(torch.__file__), "
+          "'lib'), 'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI)}))")
+
+
+def torch_info(python: Path | str, hint: str | None = None) -> dict:
+    """What ``python``'s torch says of itself: ``v`` (version), ``cuda`` (None for a CPU
+    build), ``lib`` (its lib directory) and ``abi`` (the C++11 ABI); ToolchainError, with
+    ``hint``, when torch does not import."""
+    proc = subprocess.run([str(python), "-c", _TORCH_QUERY], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise ToolchainError(f"torch does not import with {python}: {proc.stderr[-800:]}",
+                             hint=hint)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def inspect_torch(python: Path | str, cell: Cell, table: Table) -> BuildPython:
+    """The torch that ``python`` imports (version, CUDA, lib dir, ABI), checked against the
+    cell: a CPU build, another CUDA major (unless the table relaxes it) or another C++ ABI than
+    the table's is a ToolchainError."""
+    info = torch_info(python)
+    if not info["cuda"]:
+        raise ToolchainError(
+            f"the torch installed for {cell.id} ({info['v']}) is a CPU build",
+            hint="a machine-wide pip find-links or index may be serving a CPU torch; pass "
+                 "--torch-index with the CUDA index or a --wheelhouse holding the CUDA build")
+    relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
+    if info["cuda"].split(".")[0] != cell.cuda.split(".")[0] and not relaxed:
+        raise ToolchainError(f"torch {info['v']} is built with CUDA {info['cuda']}, the cell "
+                             f"needs CUDA {cell.cuda}",
+                             hint="pass --torch-index for the cell's CUDA version")
+    if info["abi"] != cell.cxx11_abi:
+        raise ToolchainError(f"torch {info['v']} uses cxx11_abi={info['abi']}, the table says "
+                             f"{cell.cxx11_abi} for torch {cell.torch}",
+                             hint="fix recipes/table.yaml or the torch source")
+    return BuildPython(Path(python), info["v"], info["cuda"], Path(info["lib"]), info["abi"])
+
+
+def pip_wheel_command(python: Path, tree: Path, out_dir: Path, *, isolation: bool,
+                      offline: bool = False) -> list[str]:
+    """The package's own build as the host backend runs it: ``pip wheel`` on the tree
+    (``--no-index`` offline: ``--isolated`` makes pip ignore PIP_NO_INDEX)."""
+    cmd = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--isolated",
+           "-v", "-w", str(out_dir), str(tree)]
+    if not isolation:
+        cmd.insert(4, "--no-build-isolation")
+    if offline:
+        cmd.insert(4, "--no-index")
+    return cmd
+
+
+def build_process_env(python: Path, env: dict[str, str], *,
+                      first_on_path: tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment of the package's build: ours plus the cell's variables, with the build
+    venv's scripts (ninja) and the toolkit's bin on PATH; ``first_on_path`` goes before them."""
+    path = [*map(str, first_on_path), str(python.parent)]
+    if env.get("CUDA_HOME"):
+        path.append(str(Path(env["CUDA_HOME"]) / "bin"))
+    # The caller's PYTHONPATH must not reach the build; the cell's own (the compiler cache's
+    # fixed torch path) must.
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env = {**inherited, **env,
+                "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
+    # torch's CUDA wheels bring the CUDA libraries' headers (site-packages/nvidia/cu13/include:
+    # cusparse.h, cublas_v2.h, ...), which torch's ATen/cuda headers include; a toolkit made of
+    # nvcc alone lacks them. CPATH is searched after every -I, so a full toolkit's copies win.
+    wheel_headers = sorted(str(d) for d in python.parent.parent.glob(
+        "lib/python3*/site-packages/nvidia/*/include"))
+    if wheel_headers:
+        full_env["CPATH"] = os.pathsep.join(
+            [*filter(None, [os.environ.get("CPATH")]), *wheel_headers])
+    return full_env
