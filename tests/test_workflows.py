@@ -3,6 +3,10 @@
 The plan step's own script (taken from wheels.yml) runs in a scratch git repository holding a copy
 of tools/ and a test recipe, and the publish job's ledger step runs against a local web server
 standing in for the Pages site, so a change to a script, the planner or the ledger is caught here.
+The release, Pages and disk steps run against stand-ins for gh (a release kept in a file, its
+assets answered a page at a time, uploads refused with GitHub's rate-limit messages), df, sudo and
+systemctl; the refresh step pushes to a bare repository whose pre-receive hook applies GitHub's
+rule against a workflow token changing .github/workflows/.
 """
 
 from __future__ import annotations
