@@ -3,6 +3,10 @@
 The plan step's own script (taken from wheels.yml) runs in a scratch git repository holding a copy
 of tools/ and a test recipe, and the publish job's ledger step runs against a local web server
 standing in for the Pages site, so a change to a script, the planner or the ledger is caught here.
+The release, Pages and disk steps run against stand-ins for gh (a release kept in a file, its
+assets answered a page at a time, uploads refused with GitHub's rate-limit messages), df, sudo and
+systemctl; the refresh step pushes to a bare repository whose pre-receive hook applies GitHub's
+rule against a workflow token changing .github/workflows/.
 """
 
 from __future__ import annotations
@@ -185,6 +189,10 @@ def test_build_job_runs_the_local_nox_session(workflows):
                                                     "wheels-${{ matrix.id }}"}
     assert names.index("Upload the build report") > build
     assert next(u for u in uploads if "report" in u["with"]["name"])["if"] == "always()"
+    # a re-run's upload replaces the earlier attempt's artifact of the same name
+    assert all(u["with"]["overwrite"] is True for u in uploads)
+    disk, disk_step = _step(job, "Disk used by this job")
+    assert disk == len(job["steps"]) - 1 and disk_step["if"] == "always()"
 
 
 CACHE_KEY = ("ccache-${{ matrix.package }}-cu${{ matrix.cuda }}-torch${{ matrix.torch }}"
@@ -285,9 +293,10 @@ def test_publish_builds_the_index_before_publishing_anything(workflows):
     assert upload_step["uses"].startswith("actions/upload-pages-artifact@")
     assert deploy_step["uses"].startswith("actions/deploy-pages@")
     assert "wheelhouse/*.whl.metadata" in release_step["run"]
-    _, name_step = _step(job, "Name the release")
-    assert 'tag="wheels-$(date -u +%Y%m%d)-$GITHUB_RUN_ID"' in name_step["run"]
-    assert "/releases/download/$tag" in name_step["run"]
+    # a re-run of the publish job deploys the artifact its own attempt uploaded
+    name = "github-pages-${{ github.run_attempt }}"
+    assert upload_step["with"] == {"path": "site", "name": name, "include-hidden-files": True}
+    assert deploy_step["with"] == {"artifact_name": name}
 
 
 def test_checks_run_the_make_targets(workflows):
@@ -557,6 +566,348 @@ def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_pa
     assert [p.name for p in wheelhouse.iterdir()] == [new.name]
 
 
+# --------------------------------------------------------------------------- the release and the site
+
+
+def run_step(workflows: dict, job: str, name: str, workdir: Path, bin_dir: Path | None = None,
+             **env: str) -> tuple[int, str, dict[str, str]]:
+    """Run one step of wheels.yml as Actions does, with the workflow's and the step's env (``env``
+    overrides them) and ``bin_dir`` first on PATH; returns (exit status, log, its outputs)."""
+    wf = workflows["wheels.yml"]
+    _, step = _step(wf["jobs"][job], name)
+    runner_temp = workdir / ".runner-temp"
+    runner_temp.mkdir(exist_ok=True)
+    script, output = runner_temp / "step.sh", runner_temp / "output"
+    script.write_text(step["run"])
+    output.write_text("")
+    static = {k: str(v) for k, v in {**wf["env"], **step.get("env", {})}.items()
+              if "${{" not in str(v)}
+    path = f"{bin_dir}:{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
+    full_env = {**os.environ, **static, "RUNNER_TEMP": str(runner_temp),
+                "GITHUB_OUTPUT": str(output), "GITHUB_SERVER_URL": "https://github.com",
+                "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "1",
+                "GITHUB_SHA": "0" * 40, "GH_REPO": "o/r", "PATH": path, **env}
+    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=workdir, env=full_env, capture_output=True, text=True, timeout=120)
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+    return proc.returncode, proc.stdout + proc.stderr, outputs
+
+
+def _executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+#: Stands in for the GitHub CLI's release and API calls, on a release kept in $FAKE_STATE (JSON):
+#: an asset list answered 100 to a page as GitHub does (all pages only with --paginate), uploads
+#: that fail with the messages queued in "upload_failures", --jq run by the real jq.
+FAKE_GH_RELEASES = """
+import json, os, subprocess, sys
+
+args = sys.argv[1:]
+with open(os.environ["GH_LOG"], "a") as log:
+    log.write("gh " + " ".join(args) + "\\n")
+with open(os.environ["FAKE_STATE"]) as f:
+    state = json.load(f)
+release = state.get("release")
+
+
+def answer(data):
+    if "--jq" in args:
+        query = args[args.index("--jq") + 1]
+        sys.stdout.write(subprocess.run(["jq", "--raw-output", query], input=json.dumps(data),
+                                        capture_output=True, text=True, check=True).stdout)
+    else:
+        print(json.dumps(data))
+
+
+if args[:2] == ["release", "view"]:
+    if release is None:
+        sys.exit("release not found")
+    if "--json" in args:
+        every = {"isDraft": release["draft"], "databaseId": release["id"],
+                 "assets": release["assets"][:100]}
+        answer({k: every[k] for k in args[args.index("--json") + 1].split(",")})
+elif args[:2] == ["release", "create"]:
+    state["release"] = {"id": 42, "draft": "--draft" in args, "assets": []}
+elif args[:2] == ["release", "upload"]:
+    if state.get("upload_failures"):
+        sys.stderr.write(state["upload_failures"].pop(0) + "\\n")
+        json.dump(state, open(os.environ["FAKE_STATE"], "w"))
+        sys.exit(1)
+    name, size = os.path.basename(args[3]), os.path.getsize(args[3])
+    release["assets"] = [a for a in release["assets"] if a["name"] != name] + [
+        {"name": name, "size": size, "state": "uploaded"}]
+elif args[:2] == ["release", "edit"]:
+    release["draft"] = "--draft=false" not in args
+elif args[0] == "api":
+    query = args[args.index("--jq") + 1]
+    endpoint = next(a for a in args[1:] if not a.startswith("-") and a != query)
+    if endpoint == "repos/o/r/pages":
+        if state.get("pages") is None:
+            sys.exit("gh: Not Found (HTTP 404)")
+        answer(state["pages"])
+    else:
+        assert endpoint == "repos/o/r/releases/42/assets?per_page=100", endpoint
+        answer(release["assets"] if "--paginate" in args else release["assets"][:100])
+json.dump(state, open(os.environ["FAKE_STATE"], "w"))
+"""
+
+RATE_LIMITED = ("HTTP 403: You have exceeded a secondary rate limit. Please wait a few minutes "
+                "before you try again.")
+
+
+@pytest.fixture
+def fake_github(tmp_path):
+    """A fake gh on PATH over a state file; returns (bin dir, env, read the state, gh calls)."""
+    bin_dir, state, log = tmp_path / "bin", tmp_path / "gh-state.json", tmp_path / "gh.log"
+    _executable(bin_dir / "gh", f"#!{sys.executable}\n" + FAKE_GH_RELEASES)
+    state.write_text("{}")
+    log.write_text("")
+    env = {"FAKE_STATE": str(state), "GH_LOG": str(log), "TAG": "wheels-4242",
+           "PACE_S": "0", "BACKOFF_S": "0"}
+
+    def set_state(**values):
+        state.write_text(json.dumps(values))
+    return bin_dir, env, set_state, lambda: json.loads(state.read_text()), \
+        lambda: log.read_text().splitlines()
+
+
+def _wheelhouse(workdir: Path, count: int) -> list[str]:
+    """``count`` wheels and their .metadata files in workdir/wheelhouse; returns their names."""
+    wheelhouse = workdir / "wheelhouse"
+    wheelhouse.mkdir(exist_ok=True)
+    names = []
+    for i in range(count):
+        for name in (f"demo-1.0+{i}-py3-none-any.whl", f"demo-1.0+{i}-py3-none-any.whl.metadata"):
+            (wheelhouse / name).write_bytes(b"x" * (i + 1))
+            names.append(name)
+    return sorted(names)
+
+
+def test_the_release_is_named_by_the_run_alone(tmp_path, workflows):
+    (tmp_path / "bin").mkdir()
+    tags = set()
+    for day in ("20260901", "20261002"):  # a re-run on another day
+        _executable(tmp_path / "bin" / "date", f"#!/bin/sh\necho {day}\n")
+        rc, log, outputs = run_step(workflows, "publish", "Name the release", tmp_path,
+                                    tmp_path / "bin", GITHUB_RUN_ATTEMPT=day[-1])
+        assert rc == 0, log
+        tags.add((outputs["tag"], outputs["base_url"]))
+    assert tags == {("wheels-4242", "https://github.com/o/r/releases/download/wheels-4242")}
+
+
+@pytest.mark.parametrize("pages,code,expect", [
+    # the project page's address, without its trailing slash (as actions/configure-pages gave)
+    ({"html_url": "https://o.github.io/r/", "build_type": "workflow"}, 0,
+     "base_url=https://o.github.io/r"),
+    # a custom domain
+    ({"html_url": "https://wheels.example.org/", "build_type": "workflow"}, 0,
+     "base_url=https://wheels.example.org"),
+    # Pages built from a branch: deploy-pages can't deploy there
+    ({"html_url": "https://o.github.io/r/", "build_type": "legacy"}, 1,
+     "::error title=pages::o/r's Pages site is built from a branch; in Settings → Pages, set the "
+     'source to "GitHub Actions"'),
+    # no Pages site at all
+    (None, 1, "::error title=pages::GitHub Pages is not set up for o/r; in Settings → Pages, set "
+              'the source to "GitHub Actions"'),
+])
+def test_the_pages_site_is_read_from_the_api(tmp_path, workflows, fake_github, pages, code,
+                                              expect):
+    bin_dir, env, set_state, _, calls = fake_github
+    set_state(pages=pages)
+    rc, log, outputs = run_step(workflows, "publish", "Find the Pages site", tmp_path, bin_dir,
+                                **env)
+    assert rc == code, log
+    shown = "\n".join(f"{k}={v}" for k, v in outputs.items()) + log
+    assert expect in shown
+    assert calls() == ["gh api repos/o/r/pages --jq [.html_url, .build_type] | @tsv"]
+
+
+def test_release_uploads_every_file_through_rate_limits(tmp_path, workflows, fake_github):
+    bin_dir, env, set_state, state, calls = fake_github
+    names = _wheelhouse(tmp_path, 3)
+    set_state(release=None, upload_failures=[RATE_LIMITED, "HTTP 502: Bad Gateway"])
+    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir, **env)
+    assert rc == 0, log
+    release = state()["release"]
+    assert release["draft"] is False
+    assert sorted(a["name"] for a in release["assets"]) == names
+    uploads = [c for c in calls() if c.startswith("gh release upload")]
+    assert len(uploads) == len(names) + 2  # one file per request; two of them sent again
+    assert log.count("::warning title=release::gh release upload wheels-4242 wheelhouse/") == 2
+    assert "(attempt 1 of 7); waiting 0s" in log and "(attempt 2 of 7); waiting 0s" in log
+    # created as a draft first, published only when every file is there
+    created = [i for i, c in enumerate(calls()) if c.startswith("gh release create wheels-4242 --draft")]
+    edited = [i for i, c in enumerate(calls()) if c == "gh release edit wheels-4242 --draft=false"]
+    assert len(created) == 1 and edited == [len(calls()) - 1]
+
+
+def test_release_rerun_sends_only_what_is_missing(tmp_path, workflows, fake_github):
+    bin_dir, env, set_state, state, calls = fake_github
+    names = _wheelhouse(tmp_path, 60)  # 120 files: more than one page of assets
+    sizes = {n: (tmp_path / "wheelhouse" / n).stat().st_size for n in names}
+    uploaded = [{"name": n, "size": sizes[n], "state": "uploaded"} for n in names[:110]]
+    uploaded[0]["size"] += 1  # cut short: sent again
+    uploaded.append({"name": names[110], "size": sizes[names[110]], "state": "new"})  # unfinished
+    set_state(release={"id": 42, "draft": True, "assets": uploaded})
+    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir, **env)
+    assert rc == 0, log
+    sent = [c.split()[4] for c in calls() if c.startswith("gh release upload")]
+    assert sorted(sent) == sorted(f"wheelhouse/{n}" for n in [names[0], *names[110:]])
+    assert not any(c.startswith("gh release create") for c in calls())
+    assert f"uploaded {len(sent)} of 120 files" in log
+    assert state()["release"]["draft"] is False
+
+
+@pytest.mark.parametrize("failures,attempts,message", [
+    # a refusal that waiting doesn't cure: no retry
+    (["HTTP 422: Validation Failed"], "7",
+     "::error title=release::gh release upload wheels-4242 wheelhouse/demo-1.0+0-py3-none-any.whl "
+     "--clobber failed (not a rate limit or a transient error)"),
+    # rate limited on every attempt
+    ([RATE_LIMITED] * 3, "3",
+     "::error title=release::gh release upload wheels-4242 wheelhouse/demo-1.0+0-py3-none-any.whl "
+     "--clobber still failed after 3 attempts; re-run this job to continue"),
+])
+def test_release_stops_unpublished_when_uploads_keep_failing(tmp_path, workflows, fake_github,
+                                                             failures, attempts, message):
+    bin_dir, env, set_state, state, calls = fake_github
+    _wheelhouse(tmp_path, 1)
+    set_state(release=None, upload_failures=failures)
+    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir,
+                          **{**env, "ATTEMPTS": attempts})
+    assert rc == 1
+    assert message in log
+    assert state()["release"]["draft"] is True  # nobody sees a release with files missing
+    assert len([c for c in calls() if c.startswith("gh release upload")]) == len(failures)
+
+
+def test_release_check_reads_every_page_of_assets(tmp_path, workflows, fake_github):
+    bin_dir, env, set_state, _, calls = fake_github
+    names = _wheelhouse(tmp_path, 75)  # 150 files
+    assets = [{"name": n, "size": 1, "state": "uploaded"} for n in names]
+    set_state(release={"id": 42, "draft": False, "assets": assets})
+    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    assert rc == 0, log
+    assert any(c.startswith("gh api --paginate repos/o/r/releases/42/assets") for c in calls())
+    # a file missing from the release (on its second page) is named
+    set_state(release={"id": 42, "draft": False, "assets": assets[:120] + assets[121:]})
+    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    assert rc == 1
+    assert "::error title=release::these files are not assets of wheels-4242" in log
+    assert log.rstrip().endswith(names[120])
+    # a draft's files can't be downloaded
+    set_state(release={"id": 42, "draft": True, "assets": assets})
+    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    assert rc == 1 and "wheels-4242 is still a draft" in log
+
+
+# --------------------------------------------------------------------------- disk
+
+
+#: `df` and `sudo` and `systemctl` stand-ins: `df --output=avail` answers $ROOT_KB for / and
+#: $LARGE_KB for the larger disk; `sudo` logs, and runs only mkdir and chown under $FAKE_ROOT.
+FAKE_DF = """#!/bin/bash
+if [[ "$1" == --output=avail ]]; then
+  echo Avail
+  if [[ "$3" == / ]]; then echo "$ROOT_KB"; else echo "$LARGE_KB"; fi
+else
+  echo "Filesystem Size Used Avail Use% Mounted on"
+fi
+"""
+FAKE_SUDO = """#!/bin/bash
+echo "sudo $*" >> "$SUDO_LOG"
+case "$1" in
+  mkdir|chown)
+    for arg in "${@:2}"; do
+      if [[ "$arg" != -* && "$arg" != *:* && "$arg" != "$FAKE_ROOT"* ]]; then exit 0; fi
+    done
+    "$@" ;;
+esac
+"""
+FAKE_SYSTEMCTL = """#!/bin/bash
+echo "systemctl $*" >> "$SUDO_LOG"
+"""
+
+
+@pytest.fixture
+def disk_stand_ins(tmp_path):
+    """df, sudo and systemctl stand-ins on PATH; returns (bin dir, env, the sudo log)."""
+    bin_dir, log, large = tmp_path / "bin", tmp_path / "sudo.log", tmp_path / "large"
+    _executable(bin_dir / "df", FAKE_DF)
+    _executable(bin_dir / "sudo", FAKE_SUDO)
+    _executable(bin_dir / "systemctl", FAKE_SYSTEMCTL)
+    large.mkdir()
+    log.write_text("")
+    env = {"SUDO_LOG": str(log), "FAKE_ROOT": str(tmp_path), "LARGE_DISK": str(large),
+           "HOME": str(tmp_path / "home")}
+    return bin_dir, env, lambda: log.read_text().splitlines()
+
+
+def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, workflows,
+                                                                     disk_stand_ins):
+    bin_dir, env, sudo_log = disk_stand_ins
+    large = env["LARGE_DISK"]
+    (tmp_path / "home" / ".cache" / "cuwheels").mkdir(parents=True)
+    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+                          ROOT_KB="14000000", LARGE_KB="70000000", **env)
+    assert rc == 0, log
+    units = "docker.socket docker.service containerd.service"
+    calls = sudo_log()
+    order = [calls.index(c) for c in (
+        "sudo docker image prune --all --force",
+        "systemctl cat containerd.service",
+        f"sudo systemctl stop {units}",
+        f"sudo mount --bind {large}/docker /var/lib/docker",
+        f"sudo mount --bind {large}/containerd /var/lib/containerd",
+        f"sudo systemctl start {units}")]
+    assert order == sorted(order)
+    assert calls[0].startswith("sudo rm -rf /usr/share/dotnet ")
+    # the compiler cache the cache steps restore and save lands on the larger disk
+    job = workflows["wheels.yml"]["jobs"]["build"]
+    _, restore = _step(job, "Restore the compiler cache")
+    ccache = Path(restore["with"]["path"].replace("~", env["HOME"], 1))
+    assert ccache.parent.is_symlink()
+    assert ccache.resolve() == Path(large) / "cuwheels-cache" / "ccache"
+    assert f"the builder image and ~/.cache/cuwheels are on {large}" in log
+
+
+def test_build_job_stays_on_the_root_disk_when_it_has_more_room(tmp_path, workflows,
+                                                                disk_stand_ins):
+    bin_dir, env, sudo_log = disk_stand_ins
+    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+                          ROOT_KB="70000000", LARGE_KB="14000000", **env)
+    assert rc == 0, log
+    assert not any("systemctl" in c or "mount" in c for c in sudo_log())
+    assert not (tmp_path / "home" / ".cache" / "cuwheels").exists()
+    assert f"::notice title=disk::{env['LARGE_DISK']} has no more room than /" in log
+
+
+def test_publish_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, disk_stand_ins):
+    from tools.sitegen.generate import build_index
+    from wheelfactory import make_wheel
+
+    bin_dir, env, _ = disk_stand_ins
+    rc, log, _ = run_step(workflows, "publish", "Make room for the wheels", tmp_path, bin_dir,
+                          ROOT_KB="14000000", LARGE_KB="70000000", **env)
+    assert rc == 0, log
+    large = Path(env["LARGE_DISK"]) / "publish"
+    assert (tmp_path / "wheelhouse").resolve() == large / "wheelhouse"
+    # the hold-back step, run for real: the held-back wheel moves within the larger disk
+    runner_temp = tmp_path / ".runner-temp"
+    published = tmp_path / "published"
+    make_wheel(published, "demo", "1.0", tag="py3-none-any")
+    build_index(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=runner_temp / "ledger.json", init_ledger=True)
+    again = make_wheel(tmp_path / "wheelhouse", "demo", "1.0", tag="py3-none-any")
+    rc, log, outputs = run_hold_back_step(tmp_path, workflows)
+    assert rc == 0, log
+    assert outputs == "new=0\n"
+    assert [p.name for p in (large / "held-back").iterdir()] == [again.name]
+
+
 # --------------------------------------------------------------------------- the refresh workflow
 
 
@@ -576,10 +927,43 @@ def test_refresh_runs_daily_and_by_hand_and_only_on_main(workflows):
 
 
 FAKE_GH = """#!/bin/bash
-# Stands in for the GitHub CLI: logs each call; `pr list` answers $FAKE_PR.
+# Stands in for the GitHub CLI: logs each call. `pr list` answers $FAKE_PR; `pr create` prints the
+# new pull request's address, or fails with $FAKE_CREATE_ERROR; `pr view` says the pull request was
+# closed; `pr reopen` fails when $FAKE_REOPEN_FAILS is set.
 echo "gh $*" >> "$GH_LOG"
-if [[ "$1 $2" == "pr list" ]]; then echo "${FAKE_PR:-}"; fi
+case "$1 $2" in
+  "pr list") echo "${FAKE_PR:-}" ;;
+  "pr create")
+    if [[ -n "${FAKE_CREATE_ERROR:-}" ]]; then echo "$FAKE_CREATE_ERROR" >&2; exit 1; fi
+    echo "https://github.com/o/r/pull/8" ;;
+  "pr view") echo CLOSED ;;
+  "pr reopen") if [[ -n "${FAKE_REOPEN_FAILS:-}" ]]; then echo "could not reopen" >&2; exit 1; fi ;;
+esac
 """
+
+#: Stands in for GitHub's rule that a workflow token may not bring a change under
+#: .github/workflows/ to a branch: an update is refused when the old and new tips differ there, a
+#: new branch when one of its commits that no branch has yet changes a file there.
+WORKFLOW_FILE_RULE = """#!/bin/bash
+zero=0000000000000000000000000000000000000000
+while read -r old new ref; do
+  if [[ "$ref" == refs/heads/main || "$new" == "$zero" ]]; then continue; fi
+  if [[ "$old" == "$zero" ]]; then
+    files=$(git rev-list "$new" --not --all | xargs --no-run-if-empty -n 1 git diff-tree --no-commit-id --name-only -r)
+  else
+    files=$(git diff --name-only "$old" "$new")
+  fi
+  workflow=$(grep -m 1 '^\\.github/workflows/' <<< "$files" || true)
+  if [[ -n "$workflow" ]]; then
+    echo "refusing to allow a GitHub App to create or update workflow \\`$workflow\\` without \\`workflows\\` permission" >&2
+    exit 1
+  fi
+done
+"""
+
+#: What `gh pr create` says where the repository doesn't let GitHub Actions open pull requests.
+NOT_PERMITTED = ("pull request create failed: GraphQL: GitHub Actions is not permitted to create "
+                 "or approve pull requests (createPullRequest)")
 
 
 @pytest.fixture
@@ -593,12 +977,15 @@ def refresh_repo(tmp_path):
     (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.6.1"\n')
     commit(work, "base")
     git(work, "push", "--quiet", "origin", "HEAD:refs/heads/main")
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text(WORKFLOW_FILE_RULE)
+    hook.chmod(0o755)
     bin_dir.mkdir()
     (bin_dir / "gh").write_text(FAKE_GH)
     (bin_dir / "gh").chmod(0o755)
 
-    def run(workflows, *, pr: str = "") -> tuple[int, str, list[str]]:
-        """Run the pull request step as Actions does: (exit status, summary, gh calls)."""
+    def run(workflows, *, pr: str = "", **fake: str) -> tuple[int, str, list[str], str]:
+        """Run the pull request step as Actions does: (exit status, summary, gh calls, log)."""
         wf = workflows["refresh.yml"]
         _, step = _step(wf["jobs"]["refresh"], "Open or update the pull request")
         runner_temp = tmp_path / ".runner-temp"
@@ -610,18 +997,20 @@ def refresh_repo(tmp_path):
             f.write_text("")
         env = {**os.environ, **GIT_ENV, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                "RUNNER_TEMP": str(runner_temp), "GITHUB_STEP_SUMMARY": str(summary),
+               "GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r",
                "GH_LOG": str(log), "FAKE_PR": pr, "GH_TOKEN": "not-a-token",
-               "BRANCH": wf["env"]["BRANCH"], "BUILD_CAP": str(wf["env"]["BUILD_CAP"])}
+               "BRANCH": wf["env"]["BRANCH"], "BUILD_CAP": str(wf["env"]["BUILD_CAP"]), **fake}
         proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
                               cwd=work, env=env, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.returncode, summary.read_text(), log.read_text().splitlines()
+        return (proc.returncode, summary.read_text(), log.read_text().splitlines(),
+                proc.stdout + proc.stderr)
     return work, origin, run
 
 
 def test_refresh_with_nothing_new_opens_nothing(refresh_repo, workflows):
     _, origin, run = refresh_repo
-    _, summary, calls = run(workflows)
+    rc, summary, calls, log = run(workflows)
+    assert rc == 0, log
     assert calls == []
     assert "Nothing new in the registry" in summary
     assert git(origin, "branch", "--list", "--format=%(refname:short)") == "main"
@@ -631,7 +1020,8 @@ def test_refresh_opens_one_pull_request_and_dispatches_its_checks(refresh_repo, 
     work, origin, run = refresh_repo
     branch = workflows["refresh.yml"]["env"]["BRANCH"]
     (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.7.0"\n')
-    _, summary, calls = run(workflows)
+    rc, summary, calls, log = run(workflows)
+    assert rc == 0, log
     pushed = git(origin, "show", f"{branch}:recipes/causal_conv1d/recipe.yaml")
     assert pushed == 'version: "1.7.0"'
     assert calls[0] == "gh auth setup-git"
@@ -654,7 +1044,94 @@ def test_refresh_with_the_same_change_updates_the_pull_request_only(refresh_repo
     # The next day: a fresh checkout of main, the same change, the pull request open (#7).
     git(work, "switch", "--quiet", "main")
     recipe.write_text('version: "1.7.0"\n')
-    _, summary, calls = run(workflows, pr="7")
+    rc, summary, calls, log = run(workflows, pr="7")
+    assert rc == 0, log
     assert git(origin, "rev-parse", branch) == first  # not pushed again
     assert [c.split(" --title")[0] for c in calls[2:]] == ["gh pr edit 7"]  # no new dispatch
     assert "no new checks dispatched" in summary
+
+
+def _next_day_after_a_workflow_change(work: Path, origin: Path, run, workflows) -> str:
+    """Day 1 pushes the branch; then main changes a workflow file and day 2 has a new change.
+    Returns the new main's commit."""
+    recipe = work / "recipes" / "causal_conv1d" / "recipe.yaml"
+    recipe.write_text('version: "1.7.0"\n')
+    assert run(workflows)[0] == 0
+    git(work, "switch", "--quiet", "main")
+    (work / ".github" / "workflows").mkdir(parents=True)
+    (work / ".github" / "workflows" / "checks.yml").write_text("name: checks\n")
+    main = commit(work, "checks: a new job")
+    git(work, "push", "--quiet", "origin", "HEAD:refs/heads/main")
+    recipe.write_text('version: "1.7.1"\n')
+    return main
+
+
+def test_refresh_recreates_the_branch_when_main_changed_a_workflow_file(refresh_repo, workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    main = _next_day_after_a_workflow_change(work, origin, run, workflows)
+    rc, summary, calls, log = run(workflows, pr="7")
+    assert rc == 0, log
+    assert "refusing to allow a GitHub App to create or update workflow" in log  # it was refused
+    # the branch is the new main plus one commit, which changes the recipe only
+    assert git(origin, "rev-parse", f"{branch}^") == main
+    assert git(origin, "diff", "--name-only", f"{branch}^", branch) == \
+        "recipes/causal_conv1d/recipe.yaml"
+    assert git(origin, "show", f"{branch}:recipes/causal_conv1d/recipe.yaml") == 'version: "1.7.1"'
+    # the pull request, closed by the deletion, is reopened and updated; its checks dispatched
+    assert [c.split(" --")[0] for c in calls[2:5]] == ["gh pr view 7", "gh pr reopen 7",
+                                                       "gh pr edit 7"]
+    assert calls[5] == f"gh workflow run checks.yml --ref {branch}"
+    assert "created again from main" in summary
+
+
+def test_refresh_replaces_a_pull_request_github_wont_reopen(refresh_repo, workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    main = _next_day_after_a_workflow_change(work, origin, run, workflows)
+    rc, summary, calls, log = run(workflows, pr="7", FAKE_REOPEN_FAILS="1")
+    assert rc == 0, log
+    assert git(origin, "rev-parse", f"{branch}^") == main
+    assert calls[3] == "gh pr reopen 7"
+    assert calls[4].startswith(f"gh pr create --base main --head {branch} ")
+    assert calls[5].startswith("gh pr comment 7 --body Replaced by https://github.com/o/r/pull/8")
+
+
+def test_refresh_stops_on_any_other_refused_push(refresh_repo, workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'protected branch hook declined' >&2\nexit 1\n")
+    (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.7.0"\n')
+    rc, _, calls, log = run(workflows)
+    assert rc == 1
+    assert f"::error title=refresh::pushing {branch} failed" in log
+    assert not any("--delete" in c or "pr create" in c for c in calls)
+    assert git(origin, "branch", "--list", "--format=%(refname:short)") == "main"
+
+
+def test_refresh_names_the_setting_when_actions_may_not_open_pull_requests(refresh_repo,
+                                                                           workflows):
+    work, origin, run = refresh_repo
+    branch = workflows["refresh.yml"]["env"]["BRANCH"]
+    (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.7.0"\n')
+    rc, summary, calls, log = run(workflows, FAKE_CREATE_ERROR=NOT_PERMITTED)
+    assert rc == 1
+    setting = '"Allow GitHub Actions to create and approve pull requests"'
+    assert f"::error title=refresh::GitHub Actions may not open pull requests in o/r: turn on " \
+           f"{setting} (Settings → Actions → General → Workflow permissions)" in log
+    assert "in Settings → Actions → General → Workflow permissions, tick" in summary
+    assert setting in summary
+    assert f"https://github.com/o/r/compare/main...{branch}" in summary
+    # the change waits on the branch; nothing is dispatched for a pull request that doesn't exist
+    assert git(origin, "show", f"{branch}:recipes/causal_conv1d/recipe.yaml") == 'version: "1.7.0"'
+    assert not any(c.startswith("gh workflow run") for c in calls)
+
+
+def test_refresh_shows_any_other_pull_request_error_in_the_summary(refresh_repo, workflows):
+    work, _, run = refresh_repo
+    (work / "recipes" / "causal_conv1d" / "recipe.yaml").write_text('version: "1.7.0"\n')
+    rc, summary, _, log = run(workflows, FAKE_CREATE_ERROR="HTTP 502: Bad Gateway")
+    assert rc == 1
+    assert "::error title=refresh::gh pr create failed" in log
+    assert "HTTP 502: Bad Gateway" in summary and "Allow GitHub Actions" not in summary
