@@ -91,6 +91,13 @@ def mini_table(tmp_path):
     return parse_table(copy.deepcopy(MINI_TABLE), tmp_path / "table.yaml")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a repeated object out again: the recipe loader refuses anchors and aliases."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
 @pytest.fixture
 def write_recipe(tmp_path):
     """Write a recipe folder from a dict; returns the folder. Creates listed patch files."""
@@ -98,7 +105,7 @@ def write_recipe(tmp_path):
               extra_files: tuple[str, ...] = ()) -> Path:
         folder = tmp_path / "recipes" / (name or data.get("package", "demo_ext"))
         (folder / "patches").mkdir(parents=True, exist_ok=True)
-        (folder / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        (folder / "recipe.yaml").write_text(yaml.dump(data, Dumper=_PlainDumper, sort_keys=False))
         if patches:
             for entry in data.get("patches") or []:
                 if isinstance(entry, dict) and isinstance(entry.get("file"), str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -132,6 +133,55 @@ BAD = [
     ("patch-bad-name", "patches", [{"file": "fix.patch", "reason": "fixes the build",
                                     "upstream": "not submitted"}],
      ["patches[0].file", "not named NNNN-Subject.patch"]),
+    # the sdist's name becomes a path in the work folder, written and deleted there
+    ("sdist-absolute", "source/sdist", "/tmp/victim/demo_ext-1.0.0.tar.gz",
+     ["source.sdist: '/tmp/victim/demo_ext-1.0.0.tar.gz' is not a plain file name"]),
+    ("sdist-dotdot", "source/sdist", "../../demo_ext-1.0.0.tar.gz",
+     ["source.sdist: '../../demo_ext-1.0.0.tar.gz' is not a plain file name"]),
+    ("version-not-pep440", "source/version", "1.0.0/../../x",
+     ["source.version: '1.0.0/../../x' is not a PEP 440 version"]),
+    ("pypi-not-a-name", "source/pypi", "demo ext", ["source.pypi: 'demo ext' is not a PyPI project"]),
+    # the host after '@' is the one a download would ask
+    ("url-userinfo", "source/url",
+     "https://files.pythonhosted.org@127.0.0.1:8443/demo_ext-1.0.0.tar.gz",
+     ["source.url", "has a user name or password before '@'", "would go to '127.0.0.1'"]),
+    ("url-port", "source/url", "https://files.example.invalid:8443/demo_ext-1.0.0.tar.gz",
+     ["source.url", "names a port"]),
+    ("url-broken-host", "source/url", "https://[files.example.invalid/demo_ext-1.0.0.tar.gz",
+     ["source.url", "is not a URL (Invalid IPv6 URL)"]),
+    # a build requirement is a PEP 508 requirement, never an installer option or a URL
+    ("requirement-option", "build/requires",
+     [{"requirement": "--extra-index-url=http://127.0.0.1:8443/simple", "reason": "mirror"}],
+     ["build.requires[0].requirement: '--extra-index-url=http://127.0.0.1:8443/simple' is not a "
+      "PEP 508 requirement", "installer options are not requirements"]),
+    ("requirement-url", "build/requires",
+     [{"requirement": "ninja @ https://127.0.0.1/ninja.whl", "reason": "a faster build"}],
+     ["build.requires[0].requirement", "names a URL"]),
+    ("requirement-newline", "build/requires",
+     [{"requirement": "ninja\n--index-url=http://x", "reason": "a faster build"}],
+     ["build.requires[0].requirement: contains a newline"]),
+    # variables the system, the tools or the pipeline read are not the package's
+    ("env-ld-preload", "env/LD_PRELOAD", {"value": "/tmp/x.so", "reason": "a faster malloc"},
+     ["env.LD_PRELOAD: LD_PRELOAD is not the package's to set: the dynamic loader"]),
+    ("env-path", "env/PATH", {"value": "/tmp:/usr/bin", "reason": "its own compiler"},
+     ["env.PATH: PATH is not a package's build variable: a one-word name"]),
+    ("env-pip", "env/PIP_EXTRA_INDEX_URL", {"value": "http://x", "reason": "a mirror for it"},
+     ["env.PIP_EXTRA_INDEX_URL", "pip reads PIP_* as its options"]),
+    ("env-newline", "env/DEMO_FORCE_BUILD", {"value": "TRUE\nLD_PRELOAD=/tmp/x.so",
+                                             "reason": "never download a prebuilt wheel"},
+     ["env.DEMO_FORCE_BUILD.value: contains a newline"]),
+    ("arch-env-system-name", "arch_env/name", "PYTHONPATH",
+     ["arch_env.name: PYTHONPATH is not the package's to set"]),
+    # numbers that are not sizes
+    ("job-memory-nan", "build/job_memory_gib", float("nan"),
+     ["build.job_memory_gib: nan is not a size of one compile job"]),
+    ("job-memory-inf", "build/job_memory_gib", float("inf"),
+     ["build.job_memory_gib: inf is not a size of one compile job"]),
+    ("job-memory-string", "build/job_memory_gib", "3.5",
+     ["build.job_memory_gib: must be an integer or a number, got a string ('3.5')"]),
+    ("nvcc-threads-absurd", "build/nvcc_threads", 1_000_000_000,
+     ["build.nvcc_threads: 1000000000 is not a thread count for nvcc's --threads (1 to 64)"]),
+    ("build-number-absurd", "build/number", 10 ** 12, ["build.number", "is not a build number"]),
 ]
 
 
@@ -145,6 +195,48 @@ def test_bad_recipe_is_named(case_id, path, value, expect, write_recipe, good_re
     assert str(folder / "recipe.yaml") in message  # the file is named
     for part in expect:
         assert part in message, f"{part!r} not in:\n{message}"
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("isolation", "no", "build.isolation: must be true or false"),
+    ("requires", "ninja", "build.requires: must be a list, got a string ('ninja')"),
+    ("job_memory_gib", None, "build.job_memory_gib: must be an integer or a number"),
+])
+def test_a_wrong_required_key_beside_an_optional_one_is_named(key, value, message, write_recipe,
+                                                              good_recipe, mini_table):
+    """``nvcc_threads`` (optional) made the wrong key's block look complete: a KeyError."""
+    good_recipe["build"].update({"nvcc_threads": 4, key: value})
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe(write_recipe(good_recipe), mini_table)
+
+
+def test_allowed_variables_are_the_packages_own(write_recipe, good_recipe, mini_table):
+    good_recipe["env"].update({name: {"value": "1", "reason": "what the build script reads"}
+                               for name in ("FORCE_CUDA", "DEMO_EXT_WITH_OPS", "BUILD_TARGET")})
+    names = [v.name for v in load_recipe(write_recipe(good_recipe), mini_table).env]
+    assert names == ["DEMO_FORCE_BUILD", "FORCE_CUDA", "DEMO_EXT_WITH_OPS", "BUILD_TARGET"]
+
+
+def test_two_recipes_of_one_project_are_refused(write_recipe, good_recipe, mini_table, tmp_path):
+    first = write_recipe(good_recipe)
+    good_recipe.update(package="demo_ext_again")
+    good_recipe["source"]["pypi"] = "Demo_Ext"  # the same project, spelled another way
+    second = write_recipe(good_recipe)
+    with pytest.raises(RecipeError) as info:
+        load_all(tmp_path / "recipes", mini_table)
+    assert f"{first / 'recipe.yaml'} and {second / 'recipe.yaml'} both build demo-ext" in \
+        str(info.value)
+
+
+def test_a_recipe_file_that_is_no_file_is_listed_and_named(write_recipe, good_recipe,
+                                                          mini_table, tmp_path):
+    write_recipe(good_recipe)
+    bad = tmp_path / "recipes" / "zero"
+    bad.mkdir()
+    (bad / "recipe.yaml").symlink_to("/dev/zero")
+    assert bad in recipe_folders(tmp_path / "recipes")
+    with pytest.raises(RecipeError, match="zero/recipe.yaml: is not a regular file"):
+        load_all(tmp_path / "recipes", mini_table)
 
 
 def test_patch_listed_but_missing(write_recipe, good_recipe, mini_table):

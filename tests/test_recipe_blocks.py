@@ -61,6 +61,10 @@ def test_kernel_check(tmp_path, files, raw, expect, reported):
     ({"units": "a.cu", "reason": REASON}, None,
      ["probe.units: must be a list, got a string ('a.cu')"]),
     ({"reason": REASON}, None, ["probe.units: required key is missing"]),
+    # a unit is a path inside the source tree: never absolute, never through '..'
+    ({"units": ["csrc/a.cu", "../../etc/passwd", "/etc/shadow"], "reason": REASON}, None,
+     ["probe.units[1]: '../../etc/passwd' is not a path inside the source tree",
+      "probe.units[2]: '/etc/shadow' is not a path inside the source tree"]),
 ])
 def test_probe(tmp_path, raw, expect, reported):
     p = problems(tmp_path)

@@ -7,12 +7,16 @@ the same functions against recorded answers served on 127.0.0.1.
 from __future__ import annotations
 
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from tools.upstream.registry import (Registry, cuda_from_requires, elf_facts, manylinux_tag,
-                            newest_by_series, newest_release, python_versions, read_variants)
+from tools.core.errors import RegistryError
+from tools.upstream.registry import (PYPI_JSON, TORCH_VARIANTS, Registry, cuda_from_requires,
+                                     elf_facts, manylinux_tag, newest_by_series, newest_release,
+                                     python_versions, read_variants)
 
 
 def wheels(*names: str) -> list:
@@ -108,3 +112,60 @@ def test_variants_come_from_torchs_page_and_an_unreachable_page_is_said(tmp_path
     assert (found, why) == ({"2.9.1": {"12.8", "13.0"}, "2.6.0": {"11.8"}}, "")
     found, why = read_variants(Registry(variants=(tmp_path / "missing.html").as_uri()))
     assert found is None and "missing.html failed" in why
+
+
+# ---- where the client reads, and how much ------------------------------------------------------
+
+class Files(BaseHTTPRequestHandler):
+    """``/files/<n>`` answers n bytes; every path asked is recorded."""
+
+    asked: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        """Answer the path."""
+        self.asked.append(self.path)
+        size = int(self.path.rsplit("/", 1)[-1])
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        self.wfile.write(bytes(size))
+
+    def log_message(self, *args):
+        """Quiet."""
+
+
+@pytest.fixture
+def local():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield Registry(pypi=f"{base}/pypi/", variants=f"{base}/whl/torch/", timeout=5, max_bytes=1000)
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_the_client_reads_its_own_origins_and_pypis_file_host(local):
+    assert Registry().origins() == (PYPI_JSON, TORCH_VARIANTS, "https://files.pythonhosted.org")
+    assert local.origins()[0].startswith("http://127.0.0.1:")
+
+
+def test_a_download_within_the_cap_is_written(local, tmp_path):
+    base = local.pypi.removesuffix("/pypi/")
+    assert local.download(f"{base}/files/1000", tmp_path / "x.tar.gz").read_bytes() == bytes(1000)
+    with pytest.raises(RegistryError, match="larger than 1000 bytes"):
+        local.download(f"{base}/files/1001", tmp_path / "y.tar.gz")
+    assert not (tmp_path / "y.tar.gz").exists()
+
+
+@pytest.mark.parametrize("url", [
+    "https://pypi.org@127.0.0.1:{port}/files/10",      # the host is the one after '@'
+    "http://localhost:{port}/files/10",                # not exactly the configured host
+])
+def test_an_answer_naming_another_place_is_never_asked(local, tmp_path, url):
+    port = local.pypi.split(":")[2].split("/")[0]
+    asked = len(Files.asked)
+    with pytest.raises(RegistryError):
+        local.download(url.format(port=port), tmp_path / "x.tar.gz")
+    with pytest.raises(RegistryError):
+        local.members(url.format(port=port), 10, ["METADATA"])
+    assert len(Files.asked) == asked and not (tmp_path / "x.tar.gz").exists()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
+import stat
 import tarfile
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from tools.core.errors import PatchError, SourceError
 from tools.plan.recipe import load_all, load_recipe
+from tools.pipeline import source
 from tools.pipeline.source import apply_patches, extract_sdist, fetch_sdist, prepare_source
 
 SETUP_PY = "ARCHS = ['80', '90']\nprint(ARCHS)\n"
@@ -144,3 +147,92 @@ def test_real_sdist_hash_and_patches(recipe, tmp_path):
     prepared = prepare_source(recipe, tmp_path)
     assert prepared.patches == tuple(p.file for p in recipe.patches)
     assert (prepared.tree / "setup.py").is_file()
+
+
+# ---- extraction that cannot leave its folder, within caps -------------------------------------
+
+def test_members_are_written_as_tarfiles_data_filter_would(tmp_path):
+    """Modes lose set-id and group/other write bits, times are kept, ``./`` is the top, hard
+    links inside the tree are links, symbolic links inside the tree work."""
+    folder = tarfile.TarInfo("./demo")
+    folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o775, 1_600_000_000
+    run, plain = _file("./demo/run.sh", b"#!/bin/sh\n"), _file("demo/data.txt", b"data")
+    run[0].mode, run[0].mtime = 0o6777, 1_500_000_000
+    plain[0].mode = 0o666
+    hard = _link("demo/again.txt", "demo/data.txt", tarfile.LNKTYPE)
+    archive = _tar(tmp_path / "ok.tar.gz", [(folder, None), run, plain, hard,
+                                            _link("demo/alias.txt", "data.txt")])
+    tree = extract_sdist(archive, tmp_path / "out")
+    assert tree == tmp_path / "out" / "demo"
+    assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tree / "data.txt").stat().st_mode) == 0o644
+    assert (tree / "run.sh").stat().st_mtime == 1_500_000_000
+    assert tree.stat().st_mtime == 1_600_000_000
+    assert (tree / "again.txt").stat().st_ino == (tree / "data.txt").stat().st_ino
+    assert (tree / "alias.txt").is_symlink() and (tree / "alias.txt").read_text() == "data"
+
+
+def _chain(tmp_path: Path) -> tuple[Path, Path]:
+    """The PATH_MAX link chain of tests/fixtures/hostile, aimed at a file beside the tree."""
+    from tests.fixtures.hostile.make_inputs import pathmax_chain
+    outside = tmp_path / "outside.txt"
+    outside.write_text("must never change\n")
+    pathmax_chain(tmp_path / "chain.tar.gz", outside)
+    return tmp_path / "chain.tar.gz", outside
+
+
+def test_the_path_max_link_chain_is_refused_by_the_link_rules_alone(tmp_path, monkeypatch):
+    """Its member names pass the length cap here, lifted: the links still cannot be followed."""
+    monkeypatch.setattr(source, "MAX_PATH_CHARS", 1 << 20)
+    archive, outside = _chain(tmp_path)
+    with pytest.raises(SourceError, match="lies below 'a', a symbolic link: nothing is written "
+                                          "through a link"):
+        extract_sdist(archive, tmp_path / "src")
+    assert outside.read_text() == "must never change\n"
+    assert not (tmp_path / "src").exists()  # nothing half-written is left
+
+
+@pytest.mark.parametrize("cap,value,members,message", [
+    ("MAX_MEMBERS", 3, [_file(f"demo/{i}", b"") for i in range(4)], "more than 3 members"),
+    ("MAX_EXTRACTED_BYTES", 10, [_file("demo/a", b"123456"), _file("demo/b", b"123456")],
+     "extracts to more than 10 bytes (at member 'demo/b')"),
+    ("MAX_DEPTH", 3, [_file("demo/a/b/c", b"")], "is 4 folders deep (at most 3)"),
+    ("MAX_PATH_CHARS", 10, [_file("demo/abcdefgh", b"")], "is 13 characters long (at most 10)"),
+    # tarfile reads a long name whole, at the size its header states
+    ("MAX_READ", 1024, [_file("demo/" + "n" * 2000, b"")], "a tar header asks to read 2048 bytes"),
+    ("MAX_HEADER_BYTES", 4096, [_file(f"demo/{i}", b"") for i in range(10)],
+     "more than 4096 bytes of tar headers"),
+])
+def test_each_cap_refuses_before_anything_is_written(tmp_path, monkeypatch, cap, value, members,
+                                                     message):
+    monkeypatch.setattr(source, cap, value)
+    archive = _tar(tmp_path / "big.tar.gz", members)
+    with pytest.raises(SourceError) as info:
+        extract_sdist(archive, tmp_path / "out")
+    assert message in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_source_steps_sdist_name_is_a_plain_name_there_too(demo, tmp_path):
+    """A recipe object made without the loader still cannot name a path."""
+    recipe, sdist = demo
+    hostile = dataclasses.replace(recipe, source=dataclasses.replace(
+        recipe.source, sdist="../../demo_ext-1.0.0.tar.gz"))
+    with pytest.raises(SourceError, match="is not a plain file name"):
+        fetch_sdist(hostile, tmp_path / "w", sdist=sdist)
+    assert not (tmp_path.parent / "demo_ext-1.0.0.tar.gz").exists()  # where w/../../ would be
+
+
+def test_a_local_sdist_over_the_cap_is_refused(demo, tmp_path):
+    recipe, sdist = demo
+    with pytest.raises(SourceError, match=r"bytes, more than the 100 an sdist may have"):
+        fetch_sdist(recipe, tmp_path / "w", sdist=sdist, max_bytes=100)
+
+
+def test_a_download_comes_from_the_registrys_file_host_only(demo, tmp_path):
+    """The recipe's URL (files.example.invalid) is not PyPI's file host: refused unasked."""
+    recipe, _ = demo
+    with pytest.raises(SourceError, match="https://files.example.invalid is not "
+                                          "https://files.pythonhosted.org"):
+        fetch_sdist(recipe, tmp_path / "w")
+    assert list((tmp_path / "w").iterdir()) == []

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import MINI_TABLE
 from tools.core.errors import TableError
-from tools.plan.table import load_table, parse_table, version_key
+from tools.plan.table import TABLE_PATH, load_table, parse_table, version_key
 
 
 def test_repository_table_is_valid_and_cites_sources():
@@ -54,6 +54,12 @@ def test_repository_table_facts_checked_elsewhere():
      "relax_nvcc_check.13.0: reason is too short"),
     (lambda t: t["torch"]["2.9"].__setitem__("relax_nvcc_check", ["13.0"]),
      "torch.2.9.relax_nvcc_check: must be a mapping"),
+    # a required key missing beside an optional one (the entry used to look complete: KeyError)
+    (lambda t: (t["cuda"]["12.6"].pop("image"), t["cuda"]["12.6"].__setitem__("note", "n")),
+     "cuda.12.6.image: required key is missing"),
+    (lambda t: (t["torch"]["2.9"].__setitem__("cxx11_abi", "yes"),
+                t["torch"]["2.9"].__setitem__("note", "a note")),
+     "torch.2.9.cxx11_abi: must be true or false"),
 ])
 def test_bad_table_is_named(tmp_path, mutate, expect):
     data = copy.deepcopy(MINI_TABLE)
@@ -77,3 +83,10 @@ def test_uncompilable_names_what_the_toolkit_cannot_build(mini_table):
     cuda = mini_table.cuda["13.0"]
     assert cuda.uncompilable(("70", "90", "90a", "120", "121")) == ["70", "121"]
     assert cuda.uncompilable(cuda.archs) == []
+
+
+def test_the_table_file_is_read_with_the_strict_loader(tmp_path):
+    path = tmp_path / "table.yaml"
+    path.write_text((TABLE_PATH.read_text()).replace("cuda:\n", 'cuda:\n  "12.8": {}\n', 1))
+    with pytest.raises(TableError, match="the key '12.8' is given twice"):
+        load_table(path)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import RecipeError, cli
-from tools.plan.recipe import load_recipe, recipe_folders
+from tools.plan.recipe import check_distinct, load_recipe, recipe_folders
 from tools.plan.table import load_table
 
 
@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     table = load_table()
     folders = args.folders or recipe_folders()
     failed = 0
+    loaded = []
     for folder in folders:
         try:
             r = load_recipe(folder, table)
@@ -31,11 +32,17 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             print(exc, file=sys.stderr)
             continue
+        loaded.append(r)
         print(f"ok  {r.package} {r.source.version}: CUDA {', '.join(t.cuda for t in r.cuda)}")
+    clash = False
+    try:
+        check_distinct(loaded)
+    except RecipeError as exc:
+        clash = True
+        print(exc, file=sys.stderr)
     if failed:
         print(f"{failed} of {len(folders)} recipe(s) invalid", file=sys.stderr)
-        return RecipeError.exit_code
-    return 0
+    return RecipeError.exit_code if failed or clash else 0
 
 
 if __name__ == "__main__":

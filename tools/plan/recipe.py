@@ -9,12 +9,17 @@ non-zero when any is wrong.
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import RecipeError
@@ -46,7 +51,54 @@ RESERVED_ENV = {
     "CUDA_HOME": "the backend sets it to the toolkit it checked",
 }
 
+#: Name prefixes a recipe's variables may never have, and why: the system, the tools or the
+#: pipeline read them, not a package's build script. (A one-word name, PATH, HOME, CC, CFLAGS,
+#: is refused by its form: a package's own switches are PREFIX_NAME.)
+SYSTEM_ENV = {
+    "LD_": "the dynamic loader reads LD_* (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT): it would load "
+           "other code into every program of the build",
+    "PYTHON": "Python reads PYTHON* (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP): it would change what "
+              "every Python of the build imports",
+    "PIP_": "pip reads PIP_* as its options (PIP_INDEX_URL): the build would install from "
+            "somewhere else",
+    "UV_": "uv reads UV_* as its options (UV_INDEX_URL): the build would install from somewhere "
+           "else",
+    "CIBW_": "cibuildwheel's options are the container backend's",
+    "CCACHE_": "the compiler cache is the pipeline's (CCACHE_PREFIX runs a program before every "
+               "compile)",
+    "PYTORCH_": "torch's cpp_extension runs PYTORCH_NVCC as nvcc, which the pipeline sets for the "
+                "compiler cache",
+    "GIT_": "git reads GIT_* (GIT_SSH_COMMAND, GIT_CONFIG_*): a build that runs git would run "
+            "other programs",
+    "SSL_": "SSL_CERT_FILE and SSL_CERT_DIR decide which servers the build trusts",
+    "REQUESTS_CA_BUNDLE": "it decides which servers the build trusts",
+    "CURL_CA_BUNDLE": "it decides which servers the build trusts",
+    "HTTP_PROXY": "it sends the build's downloads through another server",
+    "HTTPS_PROXY": "it sends the build's downloads through another server",
+    "ALL_PROXY": "it sends the build's downloads through another server",
+    "NO_PROXY": "it decides which downloads bypass the proxy",
+    "MALLOC_": "glibc reads MALLOC_* in every program",
+    "GLIBC_TUNABLES": "glibc reads it in every program",
+    "GCONV_PATH": "glibc loads character set modules from it in every program",
+    "BASH_ENV": "bash runs the file it names at the start of every script",
+}
+#: The longest variable value (the longest a recipe sets is 19 characters).
+MAX_ENV_VALUE = 4096
+#: The most GiB one compile job may be sized for (flash-attn's, the largest, is 7).
+MAX_JOB_MEMORY_GIB = 256
+#: The most threads of nvcc's --threads (one per arch of a compile: no list has 64).
+MAX_NVCC_THREADS = 64
+#: The highest build number (each rebuild of a version raises it by one).
+MAX_BUILD_NUMBER = 9999
+
 _ENV_RE = re.compile(r"[A-Z][A-Z0-9_]*")
+#: A package's own variable: two words at least (FORCE_CUDA, FLASH_ATTENTION_FORCE_BUILD).
+_OWN_ENV_RE = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]")
+#: A file name alone: letters, digits and ._+- (PEP 625 sdist names are narrower still).
+_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+#: A PyPI project name (PEP 508).
+_PROJECT_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _PATCH_RE = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
@@ -249,23 +301,59 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
 
 
 def _source(p: Problems, raw: object) -> Source | None:
-    m = p.mapping(raw, "source", {"pypi": str, "version": str, "sdist": str, "sha256": str,
-                                  "url": str})
-    if m is None or len(m) < 5:
+    m = p.entry(raw, "source", {"pypi": str, "version": str, "sdist": str, "sha256": str,
+                                "url": str})
+    if m is None:
         return None
     if not _SHA_RE.fullmatch(m["sha256"]):
         p.add("source.sha256", f"{m['sha256']!r} is not 64 lowercase hex digits",
               "copy the sha256 digest from the registry's file listing")
+    if not _PROJECT_RE.fullmatch(m["pypi"]):
+        p.add("source.pypi", f"{m['pypi']!r} is not a PyPI project name",
+              "write the name as the registry spells it, e.g. causal-conv1d")
+    try:
+        Version(m["version"])
+    except InvalidVersion:
+        p.add("source.version", f"{m['version']!r} is not a PEP 440 version",
+              "write the release as the registry lists it, e.g. \"1.7.0\"")
     stem = m["sdist"].removesuffix(".tar.gz")
-    if not m["sdist"].endswith(".tar.gz"):
+    if not _FILE_NAME_RE.fullmatch(m["sdist"]) or ".." in m["sdist"]:
+        # It becomes a path in the work folder: written there, and deleted on a hash mismatch.
+        p.add("source.sdist", f"{m['sdist']!r} is not a plain file name",
+              "write the sdist's file name alone, e.g. causal_conv1d-1.7.0.tar.gz: no folders, "
+              "no '..'")
+    elif not m["sdist"].endswith(".tar.gz"):
         p.add("source.sdist", f"{m['sdist']!r} is not a .tar.gz sdist")
     elif canonicalize_name(stem.rsplit("-", 1)[0]) != canonicalize_name(m["pypi"]) or \
             stem.rsplit("-", 1)[-1] != m["version"]:
         p.add("source.sdist", f"{m['sdist']!r} is not the sdist of {m['pypi']} {m['version']}",
               f"expected {m['pypi'].replace('-', '_')}-{m['version']}.tar.gz")
-    if not m["url"].startswith("https://") or not m["url"].endswith("/" + m["sdist"]):
-        p.add("source.url", "must be an https URL ending in the sdist file name")
+    _source_url(p, m["url"], m["sdist"])
     return Source(m["pypi"], m["version"], m["sdist"], m["sha256"], m["url"])
+
+
+def _source_url(p: Problems, url: str, sdist: str) -> None:
+    """``source.url``: https, a host alone (no user, password or port), no query or fragment,
+    ending in the sdist's name. Which host it may be is the download's to check
+    (``tools.pipeline.source``)."""
+    fix = "copy the URL from the registry's file listing"
+    if _CONTROL_RE.search(url) or " " in url:
+        p.add("source.url", "contains spaces or control characters", fix)
+        return
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # a bracketed host that is no IPv6 address
+        p.add("source.url", f"{url!r} is not a URL ({exc})", fix)
+        return
+    if "@" in parts.netloc:
+        p.add("source.url", f"{url!r} has a user name or password before '@': the download "
+              f"would go to {parts.hostname!r}", fix)
+    elif ":" in parts.netloc.rsplit("]", 1)[-1]:
+        p.add("source.url", f"{url!r} names a port", fix)
+    elif parts.query or parts.fragment or "?" in url or "#" in url:
+        p.add("source.url", f"{url!r} has a query or fragment", fix)
+    elif parts.scheme != "https" or not parts.hostname or not url.endswith("/" + sdist):
+        p.add("source.url", "must be an https URL ending in the sdist file name", fix)
 
 
 def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
@@ -282,8 +370,8 @@ def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
             p.add(where, f"CUDA {cuda!r} is not in the compatibility table ({table.path.name})",
                   f"use one of {known} (quoted), or add the CUDA version to the table")
             continue
-        m = p.mapping(entry, where, {"torch": list, "reason": str})
-        if m is None or len(m) < 2:
+        m = p.entry(entry, where, {"torch": list, "reason": str})
+        if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
         torches = p.strings(m["torch"], f"{where}.torch")
@@ -311,9 +399,9 @@ def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
 
 
 def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
-    m = p.mapping(raw, "abi", {"python": str, "torch": str, "reason": str},
-                  {"python_from": str, "torch_from": str})
-    if m is None or len(m) < 3:
+    m = p.entry(raw, "abi", {"python": str, "torch": str, "reason": str},
+                {"python_from": str, "torch_from": str})
+    if m is None:
         return Abi()
     p.reason(m["reason"], "abi.reason")
     python, torch = m["python"], m["torch"]
@@ -387,14 +475,18 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
 
 
 def _arch_env(p: Problems, raw: object) -> ArchEnv | None:
-    m = p.mapping(raw, "arch_env", {"name": str, "style": str, "reason": str})
-    if m is None or len(m) < 3:
+    m = p.entry(raw, "arch_env", {"name": str, "style": str, "reason": str})
+    if m is None:
         return None
     if m["style"] not in ARCH_STYLES:
         p.add("arch_env.style", f"{m['style']!r} is not one of {', '.join(ARCH_STYLES)}",
               "plain: 80;90;120, torch: 8.0;9.0;12.0")
     if not _ENV_RE.fullmatch(m["name"]):
         p.add("arch_env.name", f"{m['name']!r} is not an environment variable name")
+    elif m["name"] != "TORCH_CUDA_ARCH_LIST":
+        refused = _env_name_refused(m["name"])
+        if refused:
+            p.add("arch_env.name", refused[0], refused[1])
     p.reason(m["reason"], "arch_env.reason")
     return ArchEnv(m["name"], m["style"], m["reason"])
 
@@ -415,38 +507,66 @@ def _env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVar, ..
         if arch_env and name == arch_env.name:
             p.add(where, f"{name} carries the arch list", "set archs: instead")
             continue
-        m = p.mapping(entry, where, {"value": str, "reason": str})
-        if m is None or len(m) < 2:
+        refused = _env_name_refused(name)
+        if refused:
+            p.add(where, refused[0], refused[1])
+            continue
+        m = p.entry(entry, where, {"value": str, "reason": str})
+        if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
+        if _CONTROL_RE.search(m["value"]):
+            p.add(f"{where}.value", "contains a newline or another control character",
+                  "one line of printable text: the value is written into the build's "
+                  "environment lines as it is")
+        elif len(m["value"]) > MAX_ENV_VALUE:
+            p.add(f"{where}.value", f"is {len(m['value'])} characters long (at most "
+                  f"{MAX_ENV_VALUE})")
         out.append(EnvVar(name, m["value"], m["reason"]))
     return tuple(out)
 
 
+def _env_name_refused(name: str) -> tuple[str, str] | None:
+    """(why, fix) when a recipe may not set the variable ``name``, else None: a package's own
+    variable is PREFIX_NAME and not one of :data:`SYSTEM_ENV`'s."""
+    for prefix, why in SYSTEM_ENV.items():
+        if name.startswith(prefix):
+            return (f"{name} is not the package's to set: {why}",
+                    "remove it; a build switch of the package's own has its own name")
+    if not _OWN_ENV_RE.fullmatch(name):
+        return (f"{name} is not a package's build variable: a one-word name is the system's or "
+                "the toolchain's (PATH, HOME, CC, CFLAGS)",
+                "set only the variables the package's build script reads (PREFIX_NAME, like "
+                "FORCE_CUDA or FLASH_ATTENTION_FORCE_BUILD)")
+    return None
+
+
 def _build(p: Problems, raw: object) -> BuildSpec | None:
-    m = p.mapping(raw, "build", {"isolation": bool, "requires": list,
-                                 "job_memory_gib": (int, float), "job_memory_reason": str},
-                  {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str})
-    if m is None or len(m) < 4:
+    m = p.entry(raw, "build", {"isolation": bool, "requires": list,
+                               "job_memory_gib": (int, float), "job_memory_reason": str},
+                {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str})
+    if m is None:
         return None
     deps = []
     for i, dep in enumerate(m["requires"]):
-        d = p.mapping(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
-        if d and len(d) == 2:
-            if canonicalize_name(re.split(r"[<>=!~;\[ ]", d["requirement"])[0]) == "torch":
-                p.add(f"build.requires[{i}]", "torch comes from the cell, not build.requires",
-                      "remove it: each cell installs its own torch")
+        d = p.entry(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
+        if d and _requirement(p, d["requirement"], f"build.requires[{i}]"):
             deps.append(BuildDep(d["requirement"], d["reason"]))
-    if m["job_memory_gib"] <= 0:
-        p.add("build.job_memory_gib", "must be positive (GiB of one compile job)")
-    if m.get("nvcc_threads", 1) < 1:
-        p.add("build.nvcc_threads", "must be at least 1")
+    memory = m["job_memory_gib"]
+    if not math.isfinite(memory) or not 0 < memory <= MAX_JOB_MEMORY_GIB:
+        p.add("build.job_memory_gib", f"{memory} is not a size of one compile job (a number of "
+              f"GiB above 0, at most {MAX_JOB_MEMORY_GIB})",
+              "write the measured peak of one nvcc job, e.g. 3.5")
+    if not 1 <= m.get("nvcc_threads", 1) <= MAX_NVCC_THREADS:
+        p.add("build.nvcc_threads", f"{m['nvcc_threads']} is not a thread count for nvcc's "
+              f"--threads (1 to {MAX_NVCC_THREADS})", "one per arch of a compile at most, e.g. 4")
     if m.get("nvcc_threads_fixed") and "nvcc_threads" not in m:
         p.add("build.nvcc_threads_fixed", "says the package fixes nvcc's --threads, but "
               "build.nvcc_threads doesn't say to what", "add nvcc_threads: N (its --threads)")
     number = m.get("number", 0)  # a mistyped one is reported by p.mapping and read as 0
-    if number < 0:
-        p.add("build.number", f"{number} is not a build number (a whole number, 0 or more)",
+    if not 0 <= number <= MAX_BUILD_NUMBER:
+        p.add("build.number", f"{number} is not a build number (a whole number, 0 to "
+              f"{MAX_BUILD_NUMBER})",
               "start at 0 and raise it by one for each rebuild of the same version")
     elif number > 0 and "number_reason" not in m:
         p.add("build.number", "a rebuild needs its reason", "add number_reason: what the rebuild fixes")
@@ -460,6 +580,31 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
                      m.get("nvcc_threads_fixed", False), max(number, 0), m.get("number_reason"))
 
 
+def _requirement(p: Problems, text: str, where: str) -> bool:
+    """A build requirement is a PEP 508 requirement on the registry, nothing else: no installer
+    option (``--extra-index-url=...`` would be one to uv), no URL, not torch."""
+    fix = ('a project name with an optional version, e.g. "ninja" or "setuptools>=70.1"; '
+           "installer options are not requirements")
+    if _CONTROL_RE.search(text):
+        p.add(f"{where}.requirement", "contains a newline or another control character", fix)
+        return False
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "unreadable"
+        p.add(f"{where}.requirement", f"{text!r} is not a PEP 508 requirement ({first})", fix)
+        return False
+    if req.url:
+        p.add(f"{where}.requirement", f"{text!r} names a URL: build requirements come from the "
+              "registry", "remove the URL and keep the name and version")
+        return False
+    if canonicalize_name(req.name) == "torch":
+        p.add(where, "torch comes from the cell, not build.requires",
+              "remove it: each cell installs its own torch")
+        return False
+    return True
+
+
 def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     if not isinstance(raw, list):
         p.add("patches", "must be a list of {file, reason, upstream}")
@@ -467,8 +612,8 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     out = []
     for i, entry in enumerate(raw):
         where = f"patches[{i}]"
-        m = p.mapping(entry, where, {"file": str, "reason": str, "upstream": str})
-        if m is None or len(m) < 3:
+        m = p.entry(entry, where, {"file": str, "reason": str, "upstream": str})
+        if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
         if not _PATCH_RE.fullmatch(m["file"]):
@@ -498,11 +643,33 @@ def load_recipe(folder: Path, table: Table | None = None) -> Recipe:
 
 
 def recipe_folders(root: Path = RECIPES_DIR) -> list[Path]:
-    """Every recipe folder (a directory holding recipe.yaml), sorted by name."""
-    return sorted(d for d in root.iterdir() if (d / RECIPE_FILE).is_file())
+    """Every recipe folder (a directory holding recipe.yaml), sorted by name. A recipe.yaml that
+    is not a regular file (a link to a device, a FIFO) counts, so that loading it names it."""
+    return sorted(d for d in root.iterdir()
+                  if d.is_dir() and os.path.lexists(d / RECIPE_FILE))
+
+
+def check_distinct(recipes: list[Recipe]) -> None:
+    """RecipeError naming every two recipes that build the same PyPI project (``source.pypi``,
+    normalized): their wheels would carry the same names, and one would stand in for the other."""
+    first: dict[str, Recipe] = {}
+    clashes = []
+    for recipe in recipes:
+        project = canonicalize_name(recipe.source.pypi)
+        if project in first:
+            clashes.append(f"  - {first[project].path} and {recipe.path} both build {project}")
+        else:
+            first.setdefault(project, recipe)
+    if clashes:
+        raise RecipeError("two recipes build the same PyPI project (source.pypi), so their "
+                          "wheels would have the same names:\n" + "\n".join(clashes),
+                          hint="keep one recipe per project: merge the folders or remove one")
 
 
 def load_all(root: Path = RECIPES_DIR, table: Table | None = None) -> list[Recipe]:
-    """Load every recipe under ``root``; the first invalid one raises RecipeError."""
+    """Load every recipe under ``root``; the first invalid one raises RecipeError, and so do two
+    recipes of one PyPI project (:func:`check_distinct`)."""
     table = table or load_table()
-    return [load_recipe(d, table) for d in recipe_folders(root)]
+    recipes = [load_recipe(d, table) for d in recipe_folders(root)]
+    check_distinct(recipes)
+    return recipes

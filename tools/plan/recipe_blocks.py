@@ -54,8 +54,8 @@ def parse_kernel_check(p: Problems, raw: object, folder: Path) -> KernelCheck | 
             p.add("check", f"{CHECK_FILE} is in the recipe folder but not declared",
                   f"add check: {{file: {CHECK_FILE}, reason: what it compares}}, or delete it")
         return None
-    m = p.mapping(raw, "check", {"file": str, "reason": str})
-    if m is None or len(m) < 2:
+    m = p.entry(raw, "check", {"file": str, "reason": str})
+    if m is None:
         return None
     p.reason(m["reason"], "check.reason")
     if not _CHECK_FILE_RE.fullmatch(m["file"]):
@@ -70,15 +70,22 @@ def parse_kernel_check(p: Problems, raw: object, folder: Path) -> KernelCheck | 
 
 
 def parse_probe(p: Problems, raw: object) -> ProbeSpec | None:
-    """``probe``: the units a probe compiles by default, with the reason."""
+    """``probe``: the units a probe compiles by default (paths inside the source tree, never
+    absolute or with ``..``), with the reason."""
     if raw is None:
         return None
-    m = p.mapping(raw, "probe", {"units": list, "reason": str})
-    if m is None or len(m) < 2:
+    m = p.entry(raw, "probe", {"units": list, "reason": str})
+    if m is None:
         return None
     p.reason(m["reason"], "probe.reason")
     units = p.strings(m["units"], "probe.units")
-    return ProbeSpec(units, m["reason"]) if units else None
+    outside = [(i, u) for i, u in enumerate(units or ())
+               if u.startswith("/") or ".." in u.split("/") or "\\" in u or "\0" in u]
+    for i, unit in outside:
+        p.add(f"probe.units[{i}]", f"{unit[:200]!r} is not a path inside the source tree",
+              "write the unit's path relative to the sdist's top folder, e.g. "
+              "csrc/flash_api.cpp: not absolute, no '..'")
+    return ProbeSpec(units, m["reason"]) if units and not outside else None
 
 
 def parse_depends(p: Problems, raw: list, package: str) -> tuple[Dependency, ...]:
@@ -88,8 +95,8 @@ def parse_depends(p: Problems, raw: list, package: str) -> tuple[Dependency, ...
     out = []
     for i, entry in enumerate(raw):
         where = f"depends[{i}]"
-        m = p.mapping(entry, where, {"package": str, "reason": str})
-        if m is None or len(m) < 2:
+        m = p.entry(entry, where, {"package": str, "reason": str})
+        if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
         name = m["package"]

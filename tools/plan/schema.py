@@ -2,10 +2,18 @@
 
 Every problem names the file, the key path and the rule, and says how to fix it. Problems are
 collected rather than raised one at a time, so a contributor sees every mistake in one run.
+
+The files are plain data, so the reader takes only what plain data needs: a regular file of at
+most :data:`MAX_YAML_BYTES` bytes, UTF-8, nested at most :data:`MAX_DEPTH` deep, each key once
+(YAML's own rule; PyYAML lets the last of two ``sha256:`` win), and no anchors, aliases or merge
+keys (an alias bomb of a few lines expands to gigabytes before anything could look at it).
 """
 
 from __future__ import annotations
 
+import os
+import reprlib
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,20 +26,125 @@ from tools.core.errors import CuwheelsError
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
                list: "a list", dict: "a mapping"}
 
+#: The largest table or recipe read (recipes/table.yaml, the largest, is 17 KB).
+MAX_YAML_BYTES = 1 << 20
+#: Mappings and lists inside each other (a recipe goes 4 deep).
+MAX_DEPTH = 32
+#: Characters of one problem's text: a hostile value never makes a message long.
+MAX_PROBLEM_CHARS = 1000
+_SYNTAX_HINT = "check indentation and quoting; versions like 12.10 must be quoted"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-def load_yaml(path: Path, error: type[CuwheelsError]) -> Any:
-    """Parse a YAML file, turning I/O and syntax problems into ``error`` with the file named."""
+
+class _Refused(yaml.MarkedYAMLError):
+    """A YAML feature plain data doesn't use, or a key given twice; its ``hint`` says what to do."""
+
+    def __init__(self, problem: str, mark: Any, hint: str):
+        super().__init__(problem=problem, problem_mark=mark)
+        self.hint = hint
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors, aliases or merge keys, with each key once and a
+    nesting limit."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """Compose one node, refusing an alias or an anchor, or one level too deep."""
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(f"an alias (*{event.anchor[:40]}) is not allowed here",
+                           event.start_mark, "write the value out: these files are plain data")
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(f"an anchor (&{event.anchor[:40]}) is not allowed here",
+                           event.start_mark, "write the value out: these files are plain data")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark,
+                               "these files are a few levels deep; check the brackets")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        """Construct a mapping, refusing a merge key and a key given twice."""
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise _Refused("a merge key (<<) is not allowed here", key_node.start_mark,
+                               "write the keys out: these files are plain data")
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:
+                continue  # an unhashable key: PyYAML's own construction names it
+            if first is not key_node.start_mark:
+                raise _Refused(f"the key {reprlib.repr(key)} is given twice (first on line "
+                               f"{first.line + 1})", key_node.start_mark,
+                               "keep one of them: YAML keys are unique, and a reader would "
+                               "silently take the last")
+        return super().construct_mapping(node, deep)
+
+
+def read_text(path: Path, error: type[CuwheelsError], limit: int = MAX_YAML_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes; ``error`` names the
+    file and the rule otherwise (a FIFO or a device is never opened for a blocking read)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise error(f"{path}: cannot be read: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else \
+                "a device, FIFO or socket (or a link to one)"
+            raise error(f"{path}: is not a regular file but {what}",
+                        hint="it must be a plain text file in the repository")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit} bytes", hint="these files are a few kilobytes; "
+                    "check that it is the file meant")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})",
+                    hint="save the file as UTF-8") from None
+
+
+def parse_yaml(text: str, path: Path, error: type[CuwheelsError]) -> Any:
+    """Parse YAML ``text`` read from ``path`` with the strict loader, turning every problem into
+    ``error`` with the file and the place named."""
+    loader = None
+    try:
+        loader = _StrictLoader(text)  # its reader already refuses control characters
+        return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise error(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}",
-                    hint="check indentation and quoting; versions like 12.10 must be quoted") from None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error(f"{path}{where}: not valid YAML: {problem[:MAX_PROBLEM_CHARS]}",
+                    hint=getattr(exc, "hint", _SYNTAX_HINT)) from None
+    except ValueError as exc:  # a number with more digits than Python converts, a 13th month
+        raise error(f"{path}: not valid YAML: {str(exc).split(';')[0][:MAX_PROBLEM_CHARS]}",
+                    hint="write numbers and dates of a sensible size") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def load_yaml(path: Path, error: type[CuwheelsError]) -> Any:
+    """Read and parse a YAML file (:func:`read_text`, :func:`parse_yaml`): every I/O, size,
+    encoding and syntax problem is ``error`` with the file named."""
+    return parse_yaml(read_text(path, error), path, error)
 
 
 @dataclass
@@ -45,6 +158,9 @@ class Problems:
     def add(self, where: str, reason: str, fix: str | None = None) -> None:
         """Record that the value at key path ``where`` breaks a rule."""
         line = f"{where}: {reason}" if where else reason
+        if len(line) > MAX_PROBLEM_CHARS:
+            cut = len(line) - MAX_PROBLEM_CHARS
+            line = f"{line[:MAX_PROBLEM_CHARS]}... ({cut} more characters)"
         self.items.append(f"{line}\n    fix: {fix}" if fix else line)
 
     def raise_if_any(self) -> None:
@@ -81,6 +197,13 @@ class Problems:
             if self.typed(value[key], _join(where, key), kind):
                 out[key] = value[key]
         return out
+
+    def entry(self, value: Any, where: str, required: Mapping[str, type | tuple],
+              optional: Mapping[str, type | tuple] | None = None) -> dict[str, Any] | None:
+        """:meth:`mapping`, returned only when every required key is there with its type (each
+        problem reported all the same): a parser may then read any required key directly."""
+        out = self.mapping(value, where, required, optional)
+        return out if out is not None and all(key in out for key in required) else None
 
     def typed(self, value: Any, where: str, kind: type | tuple) -> bool:
         """Report and return False when ``value`` isn't of type ``kind`` (bool is not an int)."""
@@ -119,7 +242,14 @@ def _type_name(kind: type | tuple) -> str:
     return " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxset = 3
+_SHORT.maxlevel = 2
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "nothing (null)"
-    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} ({value!r:.40})"
+    # reprlib stops early: the repr of a huge value is never built whole
+    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} ({_SHORT.repr(value):.40})"

@@ -116,9 +116,9 @@ def parse_table(data: object, path: Path) -> Table:
         if not isinstance(ver, str) or not _CUDA_RE.fullmatch(ver):
             p.add(where, "CUDA version keys are quoted major.minor strings", 'write "12.8"')
             continue
-        m = p.mapping(raw, where, {"archs": list, "default_archs": list, "min_driver": str,
-                                   "image": str, "source": str}, {"note": str})
-        if m is None or len(m) < 5:
+        m = p.entry(raw, where, {"archs": list, "default_archs": list, "min_driver": str,
+                                 "image": str, "source": str}, {"note": str})
+        if m is None:
             continue
         archs = p.strings(m["archs"], f"{where}.archs")
         defaults = p.strings(m["default_archs"], f"{where}.default_archs")
@@ -138,10 +138,10 @@ def parse_table(data: object, path: Path) -> Table:
         if not isinstance(series, str) or not _SERIES_RE.fullmatch(series):
             p.add(where, "torch series keys are quoted major.minor strings", 'write "2.9"')
             continue
-        m = p.mapping(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
-                                   "manylinux": str, "cxx11_abi": bool, "source": str},
-                      {"note": str, "relax_nvcc_check": dict})
-        if m is None or len(m) < 7:
+        m = p.entry(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
+                                 "manylinux": str, "cxx11_abi": bool, "source": str},
+                    {"note": str, "relax_nvcc_check": dict})
+        if m is None:
             continue
         pythons = p.strings(m["python"], f"{where}.python")
         cuda_list = p.strings(m["cuda"], f"{where}.cuda")

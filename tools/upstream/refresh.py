@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.version import Version
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -40,11 +39,13 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from tools import RECIPES_DIR
 from tools.core.digest import sha256_file
-from tools.core.errors import CuwheelsError, PatchError, RegistryError, SourceError
+from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryError, SourceError,
+                               TableError)
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
                        read_torch, read_variants)
 from tools.pipeline.source import apply_patches, extract_sdist
+from tools.plan.schema import parse_yaml, read_text
 from tools.plan.table import Table, parse_table, version_key
 
 # --------------------------------------------------------------------------- the proposal
@@ -297,8 +298,8 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     table_path = table_path or recipes_dir / "table.yaml"
     date = date or datetime.date.today().isoformat()
     proposal = Proposal()
-    table_text = table_path.read_text(encoding="utf-8")
-    table = parse_table(yaml.safe_load(table_text), table_path)
+    table_text = read_text(table_path, TableError)
+    table = parse_table(parse_yaml(table_text, table_path, TableError), table_path)
     recipes = load_all(recipes_dir, table)
     table_doc = _yaml().load(table_text)
 
@@ -336,12 +337,12 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
 def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path) -> None:
     """Load the proposed table and recipes with the project's own loaders (a RecipeError or
     TableError here means the proposal itself is wrong: nothing is written)."""
-    table = parse_table(yaml.safe_load(proposal.new.get(table_path, proposal.old.get(
-        table_path, table_path.read_text(encoding="utf-8")))), table_path)
+    table = parse_table(parse_yaml(proposal.new.get(table_path, proposal.old.get(
+        table_path, table_path.read_text(encoding="utf-8"))), table_path, TableError), table_path)
     for folder in recipe_folders(recipes_dir):
         path = folder / RECIPE_FILE
         text = proposal.new.get(path) or path.read_text(encoding="utf-8")
-        parse_recipe(yaml.safe_load(text), path, table)
+        parse_recipe(parse_yaml(text, path, RecipeError), path, table)
 
 
 def write_all(new: dict[Path, str], old: dict[Path, str]) -> None:

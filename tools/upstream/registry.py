@@ -13,9 +13,7 @@ from __future__ import annotations
 import io
 import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from elftools.elf.gnuversions import GNUVerNeedSection
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from tools.core.download import PYPI_FILES, check_url, download
 from tools.core.errors import RegistryError
 from tools.core.rangeread import RangeReader
 from tools.plan.table import version_key
@@ -40,6 +39,12 @@ USER_AGENT = "cuwheels-refresh/1"
 RANGE_USER_AGENT = "cuwheels-select/1"
 #: A file up to this size is read whole when the server ignores range requests.
 WHOLE_FILE_LIMIT = 16 << 20
+#: The largest answer read whole: a project's JSON (torch's is 0.8 MB) or an sdist (the largest
+#: a recipe builds is 8.5 MB).
+MAX_ANSWER_BYTES = 128 << 20
+#: Seconds one answer may take in all, however steadily its bytes trickle in.
+ANSWER_DEADLINE = 300.0
+_HINT = "nothing was written; run again when the registry answers"
 #: The wheel read for a torch release: the newest Python's would follow torch's support window,
 #: so one in the middle of every window since 2.4 is taken first.
 PREFERRED_PYTHON = ("cp312", "cp313", "cp311", "cp314")
@@ -58,11 +63,22 @@ _LEGACY_MANYLINUX = ("manylinux1_", "manylinux2010_", "manylinux2014_", "linux_"
 
 @dataclass
 class Registry:
-    """Where the registry and torch's variant index answer (tests point both at 127.0.0.1)."""
+    """Where the registry and torch's variant index answer (tests point both at 127.0.0.1).
+
+    Every read goes to the JSON API's origin, the variant index's or PyPI's file host, and no
+    other (whatever URL an answer names); ``timeout`` bounds one read, ``deadline`` a whole
+    answer and ``max_bytes`` its size.
+    """
 
     pypi: str = PYPI_JSON
     variants: str = TORCH_VARIANTS
     timeout: float = 60
+    deadline: float = ANSWER_DEADLINE
+    max_bytes: int = MAX_ANSWER_BYTES
+
+    def origins(self) -> tuple[str, ...]:
+        """Where this client reads: the JSON API, the variant index and PyPI's file host."""
+        return (self.pypi, self.variants, PYPI_FILES)
 
     def project(self, name: str) -> tuple[dict[str, Any], str]:
         """The JSON API's answer for a project and the URL it came from."""
@@ -73,17 +89,15 @@ class Registry:
             raise RegistryError(f"{url}: the answer is not JSON ({exc})") from None
 
     def _get(self, url: str) -> bytes:
-        req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.read()
-        except (urllib.error.URLError, OSError) as exc:
-            raise RegistryError(f"reading {url} failed: {exc}",
-                                hint="nothing was written; run again when the registry answers") \
-                from None
+        body = io.BytesIO()
+        download(url, body, origins=self.origins(), error=RegistryError, hint=_HINT,
+                 max_bytes=self.max_bytes, deadline=self.deadline, timeout=self.timeout,
+                 user_agent=USER_AGENT)
+        return body.getvalue()
 
     def members(self, url: str, size: int, wanted: Iterable[str]) -> dict[str, bytes]:
         """The named members of the remote zip at ``url``, read with HTTP range requests."""
+        check_url(url, self.origins(), RegistryError)
         reader = RangeReader(url, size, timeout=self.timeout, user_agent=RANGE_USER_AGENT,
                              whole_file_limit=WHOLE_FILE_LIMIT)
         try:
@@ -93,12 +107,11 @@ class Registry:
                 return {n: zf.read(n) for n in wanted if n in names}
         except Exception as exc:  # the reader raises urllib's, zipfile's and its own errors
             raise RegistryError(f"reading {url} with range requests failed: "
-                                f"{type(exc).__name__}: {exc}",
-                                hint="nothing was written; run again when the registry answers") \
-                from None
+                                f"{type(exc).__name__}: {exc}", hint=_HINT) from None
 
     def download(self, url: str, dest: Path) -> Path:
-        """Download ``url`` (an sdist: kilobytes to megabytes) to ``dest``."""
+        """Download ``url`` (an sdist: kilobytes to megabytes) to ``dest``: only from where this
+        client reads, within its deadline and size cap (else RegistryError, nothing written)."""
         dest.write_bytes(self._get(url))
         return dest
 
