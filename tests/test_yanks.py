@@ -114,8 +114,8 @@ def test_a_yank_reason_is_one_line(tmp_path):
     ('a: &a ["x","x","x","x","x","x","x","x","x"]\n'
      + "".join(f'{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},'
                f'*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n' for i in range(8))
-     + "demo-1.0-py3-none-any.whl: *i\n", r"an alias \(\*a\) is not allowed"),
-    ("demo-1.0-py3-none-any.whl: first\ndemo-1.0-py3-none-any.whl: second\n", "written twice"),
+     + "demo-1.0-py3-none-any.whl: *i\n", r"an (anchor|alias) \([&*]a\) is not allowed"),
+    ("demo-1.0-py3-none-any.whl: first\ndemo-1.0-py3-none-any.whl: second\n", "is given twice"),
     ("[" * 50_000, "nested too deeply|not valid YAML"),
     ("demo-1.0-py3-none-any.whl: [a, b]\n", "is not 'filename: reason'"),
 ])
@@ -130,8 +130,8 @@ def test_a_yank_list_is_read_strictly(tmp_path, text, message):
 def test_a_yank_list_that_is_not_utf8_or_too_large_is_refused(tmp_path):
     path = tmp_path / "yanked.yaml"
     path.write_bytes(b"demo-1.0-py3-none-any.whl: caf\xe9\n")
-    with pytest.raises(IndexBuildError, match="is not UTF-8 text"):
+    with pytest.raises(IndexBuildError, match="not UTF-8 text"):
         yanks.load_yanked(path)
     path.write_bytes(b"#" * (yanks.MAX_YANK_LIST + 1))
-    with pytest.raises(IndexBuildError, match="can.t be read: over 8388608 bytes"):
+    with pytest.raises(IndexBuildError, match="larger than 8388608 bytes"):
         yanks.load_yanked(path)

@@ -15,62 +15,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import yaml
-
 from tools.core.errors import IndexBuildError
-from .ledger import Entry, read_regular
+from tools.plan.schema import parse_yaml, read_text
+from .ledger import Entry
 
 #: The largest yank list read (a line per yanked file: far more than an index ever yanks).
 MAX_YANK_LIST = 8 << 20
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """safe_load without aliases and without a key written twice."""
-
-    def compose_node(self, parent, index):
-        """yaml's hook for each node: an alias is refused before it is expanded."""
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"an alias (*{event.anchor}) is not allowed here: write each value out",
-                event.start_mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):
-        """yaml's hook for each mapping: a key written twice is refused, not overwritten."""
-        seen: set[str] = set()
-        for key, _value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                if key.value in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {key.value!r} is written twice (the second would silently win)",
-                        key.start_mark)
-                seen.add(key.value)
-        return super().construct_mapping(node, deep=deep)
+def load_yaml_capped(path: Path) -> object:
+    """The yank list's YAML document, read and parsed strictly (at most MAX_YANK_LIST bytes)."""
+    return parse_yaml(read_text(path, IndexBuildError, limit=MAX_YANK_LIST), path, IndexBuildError)
 
 
 def load_yanked(path: Path | None) -> dict[str, str]:
     """The yank list: ``{filename: reason}`` (an empty reason yanks without one); None: no list."""
     if path is None:
         return {}
-    try:
-        data = read_regular(path, limit=MAX_YANK_LIST)
-    except FileNotFoundError:
-        raise IndexBuildError(f"yank list {path} does not exist") from None
-    except OSError as exc:
-        raise IndexBuildError(f"yank list {path} can't be read: {exc.strerror or exc}",
-                              hint=f"a yank list is a plain file of one line per yanked file, at most "
-                              f"{MAX_YANK_LIST} bytes") from None
-    try:
-        doc = yaml.load(data.decode("utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
-    except UnicodeDecodeError as exc:
-        raise IndexBuildError(f"yank list {path} is not UTF-8 text: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise IndexBuildError(f"yank list {path} is not valid YAML: {exc}",
-                              hint="write it as plain 'filename: reason' lines") from None
-    except RecursionError:
-        raise IndexBuildError(f"yank list {path} is nested too deeply",
-                              hint="a yank list is one mapping of 'filename: reason' lines") from None
+    if not Path(path).exists():
+        raise IndexBuildError(f"yank list {path} does not exist")
+    # The one strict YAML reader (tools.plan.schema): a regular file, UTF-8, capped, no aliases,
+    # no key written twice, nesting bounded; every problem an IndexBuildError naming the file.
+    doc = load_yaml_capped(Path(path))
     if doc is None:
         return {}
     if not isinstance(doc, dict):
