@@ -21,7 +21,7 @@ from tools.core.manifest import (
 )
 from tools.core.variant import Variant
 from tools.finish.wheelmeta import set_version_and_pin
-from tools.selector.client import read_wheel_manifest
+from tools.selector.client import Index
 from tools.sitegen.wheelread import inspect_wheel
 
 SO = "demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
@@ -103,7 +103,7 @@ def test_written_by_finish_read_by_the_index_and_the_selector(tmp_path):
         assert zf.read(member) == manifest_bytes(written)
         assert read_manifest(zf) == written
     # the selector, on a local wheel
-    found, how = read_wheel_manifest(wheel.as_uri(), None)
+    found, how = Index(str(wheel.parent)).wheel_manifest(wheel.as_uri(), None)
     assert (found, how) == (written, "read from the local wheel")
     assert archs_found(found) == FOUND
     # the index

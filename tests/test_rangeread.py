@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import urllib.error
+import urllib.request
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tools.core.rangeread import RangeReader, RangeUnsupported
+from tools.core.rangeread import RangeLimitExceeded, RangeReader, RangeUnsupported
 
 #: How long a test server answers before it stops on its own.
 SERVER_LIFETIME = 60
@@ -24,12 +25,14 @@ SERVER_LIFETIME = 60
 
 class _Handler(BaseHTTPRequestHandler):
     """Serves ``data``; ``ranges``: honour ``Range``; ``length``: send ``Content-Range``'s total;
-    ``delay``: seconds to wait before answering. Every request's headers go to ``seen``."""
+    ``delay``: seconds to wait before answering; ``short``: answer half the range asked for.
+    Every request's headers go to ``seen``."""
 
     data = b""
     ranges = True
     length = True
     delay = 0.0
+    short = False
     seen: list[dict[str, str]] = []
 
     def do_GET(self):  # noqa: N802 (http.server's name)
@@ -45,6 +48,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         lo, hi = int(m[1]), min(int(m[2]), len(self.data) - 1)
         body = self.data[lo:hi + 1]
+        if self.short:
+            body, hi = body[:len(body) // 2], lo + len(body) // 2 - 1
         self.send_response(206)
         total = len(self.data) if self.length else "*"
         self.send_header("Content-Range", f"bytes {lo}-{hi}/{total}")
@@ -193,3 +198,49 @@ def test_a_closed_port_is_urllibs_error():
         pass  # stopped and closed: nothing listens on its port now
     with pytest.raises(urllib.error.URLError):
         RangeReader(url, 100, timeout=5).read(1)
+
+
+def test_a_read_past_the_cap_is_refused_before_anything_is_fetched(tmp_path):
+    data = os.urandom(40_000)
+    with serve(data) as (url, seen):
+        reader = RangeReader(url, len(data), block=4096, max_fetched=10_000)
+        assert reader.read(4096) == data[:4096]
+        with pytest.raises(RangeLimitExceeded, match="would fetch more than 10000 bytes") as exc:
+            reader.read(8192)
+        assert exc.value.limit == 10_000 and reader.requests == len(seen) == 1
+    # A zip directory claiming a terabyte: refused before io allocates a buffer for it.
+    claimed = RangeReader(url, 1 << 40, max_fetched=1 << 20)
+    with pytest.raises(RangeLimitExceeded):
+        claimed.read(1 << 40)
+    assert claimed.requests == 0
+
+
+def test_a_whole_file_answer_counts_against_the_cap(tmp_path):
+    data = _wheel(tmp_path, payload=50_000)
+    with serve(data, ranges=False) as (url, _):
+        reader = RangeReader(url, len(data), block=4096, whole_file_limit=len(data), max_fetched=len(data) - 1)
+        with pytest.raises(RangeLimitExceeded):
+            reader.read(10)
+
+
+def test_every_request_goes_through_the_opener(tmp_path):
+    data = _wheel(tmp_path)
+    opened = []
+
+    def opener(request):
+        opened.append(request.get_header("Range"))
+        return urllib.request.urlopen(request, timeout=30)
+
+    with serve(data) as (url, seen):
+        reader = RangeReader(url, len(data), opener=opener)
+        reader.prefetch_tail()
+        with zipfile.ZipFile(reader) as zf:
+            assert zf.read("pkg-1.0.dist-info/cuwheels.json") == b'{"cuda": "12.8"}'
+    assert opened == [h["Range"] for h in seen] and len(opened) == reader.requests
+
+
+def test_a_short_answer_is_a_connection_error(tmp_path):
+    data = os.urandom(20_000)
+    with serve(data, short=True) as (url, _):
+        with pytest.raises(ConnectionError, match="asked for 4096 bytes from byte 0, the answer held 2048"):
+            RangeReader(url, len(data), block=4096).read(10)

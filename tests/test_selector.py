@@ -14,6 +14,7 @@ import importlib.machinery
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from wheelfactory import installed, make_wheel
 
 from tools import ROOT
 from tools.selector import answer as selection
-from tools.selector import checks, cli, client, detect, doctor, facts, gpu
+from tools.selector import checks, cli, client, detect, doctor, facts, fetch, gpu
 from tools.sitegen.generate import build_index
 from tools.pipeline.venvs import uv_bin
 from tools.sitegen.serve import make_server
@@ -477,8 +478,8 @@ def test_arch_is_read_from_the_wheel_with_range_requests(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/{wheel.name}"
-        found, how = client.read_wheel_manifest(url, len(data))
+        root = f"http://127.0.0.1:{server.server_address[1]}/"
+        found, how = client.Index(root).wheel_manifest(root + wheel.name, len(data))
     finally:
         server.shutdown()
         server.server_close()
@@ -872,5 +873,91 @@ def test_facts_lookup_and_validation():
     assert facts.parse_facts(site.to_json(), "x") == site
     with pytest.raises(facts.FactsError, match="schema 1"):
         facts.parse_facts({"schema": 2}, "x")
-    with pytest.raises(facts.FactsError, match="'min_driver'"):
-        facts.parse_facts({"schema": 1, "min_driver": {"12.8": 525}}, "x")
+    for drivers in ({"12.8": 525}, {"12.8": "banana"}, {"12.8": "\u00b2"}, {"twelve": "580"}):
+        with pytest.raises(facts.FactsError, match="'min_driver'"):
+            facts.parse_facts({"schema": 1, "min_driver": drivers}, "x")
+
+
+# --------------------------------------------------------------------------- what an index may make it read
+# (tests/test_hostile_selector.py runs the whole command against hostile sites and servers)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("127.0.0.1", ("127.0.0.1", None)), ("127.0.0.1:8000", ("127.0.0.1", 8000)), ("[::1]:80", ("::1", 80)),
+    ("Files.Example.ORG.", ("files.example.org", None)), ("https://files.example.org", ("files.example.org", 443)),
+])
+def test_allowed_host_values(text, expected):
+    assert fetch.origin(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a/b", "user@host", "host:port", "https://host/path"])
+def test_an_allowed_host_is_a_host(text):
+    with pytest.raises(ValueError):
+        fetch.origin(text)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo-ext", "--index", "http://127.0.0.1:9/", "--allow-host", text])
+    assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("url, refused", [
+    ("http://127.0.0.1:8000/files/x.whl", None),
+    ("HTTP://127.0.0.1:8000/files/x.whl", None),
+    ("http://files.example.org/x.whl", None),              # allowed: any port of that host
+    ("https://files.example.org:8443/x.whl", None),
+    ("file:///dev/zero", "reads only http:// and https:// URLs from an index, not file:"),
+    ("ftp://127.0.0.1:8000/x.whl", "not ftp:"),
+    ("x.whl", "not a URL without a scheme"),
+    ("http://127.0.0.1:8001/x.whl", "127.0.0.1:8001 is not the index's host"),
+    ("http://127.0.0.1/x.whl", "127.0.0.1:80 is not the index's host"),
+    ("http://localhost:8000/x.whl", "localhost:8000 is not the index's host"),
+    ("http://127.0.0.1:8000@evil.example/x.whl", "a URL with a user name or password"),
+    ("http://pypi.org@127.0.0.1:8000/x.whl", "a URL with a user name or password"),
+    ("http://127.0.0.1:99999/x.whl", "is not a port number"),
+    ("http://[::1/x.whl", "not a URL"),
+])
+def test_what_an_index_may_make_the_selector_read(url, refused):
+    fetcher = fetch.Fetcher([("127.0.0.1", 8000), ("files.example.org", None)], timeout=5, deadline=5)
+    if refused is None:
+        fetcher.check(url)
+        return
+    with pytest.raises(fetch.IndexReadError, match=re.escape(refused)) as exc:
+        fetcher.check(url)
+    assert exc.value.exit_code == 3 and exc.value.hint
+
+
+@pytest.mark.parametrize("text, keep, expected", [
+    ("broken build", "", "broken build"),
+    ("\x1b[2J\x07bell", "", "\\x1b[2J\\x07bell"),
+    ("line\nbreak\ttab", "", "line\\nbreak\\ttab"),
+    ("line\nbreak\ttab", "\n\t", "line\nbreak\ttab"),
+    ("rtl \u202e override, zero\u200bwidth", "", "rtl \\u202e override, zero\\u200bwidth"),
+    ("caf\u00e9 \u2014 ok", "", "caf\u00e9 \u2014 ok"),   # printable: kept as it is
+])
+def test_visible(text, keep, expected):
+    assert client.visible(text, keep) == expected
+
+
+def test_the_page_fields_are_checked_and_normalised():
+    base = "http://127.0.0.1:8000/simple/demo-ext/"
+    doc = {"files": [{"filename": "a\x1bb.whl", "url": "../../files/x.whl", "yanked": "bad\nbuild", "size": 5,
+                      "requires-python": ">=3.9",
+                      "_cuwheels": {"cuda": "12.8", "torch": "2.8.1", "cxx11_abi": None, "serves": ["2.9.0"],
+                                    "archs": {"found": {"m.so": {"sass": ["90a"], "ptx": None}}}}}]}
+    [f] = client.parse_json_files(doc, base, "page")
+    assert (f.filename, f.url, f.yanked, f.size) == ("a\\x1bb.whl", "http://127.0.0.1:8000/files/x.whl",
+                                                     "bad\\nbuild", 5)
+    assert f.extra == {"cuda": "12.8", "torch": "2.8", "cxx11_abi": None, "serves": ["2.9"],
+                       "archs": {"m.so": {"sass": ["90a"], "ptx": []}}}
+    with pytest.raises(fetch.IndexReadError, match=re.escape("page: files[0] (x.whl)._cuwheels.archs['m.so'].sass")):
+        client.parse_json_files({"files": [{"filename": "x.whl", "url": "x", "_cuwheels": {"archs": {
+            "m.so": {"sass": 90}}}}]}, base, "page")
+
+
+def test_a_local_wheel_must_be_a_regular_file(tmp_path):
+    fifo = tmp_path / "w.whl"
+    os.mkfifo(fifo)
+    index = client.Index(str(tmp_path))
+    with pytest.raises(fetch.IndexReadError, match="is a FIFO, not a regular file"):
+        index.wheel_manifest(fifo.as_uri(), None)
+    with pytest.raises(fetch.IndexReadError, match="reads only http:// and https:// URLs"):
+        index.wheel_manifest("data:,x", None)

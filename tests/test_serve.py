@@ -9,6 +9,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
+import select
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +24,9 @@ import pytest
 from pypi_simple import ACCEPT_HTML_ONLY, ACCEPT_JSON_ONLY, PyPISimple
 from wheelfactory import installed, make_wheel
 
+from tests.fixtures.hostile.make_pages import HALF_SENT, REQUESTS
 from tools import ROOT
+from tools.core.errors import CuwheelsError
 from tools.sitegen.generate import build_index
 from tools.pipeline.venvs import uv_bin
 from tools.sitegen.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
@@ -224,6 +229,124 @@ def test_serve_command_refuses_a_missing_site(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tools.serve", "--site", str(tmp_path / "nope")],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1 and "does not exist" in proc.stderr
+
+
+# --------------------------------------------------------------------------- hostile requests
+
+#: The request timeout of the server the hostile requests meet (seconds).
+REQUEST_TIMEOUT = 1.0
+
+
+@pytest.fixture(scope="module")
+def guarded(demo_index, tmp_path_factory) -> Iterator[tuple[str, Path, Path]]:
+    """``python -m tools.serve --log`` with a 1 s request timeout: (URL, request log, its stderr).
+    It stops by itself after 300 s."""
+    work = tmp_path_factory.mktemp("guarded")
+    log, errors = work / "requests.log", work / "stderr"
+    with open(errors, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--files",
+             str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--exit-after", "300",
+             "--request-timeout", str(REQUEST_TIMEOUT)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else ""
+        assert line.startswith("serving http://127.0.0.1:"), line + errors.read_text()
+        yield line.split()[1].rstrip("/"), log, errors
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _exchange(url: str, data: bytes, limit: float = 10) -> bytes:
+    """What the server answers to ``data`` on a new connection, until it closes it (at most
+    ``limit`` seconds)."""
+    answer = b""
+    with socket.create_connection(_address(url), timeout=limit) as sock:
+        sock.sendall(data)
+        ends = time.monotonic() + limit
+        while time.monotonic() < ends:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_a_hostile_request_is_answered_not_dropped(name, guarded):
+    url, log, errors = guarded
+    data, status, logged = REQUESTS[name]
+    seen = log.read_text().splitlines() if log.exists() else []
+    answer = _exchange(url, data)
+    first = answer.split(b"\r\n", 1)[0]
+    # http.server answers a request whose version it can't read as HTTP/0.9 did: the body alone.
+    code = first.split(b" ")[1] if first.startswith(b"HTTP/") else re.search(rb"Error code: (\d+)", answer)[1]
+    assert code == str(status).encode(), answer[:200]
+    assert logged in log.read_text().splitlines()[len(seen):]
+    assert get(url, "/simple/", {}).status == 200  # and it goes on serving
+    assert "Traceback" not in errors.read_text()
+
+
+def _closed_within(sock: socket.socket, seconds: float, drip: float) -> float | None:
+    """Seconds until the server closed ``sock`` (sending a byte every ``drip`` seconds meanwhile,
+    when above 0), or None when it was still open after ``seconds``."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        if drip:
+            try:
+                sock.send(b"a")
+            except OSError:
+                return time.monotonic() - start
+        readable, _, _ = select.select([sock], [], [], drip or 0.1)
+        if readable:
+            try:
+                if not sock.recv(65536):
+                    return time.monotonic() - start
+            except OSError:
+                return time.monotonic() - start
+    return None
+
+
+@pytest.mark.parametrize("name", list(HALF_SENT))
+def test_a_half_sent_request_is_closed_in_time(name, guarded):
+    url, _, errors = guarded
+    sent, drip = HALF_SENT[name]
+    with socket.create_connection(_address(url), timeout=10) as sock:
+        sock.sendall(sent)
+        took = _closed_within(sock, REQUEST_TIMEOUT + 5, drip)
+    assert took is not None and took < REQUEST_TIMEOUT + 1.5, took
+    assert "Traceback" not in errors.read_text()
+
+
+def test_many_half_sent_requests_hold_nothing(guarded):
+    """Fifty connections that never finish their request: the server answers others meanwhile,
+    and closes every one of them within its request timeout."""
+    url, _, errors = guarded
+    socks = [socket.create_connection(_address(url), timeout=10) for _ in range(50)]
+    try:
+        for sock in socks:
+            sock.sendall(b"GET /simple/ HTTP/1.1\r\nHost: x\r\n")
+        assert get(url, "/simple/", {}).status == 200
+        took = [_closed_within(sock, REQUEST_TIMEOUT + 5, 0) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+    assert None not in took and max(took) < REQUEST_TIMEOUT + 1.5, took
+    assert "Traceback" not in errors.read_text()
+
+
+def test_a_request_timeout_must_be_a_positive_number(demo_index):
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(CuwheelsError, match="must be a positive number of seconds"):
+            make_server(demo_index / "site", request_timeout=bad)
 
 
 # --------------------------------------------------------------------------- pip and uv

@@ -26,13 +26,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-negotiate", action="store_true", help="always answer HTML, like a static host")
     parser.add_argument("--exit-after", type=float, default=0, help="stop after this many seconds (0: never)")
     parser.add_argument("--quiet", action="store_true", help="no access log on stderr")
+    parser.add_argument("--request-timeout", type=float, default=serve.REQUEST_TIMEOUT,
+                        help="seconds a client has to send a request line and headers, and the most one read "
+                             f"or write of a connection waits (default {serve.REQUEST_TIMEOUT:g})")
     return _run(parser.parse_args(argv))
 
 
 @cli
 def _run(args: argparse.Namespace) -> int:
     server = serve.make_server(args.site, args.files, host=args.host, port=args.port,
-                               negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet)
+                               negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet,
+                               request_timeout=args.request_timeout)
     files = f", {args.files} at /files/" if args.files else ""
     print(f"serving {server.url}/ ({args.site}{files})", flush=True)
     serve.serve(server, exit_after=args.exit_after)

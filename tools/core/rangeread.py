@@ -3,14 +3,17 @@ it needs, never the rest of the wheel.
 
 The selector reads a wheel's build manifest this way (a few kilobytes of a wheel that may weigh a
 gigabyte), tools.upstream.registry a torch wheel's metadata and one library, and tools.abicheck
-the libraries that hold torch's stable shim. Each caller turns :class:`RangeUnsupported` into its
-own failure class; network errors are urllib's own (``URLError``, ``HTTPError``, ``OSError``).
+the libraries that hold torch's stable shim. Each caller turns :class:`RangeUnsupported` and
+:class:`RangeLimitExceeded` into its own failure class; network errors are urllib's own
+(``URLError``, ``HTTPError``, ``OSError``), and an answer shorter than the range asked for is a
+``ConnectionError``.
 """
 
 from __future__ import annotations
 
 import io
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 #: Bytes per request unless the caller says otherwise: zipfile's reads of a directory and a
@@ -30,6 +33,15 @@ class RangeUnsupported(Exception):
         self.status = status
 
 
+class RangeLimitExceeded(Exception):
+    """A read would take the bytes fetched past the reader's ``max_fetched``."""
+
+    def __init__(self, message: str, limit: int):
+        super().__init__(message)
+        self.message = message
+        self.limit = limit
+
+
 class RangeReader(io.RawIOBase):
     """A read-only, seekable file over HTTP range requests, in aligned blocks of ``block`` bytes.
 
@@ -39,14 +51,22 @@ class RangeReader(io.RawIOBase):
     whole file, a file up to this size is taken whole; a larger one (or any, at 0) raises
     :class:`RangeUnsupported`. ``user_agent``: the ``User-Agent`` header, when given (urllib's
     own otherwise). ``requests`` and ``fetched`` count what was asked and received.
+    ``max_fetched``: the most bytes all requests together may bring (None: no cap); a read that
+    would pass it raises :class:`RangeLimitExceeded` before anything is fetched or allocated, so
+    that a zip directory claiming gigabytes costs nothing. ``opener``: opens a
+    ``urllib.request.Request`` and returns the response (``urlopen`` with ``timeout`` when None):
+    how a caller applies its own rules to every request (which hosts, until when).
     """
 
     def __init__(self, url: str, size: int | None = None, *, block: int = DEFAULT_BLOCK,
                  timeout: float = 30, user_agent: str | None = None,
-                 whole_file_limit: int = 0, cache_bytes: int = DEFAULT_CACHE):
+                 whole_file_limit: int = 0, cache_bytes: int = DEFAULT_CACHE,
+                 max_fetched: int | None = None,
+                 opener: Callable[[urllib.request.Request], Any] | None = None):
         super().__init__()
         self.url, self.block, self.timeout = url, block, timeout
         self.user_agent, self.whole_file_limit, self.cache_bytes = user_agent, whole_file_limit, cache_bytes
+        self.max_fetched, self.opener = max_fetched, opener
         self.pos = 0
         self.requests = 0
         self.fetched = 0
@@ -71,6 +91,16 @@ class RangeReader(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
         self.pos = max(0, base + offset)
         return self.pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes from the current position (the rest of the file for -1 or None).
+
+        Checked against ``max_fetched`` first: io's own ``read`` allocates the whole buffer
+        before it asks for a byte."""
+        left = max(0, self.size - self.pos)
+        wanted = left if size is None or size < 0 else min(size, left)
+        self._check_limit(wanted)
+        return super().read(wanted)
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the current position, fetching the blocks not held yet in one
@@ -105,8 +135,17 @@ class RangeReader(io.RawIOBase):
         if self.user_agent:
             headers["User-Agent"] = self.user_agent
         self.requests += 1
-        return urllib.request.urlopen(urllib.request.Request(self.url, headers=headers),
-                                      timeout=self.timeout)
+        request = urllib.request.Request(self.url, headers=headers)
+        if self.opener is not None:
+            return self.opener(request)
+        return urllib.request.urlopen(request, timeout=self.timeout)
+
+    def _check_limit(self, more: int) -> None:
+        """RangeLimitExceeded when fetching ``more`` bytes would pass ``max_fetched``."""
+        if self.max_fetched is not None and self.fetched + more > self.max_fetched:
+            raise RangeLimitExceeded(
+                f"{self.url}: reading {more} more bytes would fetch more than {self.max_fetched} "
+                f"bytes of it ({self.fetched} fetched so far)", self.max_fetched)
 
     def _remote_size(self) -> int:
         with self._request(0, 0) as resp:
@@ -121,15 +160,21 @@ class RangeReader(io.RawIOBase):
 
     def _fetch(self, lo: int, hi: int) -> None:
         """Fetch bytes ``lo`` (block-aligned) up to ``hi`` (exclusive) into the block cache."""
+        self._check_limit(hi - lo)
         with self._request(lo, hi - 1) as resp:
             # Never more than asked for: a longer answer would fill the next block with a piece.
             if resp.status == 206:
-                data, start = resp.read(hi - lo), lo
+                data, start, expected = resp.read(hi - lo), lo, hi - lo
             elif self.size <= self.whole_file_limit:
-                data, start = resp.read(self.size), 0
+                self._check_limit(self.size)
+                data, start, expected = resp.read(self.size), 0, self.size
             else:
                 raise RangeUnsupported(f"{self.url}: range request answered {resp.status}, not 206",
                                        resp.status)
+        # A short answer would leave holes in the blocks that a read expects to find.
+        if len(data) != expected:
+            raise ConnectionError(f"{self.url}: asked for {expected} bytes from byte {start}, the "
+                                  f"answer held {len(data)}")
         self.fetched += len(data)
         for i in range(start // self.block, (start + len(data) + self.block - 1) // self.block):
             piece = data[i * self.block - start: (i + 1) * self.block - start]

@@ -16,11 +16,18 @@ resort, in a subprocess).
 
 Modules, one job each: ``gpu`` (which GPU code runs on which GPU), ``detect`` (the machine:
 Python, OS, glibc, torch, driver, GPUs, with overrides), ``facts`` (what the site publishes for
-the selector), ``client`` (reading a site: PEP 691 JSON, HTML fallback, a wheel's manifest by
-range requests), ``checks`` (whether one wheel fits), ``answer`` (the pick and the pip/uv
+the selector), ``fetch`` (what may be read, from which hosts, how much and for how long),
+``client`` (reading a site: PEP 691 JSON, HTML fallback, a wheel's manifest by range requests,
+every field checked), ``checks`` (whether one wheel fits), ``answer`` (the pick and the pip/uv
 commands, or why nothing fits), ``doctor`` (an import error explained), ``cli`` (options and
 output), ``bundle`` (the single-file build; not shipped in it).
 
+The index is not trusted (tools.selector.fetch): only http(s) URLs on the index's host (or one
+``--allow-host`` names) are read, each answer under a size cap, each request within
+``--timeout`` seconds from connecting to its last byte and all of them within ``--deadline``;
+a redirect elsewhere is refused; a page that is not what a cuwheels index writes is an error
+naming the field; nothing the index says reaches the terminal with its control characters.
+
 Exit status: 0 a wheel fits (doctor: no problem found); 1 none fits (doctor: a problem was found
-and explained); 2 bad arguments; 3 the index could not be read.
+and explained); 2 bad arguments; 3 the index could not be read (or was refused).
 """

@@ -12,7 +12,7 @@ from packaging.version import Version
 from tools.core.variant import PYTHON_PART, Variant, cell_id, stable_torch_part, torch_index_url, uv_index_name
 from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
-from .client import Index, IndexFile, read_wheel_manifest
+from .client import Index, IndexFile
 from .detect import Machine, release, series_or_none
 
 
@@ -103,14 +103,15 @@ def abi_from_manifest(manifest: dict[str, Any] | None) -> RecipeAbi | None:
         return None
     if abi.get("torch") == "exact":
         return RecipeAbi(abi["python"], "exact")
-    if abi.get("torch") == "stable" and abi.get("torch_from"):
-        return RecipeAbi(abi["python"], "stable", str(abi["torch_from"]))
+    torch_from = abi.get("torch_from")
+    if abi.get("torch") == "stable" and isinstance(torch_from, str) and series_or_none(torch_from):
+        return RecipeAbi(abi["python"], "stable", torch_from)
     return None
 
 
-def recipe_abi(files: list[IndexFile], *, peek: bool = True, timeout: float = 30) -> RecipeAbi | None:
-    """The ``abi`` of the recipe behind a project's newest wheel on a site, or None when the site
-    doesn't say.
+def recipe_abi(index: Index, files: list[IndexFile], *, peek: bool = True) -> RecipeAbi | None:
+    """The ``abi`` of the recipe behind a project's newest wheel (of ``files``, on ``index``), or
+    None when the site doesn't say.
 
     The index's JSON data (``_cuwheels``) lists ``serves`` exactly for a stable-ABI build, so a
     file with that data and no ``serves`` is an exact build, whose python half is in its abi tag
@@ -127,7 +128,7 @@ def recipe_abi(files: list[IndexFile], *, peek: bool = True, timeout: float = 30
         return RecipeAbi(_TAG_ABI.get(wheel.abi, "cpython"), "exact")
     if not peek:
         return None
-    manifest, _ = read_wheel_manifest(newest.url, newest.size, timeout=timeout)
+    manifest, _ = index.wheel_manifest(newest.url, newest.size)
     return abi_from_manifest(manifest)
 
 
@@ -247,19 +248,18 @@ def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machi
     return sorted(out, key=key)
 
 
-def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True,
-           timeout: float = 30) -> Answer:
+def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True) -> Answer:
     """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does
     and how to build one (for this machine's GPUs when the wheels lack their kernels)."""
-    ans, archs = _pick(index, package, m, version=version, peek=peek, timeout=timeout)
+    ans, archs = _pick(index, package, m, version=version, peek=peek)
     if not ans.fits:
-        abi = recipe_abi(index.files("", ans.package) or [], peek=peek, timeout=timeout)
+        abi = recipe_abi(index, index.files("", ans.package) or [], peek=peek)
         ans.build = build_command(ans.package, m, archs=archs, abi=abi)
     return ans
 
 
-def _pick(index: Index, package: str, m: Machine, *, version: str | None, peek: bool,
-          timeout: float) -> tuple[Answer, list[str] | None]:
+def _pick(index: Index, package: str, m: Machine, *, version: str | None,
+          peek: bool) -> tuple[Answer, list[str] | None]:
     """select's answer without the build hint, and the GPU archs a build should add, if any."""
     project = canonicalize_name(package)
     ans = Answer(package=project, fits=False, machine=m)
@@ -319,7 +319,7 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None, peek: 
             cands.append(c)
         seen += cands
         for c in pick_order([c for c in cands if not c.problems], pinned=version is not None):
-            check_arch(c, m, peek=peek, budget=budget, timeout=timeout)
+            check_arch(c, m, index=index, peek=peek, budget=budget)
             if c.problems:
                 continue
             ans.fits = True
@@ -349,7 +349,7 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None, peek: 
     ans.notes = list(dict.fromkeys(ans.notes + [n for c in seen for n in c.notes]))
     # Other versions in the same index that fit (when a version was asked for).
     if version is not None:
-        others, _ = _pick(index, project, m, version=None, peek=peek, timeout=timeout)
+        others, _ = _pick(index, project, m, version=None, peek=peek)
         if others.fits:
             ans.alternatives.insert(0, {"index": others.index_path, "index_url": others.index_url,
                                         "versions": [Version(others.version or "0").public], "pip": others.pip,

@@ -19,8 +19,8 @@ from packaging.version import Version
 
 from tools.core.manifest import MANIFEST_NAME, archs_found
 from tools.core.variant import Variant, parse_label
-from .client import IndexFile, read_wheel_manifest
-from .detect import Machine, release, series_or_none
+from .client import Index, IndexFile, parse_archs, visible
+from .detect import Machine, release
 from .facts import SiteFacts
 from .gpu import arch_problem, module_archs
 
@@ -169,15 +169,12 @@ class Candidate:
 
 
 def file_variant(f: IndexFile, wheel: WheelName) -> Variant | None:
-    """What a file was built for: the index's own data when it gives it, else the local label."""
+    """What a file was built for: the index's own data when it gives it (checked by
+    tools.selector.client.parse_cuwheels), else the local label."""
     extra = f.extra or {}
     if extra.get("cuda") and extra.get("torch"):
-        abi = extra.get("cxx11_abi")
         # A stable-ABI build serves several torch series (the index says which); a label never does.
-        raw = extra.get("serves")
-        serves = tuple(series_or_none(str(x)) or str(x) for x in raw) if isinstance(raw, list) else ()
-        return Variant(str(extra["cuda"]), series_or_none(str(extra["torch"])) or str(extra["torch"]),
-                       abi if isinstance(abi, bool) else None, serves)
+        return Variant(extra["cuda"], extra["torch"], extra.get("cxx11_abi"), tuple(extra.get("serves", ())))
     label = wheel.version_text.partition("+")[2]
     return parse_label(label) if label else None
 
@@ -213,19 +210,17 @@ def check(c: Candidate, m: Machine, facts: SiteFacts | None, facts_note: str = "
                 "undefined symbol")))
 
 
-def check_arch(c: Candidate, m: Machine, *, peek: bool, budget: list[int], timeout: float) -> None:
-    """Add an ``arch`` problem (or a note saying why it wasn't checked) to ``c``.
+def check_arch(c: Candidate, m: Machine, *, index: Index, peek: bool, budget: list[int]) -> None:
+    """Add an ``arch`` problem (or a note saying why it wasn't checked) to ``c``, a file of ``index``.
 
     ``budget`` is a one-item list: the wheel reads left for this answer, shared by its calls.
     """
     if not m.gpus:
         c.notes.append("couldn't check the GPU arch: no GPU detected (pass --sm to check one)")
         return
-    archs: Any = (c.file.extra or {}).get("archs")
+    found: Any = (c.file.extra or {}).get("archs")
     source = "the index"
-    if archs is not None:
-        found = archs.get("found", archs) if isinstance(archs, dict) else None
-    else:
+    if found is None:
         if not peek:
             c.notes.append("didn't check the GPU arch (--no-peek)")
             return
@@ -233,13 +228,15 @@ def check_arch(c: Candidate, m: Machine, *, peek: bool, budget: list[int], timeo
             c.notes.append("couldn't check the GPU arch: read enough wheels for one answer")
             return
         budget[0] -= 1
-        manifest, how = read_wheel_manifest(c.file.url, c.file.size, timeout=timeout)
+        manifest, how = index.wheel_manifest(c.file.url, c.file.size)
         if manifest is None:
             c.notes.append(f"couldn't check the GPU arch: no build manifest ({how})")
             return
         found = archs_found(manifest)
+        if found is not None:
+            found = parse_archs(found, visible(c.file.url), f"{MANIFEST_NAME} archs.found")
         source = f"the wheel's {MANIFEST_NAME} ({how})"
-    if not isinstance(found, dict) or not module_archs(found):
+    if not found or not module_archs(found):
         c.notes.append("couldn't check the GPU arch: the build manifest lists no GPU code")
         return
     problem = arch_problem(found, m.gpus)

@@ -17,9 +17,10 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .answer import Answer, select
-from .client import Index, IndexReadError
+from .client import Index, IndexReadError, visible
 from .detect import Machine, detect_machine
 from .doctor import Diagnosis, doctor
+from .fetch import DEFAULT_DEADLINE, origin
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from argparse
 
@@ -96,6 +97,32 @@ def format_diagnosis(d: Diagnosis, m: Machine) -> str:
 
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _host(text: str) -> tuple[str, int | None]:
+    """``HOST`` or ``HOST:PORT`` as ``(host, port)`` (argparse type)."""
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """Print ``text`` with every character a terminal would act on escaped (tools.selector.client.
+    visible): an index's text has been made visible already; this covers the rest (URLs and
+    server messages in errors, an import error's text)."""
+    print(visible(text, keep="\n\t"), file=sys.stderr if err else sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = argparse.ArgumentParser(
@@ -114,7 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     err.add_argument("--error-file", type=Path, help="a file holding the error text (a log, a traceback)")
     p.add_argument("--detect", action="store_true", help="print the detected facts and exit")
     p.add_argument("--no-peek", action="store_true", help="never read a wheel's manifest for the GPU arch check")
-    p.add_argument("--timeout", type=float, default=30, help="seconds per network request (default 30)")
+    p.add_argument("--timeout", type=_seconds, default=30,
+                   help="seconds for one network request, from connecting to its last byte (default 30)")
+    p.add_argument("--deadline", type=_seconds, default=DEFAULT_DEADLINE,
+                   help=f"seconds for all the network requests of the run (default {DEFAULT_DEADLINE:g})")
+    p.add_argument("--allow-host", action="append", default=[], type=_host, metavar="HOST[:PORT]",
+                   help="a host the index's files may be read from besides the index's own (repeatable)")
     o = p.add_argument_group("facts of another machine (each replaces what is detected here)")
     o.add_argument("--python-version", help="3.12 (3.13t for free-threaded)")
     o.add_argument("--machine", help="CPU arch as in wheel tags: x86_64, aarch64")
@@ -147,24 +179,24 @@ def main(argv: list[str] | None = None) -> int:
         except InvalidVersion:
             parser.error(f"--version {args.version!r} is not a version (PEP 440), e.g. 2.8.3")
     if args.detect:
-        print(json.dumps(machine.to_json(), indent=2) if args.json else "This machine:\n" + format_machine(machine))
+        _say(json.dumps(machine.to_json(), indent=2) if args.json else "This machine:\n" + format_machine(machine))
         return EXIT_FITS
     try:
-        index = Index(args.index, site_url=args.site_url, timeout=args.timeout) if args.index else None
+        index = Index(args.index, site_url=args.site_url, timeout=args.timeout, deadline=args.deadline,
+                      allow_hosts=tuple(args.allow_host)) if args.index else None
         if args.doctor:
             error = args.error
             if args.error_file is not None:
                 error = args.error_file.read_text(encoding="utf-8", errors="replace")
-            d = doctor(args.package, machine, error=error, index=index, peek=not args.no_peek, timeout=args.timeout)
-            print(json.dumps(d.to_json(machine), indent=2) if args.json else format_diagnosis(d, machine))
+            d = doctor(args.package, machine, error=error, index=index, peek=not args.no_peek)
+            _say(json.dumps(d.to_json(machine), indent=2) if args.json else format_diagnosis(d, machine))
             return EXIT_FITS if d.kind == "ok" else EXIT_NO_FIT
-        answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek,
-                        timeout=args.timeout)
+        answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek)
     except IndexReadError as exc:
-        print(f"index error: {exc}", file=sys.stderr)
+        _say(f"index error: {exc}", err=True)
         return EXIT_INDEX
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}", err=True)
         return EXIT_INDEX
-    print(json.dumps(answer.to_json(), indent=2) if args.json else format_answer(answer))
+    _say(json.dumps(answer.to_json(), indent=2) if args.json else format_answer(answer))
     return EXIT_FITS if answer.fits else EXIT_NO_FIT

@@ -299,13 +299,13 @@ def _diagnose_arch(project: str, have: str, m: Machine, inst: Installed | None, 
 
 
 def doctor(package: str, m: Machine, *, error: str | None = None, index: Index | None = None,
-           peek: bool = True, timeout: float = 30) -> Diagnosis:
+           peek: bool = True) -> Diagnosis:
     """Explain ``error`` (or the error importing ``package`` here) with this machine's facts."""
     inst = find_installed(package)
     answer = None
     if index is not None:
         try:
-            answer = select(index, package, m, peek=peek, timeout=timeout)
+            answer = select(index, package, m, peek=peek)
         except IndexReadError:
             answer = None
     if error is None:

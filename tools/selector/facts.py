@@ -13,12 +13,15 @@ says that the driver check was not done, rather than guessing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 #: The file's name under the site root.
 FACTS_FILE = "selector.json"
 SCHEMA = 1
+_CUDA = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3})?")
+_DRIVER = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){0,3}")
 
 
 class FactsError(ValueError):
@@ -58,6 +61,8 @@ def parse_facts(doc: Any, where: str) -> SiteFacts:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise FactsError(f"{where}: not a schema {SCHEMA} {FACTS_FILE} (a newer site? update the selector)")
     drivers = doc.get("min_driver")
-    if not isinstance(drivers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in drivers.items()):
-        raise FactsError(f"{where}: 'min_driver' must map CUDA versions to driver versions (strings)")
+    if not isinstance(drivers, dict) or not all(isinstance(k, str) and _CUDA.fullmatch(k) and isinstance(v, str)
+                                                and _DRIVER.fullmatch(v) for k, v in drivers.items()):
+        raise FactsError(f"{where}: 'min_driver' must map CUDA versions to driver versions (strings such as "
+                         '"12.8": "570.26")')
     return SiteFacts(min_driver=dict(drivers))

@@ -11,14 +11,25 @@ directory holding both ``index.html`` and ``index.json`` the ``Accept`` header d
 ``application/vnd.pypi.simple.v1+html`` the HTML, ties go to HTML, nothing acceptable is a 406;
 ``?format=<content type>`` overrides the header, as on PyPI. ``--no-negotiate`` always answers
 HTML, like a static host. ``--log FILE`` appends ``METHOD PATH STATUS`` per request (tests read it
-to see which wheels were downloaded); ``--exit-after SECONDS`` stops the server by itself.
+to see which wheels were downloaded; characters a terminal would act on are escaped, and a request
+refused before its path was read logs ``-`` for it); ``--exit-after SECONDS`` stops the server by
+itself.
+
+A client has ``--request-timeout`` seconds (REQUEST_TIMEOUT) to send a request line and its
+headers, counted from the first read, not per read: a request sent half, or a byte at a time,
+is answered by closing the connection instead of holding its thread. The same number of seconds
+bounds each later read or write of the connection. A path with a NUL byte (``%00``) is a 400; a
+request line over 65,536 bytes a 414 (http.server's limit).
 """
 
 from __future__ import annotations
 
+import io
 import posixpath
 import shutil
+import socket
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,6 +47,8 @@ _ALIASES = {
     "application/vnd.pypi.simple.latest+html": HTML_V1,
 }
 FILES_PREFIX = "/files/"
+#: Seconds a client has to send a request line and headers (and the most one read or write waits).
+REQUEST_TIMEOUT = 30.0
 
 
 def parse_accept(header: str) -> list[tuple[str, float]]:
@@ -78,10 +91,57 @@ def negotiate(accept: str | None) -> str | None:
     return best
 
 
+class _HeadReader(io.RawIOBase):
+    """A connection's reads, each allowed only what is left of the time to send a request head
+    (``deadline``, a ``time.monotonic()``), or ``idle`` seconds once the head is in (None)."""
+
+    def __init__(self, sock: socket.socket, idle: float):
+        super().__init__()
+        self.sock, self.idle = sock, idle
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        """Always: it is the connection's reading side."""
+        return True
+
+    def readinto(self, buffer) -> int:
+        """Read what the client sent into ``buffer``; TimeoutError once the head's time is up."""
+        wait = self.idle
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("the request line and headers took too long")
+        self.sock.settimeout(wait)
+        return self.sock.recv_into(buffer)
+
+
 class IndexHandler(BaseHTTPRequestHandler):
     """Serves the site and the wheel files; configured through the server's attributes."""
 
     server_version = "cuwheels-serve"
+
+    def setup(self) -> None:
+        """The connection, read through a _HeadReader (what puts a time limit on a request head)."""
+        super().setup()
+        self.rfile.close()  # http.server's own reader, never used: the one below replaces it
+        self._head = _HeadReader(self.connection, self.server.request_timeout)
+        self.rfile = io.BufferedReader(self._head)
+
+    def handle_one_request(self) -> None:
+        """One request, its head due within the server's request timeout."""
+        # A request refused before its line is parsed must not log the previous request's path.
+        self.command, self.path = None, None
+        self._head.deadline = time.monotonic() + self.server.request_timeout
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        """http.server's parsing (it reads the headers); the head's time limit ends with it."""
+        try:
+            return super().parse_request()
+        finally:
+            self._head.deadline = None
+            # The answer's writes wait up to the idle limit, not what was left of the head's time.
+            self.connection.settimeout(self._head.idle)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._serve(head=False)
@@ -92,6 +152,10 @@ class IndexHandler(BaseHTTPRequestHandler):
     def _serve(self, *, head: bool) -> None:
         url = urlsplit(self.path)
         path = unquote(url.path)
+        if "\x00" in path:
+            # No file name holds one, and the file system calls below would raise a ValueError for it.
+            self._error(HTTPStatus.BAD_REQUEST, "the path holds a NUL byte (%00)")
+            return
         if path.startswith(FILES_PREFIX):
             root, rel = self.server.files_dir, path[len(FILES_PREFIX):]
             listable = False
@@ -162,8 +226,12 @@ class IndexHandler(BaseHTTPRequestHandler):
         code = getattr(code, "value", code)
         log = self.server.request_log
         if log is not None:
+            line = f"{self.command or '-'} {self.path or '-'} {code}"
+            if not line.isprintable():
+                # The path is the client's: a line break or an escape sequence must not reach the log raw.
+                line = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in line)
             with self.server.log_lock:
-                log.write(f"{self.command} {self.path} {code}\n")
+                log.write(line + "\n")
                 log.flush()
         if not self.server.quiet:
             super().log_request(code, size)
@@ -203,8 +271,9 @@ class IndexServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address, *, site_dir: Path, files_dir: Path | None, negotiate: bool,
-                 log_path: Path | None, quiet: bool):
+                 log_path: Path | None, quiet: bool, request_timeout: float = REQUEST_TIMEOUT):
         self.site_dir = Path(site_dir).resolve()
+        self.request_timeout = request_timeout
         # Without --files, /files/ serves an empty place rather than the site.
         self.files_dir = Path(files_dir).resolve() if files_dir is not None else self.site_dir / ".no-files"
         self.negotiate = negotiate
@@ -235,18 +304,22 @@ def make_server(
     negotiate: bool = True,
     log_path: Path | None = None,
     quiet: bool = True,
+    request_timeout: float = REQUEST_TIMEOUT,
 ) -> IndexServer:
     """A server for ``site_dir`` (at ``/``) and ``files_dir`` (at ``/files/``), not yet serving.
 
     Port 0 picks a free port (see ``.url``). Run it with ``serve_forever()`` and stop it with
-    ``shutdown()`` + ``server_close()``.
+    ``shutdown()`` + ``server_close()``. ``request_timeout``: seconds a client has to send a
+    request's line and headers (and the most one read or write of a connection waits).
     """
+    if not 0 < request_timeout < float("inf"):
+        raise CuwheelsError(f"request timeout {request_timeout!r}: must be a positive number of seconds")
     if not Path(site_dir).is_dir():
         raise CuwheelsError(f"site directory {site_dir} does not exist", hint="run `make index` first")
     if files_dir is not None and not Path(files_dir).is_dir():
         raise CuwheelsError(f"files directory {files_dir} does not exist")
     return IndexServer((host, port), site_dir=site_dir, files_dir=files_dir, negotiate=negotiate,
-                       log_path=log_path, quiet=quiet)
+                       log_path=log_path, quiet=quiet, request_timeout=request_timeout)
 
 
 def serve(server: IndexServer, *, exit_after: float = 0) -> None:
