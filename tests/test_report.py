@@ -1,4 +1,4 @@
-"""Progress lines, the build report written however a build ends, and publishing a wheel."""
+"""Progress lines, and the build report written however a build ends."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tools.core.errors import SourceError
-from tools.pipeline.report import Progress, publish, reporting
+from tools.pipeline.report import Progress, reporting
 
 
 def test_steps_are_timed_numbered_and_reported(tmp_path):
@@ -28,16 +28,3 @@ def test_steps_are_timed_numbered_and_reported(tmp_path):
     assert written["steps"][0]["detail"] == {"x": 1}
     assert written["error"] == {"kind": "source", "message": "bad sha256"}
     assert not list(tmp_path.glob("*.part"))
-
-
-def test_publish_replaces_a_wheel_of_the_same_name(tmp_path):
-    wheel = tmp_path / "build" / "x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
-    wheel.parent.mkdir()
-    wheel.write_bytes(b"new")
-    out = tmp_path / "wheelhouse"
-    out.mkdir()
-    (out / wheel.name).write_bytes(b"old")
-    progress = Progress("x", ["publish"], io.StringIO())
-    target = progress.run("publish", lambda step: publish(wheel, out, step))
-    assert target.read_bytes() == b"new" and sorted(p.name for p in out.iterdir()) == [wheel.name]
-    assert progress.steps[0].detail == {"wheel": str(target), "size": 3}

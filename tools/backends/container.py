@@ -70,7 +70,8 @@ from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.stage import recipe_git_revision
 from tools.core.manifest import read_manifest
 from tools.plan.matrix import Cell
-from tools.pipeline.report import Progress, publish, reporting
+from tools.pipeline.report import Progress, reporting
+from tools.pipeline.wheelhouse import publish
 from tools.plan.recipe import Recipe
 from tools.pipeline.source import prepare_source
 from tools.plan.table import Table

@@ -31,7 +31,8 @@ from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check,
 from tools.pipeline import ccache
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
 from tools.pipeline.compilelog import failing_file
-from tools.pipeline.report import Progress, Step, publish, reporting
+from tools.pipeline.report import Progress, Step, reporting
+from tools.pipeline.wheelhouse import publish
 from tools.pipeline.source import prepare_source
 from tools.pipeline.toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command, torch_info)

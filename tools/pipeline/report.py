@@ -1,14 +1,13 @@
 """Progress and the build report, shared by the orchestrator, both backends and the finish step.
 
 A build is a list of timed steps: each prints when it starts and how it ended (with the time
-since the build began), and lands in the report with its status and details. ``publish`` is
-the last step of every backend: the one place a wheel enters the wheelhouse.
+since the build began), and lands in the report with its status and details. (The last step of
+every backend, the move into the wheelhouse, is tools.pipeline.wheelhouse.publish.)
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -65,17 +64,6 @@ class Progress:
         step.status = "ok"
         self.say(f"step {index}/{len(self.names)}: {name} ok ({step.seconds:.1f}s)")
         return result
-
-
-def publish(wheel: Path, out_dir: Path, step: Step) -> Path:
-    """Move a verified wheel into the wheelhouse atomically (same name: replaced)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{wheel.name}.part"
-    shutil.copyfile(wheel, tmp)
-    target = out_dir / wheel.name
-    tmp.replace(target)
-    step.detail.update(wheel=str(target), size=target.stat().st_size)
-    return target
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
