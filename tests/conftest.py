@@ -1,5 +1,6 @@
 """Shared fixtures: a small compatibility table, a valid recipe to mutate, and a small world of
-two recipes with real sdists on disk (the planner's and the backends' tests use it)."""
+two recipes with real sdists on disk (the planner's and the backends' tests use it), with a third
+recipe that depends on one of them, planned and staged for the container."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tools.backends import container
 from tools.backends.cibw import Limits, plan_invocation
+from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
 from tools.plan.matrix import find_cell, plan
 from tools.plan.recipe import load_all
@@ -189,6 +192,29 @@ def world(tmp_path):
         recipes = load_all(tmp_path / "recipes", table)
         return table, recipes, plan(recipes, table)
     return make
+
+
+@pytest.fixture
+def dependent_world(world, tmp_path, good_recipe):
+    """The test world plus dep_ext, whose cells need demo_ext's; returns its folder (tmp_path)."""
+    # Imported here, not above: the dependent recipe is test_needs's, and that module pulls in the
+    # build tests' helpers, which a suite that never asks for this fixture need not import.
+    from tests.test_needs import _dependent
+    world()
+    write_sdist_recipe(tmp_path, _dependent(good_recipe))
+    return tmp_path
+
+
+@pytest.fixture
+def staged_dependent(dependent_world):
+    """dep_ext's cell for CUDA 13.0 and torch 2.9, from one plan of the dependent world, staged
+    for the container under ``work/``: ``(planned, cell, staged)``."""
+    planned = Planned.make(dependent_world / "recipes", dependent_world / "table.yaml")
+    cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
+    staged = container.stage(cell, planned.recipe(cell), planned.table,
+                             dependent_world / "work" / cell.id,
+                             sdist=dependent_world / "sdists" / "dep_ext-1.0.0.tar.gz")
+    return planned, cell, staged
 
 
 def plan_cell(cell_id, table, recipes, cells, tmp_path, *, limits=Limits(14, 4), engine="docker"):

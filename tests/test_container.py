@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import MINI_TABLE, plan_cell, write_sdist_recipe
+from tests.conftest import MINI_TABLE, plan_cell
 from tools import ROOT
 from tools import build as build_command
 from tools.builder import orchestrate as build
@@ -120,17 +120,10 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     assert Cell.from_json(json.loads((tools / "cell.json").read_text())) == cell
 
 
-def test_stage_of_a_dependent_stages_its_own_recipe_and_the_planned_needs(world, tmp_path,
-                                                                          good_recipe):
+def test_stage_of_a_dependent_stages_its_own_recipe_and_the_planned_needs(staged_dependent):
     """The container no longer plans, so a dependent's recipe goes without those it depends on:
     what it needs is in the staged cell."""
-    table, _, _ = world()
-    from tests.test_needs import _dependent
-    write_sdist_recipe(tmp_path, _dependent(good_recipe))
-    planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
-    cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
-    staged = container.stage(cell, planned.recipe(cell), table, tmp_path / "work" / cell.id,
-                             sdist=tmp_path / "sdists" / "dep_ext-1.0.0.tar.gz")
+    _, cell, staged = staged_dependent
     tools = staged.project / "cuwheels"
     assert sorted(p.name for p in (tools / "recipes").iterdir()) == ["dep_ext", "table.yaml"]
     saved = Cell.from_json(json.loads((tools / "cell.json").read_text()))

@@ -22,17 +22,14 @@ import hashlib
 import json
 import os
 import re
-import resource
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bounded import Run, run_bounded
 from index_support import ANY, BASE, NOW, assert_site_valid, listed
 from wheelfactory import make_wheel
 
@@ -54,46 +51,14 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 PUBLISHED = "demo-1.0-py3-none-any.whl"
 
 
-@dataclass(frozen=True)
-class Run:
-    """One finished run of the command."""
-
-    rc: int
-    out: str
-    err: str
-    seconds: float
-    max_rss_mib: float
-
-
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MAX_AS_BYTES, MAX_AS_BYTES))
-
-
 def run(argv: list[str], *, python_code: str | None = None) -> Run:
     """Run ``python -m tools.index ARGV`` (or ``python -c CODE ARGV``), bounded, and measure it."""
     cmd = [sys.executable, *(["-c", python_code] if python_code else ["-m", "tools.index"]), *argv]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                preexec_fn=_limit_memory)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > RUN_LIMIT_S:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"{cmd} ran past {RUN_LIMIT_S} s")
-            time.sleep(0.01)
-        seconds = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        result = Run(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                     seconds, usage.ru_maxrss / 1024)
+    result = run_bounded(cmd, seconds=RUN_LIMIT_S, address_space=MAX_AS_BYTES, env=ENV)
+    if result.seconds >= RUN_LIMIT_S:
+        pytest.fail(f"{cmd} ran past {RUN_LIMIT_S} s")
     assert result.seconds < MAX_SECONDS, result
-    assert result.max_rss_mib < MAX_RSS_MIB, result
+    assert result.peak_rss_mib < MAX_RSS_MIB, result
     return result
 
 
@@ -131,9 +96,9 @@ def published(root: Path) -> dict[str, str]:
 
 def left_out(run_: Run) -> dict[str, str]:
     """``{file name: reason}`` of the files a run says it left out."""
-    assert run_.rc == 11, run_
-    assert "file(s) left out; the rest is published:" in run_.err, run_.err
-    return dict(re.findall(r"^  (\S+?): (.*)$", run_.err, re.M))
+    assert run_.returncode == 11, run_
+    assert "file(s) left out; the rest is published:" in run_.stderr, run_.stderr
+    return dict(re.findall(r"^  (\S+?): (.*)$", run_.stderr, re.M))
 
 
 # --------------------------------------------------------------------------- wheels
@@ -147,7 +112,7 @@ def test_a_hostile_wheel_is_left_out_by_name_and_nothing_published_changes(tmp_p
     reasons = left_out(result)
     assert list(reasons) == [printable(path.name)]
     assert re.search(hostile.expect, reasons[printable(path.name)]), reasons
-    assert "Traceback" not in result.err
+    assert "Traceback" not in result.stderr
     assert state(tmp_path / "site", tmp_path / "ledger.json", tmp_path / ".site.hashcache.json") == before
     assert not Path(f"{path}.metadata").exists()
 
@@ -180,10 +145,10 @@ def test_every_hostile_wheel_in_one_batch_and_the_good_one_is_published(tmp_path
 
 def _refused(tmp_path: Path, result: Run, before: dict[str, str], expect: str, *paths: Path) -> None:
     """A run refused whole: exit 11, the named error, nothing written anywhere."""
-    assert result.rc == 11, result
-    assert result.err.startswith("index error: "), result.err
-    assert re.search(expect, result.err), result.err
-    assert "Traceback" not in result.err
+    assert result.returncode == 11, result
+    assert result.stderr.startswith("index error: "), result.stderr
+    assert re.search(expect, result.stderr), result.stderr
+    assert "Traceback" not in result.stderr
     assert state(*paths) == before
 
 
@@ -273,8 +238,8 @@ def test_a_broken_cache_beside_the_site_is_no_cache(tmp_path, what):
     else:
         (cache if what.startswith("hash") else fingerprints).write_text("[" * 100_000)
     result = run(index_args(tmp_path))
-    assert result.rc == 0, result
-    assert "(0 new, 1 hashed, 0 removed)" in result.out if what.startswith("hash") else "0 hashed" in result.out
+    assert result.returncode == 0, result
+    assert "(0 new, 1 hashed, 0 removed)" in result.stdout if what.startswith("hash") else "0 hashed" in result.stdout
     assert state(tmp_path / "site") == {k: v for k, v in before.items() if k.startswith(str(tmp_path / "site"))}
 
 
@@ -364,13 +329,13 @@ def test_two_sites_built_at_once_from_one_ledger_never_lose_a_file(tmp_path):
 def test_a_removed_file_does_not_come_back(tmp_path):
     published(tmp_path)
     make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY)
-    assert run(index_args(tmp_path, "--remove", PUBLISHED)).rc == 0
+    assert run(index_args(tmp_path, "--remove", PUBLISHED)).returncode == 0
     paths = (tmp_path / "site", tmp_path / "ledger.json")
     before = state(*paths)
     result = run(index_args(tmp_path))  # an ordinary run, the removed wheel still in the batch
-    assert result.rc == 0, result
-    assert f"left out, removed from the index: {PUBLISHED} (--restore {PUBLISHED} publishes it again)" in result.out
-    assert "(0 new," in result.out
+    assert result.returncode == 0, result
+    assert f"left out, removed from the index: {PUBLISHED} (--restore {PUBLISHED} publishes it again)" in result.stdout
+    assert "(0 new," in result.stdout
     assert state(*paths) == before
 
 
@@ -399,7 +364,7 @@ def test_a_full_disk_simulated_is_a_named_error(tmp_path, step):
     result = run([step, *index_args(tmp_path)], python_code=FULL_DISK)
     what = r"writing the new site in \S+" if step == "render" else r"writing the ledger \S+"
     _refused(tmp_path, result, before, rf"^index error: {what} failed: \[Errno 28\] No space left on device", *paths)
-    assert "fix: the file system is full: free space there and run again" in result.err
+    assert "fix: the file system is full: free space there and run again" in result.stderr
     assert not list(tmp_path.glob(".site.new-*"))
 
 
@@ -479,12 +444,12 @@ def test_killed_between_the_two_renames_of_the_fallback_swap(tmp_path):
     published(tmp_path)
     new = make_wheel(tmp_path / "wheels", "demo", "2.0", tag=ANY).name
     result = run(index_args(tmp_path), python_code=KILL_BETWEEN_RENAMES)
-    assert result.rc == -9
+    assert result.returncode == -9
     assert not (tmp_path / "site").exists() and (tmp_path / ".site.swapping").exists()
     old = json.loads((tmp_path / ".site.prev" / "ledger.json").read_text())["files"]
     assert set(old) == {PUBLISHED} and new in json.loads((tmp_path / "ledger.json").read_text())["files"]
     result = run(index_args(tmp_path))
-    assert result.rc == 0, result
+    assert result.returncode == 0, result
     assert listed(tmp_path / "site", "", "demo") == [PUBLISHED, new]
     assert_site_valid(tmp_path / "site")
     assert not (tmp_path / ".site.swapping").exists()

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from bounded import Run, run_bounded
 
 from tests.fixtures.hostile import make_inputs
 from tools import ROOT
@@ -37,51 +35,22 @@ MAX_SECONDS = 20
 #: The deadline the download cases give (their servers never finish).
 DEADLINE = 1.5
 
-_LAUNCH = ("import os, resource, sys; n = int(sys.argv[1]); "
-           "resource.setrlimit(resource.RLIMIT_AS, (n, n)); os.execv(sys.argv[2], sys.argv[2:])")
 
-
-@dataclass
-class Run:
-    """How one bounded run ended."""
-
-    rc: int
-    out: str
-    err: str
-    seconds: float
-    rss_mib: float
-
-
-def run_bounded(*args: str, limit_s: float = MAX_SECONDS) -> Run:
+def run_python(*args: str) -> Run:
     """``python ARGS`` from the repository root, with ``ADDRESS_SPACE`` bytes of address space,
-    killed after ``limit_s`` seconds; its own peak memory is read from ``wait4``."""
-    argv = [sys.executable, "-I", "-S", "-c", _LAUNCH, str(ADDRESS_SPACE), sys.executable, *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err, env=env)
-        timer = threading.Timer(limit_s, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        seconds = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        return Run(proc.returncode, out.read().decode(errors="replace"),
-                   err.read().decode(errors="replace"), seconds, usage.ru_maxrss / 1024)
+    killed after ``MAX_SECONDS`` seconds."""
+    return run_bounded([sys.executable, *args], seconds=MAX_SECONDS, address_space=ADDRESS_SPACE,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def assert_refused(run: Run, error: type, expect: str, limit_s: float = MAX_SECONDS) -> None:
     """The run exited with ``error``'s code, named ``expect``, with no traceback, in time and
     memory."""
-    assert run.rc == error.exit_code, f"exit {run.rc}:\n{run.err[-3000:]}"
-    assert "Traceback" not in run.err, run.err[-3000:]
-    assert expect in run.err, f"{expect!r} not in:\n{run.err[-3000:]}"
+    assert run.returncode == error.exit_code, f"exit {run.returncode}:\n{run.stderr[-3000:]}"
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert expect in run.stderr, f"{expect!r} not in:\n{run.stderr[-3000:]}"
     assert run.seconds < limit_s, f"took {run.seconds:.1f} s"
-    assert run.rss_mib < MAX_RSS_MIB, f"used {run.rss_mib:.0f} MiB"
+    assert run.peak_rss_mib < MAX_RSS_MIB, f"used {run.peak_rss_mib:.0f} MiB"
 
 
 def snapshot(folder: Path, leave_out: tuple[Path, ...] = ()) -> dict[str, tuple]:
@@ -173,7 +142,7 @@ def test_hostile_sdist_is_refused_and_nothing_outside_changes(sdists, name):
     work.mkdir()
     (case / "outside.txt").rename(outside)
     before = snapshot(case, leave_out=(work / "sdist",))
-    run = run_bounded("-c", _PREPARE, str(archive), str(work), str(make_inputs.BASE_RECIPE))
+    run = run_python("-c", _PREPARE, str(archive), str(work), str(make_inputs.BASE_RECIPE))
     assert_refused(run, SourceError, SDIST_REFUSALS[name])
     assert outside.read_text() == make_inputs.OUTSIDE_TEXT
     assert not extracted.exists(), "a refused sdist leaves nothing half-extracted"
@@ -274,28 +243,28 @@ def test_hostile_recipe_is_a_named_recipe_error(recipes, name):
     outside = folder.parent / "outside.txt"
     outside.write_text(make_inputs.OUTSIDE_TEXT)
     before = snapshot(folder.parent)
-    run = run_bounded("-m", "tools.recipe", str(folder))
+    run = run_python("-m", "tools.recipe", str(folder))
     assert_refused(run, RecipeError, RECIPE_REFUSALS[name])
-    assert str(folder / "recipe.yaml") in run.err  # the file is named
-    assert "1 of 1 recipe(s) invalid" in run.err
-    assert len(run.err) < 20_000  # no message carries a hostile value whole
+    assert str(folder / "recipe.yaml") in run.stderr  # the file is named
+    assert "1 of 1 recipe(s) invalid" in run.stderr
+    assert len(run.stderr) < 20_000  # no message carries a hostile value whole
     assert snapshot(folder.parent) == before
 
 
 def test_the_base_recipe_itself_is_valid():
     """The hostile recipes differ from a valid one by their attack alone."""
-    run = run_bounded("-m", "tools.recipe", str(make_inputs.BASE_RECIPE))
-    assert run.rc == 0, run.err
+    run = run_python("-m", "tools.recipe", str(make_inputs.BASE_RECIPE))
+    assert run.returncode == 0, run.stderr
 
 
 def test_two_recipes_of_one_project_are_refused_by_both_commands(tmp_path):
     first, second = make_inputs.make_same_project(tmp_path)
-    run = run_bounded("-m", "tools.recipe", str(first), str(second))
+    run = run_python("-m", "tools.recipe", str(first), str(second))
     assert_refused(run, RecipeError, "both build causal-conv1d")
-    assert str(first / "recipe.yaml") in run.err and str(second / "recipe.yaml") in run.err
-    run = run_bounded("-m", "tools.matrix", "--recipes", str(first.parent), "--format", "ids")
+    assert str(first / "recipe.yaml") in run.stderr and str(second / "recipe.yaml") in run.stderr
+    run = run_python("-m", "tools.matrix", "--recipes", str(first.parent), "--format", "ids")
     assert_refused(run, RecipeError, "two recipes build the same PyPI project")
-    assert run.out == ""
+    assert run.stdout == ""
 
 
 # --------------------------------------------------------------------------- tables
@@ -319,10 +288,10 @@ def test_hostile_table_is_a_named_table_error(tmp_path, name):
     table = make_inputs.make_tables(tmp_path / "tables", ROOT / "recipes" / "table.yaml")[name]
     (tmp_path / "recipes").mkdir()
     before = snapshot(tmp_path)
-    run = run_bounded("-m", "tools.matrix", "--recipes", str(tmp_path / "recipes"),
-                      "--table", str(table))
+    run = run_python("-m", "tools.matrix", "--recipes", str(tmp_path / "recipes"),
+                     "--table", str(table))
     assert_refused(run, TableError, TABLE_REFUSALS[name])
-    assert str(table) in run.err and run.out == ""
+    assert str(table) in run.stderr and run.stdout == ""
     assert snapshot(tmp_path) == before
 
 
@@ -453,8 +422,8 @@ def test_hostile_download_is_refused_in_time(server, tmp_path, client, name):
     (tmp_path / "outside.txt").write_text(make_inputs.OUTSIDE_TEXT)
     before = snapshot(tmp_path)
     asked = len(Hostile.asked)
-    run = run_bounded("-c", code, url, str(work), server, str(make_inputs.BASE_RECIPE),
-                      str(DEADLINE))
+    run = run_python("-c", code, url, str(work), server, str(make_inputs.BASE_RECIPE),
+                     str(DEADLINE))
     assert_refused(run, error, expect, limit_s=DEADLINE + 6)
     assert not work.exists() or not any(work.iterdir()), "a refused download leaves no file"
     assert snapshot(tmp_path, leave_out=(work,)) == before
@@ -467,11 +436,11 @@ def test_a_download_within_the_bounds_goes_through(server, tmp_path, client):
     """The control: the same clients fetch a small answer from the same server (the source
     step then refuses its hash, which proves the bytes arrived)."""
     code, error = CLIENTS[client]
-    run = run_bounded("-c", code, f"{server}/sdist/random", str(tmp_path / "work"), server,
-                      str(make_inputs.BASE_RECIPE), "30")
+    run = run_python("-c", code, f"{server}/sdist/random", str(tmp_path / "work"), server,
+                     str(make_inputs.BASE_RECIPE), "30")
     if client == "source":
         assert_refused(run, SourceError, "has sha256")
     else:
-        assert run.rc == 0, run.err
+        assert run.returncode == 0, run.stderr
         assert (tmp_path / "work" / "x.tar.gz").stat().st_size == 4096
 

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import select
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bounded import Run, run_bounded
 
 from tests.fixtures.hostile.make_pages import (
     BEHAVIOURS, HUGE_WHEEL, LOCAL, MACHINE, PROJECT, RAW_CONTROLS, Case, HostileServer, make_local, page_cases, site,
@@ -37,8 +34,8 @@ from tools.selector import bundle
 RUN_LIMIT = 30
 #: The address space a run may map (a run that grew without bound fails here, not the machine).
 ADDRESS_SPACE = 2 << 30
-#: The peak resident memory a run may reach (a page is read up to 16 MiB).
-PEAK_RSS = 256 << 20
+#: The peak resident memory a run may reach, in MiB (a page is read up to 16 MiB).
+PEAK_RSS_MIB = 256
 #: Seconds the servers live at most.
 SERVER_LIFETIME = 900
 
@@ -50,56 +47,24 @@ PYZ_CASES = ["filename-number", "sass-number", "torch-invalid", "deep-files", "m
 PYZ_BEHAVIOURS = ["endless-page", "drip", "redirect-other-host", "redirect-file", "wheel-huge-directory"]
 
 
-@dataclass
-class Run:
-    """What a bounded run gave: exit status, output, wall seconds, peak resident bytes."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-    peak_rss: int
-
-
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-
-def run_bounded(cmd: list[str], *, limit: float = RUN_LIMIT) -> Run:
+def run_selector(cmd: list[str]) -> Run:
     """Run ``cmd`` with a clean environment (no proxy: 127.0.0.1 must be reached directly) under
-    ADDRESS_SPACE; killed after ``limit`` seconds. Output goes to files, never a pipe that fills."""
+    ADDRESS_SPACE; killed after RUN_LIMIT seconds."""
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=ROOT, env=env,
-                                preexec_fn=_limit_address_space)
-        pid, status, usage = 0, 0, None
-        while not pid and time.monotonic() - start < limit:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if not pid:
-                time.sleep(0.02)
-        if not pid:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-        out.seek(0)
-        err.seek(0)
-        return Run(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                   seconds, usage.ru_maxrss * 1024)
+    return run_bounded(cmd, seconds=RUN_LIMIT, address_space=ADDRESS_SPACE, env=env)
 
 
 def assert_refused_well(run: Run, *, exit: int, expect: str, stream: str, seconds: float = RUN_LIMIT) -> None:
     """The run exited with ``exit``, said ``expect`` on ``stream``, without a traceback or a raw
-    control character, in under ``seconds`` and PEAK_RSS."""
-    shown = f"exit {run.returncode} in {run.seconds:.1f} s, {run.peak_rss >> 20} MiB\n{run.stdout}\n{run.stderr}"
+    control character, in under ``seconds`` and PEAK_RSS_MIB."""
+    shown = f"exit {run.returncode} in {run.seconds:.1f} s, {run.peak_rss_mib:.0f} MiB\n{run.stdout}\n{run.stderr}"
     assert run.returncode == exit, shown
     assert expect in (run.stderr if stream == "stderr" else run.stdout), shown
     assert "Traceback" not in run.stderr, shown
     assert not [c for c in RAW_CONTROLS if c in run.stdout + run.stderr], shown
     assert run.seconds < seconds, shown
-    assert run.peak_rss < PEAK_RSS, shown
+    assert run.peak_rss_mib < PEAK_RSS_MIB, shown
     if exit == 3:
         assert run.stderr.startswith("index error: ") and "\n  fix: " in run.stderr, shown
 
@@ -187,13 +152,13 @@ def _runs(names: list[str], subset: list[str]) -> list:
 def test_a_hostile_page_is_named_and_bounded(name, runner, cases, served, request):
     case = cases[name]
     pyz_path = request.getfixturevalue("pyz") if runner == "pyz" else None
-    run = run_bounded(selector(runner, pyz_path, PROJECT, "--index", f"{served}{name}/", *MACHINE, *case.args))
+    run = run_selector(selector(runner, pyz_path, PROJECT, "--index", f"{served}{name}/", *MACHINE, *case.args))
     assert_refused_well(run, exit=case.exit, expect=case.expect, stream=case.stream)
 
 
 @pytest.mark.parametrize("name", list(LOCAL))
 def test_a_local_site_reads_regular_files_only(name, tmp_path):
-    run = run_bounded(selector("module", None, PROJECT, "--index", str(make_local(tmp_path, name)), *MACHINE))
+    run = run_selector(selector("module", None, PROJECT, "--index", str(make_local(tmp_path, name)), *MACHINE))
     assert_refused_well(run, exit=3, expect=LOCAL[name], stream="stderr", seconds=15)
 
 
@@ -206,15 +171,15 @@ def test_a_hostile_server_is_named_and_bounded(name, runner, cases, served, host
     else:
         port = hostile.url.rstrip("/").rsplit(":", 1)[1]
         args = ["--index", f"{served}{name}/", "--allow-host", f"127.0.0.1:{port}"]
-    run = run_bounded(selector(runner, pyz_path, PROJECT, *args, *MACHINE, *behaviour.args))
+    run = run_selector(selector(runner, pyz_path, PROJECT, *args, *MACHINE, *behaviour.args))
     # Cut at the limit, whatever the server does: a 2 s request timeout or deadline, plus start-up.
     assert_refused_well(run, exit=behaviour.exit, expect=behaviour.expect, stream=behaviour.stream, seconds=10)
 
 
 def test_escapes_stay_escaped_in_json(cases, served):
     """--json escapes control characters itself; the reason reads as the index wrote it, made visible."""
-    run = run_bounded(selector("module", None, PROJECT, "--index", f"{served}yank-reason-escapes/", "--json",
-                               *MACHINE))
+    run = run_selector(selector("module", None, PROJECT, "--index", f"{served}yank-reason-escapes/", "--json",
+                                *MACHINE))
     assert run.returncode == 1 and not [c for c in RAW_CONTROLS if c in run.stdout], run.stdout
     reasons = json.loads(run.stdout)["reasons"]
     assert any("is yanked (\\x1b]0;owned\\x07" in r for r in reasons), reasons
@@ -223,7 +188,7 @@ def test_escapes_stay_escaped_in_json(cases, served):
 def test_the_wheel_another_host_serves_needs_the_users_word(cases, served, hostile):
     """The same page: refused without --allow-host, read with it, and --no-peek reads nothing."""
     index = f"{served}other-host/"
-    refused = run_bounded(selector("module", None, PROJECT, "--index", index, *MACHINE))
+    refused = run_selector(selector("module", None, PROJECT, "--index", index, *MACHINE))
     assert refused.returncode == 3 and "--allow-host 127.0.0.1:" in refused.stderr, refused.stderr
-    unread = run_bounded(selector("module", None, PROJECT, "--index", index, "--no-peek", *MACHINE))
+    unread = run_selector(selector("module", None, PROJECT, "--index", index, "--no-peek", *MACHINE))
     assert unread.returncode == 0 and "didn't check the GPU arch (--no-peek)" in unread.stdout, unread.stderr

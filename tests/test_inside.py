@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_sdist_recipe
-from tests.test_needs import _dependent
 from tools.backends import container
 from tools.backends import inside as incontainer
-from tools.builder.planned import Planned
 from tools.core.errors import PlanError, ToolchainError
 from tools.plan.matrix import find_cell
 
@@ -58,21 +55,16 @@ def test_staged_tools_check_the_images_nvcc(world, tmp_path, release, rc, says):
 
 
 def test_a_dependent_is_read_from_its_cell_file_without_the_recipes_it_depends_on(
-        world, tmp_path, good_recipe):
+        staged_dependent, tmp_path):
     """The staged copy holds the dependent's recipe alone: planning it there would fail (its
     dependency is no recipe there); the staged cell, with what it needs, is read instead."""
-    table, _, _ = world()
-    write_sdist_recipe(tmp_path, _dependent(good_recipe))
-    planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
-    cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
-    staged = container.stage(cell, planned.recipe(cell), table, tmp_path / "work" / cell.id,
-                             sdist=tmp_path / "sdists" / "dep_ext-1.0.0.tar.gz")
+    planned, cell, staged = staged_dependent
     tools = staged.project / "cuwheels"
     read = incontainer.read_cell(tools / "cell.json")
     assert read == cell and read.needs_dist == ("demo-ext",)
     recipe, staged_table = incontainer.staged_recipe(read, tools / "recipes",
                                                      tools / "recipes" / "table.yaml")
-    assert recipe.package == "dep_ext" and staged_table.cuda.keys() == table.cuda.keys()
+    assert recipe.package == "dep_ext" and staged_table.cuda.keys() == planned.table.cuda.keys()
     env = {**os.environ, "PYTHONPATH": str(tools), "CUDA_HOME": str(_fake_nvcc(tmp_path, "13.0"))}
     proc = subprocess.run([sys.executable, "-m", "tools.incontainer", "toolchain", "--cell-file",
                            str(tools / "cell.json")], env=env, cwd=tmp_path, capture_output=True,

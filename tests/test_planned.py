@@ -11,8 +11,6 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import write_sdist_recipe
-from tests.test_needs import _dependent
 from tools import ROOT
 from tools.builder.planned import Planned
 from tools.core.errors import PlanError
@@ -26,14 +24,6 @@ def _listing(tmp_path, *extra: str) -> str:
                            "--table", str(tmp_path / "table.yaml"), *extra],
                           cwd=ROOT, capture_output=True, text=True, check=True, timeout=120)
     return proc.stdout
-
-
-@pytest.fixture
-def dependent_world(world, tmp_path, good_recipe):
-    """The test world plus dep_ext, whose cells need demo_ext's."""
-    world()
-    write_sdist_recipe(tmp_path, _dependent(good_recipe))
-    return tmp_path
 
 
 def test_made_once_it_holds_the_cells_their_recipes_and_what_each_needs(dependent_world):
