@@ -7,11 +7,13 @@ the mini table); one test checks that the repository's real recipes load and pla
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from tools import ROOT
 from tools.core.errors import PlanError
@@ -26,8 +28,8 @@ from tools.plan.matrix import (
     select,
     torch_index,
 )
-from tools.plan.recipe import load_recipe
-from tools.plan.table import load_table
+from tools.plan.recipe import load_all, load_recipe
+from tools.plan.table import TABLE_PATH, load_table, version_key
 
 
 @pytest.fixture
@@ -198,6 +200,125 @@ def test_the_repositorys_recipes_plan_cells_the_table_allows():
         t = table.torch[c.torch]
         assert c.python in t.python and c.cuda in t.cuda, c.id
         assert set(c.archs) <= set(table.cuda[c.cuda].archs), c.id
+
+
+#: Each repository recipe's torch series per CUDA version as its recipe listed them before the
+#: recipes narrowed the table with ranges (the default torch first).
+EXPLICIT_LISTS = {
+    **{package: {"12.8": ["2.10", "2.9", "2.8"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
+                 "13.2": ["2.15"]}
+       for package in ("causal_conv1d", "grouped_gemm", "mmcv", "torch_cluster", "torch_scatter",
+                       "torch_sparse")},
+    "flash_attn": {"12.8": ["2.10", "2.9", "2.8"], "12.9": ["2.8"],
+                   "13.0": ["2.14", "2.13", "2.12", "2.11"], "13.2": ["2.15"]},
+    "mamba_ssm": {"12.8": ["2.10", "2.9"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
+                  "13.2": ["2.15"]},
+    "xformers": {"12.8": ["2.10"], "13.0": ["2.14", "2.13", "2.12", "2.11"], "13.2": ["2.15"]},
+}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes repeated values out again: the recipe loader refuses anchors and aliases."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def _table_until(series: str):
+    """The repository's table without the torch series newer than ``series``: the table the
+    explicit lists were written against, however many series it has gained since."""
+    table = load_table()
+    return replace(table, torch={s: t for s, t in table.torch.items()
+                                 if version_key(s) <= version_key(series)})
+
+
+def test_the_ranges_plan_what_the_explicit_lists_planned(tmp_path):
+    """Every repository recipe, its ranges converted back to the lists it had, plans the same
+    cells, field for field and in the same order, as the recipe with its ranges."""
+    newest = max((s for lists in EXPLICIT_LISTS.values() for series in lists.values()
+                  for s in series), key=version_key)
+    table = _table_until(newest)
+    recipes = load_all(table=table)
+    assert sorted(r.package for r in recipes) == sorted(EXPLICIT_LISTS)
+    for recipe in recipes:
+        folder = tmp_path / recipe.package
+        shutil.copytree(recipe.folder, folder)
+        data = yaml.safe_load((folder / "recipe.yaml").read_text())
+        data.pop("torch", None)
+        data["cuda"] = {cuda: {"torch": series, "reason": data["cuda"][cuda]["reason"]}
+                        for cuda, series in EXPLICIT_LISTS[recipe.package].items()}
+        (folder / "recipe.yaml").write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False))
+        listed = load_recipe(folder, table)
+        assert all(t.range is None for t in listed.cuda)
+        assert [c.to_json() for c in cells_for(recipe, table)] == \
+            [c.to_json() for c in cells_for(listed, table)], recipe.package
+
+
+def _with_series(table_text: str, series: str, cuda: list[str], pythons: list[str]) -> str:
+    """The table's text with one more torch row (values of the newest row's kind)."""
+    return table_text.rstrip("\n") + f"""
+
+  "{series}":
+    release: "{series}.0"
+    python: {json.dumps(pythons)}
+    cuda: {json.dumps(cuda)}
+    pypi_cuda: "{cuda[-1]}"
+    manylinux: "2_28"
+    cxx11_abi: true
+    source: "a row added by tests/test_matrix.py"
+"""
+
+
+def test_a_new_series_in_the_table_is_planned_with_no_recipe_edit(tmp_path):
+    """A torch row added to a copy of recipes/table.yaml: every recipe whose range includes it
+    plans its cells (the command, on the repository's recipes as they are), with the CUDA
+    versions the row lists and the recipe's range allows, and it becomes their default torch."""
+    table = load_table()
+    newest = max(table.torch, key=version_key)
+    major, minor = version_key(newest)
+    series = f"{major}.{minor + 1}"
+    pythons = list(table.torch[newest].python)
+    # every CUDA version the recipes build, so that only their ranges decide
+    cudas = sorted({t.cuda for r in load_all(table=table) for t in r.cuda}, key=version_key)
+    copy_path = tmp_path / "table.yaml"
+    copy_path.write_text(_with_series(TABLE_PATH.read_text(), series, cudas, pythons))
+    grown = load_table(copy_path)
+    recipes = load_all(table=grown)
+    before = {c.id: c.to_json() for c in plan(load_all(table=table), table)}
+    after = plan(recipes, grown)
+
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--table", str(copy_path),
+                           "--torch", series, "--format", "ids"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    new_ids = proc.stdout.split()
+    assert new_ids == [c.id for c in after if series in (c.serves_torch or (c.torch,))]
+    for recipe in recipes:
+        wanted = {t.cuda for t in recipe.cuda if t.range and t.range.includes(series)}
+        cells = [c for c in after if c.package == recipe.package and c.torch == series]
+        assert wanted, recipe.package  # every repository recipe has an open range
+        assert {c.cuda for c in cells} == wanted, recipe.package
+        assert all(c.default_torch for c in cells)
+        if recipe.abi.python == "cpython":
+            assert sorted(c.python for c in cells) == recipe.pythons_for(series, grown)
+    # Cells of the CUDA versions whose range doesn't reach the new series are the same cells.
+    untouched = {c.id: c.to_json() for c in after
+                 if not any(c.cuda == t.cuda and t.range and t.range.includes(series)
+                            for r in recipes if r.package == c.package for t in r.cuda)}
+    assert untouched and all(before[i] == cell for i, cell in untouched.items())
+    # The newest series before is no longer the default torch of the CUDA versions it shares.
+    shared = [c for c in after if c.torch == newest and c.torch_abi == "exact"
+              and any(d.torch == series and d.cuda == c.cuda and d.package == c.package
+                      for d in after)]
+    assert shared and all(c.id.endswith(f"-torch{newest}") for c in shared)
+
+    # A row whose CUDA versions no range includes is planned for no recipe.
+    closed = [c for c in cudas if not any(t.cuda == c and t.range and t.range.last is None
+                                          for r in recipes for t in r.cuda)]
+    other_path = tmp_path / "other-table.yaml"  # load_table caches by path
+    other_path.write_text(_with_series(TABLE_PATH.read_text(), series, closed, pythons))
+    grown = load_table(other_path)
+    assert closed and not [c for c in plan(load_all(table=grown), grown) if c.torch == series]
 
 
 def _run(tmp_path, *args, stdin=None, cwd=ROOT):

@@ -325,3 +325,5 @@ def test_repository_recipes_are_valid():
     for r in recipes:
         for t in r.cuda:
             assert t.torch, r.package
+            # ranges that follow the table, never lists a new series would have to be added to
+            assert t.range is not None, (r.package, t.cuda)

@@ -1,11 +1,14 @@
 """The build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
-A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the first
-the recipe lists) and ``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id
-names the nox session (``build-<id>``), the CI job and the build report.
+A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the newest
+series the recipe's range for it builds, or the first of a list: ``tools.plan.recipe_torch``) and
+``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id names the nox session
+(``build-<id>``), the CI job and the build report. A series added to the table is planned for
+every recipe whose range includes it, and becomes the default torch of the CUDA versions it is
+the newest series of.
 
 A recipe's ``abi`` collapses cells: an ``abi3`` or ``none`` build serves several Pythons (python
-part ``abi3``/``py3``), a ``stable`` build serves every torch series the recipe lists for its CUDA
+part ``abi3``/``py3``), a ``stable`` build serves every torch series the recipe builds for its CUDA
 version (torch part ``<torch_from>+``); see tools.core.variant.cell_id. A collapsed cell still builds
 with one interpreter and one torch: the lowest Python it serves (the limited API's floor) and the
 CUDA version's default torch series.

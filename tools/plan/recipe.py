@@ -1,10 +1,10 @@
 """Recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
 
 A recipe is plain data that narrows the global table: which CUDA versions, which torch series for
-each, which Python versions and which GPU architectures one package is built for, and how (its
-sdist, its own build environment variables, its patches). Every rule broken is reported with the
-file, the key, the rule and the fix; ``python -m tools.recipe`` checks every recipe and exits
-non-zero when any is wrong.
+each (a range of the table's series, ``tools.plan.recipe_torch``), which Python versions and which
+GPU architectures one package is built for, and how (its sdist, its own build environment
+variables, its patches). Every rule broken is reported with the file, the key, the rule and the
+fix; ``python -m tools.recipe`` checks every recipe and exits non-zero when any is wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tools import RECIPES_DIR
 from tools.core.errors import RecipeError
 from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
+from .recipe_torch import CudaTarget, Exclusion, TorchRange, parse_torch_targets, why_not
 from .schema import Problems, load_yaml
 from .table import Table, arch_key, load_table, version_key
 
@@ -113,15 +114,6 @@ class Source:
     sdist: str
     sha256: str
     url: str
-
-
-@dataclass(frozen=True)
-class CudaTarget:
-    """One CUDA version a recipe builds for, and the torch series (default first) for it."""
-
-    cuda: str
-    torch: tuple[str, ...]
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -217,6 +209,11 @@ class Recipe:
     probe: ProbeSpec | None = None
     #: Recipes whose wheel of the same cell this package imports (``depends``).
     depends: tuple[Dependency, ...] = ()
+    #: The torch series the package supports (``torch: {from, to}``), which every CUDA
+    #: version's range narrows; None when the recipe gives none.
+    torch_range: TorchRange | None = None
+    #: (torch series, CUDA version) pairs a range includes that are not built (``exclude``).
+    exclude: tuple[Exclusion, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -229,6 +226,10 @@ class Recipe:
             if t.cuda == cuda:
                 return t
         raise KeyError(cuda)
+
+    def why_not(self, series: str, cuda: str, table: Table) -> str | None:
+        """Why no cell of torch ``series`` with ``cuda`` is built, in words; None if one is."""
+        return why_not(self.cuda, self.exclude, self.python, series, cuda, table)
 
     def archs_for(self, cuda: str, table: Table) -> tuple[str, ...]:
         """The arch list built for ``cuda``: the recipe's own, or the table's default."""
@@ -257,7 +258,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
     }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict,
-        "depends": list})
+        "depends": list, "torch": dict, "exclude": list})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -284,7 +285,9 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
         except InvalidSpecifier:
             p.add("python", f"{top['python']!r} is not a PEP 440 specifier", 'write e.g. ">=3.9"')
 
-    targets = _cuda_targets(p, top.get("cuda"), table, spec)
+    torch = parse_torch_targets(p, top.get("cuda"), top.get("torch"), top.get("exclude"),
+                                table, spec)
+    targets = torch.cuda
     archs = _archs(p, top.get("archs"), targets, table)
     arch_env = _arch_env(p, top.get("arch_env"))
     env = _env(p, top.get("env") or {}, arch_env)
@@ -297,7 +300,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches, abi, check, probe, depends)
+                  env, build, patches, abi, check, probe, depends, torch.range, torch.exclude)
 
 
 def _source(p: Problems, raw: object) -> Source | None:
@@ -356,48 +359,6 @@ def _source_url(p: Problems, url: str, sdist: str) -> None:
         p.add("source.url", "must be an https URL ending in the sdist file name", fix)
 
 
-def _cuda_targets(p: Problems, raw: object, table: Table, spec: SpecifierSet
-                  ) -> tuple[CudaTarget, ...]:
-    if not isinstance(raw, dict):
-        return ()
-    if not raw:
-        p.add("cuda", "must list at least one CUDA version")
-    out = []
-    for cuda, entry in raw.items():
-        where = f"cuda.{cuda}"
-        if not isinstance(cuda, str) or cuda not in table.cuda:
-            known = ", ".join(table.cuda)
-            p.add(where, f"CUDA {cuda!r} is not in the compatibility table ({table.path.name})",
-                  f"use one of {known} (quoted), or add the CUDA version to the table")
-            continue
-        m = p.entry(entry, where, {"torch": list, "reason": str})
-        if m is None:
-            continue
-        p.reason(m["reason"], f"{where}.reason")
-        torches = p.strings(m["torch"], f"{where}.torch")
-        if torches is None:
-            continue
-        for series in torches:
-            t = table.torch.get(series)
-            if t is None:
-                p.add(f"{where}.torch", f"torch {series!r} is not in the compatibility table",
-                      f"use one of {', '.join(table.torch)}")
-            elif cuda not in t.cuda:
-                builds = ", ".join(table.torch_for_cuda(cuda)) or "none"
-                p.add(f"{where}.torch",
-                      f"torch {series} is not published for CUDA {cuda} (it is for "
-                      f"{', '.join(t.cuda)})",
-                      f"torch series built for CUDA {cuda}: {builds}")
-            elif not [py for py in t.python if spec.contains(f"{py}.0", prereleases=True)]:
-                p.add(f"{where}.torch", f"no Python version of torch {series} "
-                      f"({', '.join(t.python)}) satisfies python {str(spec)!r}",
-                      "widen python: or drop this torch series")
-        if len(set(torches)) != len(torches):
-            p.add(f"{where}.torch", "lists a torch series twice")
-        out.append(CudaTarget(cuda, torches, m["reason"]))
-    return tuple(sorted(out, key=lambda t: version_key(t.cuda)))
-
-
 def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
     m = p.entry(raw, "abi", {"python": str, "torch": str, "reason": str},
                 {"python_from": str, "torch_from": str})
@@ -434,11 +395,17 @@ def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table
     elif torch_from is not None:
         for t in targets:
             older = [s for s in t.torch if version_key(s) < version_key(torch_from)]
-            if older:
+            if older and t.range is None:
                 p.add(f"cuda.{t.cuda}.torch", f"lists torch {', '.join(older)}, older than "
                       f"abi.torch_from {torch_from}: a build for torch's stable ABI from "
                       f"{torch_from} calls shim functions older torch lacks",
                       f"drop {', '.join(older)} or lower abi.torch_from")
+            elif older:
+                p.add(f"cuda.{t.cuda}", f"its torch range {t.range} takes in torch "
+                      f"{', '.join(older)}, older than abi.torch_from {torch_from}: a build for "
+                      f"torch's stable ABI from {torch_from} calls shim functions older torch "
+                      "lacks", f'start the range at {torch_from} (torch: {{from: "{torch_from}"'
+                      ", ...}) or lower abi.torch_from")
     return Abi(python, python_from, torch, torch_from, m["reason"])
 
 
