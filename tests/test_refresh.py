@@ -32,6 +32,7 @@ from packaging.version import Version
 from tools import ROOT
 from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
+from tools.plan.matrix import plan
 from tools.plan.recipe import load_all
 from tools.upstream.refresh import propose, write_all
 from tools.upstream.registry import Registry
@@ -57,7 +58,7 @@ source:
 imports: [causal_conv1d_cuda, causal_conv1d]
 python: ">=3.9"
 cuda:
-  "13.0": {{torch: ["2.14"], reason: "torch 2.14's PyPI build is CUDA 13.0"}}
+  "13.0": {{torch_from: "2.14", reason: "torch 2.14's PyPI build is CUDA 13.0; newer series of CUDA 13.0 too"}}
 # a comment the refresh must keep
 archs: {{"*": ["80", "90"]}}
 arch_env: {{name: CAUSAL_CONV1D_CUDA_ARCHS, style: plain, reason: "added by patch 0001"}}
@@ -303,7 +304,10 @@ def test_a_new_torch_series_gets_a_row_with_its_sources(repo, fake):
     assert "3.14t, 3.15t" in row["note"] and "only the PyPI build's CUDA" in row["note"]
     assert '\n\n  "2.15":\n    release: "2.15.0"\n    python: ["3.11",' in new  # the table's layout
     assert "new Python versions torch ships for: 3.15" in proposal.changes
-    assert any(n.startswith("new torch series 2.15: no recipe lists it") for n in proposal.notes)
+    # 2.15's only variant is CUDA 13.2, which the recipe doesn't build: said, not proposed as
+    # a recipe edit.
+    assert proposal.plan == ["torch 2.15: no recipe's torch range builds it; not by "
+                             "causal_conv1d (it builds no CUDA 13.2 wheels)"]
     parse_table(yaml.safe_load(new), table_path)  # what the loaders accept
 
 
@@ -346,8 +350,43 @@ def test_variants_from_torchs_index_when_it_answers(repo, fake):
     row = yaml.safe_load(proposal.new[repo / "table.yaml"])["torch"]["2.15"]
     assert row["cuda"] == ["13.0", "13.2"]
     assert "index was not read" not in row.get("note", "")
+    # The recipe's open CUDA 13.0 range takes the new series in: planned, the recipe untouched.
+    assert list(proposal.new) == [repo / "table.yaml"]
+    assert proposal.plan == ["torch 2.15: built with no recipe edit by causal_conv1d "
+                             "(CUDA 13.0: 5 cells)"]
     assert any("CUDA 13.3, which the table has no cuda: entry for" in n for n in proposal.notes)
     assert not any("could not be read" in n for n in proposal.notes)
+
+
+def test_the_written_table_alone_plans_the_new_series(repo, fake, monkeypatch, capsys, tmp_path):
+    """With --write only the table changes, and the plan of the written files has the new
+    series' cells; a range that ends before it is named as the reason it isn't built."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = "".join(
+        f'<a href="/whl/{cu}/torch-{rel}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">x</a>\n'
+        for rel, cu in [("2.14.1", "cu126"), ("2.14.1", "cu130"), ("2.14.1", "cu132"),
+                        ("2.15.0", "cu130"), ("2.15.0", "cu132")])
+    recipe_file = repo / "causal_conv1d" / "recipe.yaml"
+    before = recipe_file.read_text()
+    summary_file = tmp_path / "summary.md"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--summary", str(summary_file))
+    assert rc == 0, err
+    assert recipe_file.read_text() == before
+    text = summary_file.read_text()
+    assert ("### New series in the plan\n\n- torch 2.15: built with no recipe edit by "
+            "causal_conv1d (CUDA 13.0: 5 cells)\n") in text
+    table = load_table(repo / "table.yaml")
+    ids = [c.id for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    # the newest series in the range is the CUDA version's default torch: no -torch part
+    assert ids == [f"causal_conv1d-3.{m}-cu130" for m in (11, 12, 13, 14, 15)]
+
+    # A range that stops at 2.14 doesn't take it in, and the summary says why.
+    recipe_file.write_text(before.replace('torch_from: "2.14",', 'torch_from: "2.14", torch_to: "2.14",'))
+    (repo / "table.yaml").write_text((FIXTURES / "table.yaml").read_text())
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert proposal.plan == ["torch 2.15: no recipe's torch range builds it; not by causal_conv1d "
+                             "(its CUDA 13.0 range is torch 2.14 only; it builds no CUDA 13.2 "
+                             "wheels)"]
 
 
 def test_a_new_series_whose_cuda_the_table_lacks_is_left_out(repo, fake):

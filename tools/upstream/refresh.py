@@ -7,7 +7,9 @@ with HTTP range requests, torch's own index of CUDA variants where it answers), 
 torch series with its row in ``recipes/table.yaml`` (the agreement: a row that differs is named
 with the value and the reason), proposes rows for new series and the newest release of each
 recipe's package, once its sdist is downloaded, its sha256 checked and the recipe's patches
-applied to it with the source step's own code.
+applied to it with the source step's own code. A new series needs no recipe edit: every recipe
+whose torch range includes it builds it (``tools.plan.recipe_torch``), and the summary says which
+do, with their cells, and why the others don't.
 
 Every value it proposes carries where it was read (a row's ``source:``, an end-of-line comment on
 a recipe's version). A fact it cannot read is never guessed: it is left out, and a note says what
@@ -41,6 +43,7 @@ from tools import RECIPES_DIR
 from tools.core.digest import sha256_file
 from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryError, SourceError,
                                TableError)
+from tools.plan.matrix import cells_for
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
                        read_torch, read_variants)
@@ -61,6 +64,8 @@ class Proposal:
     notes: list[str] = field(default_factory=list)
     torch: list[TorchFacts] = field(default_factory=list)
     agreement: list[str] = field(default_factory=list)
+    #: Per new torch series: which recipes' torch ranges build it, and why the others don't.
+    plan: list[str] = field(default_factory=list)
 
     def diff(self, root: Path) -> str:
         """The whole change as one unified diff, paths relative to ``root``."""
@@ -214,8 +219,6 @@ def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
     proposal.changes.append(f"torch {facts.series}: new series ({facts.release}, Python "
                             f"{', '.join(facts.python)}, CUDA {', '.join(cuda)}, manylinux "
                             f"{facts.manylinux}, C++11 ABI {_show(facts.cxx11_abi)})")
-    proposal.notes.append(f"new torch series {facts.series}: no recipe lists it yet; add it to "
-                          "each recipe's cuda: once the package is known to build against it")
     proposal.notes.extend(facts.notes)
 
 
@@ -284,7 +287,7 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
                  if re.match(r"torch\b", r)] if data.get("info", {}).get("version") == latest \
         else []
     proposal.notes.append(f"{recipe.package} {latest}: check its changelog against the recipe's "
-                          "cuda/torch lists, env and build requirements"
+                          "torch ranges, env and build requirements"
                           + (f" (it requires {', '.join(torch_req)})" if torch_req else ""))
     return True
 
@@ -330,19 +333,52 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
                 proposal.old[path], proposal.new[path] = text, _dump(doc)
     for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
         del proposal.new[path], proposal.old[path]
-    _validate(proposal, table_path, recipes_dir)
+    new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
+    proposal.plan = planned_for([s for s in new_table.torch if s not in table.torch], new_table,
+                                new_recipes)
     return proposal
 
 
-def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path) -> None:
+def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path
+              ) -> tuple[Table, list[Recipe]]:
     """Load the proposed table and recipes with the project's own loaders (a RecipeError or
-    TableError here means the proposal itself is wrong: nothing is written)."""
+    TableError here means the proposal itself is wrong: nothing is written); returns them."""
     table = parse_table(parse_yaml(proposal.new.get(table_path, proposal.old.get(
         table_path, table_path.read_text(encoding="utf-8"))), table_path, TableError), table_path)
+    recipes = []
     for folder in recipe_folders(recipes_dir):
         path = folder / RECIPE_FILE
         text = proposal.new.get(path) or path.read_text(encoding="utf-8")
-        parse_recipe(parse_yaml(text, path, RecipeError), path, table)
+        recipes.append(parse_recipe(parse_yaml(text, path, RecipeError), path, table))
+    return table, recipes
+
+
+def planned_for(added: list[str], table: Table, recipes: list[Recipe]) -> list[str]:
+    """Per torch series in ``added`` (new rows of ``table``): the recipes whose torch ranges
+    build it, with their cells per CUDA version, and why each other recipe doesn't. A recipe
+    needs no edit for a series its range includes; one that should build it and doesn't needs
+    its range (or its CUDA versions) widened."""
+    out = []
+    for series in added:
+        built, not_built = [], []
+        for recipe in recipes:
+            cells = [c for c in cells_for(recipe, table)
+                     if series in (c.serves_torch or (c.torch,))]
+            if cells:
+                per_cuda = {c.cuda: sum(x.cuda == c.cuda for x in cells) for c in cells}
+                built.append(f"{recipe.package} ("
+                             + ", ".join(f"CUDA {cuda}: {n} cell{'s' if n > 1 else ''}"
+                                         for cuda, n in per_cuda.items()) + ")")
+                continue
+            why = dict.fromkeys(recipe.why_not(series, cuda, table)
+                                for cuda in table.torch[series].cuda)
+            not_built.append(f"{recipe.package} ({'; '.join(why)})")
+        line = f"torch {series}: " + (f"built with no recipe edit by {', '.join(built)}"
+                                      if built else "no recipe's torch range builds it")
+        if not_built:
+            line += f"; not by {', '.join(not_built)}"
+        out.append(line)
+    return out
 
 
 def write_all(new: dict[Path, str], old: dict[Path, str]) -> None:
@@ -380,6 +416,8 @@ def summary(proposal: Proposal) -> str:
                      f"{f.manylinux or '?'} | "
                      f"{_show(f.cxx11_abi) if f.cxx11_abi is not None else '?'}"
                      f" | {', '.join(f.variants) if f.variants is not None else 'not read'} |")
+    if proposal.plan:
+        lines += ["", "### New series in the plan", ""] + [f"- {p}" for p in proposal.plan]
     lines += ["", "### Agreement with the table", ""] + [f"- {a}" for a in proposal.agreement]
     if proposal.notes:
         lines += ["", "### For a person to check", ""] + [f"- {n}" for n in proposal.notes]
