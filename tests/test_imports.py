@@ -152,6 +152,16 @@ def test_every_module_lives_in_a_stage_package_or_is_a_command():
         assert lines <= 150, f"tools/{path.name} has {lines} lines: a command parses, calls and prints"
 
 
+#: The most lines a module of tools may have: past it, a module is doing two jobs.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {str(p.relative_to(ROOT)): n for p in sorted(TOOLS.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these by job (at most {MAX_MODULE_LINES} lines each): {long}"
+
+
 def test_backends_do_not_import_the_orchestrator():
     graph = import_graph()
     for module, edges in graph.items():
