@@ -85,6 +85,20 @@ def _compiler_cache_dir(tmp_path_factory):
         os.environ["CUWHEELS_CCACHE_DIR"] = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_python_downloads():
+    """A Python this machine lacks is never downloaded by the tests (uv fetches Pythons from
+    GitHub; the tests reach only the registry and 127.0.0.1): ``.ci/run`` installs the ones the
+    suite builds for beforehand. Where a test needs none, the search says where it looked."""
+    before = os.environ.get("UV_PYTHON_DOWNLOADS")
+    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
+    yield
+    if before is None:
+        os.environ.pop("UV_PYTHON_DOWNLOADS", None)
+    else:
+        os.environ["UV_PYTHON_DOWNLOADS"] = before
+
+
 @pytest.fixture
 def mini_table(tmp_path):
     """The small table, parsed (its path points into tmp_path)."""
