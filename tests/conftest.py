@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import yaml
 
 from tools.backends.cibw import Limits, plan_invocation
 from tools.core.digest import sha256_file
+from tools.core.errors import ToolchainError
+from tools.pipeline.toolchain import find_nvcc
 from tools.plan.matrix import find_cell, plan
 from tools.plan.recipe import load_all
 from tools.plan.table import parse_table
@@ -97,6 +100,25 @@ def _no_python_downloads():
         os.environ.pop("UV_PYTHON_DOWNLOADS", None)
     else:
         os.environ["UV_PYTHON_DOWNLOADS"] = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _nvcc_on_path():
+    """Tests that run ``nvcc`` by name run the one the builds use. On a machine with no CUDA
+    toolkit that is the CUDA 13.0 toolkit from PyPI (``find_nvcc`` installs it into the cache
+    once), whose bin/ goes first on PATH as NVIDIA's installation guide puts /usr/local/cuda/bin
+    (``.ci/run`` does the same): nvcc finds its own toolkit through the PATH it was run by.
+    Where none can be had, those tests skip, saying so."""
+    before = os.environ.get("PATH", "")
+    if shutil.which("nvcc") is None:
+        try:
+            home = find_nvcc().cuda_home
+        except ToolchainError:
+            home = None
+        if home:
+            os.environ["PATH"] = os.pathsep.join([str(Path(home) / "bin"), before])
+    yield
+    os.environ["PATH"] = before
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ def bare_machine(tmp_path, monkeypatch):
     nvcc on PATH) whose cache is tmp_path/cache."""
     monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
     monkeypatch.setattr(toolchain, "_ANNOUNCED", set())
+    monkeypatch.setattr(toolchain, "_UNAVAILABLE", {})
     (tmp_path / "bin").mkdir()
     return {"PATH": str(tmp_path / "bin"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
@@ -70,12 +71,17 @@ def test_with_no_toolkit_and_no_way_to_get_one_both_are_said(bare_machine, tmp_p
         find_nvcc(environ)
     assert info.value.message.startswith("nvcc was not found with its toolkit (looked in "
                                          "$CUDA_HOME (unset)")
-    assert "the CUDA 13.0 toolkit from PyPI could not be had: downloading the CUDA 13.0 " \
-           f"toolkit's 10 wheels from the folder {tmp_path / 'bin'}" in info.value.message
+    assert "the CUDA 13.0 toolkit from PyPI's nvidia packages could not be installed: " \
+           f"downloading the CUDA 13.0 toolkit's 10 wheels from the folder {tmp_path / 'bin'}" \
+           in info.value.message
     assert info.value.hint.startswith("put the wheels of nvidia-cuda-nvcc==13.0.88")
     assert info.value.hint.endswith("or install the CUDA toolkit matching the cell's CUDA major "
                                     "version and set CUDA_HOME, or use --backend container")
     assert not toolkit_home(environ).exists()
+    # tried once per process: the next step is told the same, without running pip again
+    with pytest.raises(ToolchainError) as again:
+        find_nvcc(environ)
+    assert again.value is info.value
 
 
 @pytest.mark.network

@@ -27,6 +27,9 @@ from . import cudakit
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
 #: The toolkits from PyPI this process has said it uses (said once, not at every step).
 _ANNOUNCED: set[Path] = set()
+#: Why the toolkit from PyPI could not be had, per cache: tried once per process (an offline
+#: machine must not wait on pip's retries at every step, nor the test suite at every module).
+_UNAVAILABLE: dict[Path, ToolchainError] = {}
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,16 @@ def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True) -> Nvcc:
         said.append(line)
         print(line, file=sys.stderr, flush=True)
 
+    if (failed := _UNAVAILABLE.get(cudakit.toolkit_home(env))) is not None:
+        raise failed
     try:
         home = cudakit.ensure_toolkit(env, reason="no CUDA toolkit found", say=say)
     except ToolchainError as exc:
-        raise ToolchainError(f"nvcc was not found with its toolkit ({looked}), and the CUDA "
-                             f"{cudakit.CUDA} toolkit from PyPI could not be had: {exc.message}",
-                             hint=f"{exc.hint}; or {hint}") from None
+        failed = ToolchainError(f"nvcc was not found with its toolkit ({looked}), and the CUDA "
+                                f"{cudakit.CUDA} toolkit from PyPI's nvidia packages could not "
+                                f"be installed: {exc.message}", hint=f"{exc.hint}; or {hint}")
+        _UNAVAILABLE[cudakit.toolkit_home(env)] = failed
+        raise failed from None
     if (found := _nvcc_with_toolkit(home / "bin" / "nvcc")) is None:
         raise ToolchainError(f"the CUDA {cudakit.CUDA} toolkit from PyPI in {home} has no "
                              "working nvcc", hint=f"delete {home} to install it again")
