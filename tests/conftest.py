@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from tools.backends import container
 from tools.backends.cibw import Limits, plan_invocation
 from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
+from tools.core.errors import ToolchainError
+from tools.pipeline.toolchain import find_nvcc
 from tools.plan.matrix import find_cell, plan
 from tools.plan.recipe import load_all
 from tools.plan.table import parse_table
@@ -86,6 +89,39 @@ def _compiler_cache_dir(tmp_path_factory):
         os.environ.pop("CUWHEELS_CCACHE_DIR", None)
     else:
         os.environ["CUWHEELS_CCACHE_DIR"] = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_python_downloads():
+    """A Python this machine lacks is never downloaded by the tests (uv fetches Pythons from
+    GitHub; the tests reach only the registry and 127.0.0.1): ``.ci/run`` installs the ones the
+    suite builds for beforehand. Where a test needs none, the search says where it looked."""
+    before = os.environ.get("UV_PYTHON_DOWNLOADS")
+    os.environ["UV_PYTHON_DOWNLOADS"] = "never"
+    yield
+    if before is None:
+        os.environ.pop("UV_PYTHON_DOWNLOADS", None)
+    else:
+        os.environ["UV_PYTHON_DOWNLOADS"] = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _nvcc_on_path():
+    """Tests that run ``nvcc`` by name run the one the builds use. On a machine with no CUDA
+    toolkit that is the CUDA 13.0 toolkit from PyPI (``find_nvcc`` installs it into the cache
+    once), whose bin/ goes first on PATH as NVIDIA's installation guide puts /usr/local/cuda/bin
+    (``.ci/run`` does the same): nvcc finds its own toolkit through the PATH it was run by.
+    Where none can be had, those tests skip, saying so."""
+    before = os.environ.get("PATH", "")
+    if shutil.which("nvcc") is None:
+        try:
+            home = find_nvcc().cuda_home
+        except ToolchainError:
+            home = None
+        if home:
+            os.environ["PATH"] = os.pathsep.join([str(Path(home) / "bin"), before])
+    yield
+    os.environ["PATH"] = before
 
 
 @pytest.fixture

@@ -1,14 +1,20 @@
 """The toolchain every build shares (``tools.pipeline.toolchain``): nvcc found with its toolkit
-and checked against a cell's CUDA, and the environment of the package's own build."""
+(this machine's, else the CUDA 13.0 toolkit from PyPI in the cache) and checked against a cell's
+CUDA, and the environment of the package's own build."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from test_cudakit import fake_parts
 from tools.core.errors import ToolchainError
-from tools.pipeline import toolchain
+from tools.pipeline import cudakit, toolchain
+from tools.pipeline.cudakit import WHEELS_ENV, toolkit_home
 from tools.pipeline.toolchain import (Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command)
 from tools.plan.matrix import cells_for
@@ -24,8 +30,70 @@ def test_find_nvcc_finds_the_toolkit_root():
 
 def test_find_nvcc_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
-    with pytest.raises(ToolchainError, match="nvcc was not found"):
-        find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": str(tmp_path)})
+    with pytest.raises(ToolchainError, match=rf"nvcc was not found with its toolkit \(looked in "
+                                             rf"\$CUDA_HOME \({tmp_path}\), {tmp_path}/cuda, "
+                                             r"PATH;") as info:
+        find_nvcc({"CUDA_HOME": str(tmp_path), "PATH": str(tmp_path)}, pypi=False)
+    assert "set CUDA_HOME" in info.value.hint
+
+
+@pytest.fixture
+def bare_machine(tmp_path, monkeypatch):
+    """The environment of a machine with no CUDA toolkit (no CUDA_HOME, no /usr/local/cuda, no
+    nvcc on PATH) whose cache is tmp_path/cache."""
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    monkeypatch.setattr(toolchain, "_ANNOUNCED", set())
+    monkeypatch.setattr(toolchain, "_UNAVAILABLE", {})
+    (tmp_path / "bin").mkdir()
+    return {"PATH": str(tmp_path / "bin"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def test_with_no_toolkit_the_one_from_pypi_in_the_cache_is_used_and_said(bare_machine,
+                                                                         tmp_path, capsys):
+    """A cache holding the toolkit from PyPI (here one assembled from small wheels of its shape,
+    marked as the real pins): the fallback takes it, and says so once."""
+    wheels = tmp_path / "wheels"
+    fake_parts(wheels)
+    home = toolkit_home(bare_machine)
+    cudakit.assemble(sorted(wheels.glob("*.whl")), home)
+    (home / cudakit.MARKER).write_text(cudakit.marker_text())
+    assert find_nvcc(bare_machine) == Nvcc(str(home / "bin" / "nvcc"), "13.0", str(home))
+    err = capsys.readouterr().err
+    assert err == (f"no CUDA toolkit found (looked in $CUDA_HOME (unset), {tmp_path}/no-cuda, "
+                   f"PATH): using CUDA 13.0 from PyPI's nvidia packages at {home}\n")
+    find_nvcc(bare_machine)
+    assert capsys.readouterr().err == ""   # said once per process
+
+
+def test_with_no_toolkit_and_no_way_to_get_one_both_are_said(bare_machine, tmp_path):
+    environ = {**bare_machine, WHEELS_ENV: str(tmp_path / "bin")}   # a folder without wheels
+    with pytest.raises(ToolchainError) as info:
+        find_nvcc(environ)
+    assert info.value.message.startswith("nvcc was not found with its toolkit (looked in "
+                                         "$CUDA_HOME (unset)")
+    assert "the CUDA 13.0 toolkit from PyPI's nvidia packages could not be installed: " \
+           f"downloading the CUDA 13.0 toolkit's 10 wheels from the folder {tmp_path / 'bin'}" \
+           in info.value.message
+    assert info.value.hint.startswith("put the wheels of nvidia-cuda-nvcc==13.0.88")
+    assert info.value.hint.endswith("or install the CUDA toolkit matching the cell's CUDA major "
+                                    "version and set CUDA_HOME, or use --backend container")
+    assert not toolkit_home(environ).exists()
+    # tried once per process: the next step is told the same, without running pip again
+    with pytest.raises(ToolchainError) as again:
+        find_nvcc(environ)
+    assert again.value is info.value
+
+
+@pytest.mark.network
+@pytest.mark.cuda
+def test_with_no_toolkit_the_real_one_from_pypi_is_found(tmp_path, monkeypatch):
+    """This machine's cache holds the real toolkit (installed the first time, from PyPI):
+    what a build on a machine without CUDA compiles with."""
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "PATH")}
+    nvcc = find_nvcc({**environ, "PATH": str(tmp_path)})
+    assert (nvcc.version, nvcc.cuda_home) == ("13.0", str(toolkit_home()))
+    assert (Path(nvcc.cuda_home) / "include" / "cuda_runtime.h").is_file()
 
 
 def test_find_nvcc_takes_the_toolkit_root_not_a_wrapper_s_folder(tmp_path, monkeypatch):
@@ -80,3 +148,27 @@ def test_build_env_adds_the_torch_wheels_cuda_headers_after_every_include(tmp_pa
     bare = tmp_path / "bare" / "bin"
     bare.mkdir(parents=True)
     assert "CPATH" not in build_process_env(bare / "python", {})
+
+
+# ---- python -m tools.toolchain: what .ci/run runs before the tests -----------------------------
+
+def test_the_command_prints_the_toolkit_root_and_each_python(capsys):
+    from tools.toolchain import main
+    here = "%d.%d" % sys.version_info[:2]
+    assert main(["cuda-home"]) == 0
+    root = Path(capsys.readouterr().out.strip())
+    assert (root / "bin" / "nvcc").is_file() and (root / "include" / "cuda_runtime.h").is_file()
+    assert main(["python", here, here]) == 0
+    first, second = capsys.readouterr().out.split()
+    assert first == second and subprocess.run(
+        [first, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
+        text=True).stdout.strip() == here
+
+
+def test_the_command_says_where_it_looked_for_a_missing_python(capsys):
+    from tools.toolchain import main
+    assert main(["python", "3.2", "--no-install"]) == ToolchainError.exit_code
+    err = capsys.readouterr().err
+    assert err.startswith("toolchain error: Python 3.2 is not installed on this machine; "
+                          "looked in:\n  - PATH: ")
+    assert "  - uv python install 3.2: not tried (" in err

@@ -1,13 +1,18 @@
 """tools.pipeline.venvs: real venvs made by the project's uv for this Python, wheels installed
-into them offline from a local wheelhouse, and the failures named."""
+into them offline from a local wheelhouse, and the failures named; and the tinyext fixture built
+for a second Python, found wherever this machine keeps it (where each place is searched:
+tests/test_pythons.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
+import zipfile
 
 import pytest
 
+from tinyext_support import PYTHON, SECOND_PYTHON, build_tinyext_wheel, nvcc_path
 from tools.core.errors import ToolchainError
 from tools.pipeline.venvs import _uv_env, create_venv, find_python, install, uv_bin
 from wheelfactory import installed, make_wheel
@@ -40,6 +45,8 @@ def test_find_python():
     with pytest.raises(ToolchainError, match="Python 3.2 is not installed") as info:
         find_python("3.2")
     assert "pyenv install 3.2" in info.value.hint
+    assert "  - pyenv (" in info.value.message and "  - uv python install 3.2: " in \
+        info.value.message
 
 
 @pytest.mark.parametrize("seed,has_pip", [(False, False), (True, True)])
@@ -79,3 +86,33 @@ def test_a_failed_install_quotes_uv_and_says_what_to_do(tmp_path, offline, hint)
                 index_url="http://127.0.0.1:9/simple", what="the demo")
     assert "demo-missing" in info.value.message.split("failed:\n", 1)[1]
     assert hint in info.value.hint
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_tinyext_builds_for_a_second_python(tmp_path):
+    """The default suite builds for more than one Python: the second is found wherever this
+    machine keeps it (a development machine's pyenv holds it without it being active), its venv
+    gets the registry's torch for it, and the wheel it builds imports with that torch."""
+    assert SECOND_PYTHON != PYTHON
+    if nvcc_path() is None:
+        pytest.skip("needs nvcc")
+    try:
+        interpreter = find_python(SECOND_PYTHON, install=False)
+    except ToolchainError as exc:
+        pytest.skip(f"{exc} (.ci/run installs it: python -m tools.toolchain python "
+                    f"{SECOND_PYTHON})")
+    start = time.monotonic()
+    wheel, python = build_tinyext_wheel(tmp_path, python=SECOND_PYTHON)
+    tag = "cp" + SECOND_PYTHON.replace(".", "")
+    assert wheel.name.startswith(f"tinyext-0.1.0-{tag}-{tag}-linux_"), wheel.name
+    assert _version_of(python) == SECOND_PYTHON == _version_of(interpreter)
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path / "unpacked")
+    proc = subprocess.run([str(python), "-c", "import tinyext, tinyext_cuda; "
+                           "print(tinyext_cuda.__file__)"], cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path / "unpacked"), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f".cpython-{tag[2:]}-" in proc.stdout   # the extension of that Python's ABI
+    print(f"tinyext for Python {SECOND_PYTHON}: {time.monotonic() - start:.0f} s")

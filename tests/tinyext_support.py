@@ -26,11 +26,16 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.core.errors import ToolchainError
 from tools.pipeline import venvs as pyenv
+from tools.pipeline.toolchain import find_nvcc
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: What the fixture builds with: the torch whose CUDA (13.0) matches the local nvcc.
 PYTHON = "3.11"
+#: The second Python the suite builds tinyext for, found wherever the machine keeps it (``.ci/run``
+#: makes sure it is there: ``python -m tools.toolchain python 3.11 3.12``).
+SECOND_PYTHON = "3.12"
 TORCH_VERSION = "2.13.0"
 ARCHS = "90"
 #: Downloads that outlive a test run (override with CUWHEELS_TEST_CACHE).
@@ -50,22 +55,25 @@ make_sdist = _load_sdist_maker().make_sdist
 
 
 def nvcc_path() -> str | None:
-    """nvcc on PATH, or None."""
-    return shutil.which("nvcc")
+    """The nvcc the builds use (``tools.pipeline.toolchain.find_nvcc``: this machine's, else the
+    CUDA 13.0 toolkit from PyPI in the cache, installed the first time), or None when there is
+    none to be had."""
+    try:
+        return find_nvcc().path
+    except ToolchainError:
+        return None
 
 
 def cuda_home() -> str:
-    """The CUDA toolkit root for torch's build: CUDA_HOME, else /usr/local/cuda, else nvcc's.
+    """The CUDA toolkit root for torch's build: CUDA_HOME, else the root of the nvcc the builds
+    use (``find_nvcc``).
 
-    torch guesses it from ``which nvcc``; here that is a wrapper script in /usr/local/bin, so the
-    guess (/usr/local) has no CUDA headers.
+    torch guesses it from ``which nvcc``; here that may be a wrapper script in /usr/local/bin,
+    so the guess (/usr/local) has no CUDA headers.
     """
     if os.environ.get("CUDA_HOME"):
         return os.environ["CUDA_HOME"]
-    if Path("/usr/local/cuda/bin/nvcc").exists():
-        return "/usr/local/cuda"
-    nvcc = nvcc_path()
-    return str(Path(nvcc).resolve().parent.parent) if nvcc else "/usr/local/cuda"
+    return find_nvcc().cuda_home
 
 
 def cuda_torch_venv(path: Path, *, python: str = PYTHON, torch_version: str = TORCH_VERSION

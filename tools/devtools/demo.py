@@ -4,7 +4,8 @@ Builds a real recipe on the host backend for this machine (default: causal_conv1
 Python and the local nvcc's CUDA version, one arch), runs every verification step, emits the
 index with ``make index``, serves it on 127.0.0.1, installs the wheel from it into a fresh venv
 with pip, imports it, prints where everything is and how to point pip and uv at it, and stops the
-server.
+server. On a machine with no CUDA toolkit, the pinned CUDA 13.0 from PyPI's nvidia packages is
+installed into the cache first, saying so (``tools.pipeline.cudakit``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
     current = "choosing the cell"
     try:
         _step(1, total, "choosing what to build", start)
-        cuda = cuda or find_nvcc().version
+        # With no toolkit here, this installs CUDA 13.0 from PyPI's nvidia packages (once) and
+        # says so: the demo needs nothing but Python and gcc.
+        nvcc = find_nvcc()
+        print(f"nvcc: CUDA {nvcc.version} at {nvcc.path} (CUDA_HOME {nvcc.cuda_home})")
+        cuda = cuda or nvcc.version
         planned = Planned.make()  # the one plan of this command, passed down
         cell = pick_cell(planned, package, python, cuda)
         print(f"cell {cell.id}: {cell.package} {cell.version}, Python {cell.python}, CUDA "

@@ -1,5 +1,6 @@
-"""The toolchain a build runs with: nvcc, the torch a Python imports, and the package's own build
-command with its environment.
+"""The toolchain a build runs with: nvcc (this machine's, else the CUDA 13.0 toolkit from PyPI's
+nvidia packages, ``tools.pipeline.cudakit``), the torch a Python imports, and the package's own
+build command with its environment.
 
 The host backend, the commands run inside the builder image (``tools.backends.inside``) and the
 probe build (``tools.probing``) all compile with these, so that a check or a command line is
@@ -11,18 +12,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
 from tools.plan.matrix import Cell
 from tools.plan.table import Table
+from . import cudakit
 
 #: Where CUDA installers put the toolkit when CUDA_HOME is not set.
 DEFAULT_CUDA_HOME = Path("/usr/local/cuda")
+#: The toolkits from PyPI this process has said it uses (said once, not at every step).
+_ANNOUNCED: set[Path] = set()
+#: Why the toolkit from PyPI could not be had, per cache: tried once per process (an offline
+#: machine must not wait on pip's retries at every step, nor the test suite at every module).
+_UNAVAILABLE: dict[Path, ToolchainError] = {}
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,21 @@ class BuildPython:
     cxx11_abi: bool
 
 
-def find_nvcc(env: dict[str, str] | None = None) -> Nvcc:
-    """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; ToolchainError if none.
+def _nvcc_with_toolkit(nvcc: Path) -> Nvcc | None:
+    """``nvcc`` with its version and toolkit root, or None when it doesn't run or no root
+    holds ``include/cuda_runtime.h``."""
+    if not nvcc.is_file() or (release := cudakit.nvcc_release(nvcc)) is None:
+        return None
+    for root in (nvcc.parent.parent, nvcc.resolve().parent.parent, DEFAULT_CUDA_HOME):
+        if (root / "include" / "cuda_runtime.h").is_file():
+            return Nvcc(str(nvcc), release, str(root))
+    return None
+
+
+def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True) -> Nvcc:
+    """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; else (``pypi``) the CUDA 13.0
+    toolkit from PyPI's nvidia packages in the cache, installed the first time, saying so
+    (``tools.pipeline.cudakit``); ToolchainError if none.
 
     The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
     ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
@@ -59,20 +79,38 @@ def find_nvcc(env: dict[str, str] | None = None) -> Nvcc:
     if found := shutil.which("nvcc", path=env.get("PATH")):
         candidates.append(Path(found))
     for nvcc in candidates:
-        if not nvcc.is_file():
-            continue
-        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                              timeout=60)
-        m = re.search(r"release (\d+\.\d+)", proc.stdout)
-        if proc.returncode != 0 or not m:
-            continue
-        for root in (nvcc.parent.parent, nvcc.resolve().parent.parent, DEFAULT_CUDA_HOME):
-            if (root / "include" / "cuda_runtime.h").is_file():
-                return Nvcc(str(nvcc), m.group(1), str(root))
-    raise ToolchainError("nvcc was not found with its toolkit (looked in $CUDA_HOME, "
-                         "/usr/local/cuda, PATH; the toolkit must have include/cuda_runtime.h)",
-                         hint="install the CUDA toolkit matching the cell's CUDA major version "
-                              "and set CUDA_HOME, or use --backend container")
+        if found := _nvcc_with_toolkit(nvcc):
+            return found
+    looked = (f"looked in $CUDA_HOME ({env.get('CUDA_HOME') or 'unset'}), {DEFAULT_CUDA_HOME}, "
+              "PATH; the toolkit must have include/cuda_runtime.h")
+    hint = ("install the CUDA toolkit matching the cell's CUDA major version and set CUDA_HOME, "
+            "or use --backend container")
+    if not pypi:
+        raise ToolchainError(f"nvcc was not found with its toolkit ({looked})", hint=hint)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print(line, file=sys.stderr, flush=True)
+
+    if (failed := _UNAVAILABLE.get(cudakit.toolkit_home(env))) is not None:
+        raise failed
+    try:
+        home = cudakit.ensure_toolkit(env, reason="no CUDA toolkit found", say=say)
+    except ToolchainError as exc:
+        failed = ToolchainError(f"nvcc was not found with its toolkit ({looked}), and the CUDA "
+                                f"{cudakit.CUDA} toolkit from PyPI's nvidia packages could not "
+                                f"be installed: {exc.message}", hint=f"{exc.hint}; or {hint}")
+        _UNAVAILABLE[cudakit.toolkit_home(env)] = failed
+        raise failed from None
+    if (found := _nvcc_with_toolkit(home / "bin" / "nvcc")) is None:
+        raise ToolchainError(f"the CUDA {cudakit.CUDA} toolkit from PyPI in {home} has no "
+                             "working nvcc", hint=f"delete {home} to install it again")
+    if home not in _ANNOUNCED and not said:   # an install has said it all
+        print(f"no CUDA toolkit found ({looked.split(';')[0]}): using CUDA {found.version} "
+              f"from PyPI's nvidia packages at {home}", file=sys.stderr, flush=True)
+    _ANNOUNCED.add(home)
+    return found
 
 
 def check_nvcc(nvcc: Nvcc, cell: Cell) -> str | None:

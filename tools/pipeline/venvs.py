@@ -4,7 +4,8 @@ torch with its CUDA libraries is about 4.7 GB installed; uv hard-links it from i
 cell's fresh build venv and fresh smoke-test venv cost seconds after the first download. uv
 ignores pip's configuration files, so a machine-wide ``find-links`` holding a CPU torch (as on
 our development machines) can't leak in. ``prepare_python`` makes a cell's build venv: its
-torch and the recipe's build requirements, the torch checked against the cell.
+torch and the recipe's build requirements, the torch checked against the cell. The venv's Python
+is found wherever this machine keeps one, else installed by uv (``tools.pipeline.pythons``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tools.core.errors import ToolchainError
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table
+from .pythons import find_cpython
 from .toolchain import BuildPython, inspect_torch
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -43,24 +45,20 @@ def _uv_env() -> dict[str, str]:
     return env
 
 
-def find_python(version: str) -> str:
-    """The path of an installed CPython ``version`` (3.12), or ToolchainError saying how to get it."""
-    proc = subprocess.run([uv_bin(), "python", "find", "--no-project", version],
-                          capture_output=True, text=True, env=_uv_env(), timeout=120)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        raise ToolchainError(
-            f"Python {version} is not installed on this machine",
-            hint=f"install python{version} with its headers (e.g. `pyenv install {version}` or "
-                 f"your distribution's python{version}-dev), or pick a cell for another Python")
-    return proc.stdout.strip().splitlines()[-1]
+def find_python(version: str, *, install: bool = True) -> str:
+    """The path of an installed CPython ``version`` (3.12) with its headers, from wherever it is
+    kept (PATH, pyenv's versions, uv's managed Pythons, /opt/python), else installed by uv when
+    ``install`` (``tools.pipeline.pythons``); ToolchainError listing where it looked."""
+    return find_cpython(version, uv_bin(), install=install).executable
 
 
-def create_venv(path: Path, python: str, *, seed: bool = False) -> Path:
+def create_venv(path: Path, python: str, *, seed: bool = False, install: bool = True) -> Path:
     """Create a fresh venv at ``path`` for Python ``python`` and return its interpreter.
 
-    ``seed`` adds pip, setuptools and wheel (needed to build without isolation).
+    ``seed`` adds pip, setuptools and wheel (needed to build without isolation); ``install``
+    lets uv download the Python when this machine has none (not for an offline build).
     """
-    interpreter = find_python(python)
+    interpreter = find_python(python, install=install)
     if path.exists():
         shutil.rmtree(path)
     cmd = [uv_bin(), "venv", "--quiet", "--no-project", "--python", interpreter, str(path)]
@@ -110,7 +108,7 @@ def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
                    wheelhouse: Path | None, offline: bool, index_url: str | None,
                    log: Path) -> BuildPython:
     """A fresh venv for the cell's Python with its torch and the recipe's build requirements."""
-    python = create_venv(workdir / "venv", cell.python, seed=True)
+    python = create_venv(workdir / "venv", cell.python, seed=True, install=not offline)
     extra = (index_url,) if index_url else ()
     if not index_url and (url := torch_index(cell, table)):
         extra = (url,)

@@ -1,0 +1,301 @@
+"""The CUDA toolkit from PyPI's nvidia packages: a pinned CUDA 13.0, assembled as a CUDA_HOME.
+
+NVIDIA publishes the toolkit's parts as wheels (``nvidia-cuda-nvcc``, ``nvidia-cuda-runtime``,
+``nvidia-cuda-cccl``, ...), each holding its files under ``nvidia/cu13/``. Extracted side by side
+and flattened, they are a toolkit root that torch's extension builder takes for ``CUDA_HOME``:
+``bin/nvcc`` with ``nvcc.profile``, ``ptxas``, ``fatbinary`` and ``nvlink``; ``nvvm/bin/cicc``;
+``include/`` (``cuda_runtime.h``, ``crt/``, ``cccl/``); ``lib/``. Three things the wheels leave
+out are added as NVIDIA's installers lay them out: ``lib64`` linking to ``lib`` (torch links
+``-L$CUDA_HOME/lib64``), ``targets/x86_64-linux/{include,lib}`` (``nvcc.profile`` looks there),
+and the unversioned library names the linker asks for (``libcudart.so -> libcudart.so.13``).
+The local builder image's toolkit (``tools.devtools.localimage``) can be this one.
+
+:func:`ensure_toolkit` installs it once into ``cache_dir() / "cuda-13.0"``: the wheels are
+downloaded by pip with their sha256 pinned (:data:`PARTS`), assembled in a scratch directory
+beside it and renamed into place, so an interrupted install is never taken for a toolkit; a
+marker file lists the parts, so a toolkit of other pins is installed again. About 110 MB is
+downloaded and 315 MB is written. ``CUWHEELS_CUDA_WHEELS`` names a folder that holds the pinned
+wheels, for machines that can't reach PyPI.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from tools.core.errors import ToolchainError
+from tools.core.paths import cache_dir
+
+#: The CUDA version of the toolkit installed from PyPI: the CUDA of the registry's torch builds.
+CUDA = "13.0"
+#: Where each wheel keeps its files; what is flattened into the toolkit root.
+WHEEL_ROOT = "nvidia/cu13/"
+#: The machines the pins are for (NVIDIA publishes other wheels, of other hashes, for aarch64).
+MACHINE = "x86_64"
+#: The marker a complete toolkit holds: the parts it was assembled from.
+MARKER = "cuwheels-toolkit.json"
+#: The variable naming a folder of the pinned wheels (installs from it, without PyPI).
+WHEELS_ENV = "CUWHEELS_CUDA_WHEELS"
+#: nvcc.profile's target directory, as NVIDIA's installers make it.
+TARGET_DIR = "targets/x86_64-linux"
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One wheel of the toolkit: its distribution, exact version and the sha256 of its
+    manylinux x86_64 wheel on PyPI."""
+
+    name: str
+    version: str
+    sha256: str
+    holds: str
+
+    @property
+    def requirement(self) -> str:
+        """The pinned requirement line pip's hash-checking mode takes."""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+
+#: The toolkit's wheels, at the versions NVIDIA's ``cuda-toolkit==13.0.2`` metapackage pins for
+#: them (CUDA 13.0 Update 2). What each holds was read from the wheel (``pip download --no-deps``).
+PARTS = (
+    Part("nvidia-cuda-nvcc", "13.0.88",
+         "56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03",
+         "bin/: nvcc, nvcc.profile, ptxas, fatbinary, nvlink, cudafe++, bin2c, crt/*.stub"),
+    Part("nvidia-nvvm", "13.0.88",
+         "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0",
+         "nvvm/bin/cicc, nvvm/libdevice, libnvvm"),
+    Part("nvidia-cuda-crt", "13.0.88",
+         "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4",
+         "include/crt/ (host_defines.h, ...), which cuda_runtime.h includes"),
+    Part("nvidia-cuda-runtime", "13.0.96",
+         "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548",
+         "include/cuda_runtime.h and the runtime's headers, libcudart, libcudadevrt.a"),
+    Part("nvidia-cuda-cccl", "13.0.85",
+         "e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649",
+         "include/cccl/ (CUB, Thrust, libcu++), which torch's CUDA headers include"),
+    Part("nvidia-cuda-culibos", "13.0.85",
+         "5c178858405f485367175e14f8a7536af6c86c5c428d25301f2218406c316ba0",
+         "lib/libculibos.a"),
+    Part("nvidia-cuda-cupti", "13.0.85",
+         "4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8",
+         "include/cupti*.h, libcupti"),
+    Part("nvidia-cuda-cuxxfilt", "13.0.85",
+         "a3449fe64974ddc97419cf2c2a8fc560e159601d74d80fa120ffe953e40d67e9",
+         "include/nv_decode.h"),
+    Part("nvidia-cuda-profiler-api", "13.0.85",
+         "73d2671deac833db6686d6fbde4753fa3a3a497d87540fc246f081f375243f66",
+         "include/cuda_profiler_api.h, cudaProfiler.h"),
+    Part("nvidia-nvtx", "13.0.85",
+         "4936d1d6780fbe68db454f5e72a42ff64d1fd6397df9f363ae786930fd5c1cd4",
+         "include/nvtx3/"),
+)
+
+_VERSIONED_LIB = re.compile(r"^(lib[^/]+\.so)\.\d+$")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def toolkit_home(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the toolkit from PyPI lives: ``cache_dir() / "cuda-13.0"``."""
+    return cache_dir(environ) / f"cuda-{CUDA}"
+
+
+def marker_text(parts: Iterable[Part] = PARTS) -> str:
+    """The marker file's content: the parts (name, version, sha256), one JSON document."""
+    return json.dumps({"cuda": CUDA, "parts": [[p.name, p.version, p.sha256] for p in parts]},
+                      indent=1) + "\n"
+
+
+def is_complete(home: Path, parts: Iterable[Part] = PARTS) -> bool:
+    """Whether ``home`` is a toolkit assembled from ``parts``: its marker names exactly them
+    and its nvcc is there."""
+    try:
+        recorded = (home / MARKER).read_text()
+    except OSError:
+        return False
+    return recorded == marker_text(parts) and (home / "bin" / "nvcc").is_file()
+
+
+def check_machine(machine: str | None = None, system: str | None = None) -> None:
+    """ToolchainError unless this is the x86_64 Linux the pins are for."""
+    machine = machine or platform.machine()
+    system = system or sys.platform
+    if machine != MACHINE or not system.startswith("linux"):
+        raise ToolchainError(
+            f"the CUDA {CUDA} toolkit from PyPI is pinned for x86_64 Linux "
+            f"(tools/pipeline/cudakit.py, PARTS); this machine is {system} {machine}",
+            hint="install NVIDIA's CUDA toolkit for this machine and set CUDA_HOME to it")
+
+
+def download(dest: Path, *, parts: Iterable[Part] = PARTS, wheels: Path | None = None,
+             python: str = sys.executable) -> list[Path]:
+    """Download ``parts`` with pip into ``dest``, each checked against its sha256 (from PyPI,
+    or only from the folder ``wheels`` when given); returns the wheels. ToolchainError, quoting
+    pip, when one can't be had or its hash differs."""
+    parts = list(parts)
+    dest.mkdir(parents=True, exist_ok=True)
+    requirements = dest / "requirements.txt"
+    requirements.write_text("".join(p.requirement + "\n" for p in parts))
+    # --isolated: pip's configuration (an index, find-links, a constraints file) must not pick
+    # these files; the pinned hashes decide.
+    cmd = [python, "-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir",
+           "--only-binary", ":all:", "--require-hashes", "--progress-bar", "off",
+           "-r", str(requirements), "-d", str(dest)]
+    if wheels is not None:
+        cmd += ["--no-index", "--find-links", str(wheels)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    got = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or len(got) != len(parts):
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
+        where = f"the folder {wheels} (${WHEELS_ENV})" if wheels else "PyPI"
+        if "DO NOT MATCH THE HASHES" in proc.stderr:
+            hint = ("a wheel's bytes differ from its pinned sha256 (a tampered or cut-short "
+                    "file): remove it" + (f" from {wheels}" if wheels else "") + " and retry; "
+                    "pins change only with tools/pipeline/cudakit.py (PARTS)")
+        elif wheels:
+            hint = (f"put the wheels of {', '.join(p.name + '==' + p.version for p in parts)} "
+                    f"in {wheels}")
+        else:
+            hint = ("let pip reach PyPI (a proxy: HTTPS_PROXY and pip's --cert), set "
+                    f"{WHEELS_ENV} to a folder holding the pinned wheels, or install the CUDA "
+                    "toolkit and set CUDA_HOME")
+        raise ToolchainError(
+            f"downloading the CUDA {CUDA} toolkit's {len(parts)} wheels from {where} failed "
+            f"(`{' '.join(cmd)}`):\n{tail}", hint=hint)
+    return got
+
+
+def _member_path(wheel: Path, name: str) -> PurePosixPath | None:
+    """Where a wheel member goes in the toolkit root (None: not part of the toolkit);
+    ToolchainError for a name that would leave it."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        raise ToolchainError(f"{wheel.name}: member {name!r} would be written outside the "
+                             "toolkit", hint="the wheel is not NVIDIA's: delete it and retry")
+    if name.startswith(WHEEL_ROOT) and not name.endswith("/"):
+        rel = PurePosixPath(name[len(WHEEL_ROOT):])
+        # NVIDIA's release-scan files, not part of the toolkit
+        return None if rel.parts[0] == ".metadata" else rel
+    return None
+
+
+def assemble(wheels: Iterable[Path], dest: Path) -> Path:
+    """Extract each wheel's ``nvidia/cu13/`` into ``dest`` (its ``.dist-info`` into
+    ``dest/dist-info``) and add the links NVIDIA's installers make (module docstring);
+    returns ``dest``. ToolchainError naming the wheel when one holds no toolkit files."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        taken = 0
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                rel = _member_path(wheel, info.filename)
+                top = info.filename.split("/", 1)[0]
+                if rel is None and top.endswith(".dist-info") and not info.is_dir():
+                    rel = PurePosixPath("dist-info", info.filename)
+                if rel is None:
+                    continue
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                # as pip installs wheels: any execute bit makes the file executable by all
+                target.chmod(0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+                taken += not top.endswith(".dist-info")
+        if not taken:
+            raise ToolchainError(f"{wheel.name} holds no file under {WHEEL_ROOT}: it is not a "
+                                 f"CUDA {CUDA.split('.')[0]} toolkit wheel",
+                                 hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+    _link(dest / "lib64", "lib")
+    for sub in ("include", "lib"):
+        (dest / TARGET_DIR).mkdir(parents=True, exist_ok=True)
+        _link(dest / TARGET_DIR / sub, f"../../{sub}")
+    for lib in sorted((dest / "lib").glob("lib*.so.*")):
+        if found := _VERSIONED_LIB.match(lib.name):
+            _link(lib.parent / found.group(1), lib.name)
+    return dest
+
+
+def _link(path: Path, target: str) -> None:
+    if not path.exists() and not path.is_symlink():
+        path.symlink_to(target)
+
+
+def nvcc_release(nvcc: Path) -> str | None:
+    """The ``X.Y`` release ``nvcc --version`` reports, or None when it doesn't run."""
+    try:
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                              timeout=60)
+    except OSError:
+        return None
+    found = re.search(r"release (\d+\.\d+)", proc.stdout)
+    return found.group(1) if proc.returncode == 0 and found else None
+
+
+def _check_assembled(home: Path) -> None:
+    release = nvcc_release(home / "bin" / "nvcc")
+    if release != CUDA:
+        raise ToolchainError(f"the toolkit assembled in {home} has no working CUDA {CUDA} nvcc "
+                             f"(bin/nvcc --version: release {release})",
+                             hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+    if not (home / "include" / "cuda_runtime.h").is_file():
+        raise ToolchainError(f"the toolkit assembled in {home} lacks include/cuda_runtime.h",
+                             hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+
+
+def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = "",
+                   say: Say = _stderr, parts: tuple[Part, ...] = PARTS) -> Path:
+    """The toolkit root (for ``CUDA_HOME``), installed from PyPI the first time; later calls
+    return it at once. ``reason`` starts the line said when it is installed (why it is needed).
+
+    One install at a time: a second process waits on the lock, then finds it complete.
+    """
+    environ = os.environ if environ is None else environ
+    home = toolkit_home(environ)
+    if is_complete(home, parts):
+        return home
+    check_machine()
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{home.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_complete(home, parts):
+            return home
+        wheels = environ.get(WHEELS_ENV)
+        source = f"the wheels in {wheels}" if wheels else "PyPI"
+        say(f"{reason + ': ' if reason else ''}installing CUDA {CUDA} from {source} into "
+            f"{home} (about 110 MB download, 315 MB on disk; once)")
+        started = time.monotonic()
+        scratch = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
+        try:
+            found = download(scratch / "wheels", parts=parts,
+                             wheels=Path(wheels) if wheels else None)
+            kit = assemble(found, scratch / "toolkit")
+            _check_assembled(kit)
+            (kit / MARKER).write_text(marker_text(parts))
+            # what was there is an incomplete or differently pinned toolkit
+            if home.is_symlink() or home.is_file():
+                home.unlink()
+            elif home.exists():
+                shutil.rmtree(home)
+            kit.rename(home)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        say(f"installed CUDA {CUDA} in {home} in {time.monotonic() - started:.0f} s "
+            f"(nvcc: {home / 'bin' / 'nvcc'})")
+    return home
