@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import re
 import shutil
 import subprocess
 import tarfile
@@ -13,6 +12,7 @@ import pytest
 
 from tools.devtools import localimage
 from tools.core.errors import ToolchainError
+from tools.pipeline.toolchain import find_nvcc
 from tools.devtools.localimage import (
     LocalPython,
     build_image,
@@ -221,12 +221,12 @@ def test_image_tar_layout(tmp_path):
 # --- a real container from the real image ------------------------------------------------------
 
 def _local_cuda() -> str | None:
-    nvcc = Path("/usr/local/cuda/bin/nvcc")
-    if not nvcc.is_file():
+    """The CUDA version of the toolkit this machine builds with: /usr/local/cuda, or the one
+    from PyPI's nvidia packages where there is none (tools.pipeline.toolchain.find_nvcc)."""
+    try:
+        return find_nvcc().version
+    except ToolchainError:
         return None
-    found = re.search(r"release (\d+\.\d+)",
-                      subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
-    return found.group(1) if found else None
 
 
 @pytest.fixture(scope="module")

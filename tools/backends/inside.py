@@ -75,7 +75,8 @@ def staged_recipe(cell: Cell, recipes_root: Path = RECIPES_DIR,
 def check_toolchain(cell: Cell) -> tuple[Nvcc, str | None]:
     """The image's nvcc, checked against the cell's CUDA as the host backend checks it, and
     the note on a minor-version difference (None when there is none)."""
-    nvcc = find_nvcc()
+    # The image brings its toolkit: never install one from PyPI inside it.
+    nvcc = find_nvcc(pypi=False)
     return nvcc, check_nvcc(nvcc, cell)
 
 
