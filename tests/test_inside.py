@@ -20,11 +20,15 @@ from tools.plan.matrix import find_cell
 
 
 def _fake_nvcc(root: Path, release: str) -> Path:
+    """A stand-in toolkit answering as CUDA ``release``: nvcc and the header that makes a
+    directory a toolkit root (whatever this machine has at /usr/local/cuda, or hasn't)."""
     bin_dir = root / "cuda" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     nvcc = bin_dir / "nvcc"
     nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
     nvcc.chmod(0o755)
+    (root / "cuda" / "include").mkdir(exist_ok=True)
+    (root / "cuda" / "include" / "cuda_runtime.h").write_text("/* stand-in */\n")
     return root / "cuda"
 
 
