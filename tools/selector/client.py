@@ -174,15 +174,21 @@ def _text(value: Any, where: str, field: str, *, required: bool = False) -> str 
     return visible(value)
 
 
+def _objects(doc: dict[str, Any], key: str, where: str) -> list[tuple[int, dict[str, Any]]]:
+    """``doc[key]`` as (index, object) pairs; IndexReadError unless it is a list of objects."""
+    entries = doc.get(key, [])
+    if not isinstance(entries, list):
+        raise _bad(where, key, "must be a list", entries)
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise _bad(where, f"{key}[{i}]", "must be an object", entry)
+    return list(enumerate(entries))
+
+
 def parse_json_files(doc: dict[str, Any], base: str, where: str) -> list[IndexFile]:
     """The files of a PEP 691 project page, each field checked; relative URLs against ``base``."""
-    entries = doc.get("files", [])
-    if not isinstance(entries, list):
-        raise _bad(where, "files", "must be a list", entries)
     files = []
-    for i, f in enumerate(entries):
-        if not isinstance(f, dict):
-            raise _bad(where, f"files[{i}]", "must be an object", f)
+    for i, f in _objects(doc, "files", where):
         filename = _text(f.get("filename"), where, f"files[{i}].filename", required=True)
         field = f"files[{i}] ({filename})"
         url = f.get("url")
@@ -261,13 +267,8 @@ class Index:
         if body is None:
             return None
         if isinstance(body, dict):
-            entries = body.get("projects", [])
-            if not isinstance(entries, list):
-                raise _bad(where, "projects", "must be a list", entries)
             names = []
-            for i, p in enumerate(entries):
-                if not isinstance(p, dict):
-                    raise _bad(where, f"projects[{i}]", "must be an object", p)
+            for i, p in _objects(body, "projects", where):
                 names.append(canonicalize_name(_text(p.get("name"), where, f"projects[{i}].name", required=True) or ""))
             return names
         return [canonicalize_name(visible(link["text"].strip())) for link in body]
