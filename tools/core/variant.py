@@ -114,6 +114,23 @@ def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> s
     return base if torch is None else f"{base}-torch{torch}"
 
 
+def group_id(cell: str) -> str:
+    """The id of the compile group a cell id belongs to: the cell id without its Python part,
+    which is all that differs between the cells of a group (``tools.plan.groups``). A group id
+    never reads as a cell id (its second part starts with ``cu``); a shard of it is
+    ``<group>-shard<k>``.
+
+    >>> group_id("flash_attn-3.12-cu130")
+    'flash_attn-cu130'
+    >>> group_id("flash_attn-3.12-cu129-torch2.8")
+    'flash_attn-cu129-torch2.8'
+    >>> group_id("xformers-py3-cu130-torch2.10+")
+    'xformers-cu130-torch2.10+'
+    """
+    package, _python, rest = cell.split("-", 2)
+    return f"{package}-{rest}"
+
+
 def cuda_from_nodot(digits: str) -> str:
     """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
     if not digits.isdigit():

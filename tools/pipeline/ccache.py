@@ -243,3 +243,59 @@ def read_stats(cache: CompilerCache) -> CacheStats:
         raise ToolchainError(f"ccache could not read its stats log {cache.stats_log}: "
                              f"{(proc.stderr or proc.stdout).strip()[-400:]}")
     return stats_from_counters(counters)
+
+
+def _storage_url(directory: Path, attributes: str = "") -> str:
+    """``file:<dir>`` (ccache's file storage backend) for a directory; ToolchainError for a path
+    ccache's storage list can't hold (entries are separated by spaces, attributes by ``|``)."""
+    text = str(Path(directory).resolve())
+    if any(c.isspace() for c in text) or "|" in text:
+        raise ToolchainError(f"the shard cache directory {text!r} has a space or a '|' in its "
+                             "path, which ccache's storage list cannot hold",
+                             hint="move the shard caches to a path without spaces")
+    return f"file:{text}{attributes}"
+
+
+def shard_writer_env(shard_cache: Path) -> dict[str, str]:
+    """The variables that make a compile write its results into a shard's cache only: ccache's
+    file storage, which (unlike a local cache directory) another build can read as remote
+    storage."""
+    return {"CCACHE_REMOTE_STORAGE": _storage_url(shard_cache), "CCACHE_REMOTE_ONLY": "true"}
+
+
+def shard_reader_env(shard_caches: list[Path] | tuple[Path, ...]) -> dict[str, str]:
+    """The variables that let a cell's compile read its group's shard caches, read-only, after
+    its own cache directory; none without shard caches."""
+    if not shard_caches:
+        return {}
+    return {"CCACHE_REMOTE_STORAGE": " ".join(_storage_url(c, "|read-only")
+                                              for c in shard_caches)}
+
+
+#: How one compile ended, from the statistics ccache logged for it (most telling first).
+_UNIT_RESULTS = (("remote_storage_hit", "shard hit"), ("direct_cache_hit", "hit"),
+                 ("preprocessed_cache_hit", "hit"), ("cache_miss", "miss"))
+
+
+def unit_results(stats_log: Path) -> dict[str, str]:
+    """Per source file in a build's stats log: ``shard hit`` (read from a shard's cache),
+    ``hit`` (the local cache), ``miss`` (compiled), or the counter ccache logged instead
+    (``unsupported_compiler_option``, ...). A file compiled twice keeps its last result."""
+    out: dict[str, str] = {}
+    if not stats_log.is_file():
+        return out
+    name, counters = None, []
+
+    def close() -> None:
+        if name is not None:
+            found = [label for key, label in _UNIT_RESULTS if key in counters]
+            out[name] = found[0] if found else (counters[0] if counters else "unknown")
+
+    for line in stats_log.read_text(errors="replace").splitlines():
+        if line.startswith("# "):
+            close()
+            name, counters = line[2:].strip(), []
+        elif line.strip():
+            counters.append(line.strip())
+    close()
+    return out

@@ -1,0 +1,171 @@
+"""Compile groups and kernel shards: the plan's answer to "the same kernels, once".
+
+Cells that compile the same kernel objects form a **compile group**: the same package version
+(sdist and patches), CUDA version, torch series, arch list and build variables, differing only
+in the Python they are built for. Kernel units (a package's CUDA translation units) never
+include ``Python.h``, so one compile of them serves every cell of the group; only the binding
+unit and the link depend on the Python (see ``tools.pipeline.ccache``).
+
+A group's id is its cells' id without the Python part (``tools.core.variant.group_id``):
+``flash_attn-3.12-cu130`` and ``flash_attn-3.11-cu130`` are both in ``flash_attn-cu130``. Its
+**key** is a digest of everything that decides the kernel objects; a shard's cache carries the
+key, and a cell uses only caches with its own group's key.
+
+The group's CUDA units come from the recipe's **unit list**, ``units.yaml`` beside
+``recipe.yaml``: the units of the package's own build as its ninja file lists them (written by
+``python -m tools.shard units CELL --write``, which reads them the way the probe does). The
+units are split into **shards** (:func:`split`): each shard compiles its part through the
+compiler cache into a cache of its own, and the cells read every shard's cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.core.errors import PlanError
+from tools.core.variant import group_id
+from .matrix import Cell
+from .recipe import Recipe
+from .schema import Problems, load_yaml
+
+#: The unit list's file name, beside recipe.yaml.
+UNITS_FILE = "units.yaml"
+UNITS_SCHEMA = 1
+#: The unit kinds a shard compiles. C++ units compile in the cells: the binding unit includes
+#: ``Python.h`` (a per-Python object) and C++ units are cheap next to the CUDA ones.
+SHARDED_KINDS = ("cuda",)
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """The estimated seconds of one unit per arch (CUDA) or per compile (C++), and why."""
+
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class UnitList:
+    """A recipe's ``units.yaml``: its build's translation units by kind, and their cost."""
+
+    path: Path
+    version: str
+    units: dict[str, tuple[str, ...]]         # kind -> unit names (paths in the source tree)
+    cost: dict[str, UnitCost]                 # kind -> cost of one unit (per arch for cuda)
+    measured: dict[str, float]                # unit -> measured seconds per arch (the probe's)
+
+    def sharded(self) -> tuple[str, ...]:
+        """The units shards compile, in the file's order."""
+        return tuple(u for kind in SHARDED_KINDS for u in self.units.get(kind, ()))
+
+    def seconds(self, unit: str, kind: str = "cuda") -> float:
+        """One unit's estimated seconds per arch: measured where the probe measured it, else
+        the kind's stated cost."""
+        return self.measured.get(unit, self.cost[kind].seconds)
+
+
+def read_units(recipe: Recipe) -> UnitList | None:
+    """The recipe's unit list, None when it has none; PlanError naming the file, the field and
+    the fix when it is malformed or written for another version of the package."""
+    path = recipe.folder / UNITS_FILE
+    if not path.is_file():
+        return None
+    raw = load_yaml(path, PlanError)
+    p = Problems(path, PlanError)
+    m = p.entry(raw, "", {"schema": int, "version": str, "units": dict, "cost": dict},
+                {"read_from": dict, "measured": dict})
+    if m is None:
+        p.raise_if_any()
+        raise PlanError(f"{path}: not a unit list")
+    if m["schema"] != UNITS_SCHEMA:
+        p.add("schema", f"must be {UNITS_SCHEMA}", f"write the file again: python -m tools.shard "
+                                                   f"units <cell> --write")
+    if m["version"] != recipe.source.version:
+        p.add("version", f"the units were read from {recipe.package} {m['version']}, the recipe "
+                         f"builds {recipe.source.version}",
+              f"read them again: python -m tools.shard units <a cell of {recipe.package}> --write")
+    units: dict[str, tuple[str, ...]] = {}
+    for kind, names in m["units"].items():
+        got = p.strings(names, f"units.{kind}")
+        if got is not None:
+            units[str(kind)] = got
+    cost: dict[str, UnitCost] = {}
+    for kind in units:
+        entry = p.entry(m["cost"].get(kind), f"cost.{kind}", {"seconds": (int, float),
+                                                              "reason": str})
+        if entry is not None:
+            p.reason(entry["reason"], f"cost.{kind}.reason")
+            cost[kind] = UnitCost(float(entry["seconds"]), entry["reason"])
+    measured: dict[str, float] = {}
+    known = {u for names in units.values() for u in names}
+    for unit, seconds in (m.get("measured") or {}).items():
+        if unit not in known:
+            p.add(f"measured.{unit}", "is not one of the units listed",
+                  "remove it or list the unit under units")
+        elif p.typed(seconds, f"measured.{unit}", (int, float)):
+            measured[unit] = float(seconds)
+    p.raise_if_any()
+    return UnitList(path, m["version"], units, cost, measured)
+
+
+def group_key(cell: Cell, recipe: Recipe) -> str:
+    """A digest of what decides a group's kernel objects: the sdist, the patches' bytes, CUDA,
+    the torch series, the archs, the recipe's build variables and its arch variable; 16 hex."""
+    data = {
+        "package": cell.package, "version": cell.version, "sha256": recipe.source.sha256,
+        "patches": [[p.file, hashlib.sha256(p.path.read_bytes()).hexdigest()]
+                    for p in recipe.patches],
+        "cuda": cell.cuda, "torch": cell.torch, "torch_abi": cell.torch_abi,
+        "torch_from": cell.torch_from, "archs": list(cell.archs),
+        "env": sorted((v.name, v.value) for v in recipe.env),
+        "arch_env": [recipe.arch_env.name, recipe.arch_env.style],
+        "nvcc_threads": recipe.build.nvcc_threads,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Group:
+    """A compile group: its id, key and the ids of the cells it feeds."""
+
+    id: str
+    key: str
+    package: str
+    cells: tuple[str, ...]
+
+
+def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
+    """The compile groups of ``cells``, in the order of their first cell."""
+    by_package = {r.package: r for r in recipes}
+    out: dict[str, tuple[str, str, list[str]]] = {}
+    for cell in cells:
+        gid = cell_group(cell)
+        if gid not in out:
+            out[gid] = (group_key(cell, by_package[cell.package]), cell.package, [])
+        out[gid][2].append(cell.id)
+    return [Group(gid, key, package, tuple(ids)) for gid, (key, package, ids) in out.items()]
+
+
+def cell_group(cell: Cell) -> str:
+    """The id of the compile group ``cell`` belongs to."""
+    return group_id(cell.id)
+
+
+def split(units: list[tuple[str, float]], count: int) -> list[tuple[str, ...]]:
+    """``units`` (name, seconds) in ``count`` shards of about equal seconds: the longest unit
+    first into the lightest shard (ties to the lower shard, so the split is reproducible);
+    each shard's units keep the input's order."""
+    if count < 1:
+        raise PlanError(f"a group needs at least one shard, not {count}")
+    count = min(count, max(1, len(units)))
+    order = {name: i for i, (name, _) in enumerate(units)}
+    loads = [0.0] * count
+    parts: list[list[str]] = [[] for _ in range(count)]
+    for name, seconds in sorted(units, key=lambda u: (-u[1], order[u[0]])):
+        k = min(range(count), key=lambda i: (loads[i], i))
+        loads[k] += seconds
+        parts[k].append(name)
+    return [tuple(sorted(part, key=order.__getitem__)) for part in parts]

@@ -1,0 +1,103 @@
+"""``python -m tools.shard``: a compile group's kernel shards and its unit list.
+
+``python -m tools.shard run GROUP --shard K/N [--archs 90]`` compiles shard K of N of the group
+into ``<cache>/<group>-shard<K>`` (``tools.staging.shard``); ``python -m tools.shard units CELL
+[--write]`` reads the cell's build's translation units and prints (or writes) the recipe's
+``units.yaml`` (``tools.staging.unitlist``). The command line only.
+"""
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from tools import RECIPES_DIR, ROOT
+from tools.builder.orchestrate import resolve_archs
+from tools.builder.planned import Planned
+from tools.core.errors import PlanError, cli
+from tools.plan.groups import UNITS_FILE, groups
+from tools.plan.table import TABLE_PATH
+from tools.staging import shard, unitlist
+
+DEFAULT_WORK = ROOT / "build-cells"
+DEFAULT_CACHE = ROOT / "build-cells" / "shard-caches"
+
+
+def _common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
+    ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
+    ap.add_argument("--wheelhouse", type=Path, help="wheels (torch, build deps) to install from")
+    ap.add_argument("--offline", action="store_true", help="install only from --wheelhouse")
+    ap.add_argument("--torch-index", help="index URL for the cell's torch build")
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="work directories")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
+    ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N (e.g. 2/3)") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"{text!r}: K must be from 1 to N")
+    return k, n
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Run a shard, or read a recipe's units (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m tools.shard", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="compile one kernel shard of a compile group")
+    run.add_argument("group", help="group id, e.g. flash_attn-cu130 (a cell id without its "
+                                   "Python part)")
+    run.add_argument("--shard", type=_shard_arg, required=True, metavar="K/N")
+    run.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
+    run.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                     help="where shard caches go (default %(default)s)")
+    _common(run)
+    units = sub.add_parser("units", help=f"read a cell's build's units ({UNITS_FILE})")
+    units.add_argument("cell", help="a cell id of the recipe")
+    units.add_argument("--write", action="store_true",
+                       help=f"write recipes/<package>/{UNITS_FILE} instead of printing it")
+    _common(units)
+    args = ap.parse_args(argv)
+    if args.offline and not args.wheelhouse:
+        ap.error("--offline needs --wheelhouse")
+    # A terminated shard unwinds (and so stops the compilers it started).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    planned = Planned.make(args.recipes, args.table)
+    common = dict(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
+                  offline=args.offline, torch_index=args.torch_index)
+    if args.command == "units":
+        cell = planned.cell(args.cell)
+        recipe = planned.recipe(cell)
+        found, torch = unitlist.read_build_units(cell, recipe, planned.table,
+                                                 args.work / cell.id / "units", **common)
+        text = unitlist.render_units(cell, recipe, found, torch)
+        if args.write:
+            (recipe.folder / UNITS_FILE).write_text(text)
+            print(recipe.folder / UNITS_FILE)
+        else:
+            print(text, end="")
+        return 0
+    found = [g for g in groups(list(planned.cells), list(planned.recipes.values()))
+             if g.id == args.group]
+    if not found:
+        raise PlanError(f"no compile group {args.group!r} in the plan",
+                        hint="a group id is a cell id without its Python part; python -m "
+                             "tools.matrix --format groups lists them")
+    group = found[0]
+    cell = planned.cell(group.cells[0])
+    archs = resolve_archs(cell, args.archs, planned.table)
+    k, n = args.shard
+    report = shard.run_shard(group, k, n, cell=cell, recipe=planned.recipe(cell),
+                             table=planned.table, archs=archs, work_root=args.work,
+                             cache_root=args.cache, **common)
+    print(args.cache / report.shard)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Staged release: kernel shards of compile groups, then the cells that read them."""

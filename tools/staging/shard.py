@@ -1,0 +1,249 @@
+"""A kernel shard: one part of a compile group's CUDA units, compiled into a cache of its own.
+
+``python -m tools.shard run GROUP --shard K/N`` runs the group's first cell's real toolchain,
+source and python steps (the kernel units don't depend on the Python, so any of the group's
+Pythons gives the same objects), reads the package's own compile commands the way the probe does
+(``tools.probing.compdb``), with the compiler cache switched on exactly as a cell's build has it
+(``tools.pipeline.ccache``), and compiles shard K's units (``tools.plan.groups.split``) with those
+command lines, ``MAX_JOBS`` at a time. The results go only into the shard's cache directory
+(ccache's file storage, which a cell then reads as remote storage, read-only).
+
+The shard cache holds ``shard.json``: the group, its key, the shard, its units and, when it
+finished, ``complete: true`` with each unit's seconds. It is written before the first unit
+compiles, so a shard stopped half-way leaves a partial cache that says so; a cell uses what is
+in it and compiles the rest.
+
+Refused: a unit list that no longer matches the package's build (the sdist, a patch or a
+variable changed since ``units.yaml`` was written), naming both sides of the difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.core.errors import CompileError, PlanError
+from tools.pipeline import ccache
+from tools.pipeline.buildenv import (available_memory_gib, build_env, size_for,
+                                     usable_cores)
+from tools.pipeline.report import Progress, reporting
+from tools.pipeline.source import prepare_source
+from tools.pipeline.toolchain import build_process_env, check_nvcc, find_nvcc
+from tools.pipeline.venvs import prepare_python
+from tools.plan.groups import Group, UnitList, group_key, read_units, split
+from tools.plan.matrix import Cell
+from tools.plan.recipe import Recipe
+from tools.plan.table import Table
+from tools.probing.compdb import Unit, capture_commands
+from tools.probing.probe import UNIT_TIMEOUT, first_error, measure
+
+SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
+#: The record a shard cache carries (see the module docstring).
+RECORD = "shard.json"
+
+
+def shard_id(group: str, index: int) -> str:
+    """``flash_attn-cu130-shard2``: the id of a group's shard K (1-based), in reports and CI."""
+    return f"{group}-shard{index}"
+
+
+@dataclass
+class ShardReport:
+    """What a shard did: its units with their seconds, and its verdict."""
+
+    shard: str
+    group: str
+    key: str
+    index: int
+    count: int
+    units: list[str]
+    archs: list[str]
+    estimate_seconds: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+    verdict: str = "failed"
+    complete: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def shard_units(units: UnitList, count: int, archs: int) -> list[tuple[str, ...]]:
+    """The group's sharded units in ``count`` shards of about equal estimated time."""
+    return split([(u, units.seconds(u) * archs) for u in units.sharded()], count)
+
+
+def check_units(found: list[Unit], units: UnitList) -> list[Unit]:
+    """The captured units the unit list shards, in its order; PlanError naming the difference
+    when the package's build lists other CUDA units than ``units.yaml``."""
+    by_name = {u.name: u for u in found if u.kind == "cuda"}
+    planned = set(units.sharded())
+    added, gone = sorted(set(by_name) - planned), sorted(planned - set(by_name))
+    if added or gone:
+        def some(names: list[str]) -> str:
+            return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8
+                                           else "") if names else "none"
+        raise PlanError(
+            f"{units.path}: the package's build no longer compiles the units the plan shards: "
+            f"in the build, not in the list: {some(added)}; in the list, not in the build: "
+            f"{some(gone)}",
+            hint="the sdist, a patch or a build variable changed since the list was written: "
+                 "write it again with python -m tools.shard units <cell> --write")
+    return [by_name[name] for name in units.sharded()]
+
+
+def read_record(cache: Path) -> dict[str, Any] | None:
+    """A shard cache's ``shard.json``, None when there is none or it isn't a JSON object."""
+    try:
+        data = json.loads((cache / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(cache: Path, report: ShardReport) -> None:
+    tmp = cache / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(asdict(report), indent=1, sort_keys=True))
+    os.replace(tmp, cache / RECORD)
+
+
+def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recipe,
+              table: Table, archs: tuple[str, ...], work_root: Path, cache_root: Path,
+              sdist: Path | None = None, sdist_dir: Path | None = None,
+              wheelhouse: Path | None = None, offline: bool = False,
+              torch_index: str | None = None, unit_timeout: float = UNIT_TIMEOUT,
+              stream=None) -> ShardReport:
+    """Compile shard ``index`` of ``count`` of ``group`` (whose cell ``cell`` gives the
+    toolchain and the Python) into ``<cache_root>/<shard id>``; the report also goes to
+    ``<work_root>/<shard id>/report.json``. PlanError when the recipe has no unit list or the
+    build's units differ from it; CompileError naming each unit that failed."""
+    units = read_units(recipe)
+    if units is None:
+        raise PlanError(f"{recipe.folder}: no {'units.yaml'}, so {group.id} has no shards",
+                        hint=f"write it: python -m tools.shard units {cell.id} --write")
+    if not 1 <= index <= count:
+        raise PlanError(f"shard {index}/{count}: K must be from 1 to N")
+    if group_key(cell, recipe) != group.key or cell.id not in group.cells:
+        raise PlanError(f"{cell.id} is not a cell of {group.id}")
+    parts = shard_units(units, count, len(archs))
+    if index > len(parts):
+        raise PlanError(f"{group.id} has {len(units.sharded())} units, so at most "
+                        f"{len(parts)} shards, not {count}")
+    mine = parts[index - 1]
+    sid = shard_id(group.id, index)
+    work, cache = work_root / sid, cache_root / sid
+    work.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    progress = Progress(sid, SHARD_STEPS, stream or sys.stderr)
+    report = ShardReport(sid, group.id, group.key, index, count, list(mine), list(archs),
+                         estimate_seconds=round(sum(units.seconds(u) for u in mine)
+                                                * len(archs), 1))
+    data: dict[str, Any] = {}
+    with reporting(work / "report.json", data, progress):
+        try:
+            _run(report, cell, recipe, table, archs, units, work, cache, progress,
+                 sdist=sdist, sdist_dir=sdist_dir, wheelhouse=wheelhouse, offline=offline,
+                 torch_index=torch_index, unit_timeout=unit_timeout)
+        finally:
+            data.update(asdict(report))
+    return report
+
+
+def _run(report: ShardReport, cell: Cell, recipe: Recipe, table: Table,
+         archs: tuple[str, ...], units: UnitList, work: Path, cache: Path, progress: Progress,
+         *, sdist, sdist_dir, wheelhouse, offline, torch_index, unit_timeout) -> None:
+    def toolchain(step):
+        nvcc = find_nvcc()
+        if warning := check_nvcc(nvcc, cell):
+            progress.say(f"note: {warning}")
+        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version)
+        return nvcc
+
+    nvcc = progress.run("toolchain", toolchain)
+
+    def source(step):
+        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
+        step.detail.update(sdist=prepared.sdist.name, patches=list(prepared.patches))
+        return prepared
+
+    tree = progress.run("source", source).tree
+
+    def python(step):
+        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
+                            index_url=torch_index, log=work / "python.log")
+        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda)
+        return bp
+
+    bp = progress.run("python", python)
+    sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
+    env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
+    # A cell reads the shards only if its command lines are the shard's: the one variable that
+    # reaches them and depends on the machine (nvcc's --threads) is recorded for the cells.
+    report.env = {k: env[k] for k in ("NVCC_THREADS",) if k in env}
+    scratch = work / "ccache-local"
+    shutil.rmtree(scratch, ignore_errors=True)
+    setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
+                           cuda_home=nvcc.cuda_home, directory=scratch)
+    cached_env = {**env, **setup.env, **ccache.shard_writer_env(cache)}
+
+    def commands(step):
+        found = capture_commands(bp.python, tree, cached_env, work,
+                                 isolation=recipe.build.isolation)
+        step.detail.update(recorded=len(found))
+        return check_units(found, units)
+
+    planned = {u.name: u for u in progress.run("commands", commands)}
+    chosen = [planned[name] for name in report.units]
+    _write_record(cache, report)   # before the first unit: a stopped shard says it is partial
+    progress.say(f"sizing: {sizing.note}; {len(chosen)} unit(s), estimated "
+                 f"{report.estimate_seconds / 3600:.2f} h on the runner the plan was made for")
+
+    def compile_(step):
+        process_env = build_process_env(bp.python, cached_env,
+                                        first_on_path=setup.path_prefix)
+        failures = _compile(chosen, process_env, work / "units", progress, report,
+                            jobs=sizing.max_jobs, timeout=unit_timeout)
+        step.detail.update(seconds=report.seconds, jobs=sizing.max_jobs,
+                           stats=ccache.unit_results(setup.stats_log))
+        if failures:
+            raise CompileError("; ".join(failures),
+                               hint="read the unit's log; the same unit fails in the cells")
+        report.complete, report.verdict = True, "passed"
+        _write_record(cache, report)
+
+    progress.run("compile", compile_)
+
+
+def _compile(units: list[Unit], env: dict[str, str], logs: Path, progress: Progress,
+             report: ShardReport, *, jobs: int, timeout: float) -> list[str]:
+    """Compile ``units`` with their recorded command lines, ``jobs`` at a time; each unit's
+    seconds go into ``report``; returns one line per failed unit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    total, done, failures = len(units), [0], []
+    start = time.monotonic()
+
+    def one(unit: Unit) -> None:
+        unit.output.parent.mkdir(parents=True, exist_ok=True)
+        unit.output.unlink(missing_ok=True)   # the capture's stand-in object
+        log = logs / (re.sub(r"[^A-Za-z0-9_.-]", "_", unit.name) + ".log")
+        status, seconds, _tree, _single = measure(unit.command, cwd=unit.directory, env=env,
+                                                  log=log, timeout=timeout)
+        done[0] += 1
+        if status == 0 and unit.output.is_file():
+            report.seconds[unit.name] = round(seconds, 1)
+            progress.say(f"unit {done[0]}/{total}: {unit.name} in {seconds:.0f} s "
+                         f"({(time.monotonic() - start) / 60:.1f} min so far)")
+        else:
+            text = log.read_text(errors="replace")
+            why = first_error(text) or f"exit {status}"
+            failures.append(f"{unit.name} failed: {why} (log: {log})")
+            progress.say(f"unit {done[0]}/{total}: {unit.name} FAILED: {why}")
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, units))
+    return failures
