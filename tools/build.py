@@ -56,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
                     help="compile without the compiler cache (ccache in "
                          "$CUWHEELS_CCACHE_DIR, default ~/.cache/cuwheels/ccache; the "
                          "container backend mounts it)")
+    ap.add_argument("--shard-caches", type=Path, metavar="DIR",
+                    help="a directory of kernel shard caches (<group>-shard<k>, from python -m "
+                         "tools.shard run): the build reads its compile group's, read-only")
     return ap
 
 
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                         torch_index=args.torch_index, out_dir=args.out, work_root=args.work,
                         engine=args.engine, dry_run=args.dry_run, memory_gib=args.memory,
                         cpus=args.cpus, image=args.image, python=args.python,
-                        cache=not args.no_cache)
+                        cache=not args.no_cache, shard_caches=args.shard_caches)
     if result.wheel:
         print(result.wheel)
     return 0

@@ -17,7 +17,7 @@ from tools.builder.planned import Planned
 from tools.core.errors import PlanError, cli
 from tools.plan.groups import UNITS_FILE, groups
 from tools.plan.table import TABLE_PATH
-from tools.staging import shard, unitlist
+from tools.staging import release, shard, unitlist
 
 DEFAULT_WORK = ROOT / "build-cells"
 DEFAULT_CACHE = ROOT / "build-cells" / "shard-caches"
@@ -57,6 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
     _common(run)
+    rel = sub.add_parser("release", help="run a group's shards, then its cells, here")
+    rel.add_argument("group", help="group id, e.g. flash_attn-cu130")
+    rel.add_argument("--shards", type=int, required=True, metavar="N",
+                     help="how many shards (CI takes the number from the plan)")
+    rel.add_argument("--python", help="only these Pythons' cells, comma-separated")
+    rel.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
+    rel.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                     help="where shard caches go (default %(default)s)")
+    rel.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
+                     help="where the cells' wheels go (default %(default)s)")
+    _common(rel)
     units = sub.add_parser("units", help=f"read a cell's build's units ({UNITS_FILE})")
     units.add_argument("cell", help="a cell id of the recipe")
     units.add_argument("--write", action="store_true",
@@ -82,13 +93,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(text, end="")
         return 0
-    found = [g for g in groups(list(planned.cells), list(planned.recipes.values()))
-             if g.id == args.group]
-    if not found:
-        raise PlanError(f"no compile group {args.group!r} in the plan",
-                        hint="a group id is a cell id without its Python part; python -m "
-                             "tools.matrix --format groups lists them")
-    group = found[0]
+    group = _group(planned, args.group)
+    if args.command == "release":
+        pythons = set(args.python.split(",")) if args.python else None
+        cells = [c for c in group.cells if pythons is None or planned.cell(c).python in pythons]
+        passed = [f"--{k.replace('_', '-')}={v}" for k, v in common.items()
+                  if v not in (None, False) and k != "offline"]
+        passed += ["--offline"] if args.offline else []
+        passed += [f"--recipes={args.recipes}", f"--table={args.table}"]
+        jobs = release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
+                                    work=args.work, out=args.out, archs=args.archs)
+        results = release.run_release(jobs, args.work / "release-logs" / group.id)
+        for r in results:
+            print(f"{r.kind:5}  {r.id:40}  {'ok' if r.status == 0 else f'exit {r.status}':8}  "
+                  f"{r.seconds / 60:6.1f} min")
+        return 0 if all(r.status == 0 for r in results if r.kind == "cell") else 8
     cell = planned.cell(group.cells[0])
     archs = resolve_archs(cell, args.archs, planned.table)
     k, n = args.shard
@@ -97,6 +116,17 @@ def main(argv: list[str] | None = None) -> int:
                              cache_root=args.cache, **common)
     print(args.cache / report.shard)
     return 0
+
+
+def _group(planned: Planned, group_id: str):
+    """The planned compile group with this id; PlanError when there is none."""
+    found = [g for g in groups(list(planned.cells), list(planned.recipes.values()))
+             if g.id == group_id]
+    if not found:
+        raise PlanError(f"no compile group {group_id!r} in the plan",
+                        hint="a group id is a cell id without its Python part; python -m "
+                             "tools.matrix --format groups lists them")
+    return found[0]
 
 
 if __name__ == "__main__":

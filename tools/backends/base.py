@@ -41,6 +41,9 @@ class BuildOptions:
     cache: bool = True
     #: Plan only: print what would run and build nothing (a backend that can't says so).
     dry_run: bool = False
+    #: Shard caches offered to the build (``tools.pipeline.shardcache``): those of the cell's
+    #: compile group are read, read-only, after the build's own cache.
+    shard_caches: tuple[Path, ...] = ()
 
 
 @dataclass

@@ -24,11 +24,11 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 from tools.core.errors import CompileError, ToolchainError
-from tools.core.variant import torch_series
+from tools.core.variant import group_id, torch_series
 from tools.finish.stage import finish_wheel, record_kernel_check
 from tools.finish.verify import smoke_test, smoke_test_existing, smoke_venv
 from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
-from tools.pipeline import ccache
+from tools.pipeline import ccache, shardcache
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
 from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, Step, reporting
@@ -37,6 +37,7 @@ from tools.pipeline.source import prepare_source
 from tools.pipeline.toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command, torch_info)
 from tools.pipeline.venvs import prepare_python
+from tools.plan.groups import group_key, read_units
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table
@@ -243,6 +244,19 @@ def _report_cache(setup: ccache.CompilerCache, step: Step, progress: Progress) -
     progress.say(f"compiler cache: {stats.summary}")
 
 
+def _report_units(setup: ccache.CompilerCache, use: shardcache.ShardUse, recipe: Recipe,
+                  step: Step, progress: Progress) -> None:
+    """Put each unit's cache result in the report, each miss with its reason."""
+    units = read_units(recipe)
+    per_unit = shardcache.sort_results(ccache.unit_results(setup.stats_log), use,
+                                       units.sharded() if units else ())
+    step.detail["cache"]["per_unit"] = per_unit
+    progress.say(f"shard caches: {per_unit['shard_hits']} unit(s) read from "
+                 f"{len(use.used)} shard cache(s), {len(per_unit['misses'])} compiled here")
+    for miss in per_unit["misses"]:
+        progress.say(f"  compiled here: {miss['unit']}: {miss['why']}")
+
+
 @dataclass(frozen=True)
 class HostBackend:
     """The host backend (a ``tools.backends.base.Backend``): every step on this machine.
@@ -290,6 +304,20 @@ class HostBackend:
             wheel = self._run(cell, recipe, table, options, work, progress)
             report.update(verdict="passed", wheel=str(wheel))
         return BuildResult(report, wheel)
+
+    @staticmethod
+    def _shards(cell: Cell, recipe: Recipe, options: BuildOptions,
+                progress: Progress) -> shardcache.ShardUse | None:
+        """Which offered shard caches the build reads (None when none were offered)."""
+        if not options.shard_caches:
+            return None
+        use = shardcache.choose(list(options.shard_caches), group=group_id(cell.id),
+                                key=group_key(cell, recipe))
+        for refused in use.refused:
+            progress.say(f"shard cache not read: {refused['cache']}: {refused['why']}")
+        progress.say(f"shard caches read: {len(use.used)}"
+                     + (f" (partial: {', '.join(use.partial)})" if use.partial else ""))
+        return use
 
     def _run(self, cell: Cell, recipe: Recipe, table: Table, options: BuildOptions, work: Path,
              progress: Progress) -> Path:
@@ -341,6 +369,10 @@ class HostBackend:
         env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
 
         def compile_(step: Step) -> Path:
+            use = self._shards(cell, recipe, options, progress) if options.cache else None
+            if use is not None:
+                env.update(use.env)   # the shards' command lines are the cell's
+                step.detail["shards"] = use.describe()
             progress.say(f"sizing: {sizing.note}")
             progress.say("environment: "
                          + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
@@ -351,6 +383,8 @@ class HostBackend:
                 progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
                              "(--no-cache builds without it)")
                 step.detail["cache"] = setup.describe()
+                if use is not None and use.used:
+                    setup.env.update(ccache.shard_reader_env(use.used))
             else:
                 step.detail["cache"] = {"tool": None, "why": "--no-cache"}
             last = [0.0]
@@ -374,6 +408,8 @@ class HostBackend:
             finally:
                 if setup:
                     _report_cache(setup, step, progress)
+                if setup and use is not None:
+                    _report_units(setup, use, recipe, step, progress)
 
         raw = progress.run("compile", compile_)
         final, manifest = finish_wheel(

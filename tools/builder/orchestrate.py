@@ -23,8 +23,10 @@ from tools.backends.container import ContainerBackend
 from tools.backends.engine import ReadinessCheck, first_ready, readiness
 from tools.backends.host import HostBackend
 from tools.core.errors import ToolchainError
+from tools.core.variant import group_id
 from tools.kernels.check import GpuFinder, find_gpu
 from tools.pipeline.report import Progress
+from tools.pipeline.shardcache import candidates
 from tools.plan.matrix import Cell
 from tools.plan.table import Table, arch_key
 from .needs import provide
@@ -70,7 +72,8 @@ def build_cell(cell: Cell, planned: Planned, *, backend: str = "auto",
                engine: str | None = None, dry_run: bool = False, memory_gib: int | None = None,
                cpus: int | None = None, image: str | None = None, stream=None,
                can_build: ReadinessCheck = readiness, python: Path | None = None,
-               gpu_finder: GpuFinder = find_gpu, cache: bool = True) -> BuildResult:
+               gpu_finder: GpuFinder = find_gpu, cache: bool = True,
+               shard_caches: Path | None = None) -> BuildResult:
     """Build ``cell``, a cell of ``planned``, and return what its backend answered (the report
     is also written to ``<work>/<cell id>/report.json``).
 
@@ -81,6 +84,8 @@ def build_cell(cell: Cell, planned: Planned, *, backend: str = "auto",
     against that existing interpreter's torch. ``gpu_finder`` answers which GPU the kernel
     check may use (``tools.kernels.check.find_gpu``). ``cache``: both backends compile through
     ccache (``tools.pipeline.ccache``; the container mounts the same cache directory).
+    ``shard_caches``: a directory of kernel shard caches (``<group>-shard<k>``, written by
+    ``python -m tools.shard run``); the build reads its compile group's, read-only.
     Raises the step's CuwheelsError on failure, after writing the report.
     """
     recipe, table = planned.recipe(cell), planned.table
@@ -123,6 +128,8 @@ def build_cell(cell: Cell, planned: Planned, *, backend: str = "auto",
     progress.say(f"backend: {runner.name} ({why})")
     result = runner.build(cell, recipe, table, progress=progress, options=BuildOptions(
         archs=cell_archs, out_dir=out_dir, work_root=work_root, why=why, sdist=sdist,
-        sdist_dir=sdist_dir, needed=needed, cache=cache, dry_run=dry_run))
+        sdist_dir=sdist_dir, needed=needed, cache=cache, dry_run=dry_run,
+        shard_caches=tuple(candidates(shard_caches, group_id(cell.id)))
+        if shard_caches else ()))
     result.report.setdefault("why", why)
     return result

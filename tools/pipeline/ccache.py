@@ -280,14 +280,16 @@ _UNIT_RESULTS = (("remote_storage_hit", "shard hit"), ("direct_cache_hit", "hit"
 def unit_results(stats_log: Path) -> dict[str, str]:
     """Per source file in a build's stats log: ``shard hit`` (read from a shard's cache),
     ``hit`` (the local cache), ``miss`` (compiled), or the counter ccache logged instead
-    (``unsupported_compiler_option``, ...). A file compiled twice keeps its last result."""
+    (``unsupported_compiler_option``, ...). A file compiled twice keeps its last result; calls
+    that compile nothing (a link, a compiler check without an input file) are left out."""
     out: dict[str, str] = {}
     if not stats_log.is_file():
         return out
     name, counters = None, []
 
     def close() -> None:
-        if name is not None:
+        # torch's compiler checks (no input file) and links are calls, not compiles
+        if name and not {"no_input_file", "called_for_link"} & set(counters):
             found = [label for key, label in _UNIT_RESULTS if key in counters]
             out[name] = found[0] if found else (counters[0] if counters else "unknown")
 

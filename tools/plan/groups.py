@@ -81,8 +81,8 @@ def read_units(recipe: Recipe) -> UnitList | None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a unit list")
     if m["schema"] != UNITS_SCHEMA:
-        p.add("schema", f"must be {UNITS_SCHEMA}", f"write the file again: python -m tools.shard "
-                                                   f"units <cell> --write")
+        p.add("schema", f"must be {UNITS_SCHEMA}", "write the file again: python -m tools.shard "
+                                                   "units <cell> --write")
     if m["version"] != recipe.source.version:
         p.add("version", f"the units were read from {recipe.package} {m['version']}, the recipe "
                          f"builds {recipe.source.version}",

@@ -19,8 +19,6 @@ variable changed since ``units.yaml`` was written), naming both sides of the dif
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import sys
@@ -32,13 +30,14 @@ from typing import Any
 
 from tools.core.errors import CompileError, PlanError
 from tools.pipeline import ccache
+from tools.pipeline.shardcache import write_record
 from tools.pipeline.buildenv import (available_memory_gib, build_env, size_for,
                                      usable_cores)
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.source import prepare_source
 from tools.pipeline.toolchain import build_process_env, check_nvcc, find_nvcc
 from tools.pipeline.venvs import prepare_python
-from tools.plan.groups import Group, UnitList, group_key, read_units, split
+from tools.plan.groups import UNITS_FILE, Group, UnitList, group_key, read_units, split
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table
@@ -46,8 +45,6 @@ from tools.probing.compdb import Unit, capture_commands
 from tools.probing.probe import UNIT_TIMEOUT, first_error, measure
 
 SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
-#: The record a shard cache carries (see the module docstring).
-RECORD = "shard.json"
 
 
 def shard_id(group: str, index: int) -> str:
@@ -97,21 +94,6 @@ def check_units(found: list[Unit], units: UnitList) -> list[Unit]:
     return [by_name[name] for name in units.sharded()]
 
 
-def read_record(cache: Path) -> dict[str, Any] | None:
-    """A shard cache's ``shard.json``, None when there is none or it isn't a JSON object."""
-    try:
-        data = json.loads((cache / RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_record(cache: Path, report: ShardReport) -> None:
-    tmp = cache / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(asdict(report), indent=1, sort_keys=True))
-    os.replace(tmp, cache / RECORD)
-
-
 def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recipe,
               table: Table, archs: tuple[str, ...], work_root: Path, cache_root: Path,
               sdist: Path | None = None, sdist_dir: Path | None = None,
@@ -124,7 +106,7 @@ def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recip
     build's units differ from it; CompileError naming each unit that failed."""
     units = read_units(recipe)
     if units is None:
-        raise PlanError(f"{recipe.folder}: no {'units.yaml'}, so {group.id} has no shards",
+        raise PlanError(f"{recipe.folder}: no {UNITS_FILE}, so {group.id} has no shards",
                         hint=f"write it: python -m tools.shard units {cell.id} --write")
     if not 1 <= index <= count:
         raise PlanError(f"shard {index}/{count}: K must be from 1 to N")
@@ -199,7 +181,7 @@ def _run(report: ShardReport, cell: Cell, recipe: Recipe, table: Table,
 
     planned = {u.name: u for u in progress.run("commands", commands)}
     chosen = [planned[name] for name in report.units]
-    _write_record(cache, report)   # before the first unit: a stopped shard says it is partial
+    write_record(cache, asdict(report))   # before the first unit: a stopped shard says it is partial
     progress.say(f"sizing: {sizing.note}; {len(chosen)} unit(s), estimated "
                  f"{report.estimate_seconds / 3600:.2f} h on the runner the plan was made for")
 
@@ -214,7 +196,7 @@ def _run(report: ShardReport, cell: Cell, recipe: Recipe, table: Table,
             raise CompileError("; ".join(failures),
                                hint="read the unit's log; the same unit fails in the cells")
         report.complete, report.verdict = True, "passed"
-        _write_record(cache, report)
+        write_record(cache, asdict(report))
 
     progress.run("compile", compile_)
 
