@@ -187,7 +187,10 @@ def test_the_release_jobs_and_matrices(flashy):
     matrices = release.matrices()
     assert list(matrices) == ["shards", "cells1", "cells2"]
     assert matrices["shards"]["include"] == shards
-    assert matrices["cells1"]["include"] == cell_jobs and matrices["cells2"] == {"include": []}
+    # cells1: the cells that wait for no shard, in plan order; cells2: those that read shards
+    assert matrices["cells1"]["include"] == [c for c in cell_jobs if not c["shards"]]
+    assert matrices["cells2"]["include"] == [c for c in cell_jobs if c["shards"]]
+    assert demo in matrices["cells1"]["include"] and job in matrices["cells2"]["include"]
     # the shards of a selection compile with the group's first cell of the full plan
     some = [c for c in cells if c.id == group.cells[1]]
     again = plan_release(some, recipes, runners(), cells).shard_jobs()
@@ -205,15 +208,20 @@ def test_a_matrix_over_githubs_limit_is_a_plan_error(flashy, monkeypatch):
     assert str(info.value).startswith(
         f"the shard matrix would hold {count} jobs, over GitHub's limit of {count - 1} per "
         f"matrix (crossed at group flashy-cu126-torch2.9)")
-    monkeypatch.setattr(stages, "MATRIX_LIMIT", count)
-    monkeypatch.setattr(stages, "CELL_MATRICES", 1)
-    assert len(cells) > count
+    # the cells: those that read no shard first (they start at once), then those that do
+    monkeypatch.setattr(stages, "MATRIX_LIMIT", 256)
+    jobs = release.matrices()
+    free = [j for j in release.cell_jobs() if not j["shards"]]
+    assert jobs["cells1"]["include"] == free
+    assert jobs["cells2"]["include"] == [j for j in release.cell_jobs() if j["shards"]]
+    # a first matrix of 4: the rest goes to the second, which overflows at the fifth
+    monkeypatch.setattr(stages, "MATRIX_LIMIT", 4)
     with pytest.raises(PlanError) as info:
         release.matrices()
-    over = release.cell_jobs()[count]["group"]
+    rest = free[4:] + jobs["cells2"]["include"]
     assert str(info.value).startswith(
-        f"the cells would fill 1 matrices of GitHub's limit of {count} jobs and "
-        f"{len(cells) - count} more (crossed at group {over})")
+        f"the cells would need more than 2 matrices of GitHub's limit of 4 jobs: "
+        f"{len(rest) - 4} too many (crossed at group {rest[4]['group']})")
     assert "raise tools.plan.stages.CELL_MATRICES" in info.value.hint
 
 

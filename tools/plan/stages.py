@@ -27,9 +27,13 @@ shards whose every job fits the budget, starting from ``ceil(kernel hours / (bud
 A unit that doesn't fit a shard of its own, or a cell that doesn't fit even with every kernel
 from the shards, is a PlanError naming the group, the runner and the budget.
 
-**Matrices.** The shard jobs are one matrix, the cells :data:`CELL_MATRICES` matrices filled in
-plan order (the workflow has that many cell jobs), each at most :data:`MATRIX_LIMIT` jobs, GitHub's
-limit; a plan over it is a PlanError naming the limit and the group where it was crossed.
+**Matrices.** The shard jobs are one matrix and the cells :data:`CELL_MATRICES`, each at most
+:data:`MATRIX_LIMIT` jobs, GitHub's limit; a plan over it is a PlanError naming the limit and the
+group where it was crossed. GitHub's ``needs`` waits for a whole job, every entry of its matrix,
+so the cells are ordered by what they wait for: ``cells1`` holds the cells that read no shard
+(in plan order, at most 256), which start at once, beside the shards; ``cells2`` the cells that
+read shards, and those of the first kind that did not fit ``cells1``, which start when every
+shard has finished.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from .sizing import Sizing, size_jobs
 #: jobs in a workflow": "A matrix will generate a maximum of 256 jobs per workflow run").
 MATRIX_LIMIT = 256
 #: The cell matrices the workflow has (jobs cells1 and cells2 of wheels.yml): 323 cells today,
-#: room for 512.
+#: room for 512 (see the module docstring for which cells go where).
 CELL_MATRICES = 2
 #: A cell's finish, stated: the link, repair, inspection, metadata and import check. The full
 #: mamba_ssm build (README, "What the probes found") spent 10 s repairing, inspecting and
@@ -227,26 +231,30 @@ class Release:
         return out
 
     def matrices(self) -> dict[str, dict]:
-        """Every stage's matrices, each ``{"include": [...]}``: ``shards``, then ``cells1`` ...
-        (:data:`CELL_MATRICES`); PlanError naming GitHub's limit and the group where a matrix
-        would cross it."""
+        """Every stage's matrices, each ``{"include": [...]}``: ``shards``, ``cells1`` (cells that
+        read no shard) and ``cells2`` (the cells that read shards, and the overflow of
+        ``cells1``); PlanError naming GitHub's limit and the group where a matrix would cross
+        it."""
         shards = self.shard_jobs()
         if len(shards) > MATRIX_LIMIT:
             over = shards[MATRIX_LIMIT]["group"]
             raise PlanError(f"the shard matrix would hold {len(shards)} jobs, over GitHub's limit "
                             f"of {MATRIX_LIMIT} per matrix (crossed at group {over})",
                             hint=_FEWER)
-        cells = self.cell_jobs()
-        if len(cells) > CELL_MATRICES * MATRIX_LIMIT:
-            over = cells[CELL_MATRICES * MATRIX_LIMIT]["group"]
-            raise PlanError(f"the cells would fill {CELL_MATRICES} matrices of GitHub's limit of "
-                            f"{MATRIX_LIMIT} jobs and {len(cells) - CELL_MATRICES * MATRIX_LIMIT}"
-                            f" more (crossed at group {over})",
+        jobs = self.cell_jobs()
+        # The cells that wait for nothing first: the first matrix needs no shard.
+        cells = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
+        free = min(MATRIX_LIMIT, sum(1 for j in cells if not j["shards"]))
+        rest, room = cells[free:], (CELL_MATRICES - 1) * MATRIX_LIMIT
+        if len(rest) > room:
+            raise PlanError(f"the cells would need more than {CELL_MATRICES} matrices of GitHub's "
+                            f"limit of {MATRIX_LIMIT} jobs: {len(rest) - room} too many (crossed "
+                            f"at group {rest[room]['group']})",
                             hint=_FEWER + "; or add a cell job to wheels.yml and raise "
                                           "tools.plan.stages.CELL_MATRICES")
-        out = {"shards": {"include": shards}}
-        for i in range(CELL_MATRICES):
-            out[f"cells{i + 1}"] = {"include": cells[i * MATRIX_LIMIT:(i + 1) * MATRIX_LIMIT]}
+        out = {"shards": {"include": shards}, "cells1": {"include": cells[:free]}}
+        for i in range(1, CELL_MATRICES):
+            out[f"cells{i + 1}"] = {"include": rest[(i - 1) * MATRIX_LIMIT:i * MATRIX_LIMIT]}
         return out
 
     def hours(self) -> tuple[float, float]:
