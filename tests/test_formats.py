@@ -1,5 +1,6 @@
 """The matrix's output formats, called as functions on the test world (demo_ext and flashy on the
-mini table) and, once, through ``python -m tools.matrix`` on the repository's own recipes."""
+mini table, planned for GitHub's standard runner) and through ``python -m tools.matrix`` on the
+repository's own recipes."""
 
 from __future__ import annotations
 
@@ -12,17 +13,27 @@ import pytest
 
 from tools import ROOT
 from tools.core.errors import PlanError
-from tools.plan.formats import (FORMATS, as_github, as_ids, as_json, counts_markdown, counts_rows,
-                                counts_text, render)
+from tools.plan.formats import (FORMATS, STAGED, as_github, as_groups, as_ids, as_json,
+                                counts_markdown, counts_rows, counts_text, render)
 from tools.plan.matrix import counts, plan, select
 from tools.plan.recipe import load_all
+from tools.plan.runners import load_runners
+from tools.plan.stages import plan_release
 from tools.plan.table import load_table
+
+#: The repository's runner file: GitHub's standard runner.
+RUNNERS = load_runners()
 
 
 @pytest.fixture
 def planned(world):
     """(table, recipes, cells) of the test world."""
     return world()
+
+
+def release_of(planned):
+    table, recipes, cells = planned
+    return plan_release(cells, recipes, RUNNERS, cells)
 
 
 def test_ids_one_a_line(planned):
@@ -33,52 +44,79 @@ def test_ids_one_a_line(planned):
     assert as_ids([]) == ""
 
 
-@pytest.mark.parametrize("render_cells,unwrap", [
-    (as_json, lambda doc: doc),
-    (as_github, lambda doc: doc["include"]),
-])
-def test_json_formats_carry_every_cell_in_order(planned, render_cells, unwrap):
+def test_json_carries_every_cell_in_order(planned):
     _, _, cells = planned
-    rows = unwrap(json.loads(render_cells(cells)))
+    rows = json.loads(as_json(cells))
     assert [r["id"] for r in rows] == [c.id for c in cells]
     assert rows == [c.to_json() for c in cells]
 
 
-def test_github_is_one_compact_line_and_json_is_indented(planned):
+def test_github_holds_every_stages_matrices_on_one_compact_line(planned):
     _, _, cells = planned
-    github = as_github(cells[:2])
-    assert "\n" not in github and ", " not in github and github.startswith('{"include":[{"id":')
+    release = release_of(planned)
+    github = as_github(release)
+    assert "\n" not in github and ", " not in github
+    doc = json.loads(github)
+    assert doc == release.matrices()
+    assert list(doc) == ["shards", "cells1", "cells2"]
+    assert all(set(m) == {"include"} for m in doc.values())
+    # each cell job is the cell's own fields, then its group, shards, runner and estimate
+    jobs = doc["cells1"]["include"] + doc["cells2"]["include"]
+    assert [j["id"] for j in jobs] == [c.id for c in cells]
+    for job, cell in zip(jobs, cells):
+        assert {k: job[k] for k in cell.to_json()} == cell.to_json()
+        assert set(job) - set(cell.to_json()) == {"group", "shards", "runner", "estimate_hours",
+                                                  "budget_minutes"}
     assert as_json(cells[:1]).startswith('[\n  {\n    "id": ')
-    assert as_github([]) == '{"include":[]}' and as_json([]) == "[]"
+    empty = json.loads(as_github(plan_release([], [], RUNNERS)))
+    assert empty == {"shards": {"include": []}, "cells1": {"include": []},
+                     "cells2": {"include": []}} and as_json([]) == "[]"
+
+
+def test_groups_one_id_a_line(planned):
+    release = release_of(planned)
+    text = as_groups(release)
+    assert text.splitlines() == [g.group.id for g in release.groups]
+    assert "flashy-cu126" in text.splitlines() and not text.endswith("\n")
 
 
 ROWS = [
-    {"package": "demo_ext", "abi": "cpython + exact", "before": 14, "after": 14},
-    {"package": "a_much_longer_name", "abi": "none + stable>=2.8", "before": 9, "after": 1},
+    {"package": "demo_ext", "abi": "cpython + exact", "before": 14, "after": 14, "groups": 4,
+     "shards": 0, "hours": 21.5, "per_cell_hours": 21.5},
+    {"package": "a_much_longer_name", "abi": "none + stable>=2.8", "before": 9, "after": 1,
+     "groups": 1, "shards": 3, "hours": 13.2, "per_cell_hours": 10.4},
 ]
 
 
 @pytest.mark.parametrize("rows,lines", [
-    (ROWS, ["package             abi (python + torch)          before  after",
-            "demo_ext            cpython + exact                   14     14",
-            "a_much_longer_name  none + stable>=2.8                 9      1",
-            "total                                                 23     15"]),
+    (ROWS, ["package             abi (python + torch)          before  after  groups  shards  "
+            "runner-h  per-cell-h",
+            "demo_ext            cpython + exact                   14     14       4       0  "
+            "    21.5        21.5",
+            "a_much_longer_name  none + stable>=2.8                 9      1       1       3  "
+            "    13.2        10.4",
+            "total                                                 23     15       5       3  "
+            "    34.7        31.9"]),
     # No rows: the package column is as wide as its heading, the totals are 0.
-    ([], ["package  abi (python + torch)          before  after",
-          "total                                       0      0"]),
+    ([], ["package  abi (python + torch)          before  after  groups  shards  runner-h  "
+          "per-cell-h",
+          "total                                       0      0       0       0         0  "
+          "         0"]),
 ])
 def test_counts_text(rows, lines):
     assert counts_text(rows).splitlines() == lines
 
 
 @pytest.mark.parametrize("rows,lines", [
-    (ROWS, ["| package | abi (python + torch) | before | after |",
-            "| --- | --- | --- | --- |",
-            "| demo_ext | cpython + exact | 14 | 14 |",
-            "| a_much_longer_name | none + stable>=2.8 | 9 | 1 |",
-            "| total | | 23 | 15 |"]),
-    ([], ["| package | abi (python + torch) | before | after |", "| --- | --- | --- | --- |",
-          "| total | | 0 | 0 |"]),
+    (ROWS, ["| package | abi (python + torch) | before | after | groups | shards | runner-hours "
+            "| one job per cell |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| demo_ext | cpython + exact | 14 | 14 | 4 | 0 | 21.5 | 21.5 |",
+            "| a_much_longer_name | none + stable>=2.8 | 9 | 1 | 1 | 3 | 13.2 | 10.4 |",
+            "| total | | 23 | 15 | 5 | 3 | 34.7 | 31.9 |"]),
+    ([], ["| package | abi (python + torch) | before | after | groups | shards | runner-hours "
+          "| one job per cell |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
+          "| total | | 0 | 0 | 0 | 0 | 0 | 0 |"]),
 ])
 def test_counts_markdown(rows, lines):
     assert counts_markdown(rows).splitlines() == lines
@@ -87,33 +125,47 @@ def test_counts_markdown(rows, lines):
 def test_counts_rows_are_the_recipes_of_the_selected_cells(planned):
     table, recipes, cells = planned
     flashy = select(cells, packages=["flashy"], pythons=["3.12"])
-    rows = counts_rows(flashy, recipes, table)
+    rows = counts_rows(flashy, recipes, table, RUNNERS)
     # The row counts every cell of the recipe, not only the selected ones.
-    assert rows == [r for r in counts(recipes, table) if r["package"] == "flashy"]
-    assert rows[0]["after"] == len([c for c in cells if c.package == "flashy"]) == 9
-    assert counts_rows([], recipes, table) == []
+    (row,) = rows
+    assert {k: row[k] for k in ("package", "abi", "before", "after")} == \
+        next(r for r in counts(recipes, table) if r["package"] == "flashy")
+    assert row["after"] == len([c for c in cells if c.package == "flashy"]) == 9
+    # and its whole plan's groups; without a unit list, no shards and the stated rule's hours
+    release = plan_release([c for c in cells if c.package == "flashy"], recipes, RUNNERS)
+    assert row["groups"] == len(release.groups) == 2 and row["shards"] == 0
+    assert row["hours"] == row["per_cell_hours"] == round(release.hours()[0], 1)
+    assert counts_rows([], recipes, table, RUNNERS) == []
 
 
 def test_a_collapsed_recipe_counts_fewer_builds(planned):
     table, recipes, _ = planned
     demo = next(r for r in recipes if r.package == "demo_ext")
     stable = replace(demo, abi=replace(demo.abi, python="none", torch="stable", torch_from="2.8"))
-    (row,) = counts_rows(plan([stable], table), [stable], table)
-    assert row == {"package": "demo_ext", "abi": "none + stable>=2.8", "before": 14, "after": 2}
+    (row,) = counts_rows(plan([stable], table), [stable], table, RUNNERS)
+    assert {k: row[k] for k in ("package", "abi", "before", "after", "groups")} == \
+        {"package": "demo_ext", "abi": "none + stable>=2.8", "before": 14, "after": 2,
+         "groups": 2}
 
 
 def test_render_picks_the_format_by_name(planned):
     table, recipes, cells = planned
     assert render("ids", cells, recipes, table) == as_ids(cells)
     assert render("json", cells, recipes, table) == as_json(cells)
-    assert render("github", cells, recipes, table) == as_github(cells)
-    rows = counts_rows(cells, recipes, table)
-    assert render("counts", cells, recipes, table) == counts_text(rows)
-    assert render("counts-md", cells, recipes, table) == counts_markdown(rows)
-    assert set(FORMATS) == {"json", "github", "ids", "counts", "counts-md"}
+    release = release_of(planned)
+    assert render("github", cells, recipes, table, RUNNERS) == as_github(release)
+    assert render("groups", cells, recipes, table, RUNNERS) == as_groups(release)
+    rows = counts_rows(cells, recipes, table, RUNNERS)
+    assert render("counts", cells, recipes, table, RUNNERS) == counts_text(rows)
+    assert render("counts-md", cells, recipes, table, RUNNERS) == counts_markdown(rows)
+    assert set(FORMATS) == {"json", "github", "ids", "groups", "counts", "counts-md"}
     with pytest.raises(PlanError, match="no output format 'yaml'") as info:
         render("yaml", cells, recipes, table)
     assert "counts-md" in info.value.hint
+    # the stages' formats plan for a runner, and say so when they have none
+    for name in STAGED:
+        with pytest.raises(PlanError, match=f"--format {name} plans the release's stages"):
+            render(name, cells, recipes, table)
 
 
 def test_counts_md_agrees_with_counts_for_the_repositorys_recipes():
@@ -125,13 +177,16 @@ def test_counts_md_agrees_with_counts_for_the_repositorys_recipes():
         return proc.stdout.splitlines()
 
     text, markdown = run("counts"), run("counts-md")
-    assert markdown[0] == "| package | abi (python + torch) | before | after |"
+    assert markdown[0] == ("| package | abi (python + torch) | before | after | groups | shards | "
+                           "runner-hours | one job per cell |")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in markdown[2:]]
     assert [c[0] for c in cells] == [line.split()[0] for line in text[1:]]
     for row, line in zip(cells, text[1:]):
-        assert row[2:] == line.split()[-2:]
-        assert row[1] == " ".join(line.split()[1:-2])
+        assert row[2:] == line.split()[-6:]
+        assert row[1] == " ".join(line.split()[1:-6])
     assert int(cells[-1][3]) == len(plan())
+    # a full release as planned costs fewer runner-hours than one job per cell
+    assert float(cells[-1][6]) < float(cells[-1][7])
 
 
 def test_the_readmes_matrix_table_is_the_output_of_counts_md():
@@ -144,5 +199,5 @@ def test_the_readmes_matrix_table_is_the_output_of_counts_md():
     table = load_table()
     recipes = load_all(table=table)
     cells = plan(recipes, table)
-    assert block == render("counts-md", cells, recipes, table) + "\n", \
+    assert block == render("counts-md", cells, recipes, table, RUNNERS) + "\n", \
         "README.md's matrix table is stale: paste `python -m tools.matrix --format counts-md`"

@@ -29,6 +29,7 @@ from tools.plan.matrix import (
     torch_index,
 )
 from tools.plan.recipe import load_all, load_recipe
+from tools.plan.runners import RUNNERS_PATH
 from tools.plan.table import TABLE_PATH, load_table, version_key
 
 
@@ -119,11 +120,13 @@ def test_counts_before_and_after_for_every_recipe():
     proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "counts"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
-    assert rows["xformers"][-2:] == ["30", "3"] and "none + stable>=2.10" in proc.stdout
+    # columns after the abi: before, after, groups, shards, runner-hours, one job per cell
+    rows = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[1:]}
+    assert rows["xformers"][:2] == ["30", "3"] and "none + stable>=2.10" in proc.stdout
     for package in ("causal_conv1d", "flash_attn", "mamba_ssm"):
-        assert rows[package][-1] == rows[package][-2]  # per-Python, per-torch: nothing collapses
-    assert int(rows["total"][-1]) == len(plan())
+        assert rows[package][0] == rows[package][1]  # per-Python, per-torch: nothing collapses
+    assert int(rows["total"][1]) == len(plan())
+    assert int(rows["flash_attn"][3]) > 0            # flash_attn doesn't fit one job: shards
 
 
 def test_find_cell_names_near_misses(demo_cells):
@@ -322,10 +325,13 @@ def test_a_new_series_in_the_table_is_planned_with_no_recipe_edit(tmp_path):
 
 
 def _run(tmp_path, *args, stdin=None, cwd=ROOT):
-    """``python -m tools.matrix`` on the test world's recipes and table."""
+    """``python -m tools.matrix`` on the test world's recipes and table (and, for the formats
+    of the release's stages, the repository's runner file: GitHub's standard runner)."""
+    runners = ["--runners", str(RUNNERS_PATH)] if "--runners" not in args else []
     return subprocess.run([sys.executable, "-m", "tools.matrix", *args, "--recipes",
-                           str(tmp_path / "recipes"), "--table", str(tmp_path / "table.yaml")],
-                          cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60)
+                           str(tmp_path / "recipes"), "--table", str(tmp_path / "table.yaml"),
+                           *runners], cwd=cwd, input=stdin, capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_github_matrix_from_a_fake_diff(world, tmp_path):
@@ -333,14 +339,52 @@ def test_github_matrix_from_a_fake_diff(world, tmp_path):
     proc = _run(tmp_path, "--format", "github", "--changed-files", "-",
                 stdin="recipes/flashy/recipe.yaml\ntools/index.py\n")
     assert proc.returncode == 0, proc.stderr
-    matrix = json.loads(proc.stdout)
-    assert set(matrix) == {"include"}
+    matrices = json.loads(proc.stdout)
+    assert list(matrices) == ["shards", "cells1", "cells2"]
+    assert matrices["shards"] == {"include": []} == matrices["cells2"]  # flashy: no unit list
+    matrix = matrices["cells1"]
     # flashy: CUDA 12.6 x torch 2.8 (3.10-3.13) and 2.9 (3.10-3.14)
     assert len(matrix["include"]) == 4 + 5
     assert {row["package"] for row in matrix["include"]} == {"flashy"}
     for row in matrix["include"]:
         assert row["id"].startswith("flashy-")
-        assert all(isinstance(v, (str, bool, list)) for v in row.values())
+        assert row["runner"] == "ubuntu-24.04" and row["shards"] == []
+        # what GitHub's matrix takes
+        assert all(isinstance(v, (str, bool, list, int, float)) for v in row.values())
+
+
+def test_the_cap_plans_the_shards_of_the_capped_cells_only(world, tmp_path):
+    world()
+    units = {"schema": 1, "version": "2.0.0",
+             "cost": {"cuda": {"seconds": 3000, "reason": "stated rule for the tests"}},
+             "units": {"cuda": [f"csrc/k{i}.cu" for i in range(12)]}}
+    (tmp_path / "recipes" / "flashy" / "units.yaml").write_text(json.dumps(units))
+    full = json.loads(_run(tmp_path, "--format", "github", "--package", "flashy").stdout)
+    proc = _run(tmp_path, "--format", "github", "--package", "flashy", "--cap", "2")
+    assert proc.returncode == 0, proc.stderr
+    capped = json.loads(proc.stdout)
+    assert [c["id"] for c in capped["cells1"]["include"]] == \
+        [c["id"] for c in full["cells1"]["include"]][:2]
+    # both capped cells are of the first group: only its shards run
+    assert {s["group"] for s in capped["shards"]["include"]} == {"flashy-cu126"}
+    assert capped["shards"]["include"] == [s for s in full["shards"]["include"]
+                                           if s["group"] == "flashy-cu126"]
+    assert "capped: 9 cells planned, building the first 2" in proc.stderr
+
+
+def test_the_stages_formats_need_a_runner_file(world, tmp_path):
+    world()
+    proc = _run(tmp_path, "--format", "groups", "--runners", str(tmp_path / "none.yaml"))
+    assert proc.returncode == PlanError.exit_code
+    assert f"{tmp_path / 'none.yaml'}: cannot be read" in proc.stderr
+    # by default, the one beside the recipes
+    (tmp_path / "recipes" / "runners.yaml").write_text(RUNNERS_PATH.read_text())
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "groups",
+                           "--recipes", str(tmp_path / "recipes"),
+                           "--table", str(tmp_path / "table.yaml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "flashy-cu126" in proc.stdout.split()
 
 
 def test_a_table_change_plans_every_recipe(world, tmp_path):

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -113,8 +114,10 @@ def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflo
         for guard in WRITE_GUARDS:
             assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
     assert writers == [("refresh.yml:refresh", ["actions", "contents", "pull-requests"]),
-                       ("wheels.yml:attest", ["attestations", "id-token"]),
-                       ("wheels.yml:publish", ["contents", "id-token", "pages"])]
+                       ("wheels.yml:attest1", ["attestations", "id-token"]),
+                       ("wheels.yml:attest2", ["attestations", "id-token"]),
+                       ("wheels.yml:release", ["contents"]),
+                       ("wheels.yml:publish", ["id-token", "pages"])]
 
 
 def test_actions_pinned_to_full_commit_shas(workflows):
@@ -149,7 +152,8 @@ def test_no_secrets_and_the_token_only_where_publishing(workflows):
         assert not re.search(r"\$\{\{[^}]*\bsecrets\b", path.read_text()), path.name
     for where, job in _jobs(workflows):
         if "github.token" in yaml.safe_dump(job):
-            assert where in ("wheels.yml:publish", "refresh.yml:refresh"), where
+            assert where in ("wheels.yml:release", "wheels.yml:publish", "refresh.yml:refresh"), \
+                where
 
 
 def test_every_job_has_a_timeout(workflows):
@@ -157,32 +161,63 @@ def test_every_job_has_a_timeout(workflows):
         assert isinstance(job.get("timeout-minutes"), int), where
 
 
-def test_build_job_runs_the_local_nox_session(workflows):
-    job = workflows["wheels.yml"]["jobs"]["build"]
+CELL_JOBS = ("cells1", "cells2")
+
+
+def test_the_two_cell_jobs_are_one_job_with_two_matrices(workflows):
+    jobs = workflows["wheels.yml"]["jobs"]
+    one, two = (jobs[name] for name in CELL_JOBS)
+    # cells1: the cells that read no shard, at once; cells2: the others, after every shard
+    assert one["needs"] == "plan" and one["if"] == "needs.plan.outputs.cells1_count != '0'"
+    assert two["needs"] == ["plan", "shards"]
+    # whether the shards passed or not (a cell compiles what no shard cache holds), never when
+    # the run was cancelled or the plan failed; no cells: skipped, not failed
+    assert " ".join(two["if"].split()) == ("!cancelled() && needs.plan.result == 'success' "
+                                           "&& needs.plan.outputs.cells2_count != '0'")
+    for i, job in enumerate((one, two), 1):
+        assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.cells{i}) }}}}"
+    same = {k: v for k, v in one.items() if k not in ("needs", "if")}
+    assert yaml.safe_dump(same).replace("cells1", "cells2") == \
+        yaml.safe_dump({k: v for k, v in two.items() if k not in ("needs", "if")})
+
+
+@pytest.mark.parametrize("name", CELL_JOBS)
+def test_cell_jobs_run_the_local_nox_session(workflows, name):
+    job = workflows["wheels.yml"]["jobs"][name]
     assert job["name"] == "build-${{ matrix.id }}"          # the nox session name
+    assert job["runs-on"] == "${{ matrix.runner }}"        # the runner the plan was made for
     assert job["strategy"]["fail-fast"] is False
     assert job["strategy"]["max-parallel"] >= 1
-    assert job["if"] == "needs.plan.outputs.count != '0'"  # no cells: skipped, not failed
     names = [s.get("name", "") for s in job["steps"]]
+    start, start_step = _step(job, "Record the job's start")
     free, _ = _step(job, "Free disk space")
     pull, pull_step = _step(job, "Pull the builder image")
+    shards, shards_step = _step(job, "Download the group's shard caches")
     build, build_step = _step(job, "Build the cell")
-    assert free < pull < build
+    assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
+    assert free < pull < shards < build
     assert pull_step["env"]["IMAGE"] == "${{ matrix.image }}"
     assert "for attempt in" in pull_step["run"]
     assert 'docker pull --quiet "$IMAGE"' in pull_step["run"]
+    # every shard cache of the cell's group (its artifacts are named after the shards), never a
+    # failure when one is missing; none for a cell that reads no shard
+    assert shards_step["with"] == {"pattern": "${{ matrix.group }}-shard*", "path": "shard-caches"}
+    assert shards_step["continue-on-error"] is True
+    assert shards_step["if"] == "join(matrix.shards, ' ') != ''"
     # What the step runs, not how it is spelled: nox's session for the cell, on the container
-    # backend with docker (what the runner has), and nothing else.
+    # backend with docker (what the runner has), reading the shard caches, and nothing else.
     (line,) = [ln for ln in build_step["run"].splitlines() if "nox" in ln]
     argv = shlex.split(line.split("||")[0])
-    # the build stops itself before the step's and the job's limits (see the compiler cache)
-    assert argv[:3] == ["timeout", "--kill-after=5m", "$TIME_LIMIT"]
+    # the build stops itself at the budget left, before the step's and the job's limits
+    assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
     argv = argv[3:]
     assert Path(argv[0]).name == "nox"
     assert argv[1:3] == ["-s", "build-$CELL_ID"] and build_step["env"]["CELL_ID"] == "${{ matrix.id }}"
     posargs = argv[argv.index("--") + 1:]
     options = dict(zip(posargs[::2], posargs[1::2]))
-    assert options == {"--backend": "container", "--engine": "docker"}
+    assert options == {"--backend": "container", "--engine": "docker",
+                       "--shard-caches": shards_step["with"]["path"]}
+    assert build_step["env"]["BUDGET_MINUTES"] == "${{ matrix.budget_minutes }}"
     assert build_step["timeout-minutes"] < job["timeout-minutes"]  # the report still uploads
     uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert {u["with"]["name"] for u in uploads} == {"report-${{ matrix.id }}",
@@ -199,8 +234,9 @@ CACHE_KEY = ("ccache-${{ matrix.package }}-cu${{ matrix.cuda }}-torch${{ matrix.
              "-py${{ matrix.python }}-")
 
 
-def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
-    job = workflows["wheels.yml"]["jobs"]["build"]
+@pytest.mark.parametrize("name", CELL_JOBS)
+def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, name):
+    job = workflows["wheels.yml"]["jobs"][name]
     restore, restore_step = _step(job, "Restore the compiler cache")
     build, build_step = _step(job, "Build the cell")
     stop, stop_step = _step(job, "Stop the builder container")
@@ -210,9 +246,11 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
     assert save_step["uses"].startswith("actions/cache/save@")
     assert restore_step["uses"].split("@")[1] == save_step["uses"].split("@")[1]
     assert "if" not in restore_step                       # pull requests read it too
-    # only trusted runs write it, and also after a failed or stopped build (that is the point)
+    # only trusted runs write it, and also after a failed or stopped build (that is the point);
+    # a cell that reads shards doesn't: its kernels are the shards' objects
     assert save_step["if"].startswith("always() && ")
     assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
+    assert save_step["if"].endswith("&& join(matrix.shards, ' ') == ''")
     assert stop_step["if"] == "always()"
     # the directory tools.pipeline.ccache uses by default (the container backend mounts it)
     from tools.pipeline.ccache import cache_dir
@@ -223,76 +261,220 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows):
     assert keys == [CACHE_KEY, CACHE_KEY.rsplit("-py", 1)[0] + "-"]
     run_key = CACHE_KEY + "${{ github.run_id }}-${{ github.run_attempt }}"
     assert restore_step["with"]["key"] == save_step["with"]["key"] == run_key
-    # the build stops itself well before the step's backstop and the job's limit
-    limit = int(build_step["env"]["TIME_LIMIT"].removesuffix("m"))
-    assert limit + 5 < build_step["timeout-minutes"] < job["timeout-minutes"]
+    # the budget of the runner file's runners ends the build well before the step's backstop,
+    # which ends before the job's limit, which is inside the runners' own
+    from tools.plan.runners import load_runners
+    runner = load_runners().default
+    assert runner.budget_hours * 60 + 5 < build_step["timeout-minutes"] < job["timeout-minutes"]
+    assert job["timeout-minutes"] <= runner.job_limit_hours * 60
 
 
-def _run_build_step(tmp_path, nox_script: str, limit: str) -> subprocess.CompletedProcess:
-    """The build step's own script, with a stand-in nox, in a scratch directory."""
-    job = _load(WORKFLOWS / "wheels.yml")["jobs"]["build"]
-    _, step = _step(job, "Build the cell")
-    nox = tmp_path / ".venv" / "bin" / "nox"
-    nox.parent.mkdir(parents=True)
-    nox.write_text("#!/bin/sh\n" + nox_script)
-    nox.chmod(0o755)
-    env = {**os.environ, "CELL_ID": "demo_ext-3.12-cu130", "TIME_LIMIT": limit}
-    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env,
+def _run_budget_step(tmp_path, job_name: str, step_name: str, program: str, script: str,
+                     used_s: int, budget_min: int, **env: str) -> subprocess.CompletedProcess:
+    """A step that runs within the job's budget, with a stand-in ``program`` (under .venv/bin),
+    as if the job had started ``used_s`` seconds ago with a budget of ``budget_min`` minutes."""
+    job = _load(WORKFLOWS / "wheels.yml")["jobs"][job_name]
+    _, step = _step(job, step_name)
+    stand_in = tmp_path / ".venv" / "bin" / program
+    stand_in.parent.mkdir(parents=True, exist_ok=True)
+    stand_in.write_text("#!/bin/sh\n" + script)
+    stand_in.chmod(0o755)
+    full = {**os.environ, "JOB_START": str(int(time.time()) - used_s),
+            "BUDGET_MINUTES": str(budget_min), **env}
+    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=full,
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("nox_script,limit,code,out_of_time", [
-    # a build past its time: stopped, and the message says how to continue
-    ("sleep 30\n", "1s", 124, True),
+@pytest.mark.parametrize("nox_script,used_s,code,out_of_time", [
+    # a build past its budget: stopped, and the message says how to continue
+    ("sleep 30\n", 59, 124, True),
     # a build that fails by itself keeps its own exit status, without that message
-    ("exit 7\n", "10s", 7, False),
-    # a build that passes
-    ('test "$2" = build-demo_ext-3.12-cu130\n', "10s", 0, False),
+    ("exit 7\n", 0, 7, False),
+    # a build that passes, with the shard caches' directory there for it
+    ('test "$2" = build-demo_ext-3.12-cu130 && test -d shard-caches\n', 0, 0, False),
 ])
-def test_build_step_stops_itself_in_time(tmp_path, nox_script, limit, code, out_of_time):
-    proc = _run_build_step(tmp_path, nox_script, limit)
+def test_build_step_stops_itself_at_the_budget(tmp_path, nox_script, used_s, code, out_of_time):
+    proc = _run_budget_step(tmp_path, "cells1", "Build the cell", "nox", nox_script, used_s, 1,
+                            CELL_ID="demo_ext-3.12-cu130")
     assert proc.returncode == code, proc.stderr
-    message = ("::error title=out of time::demo_ext-3.12-cu130 stopped after 1s; on main its "
-               "compiler cache is saved: re-run this job to continue from it")
+    message = ("::error title=out of time::demo_ext-3.12-cu130 stopped at its 1-minute budget "
+               "(counted from the job's start); re-run this job to continue from what was kept: "
+               "its group's shard caches, or on main its own compiler cache")
     assert (message in proc.stdout) is out_of_time
 
 
-def test_one_attestation_per_wheel(workflows):
-    job = workflows["wheels.yml"]["jobs"]["attest"]
-    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+def test_the_budget_counts_from_the_jobs_start(tmp_path):
+    # the setup (the image pull, the tools) used it all: the build doesn't start
+    proc = _run_budget_step(tmp_path, "cells1", "Build the cell", "nox", "touch started\n", 61, 1,
+                            CELL_ID="demo_ext-3.12-cu130")
+    assert proc.returncode == 124
+    assert ("::error title=out of time::demo_ext-3.12-cu130: the setup used the whole 1-minute "
+            "budget") in proc.stdout
+    assert not (tmp_path / "started").exists()
+
+
+# --------------------------------------------------------------------------- the shards
+
+
+def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows):
+    job = workflows["wheels.yml"]["jobs"]["shards"]
+    assert job["name"] == "${{ matrix.id }}" and job["needs"] == "plan"
+    assert job["if"] == "needs.plan.outputs.shards_count != '0'"
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
+    assert job["runs-on"] == "${{ matrix.runner }}" and job["strategy"]["fail-fast"] is False
+    start, start_step = _step(job, "Record the job's start")
+    restore, restore_step = _step(job, "Restore the shard's cache")
+    run, run_step = _step(job, "Compile the shard")
+    save, save_step = _step(job, "Save the shard's cache")
+    upload, upload_step = _step(job, "Upload the shard's cache for the cells")
+    report, report_step = _step(job, "Upload the shard's report")
+    assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
+    assert start < restore < run < save < upload < report
+    (line,) = [ln for ln in run_step["run"].splitlines() if "tools.shard" in ln]
+    argv = shlex.split(line.split("||")[0])
+    assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
+    assert argv[3:] == [".venv/bin/python", "-m", "tools.shard", "run", "$GROUP", "--shard",
+                        "$SHARD/$OF", "--cache", "shard-caches", "--work", "build-cells"]
+    assert run_step["env"] == {"SHARD_ID": "${{ matrix.id }}", "GROUP": "${{ matrix.group }}",
+                               "SHARD": "${{ matrix.shard }}", "OF": "${{ matrix.of }}",
+                               "BUDGET_MINUTES": "${{ matrix.budget_minutes }}"}
+    # the cache: per group key and shard (the plan's cache_key), restored for every run, saved
+    # only from main and only by this shard, also after a failed or stopped shard
+    cache = "shard-caches/${{ matrix.id }}"
+    key = "${{ matrix.cache_key }}-${{ github.run_id }}-${{ github.run_attempt }}"
+    assert restore_step["with"] == {"path": cache, "key": key,
+                                    "restore-keys": "${{ matrix.cache_key }}-\n"}
+    assert "if" not in restore_step
+    assert save_step["with"] == {"path": cache, "key": key}
+    assert save_step["if"] == ("always() && github.event_name != 'pull_request' && "
+                               "github.ref == 'refs/heads/main'")
+    # handed to the cells as an artifact named after the shard: the cells' download pattern
+    # <group>-shard* takes every shard of their group and no other group's
+    assert upload_step["if"] == "always()"
+    assert upload_step["with"]["name"] == "${{ matrix.id }}"
+    assert upload_step["with"]["path"] == cache
+    assert report_step["with"]["name"] == "shard-report-${{ matrix.id }}"  # not a cell's report-*
+
+
+def test_the_cells_download_pattern_takes_their_groups_shards_only():
+    from fnmatch import fnmatchcase
+    from tools.plan.groups import shard_id
+    pattern = "flash_attn-cu130-shard*"
+    assert fnmatchcase(shard_id("flash_attn-cu130", 3), pattern)
+    assert not fnmatchcase(shard_id("flash_attn-cu130-torch2.13", 1), pattern)
+    assert not fnmatchcase("report-flash_attn-3.12-cu130", pattern)
+
+
+@pytest.mark.parametrize("python_script,used_s,code,message", [
+    # the shard runs the plan's group and shard, into the caches' folder
+    ('test "$4 $5 $6" = "flash_attn-cu130 --shard 2/3" && test "$8" = shard-caches\n', 0, 0, None),
+    ("sleep 30\n", 59, 124,
+     "::error title=out of time::flash_attn-cu130-shard2 stopped at its 1-minute budget (counted "
+     "from the job's start); the cells compile the units it did not"),
+    ("touch started\n", 61, 124,
+     "::error title=out of time::flash_attn-cu130-shard2: the setup used the whole 1-minute budget"),
+])
+def test_shard_step_runs_within_the_budget(tmp_path, python_script, used_s, code, message):
+    proc = _run_budget_step(tmp_path, "shards", "Compile the shard", "python", python_script,
+                            used_s, 1, SHARD_ID="flash_attn-cu130-shard2",
+                            GROUP="flash_attn-cu130", SHARD="2", OF="3")
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if message:
+        assert message in proc.stdout
+    assert not (tmp_path / "started").exists()
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+@pytest.mark.parametrize("n", ("1", "2"))
+def test_one_attestation_per_wheel_that_built(workflows, n):
+    job = workflows["wheels.yml"]["jobs"][f"attest{n}"]
+    assert job["needs"] == ["plan", f"cells{n}"]
+    assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.cells{n}) }}}}"
+    # after failed cells too: what built is attested
+    assert " ".join(job["if"].split()).startswith("!cancelled() && needs.plan.result == 'success'")
     attests = [s for s in job["steps"]
                if s.get("uses", "").startswith("actions/attest-build-provenance@")]
     assert len(attests) == 1
     subject = attests[0]["with"]
     assert set(subject) == {"subject-path"}
     assert subject["subject-path"] == "${{ steps.wheel.outputs.path }}"  # one file, no glob
+    assert attests[0]["if"] == "steps.wheel.outputs.path != ''"
+    download, download_step = _step(job, "Download the cell's wheel")
     _, find = _step(job, "Find the wheel")
+    mark, mark_step = _step(job, "Upload the mark")
+    assert download_step["continue-on-error"] is True      # a failed cell has no wheel
     assert "expected one wheel" in find["run"]
+    assert mark_step["with"]["name"] == "attested-${{ matrix.id }}"
+    assert job["steps"].index(attests[0]) < mark
 
 
-def test_publish_builds_the_index_before_publishing_anything(workflows):
-    job = workflows["wheels.yml"]["jobs"]["publish"]
-    assert set(job["needs"]) == {"build", "attest"}
-    assert job["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
-    assert job["environment"]["name"] == "github-pages"
-    ledger, _ = _step(job, "Fetch the current ledger")
-    hold, _ = _step(job, "Hold back wheels already published")
-    index, index_step = _step(job, "Build the index")
-    release, release_step = _step(job, "Create the release")
-    check, _ = _step(job, "Check the release")
-    upload, upload_step = _step(job, "Upload the site")
-    deploy, deploy_step = _step(job, "Deploy the site")
-    assert ledger < hold < index < release < check < upload < deploy
-    # With nothing new (every wheel already published), nothing is released or deployed.
-    for step in job["steps"][hold + 1:]:
+@pytest.mark.parametrize("wheels,downloaded,code,path,message", [
+    (["demo-1.0-py3-none-any.whl"], "success", 0, "wheel/demo-1.0-py3-none-any.whl", None),
+    # the cell's build failed: no wheel, nothing to attest, not an error
+    ([], "failure", 0, None, "::notice title=attest::demo-3.12-cu130 has no wheel (its build "
+                             "failed): nothing to attest, nothing to publish"),
+    (["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"], "success", 1, None,
+     "::error title=attest::expected one wheel, found 2"),
+])
+def test_the_attest_job_finds_its_wheel(tmp_path, workflows, wheels, downloaded, code, path,
+                                        message):
+    (tmp_path / "wheel").mkdir()
+    for name in wheels:
+        (tmp_path / "wheel" / name).write_bytes(b"PK")
+    rc, log, outputs = run_step(workflows, "attest1", "Find the wheel", tmp_path,
+                                CELL_ID="demo-3.12-cu130", DOWNLOADED=downloaded)
+    assert rc == code, log
+    assert outputs.get("path") == path
+    if message:
+        assert message in log
+
+
+def test_release_and_publish(workflows):
+    jobs = workflows["wheels.yml"]["jobs"]
+    release, publish = jobs["release"], jobs["publish"]
+    # what built is released and published, whatever failed beside it
+    assert release["needs"] == ["plan", "attest1", "attest2"]
+    assert publish["needs"] == ["plan", "release"]
+    for job in (release, publish):
+        assert " ".join(job["if"].split()).startswith(
+            "!cancelled() && needs.plan.result == 'success'")
+    # releases are per run and never wait; the index is one run at a time
+    assert "concurrency" not in release
+    assert publish["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
+    assert publish["environment"]["name"] == "github-pages"
+    keep, _ = _step(release, "Keep only the attested wheels")
+    ledger, _ = _step(release, "Fetch the current ledger")
+    hold, _ = _step(release, "Hold back wheels already published")
+    index, index_step = _step(release, "Build the index")
+    made, made_step = _step(release, "Create the release")
+    check, _ = _step(release, "Check the release")
+    assert keep < ledger < hold < index < made < check
+    # With nothing new (every wheel already published), nothing is released.
+    for step in release["steps"][hold + 1:]:
         if step["name"] != "Summary":
             assert step.get("if") == "steps.batch.outputs.new != '0'", step["name"]
     assert index_step["run"].startswith("make index ")
     assert 'BASE_URL="$BASE_URL"' in index_step["run"]
     assert "continue-on-error" not in index_step
+    assert "wheelhouse/*.whl.metadata" in made_step["run"]
+    # the publish job reads the same live ledger the same way, and the reports of this run
+    for name in ("Find the Pages site", "Fetch the current ledger"):
+        assert _step(release, name)[1] == _step(publish, name)[1]
+    reports, _ = _step(publish, "Arrange the reports by cell")
+    p_ledger, _ = _step(publish, "Fetch the current ledger")
+    found, _ = _step(publish, "Find the releases the index lacks")
+    built, built_step = _step(publish, "Build the index from those releases")
+    upload, upload_step = _step(publish, "Upload the site")
+    deploy, deploy_step = _step(publish, "Deploy the site")
+    assert reports < p_ledger < found < built < upload < deploy
+    assert "continue-on-error" not in built_step
+    assert "--reports $RUNNER_TEMP/reports" in built_step["run"]
+    for step in (upload_step, deploy_step):
+        assert step["if"] == "steps.index.outputs.new != '0'"
     assert upload_step["uses"].startswith("actions/upload-pages-artifact@")
     assert deploy_step["uses"].startswith("actions/deploy-pages@")
-    assert "wheelhouse/*.whl.metadata" in release_step["run"]
     # a re-run of the publish job deploys the artifact its own attempt uploaded
     name = "github-pages-${{ github.run_attempt }}"
     assert upload_step["with"] == {"path": "site", "name": name, "include-hidden-files": True}
@@ -324,6 +506,7 @@ def scratch_repo(tmp_path, write_recipe, good_recipe):
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (repo / "recipes").mkdir()
     (repo / "recipes" / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE, sort_keys=False))
+    shutil.copy(ROOT / "recipes" / "runners.yaml", repo / "recipes" / "runners.yaml")
     git(repo, "init", "--quiet", "--initial-branch=main")
     commit(repo, "base")
 
@@ -356,15 +539,17 @@ def test_planner_reads_a_fake_diff_of_a_changed_recipe(scratch_repo):
         [sys.executable, "-m", "tools.matrix", "--format", "github", "--changed-files", "-"],
         cwd=repo, input="recipes/demo_ext/recipe.yaml\nREADME.md\n",
         capture_output=True, text=True, check=True)
-    cells = json.loads(proc.stdout)["include"]
+    matrices = json.loads(proc.stdout)
+    cells = matrices["cells1"]["include"] + matrices["cells2"]["include"]
     assert len(cells) == 14 and {c["package"] for c in cells} == {"demo_ext"}
-    assert {"id", "image", "python", "cuda", "torch"} <= set(cells[0])
+    assert {"id", "image", "python", "cuda", "torch", "group", "runner", "shards",
+            "estimate_hours", "budget_minutes"} <= set(cells[0])
     assert "changed recipes: demo_ext" in proc.stderr
 
 
 def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, str]:
     """Run wheels.yml's plan script as Actions does; returns (outputs, summary, log)."""
-    _, step = _step(workflows["wheels.yml"]["jobs"]["plan"], "Plan the cells")
+    _, step = _step(workflows["wheels.yml"]["jobs"]["plan"], "Plan the release")
     runner_temp = repo / ".runner-temp"
     runner_temp.mkdir(exist_ok=True)
     out, summary = runner_temp / "output", runner_temp / "summary"
@@ -373,6 +558,7 @@ def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, s
     full_env = {**os.environ, **GIT_ENV, "RUNNER_TEMP": str(runner_temp),
                 "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
                 "PR_CELL_CAP": str(workflows["wheels.yml"]["env"]["PR_CELL_CAP"]),
+                "RUNNERS_FILE": "recipes/runners.yaml",
                 "PY": sys.executable, "PUSH_BEFORE": "", "IN_PACKAGE": "", "IN_PYTHON": "",
                 "IN_CUDA": "", "IN_TORCH": "", "IN_CAP": "", **env}
     # `shell: bash` runs a step as `bash --noprofile --norc -eo pipefail {0}`.
@@ -391,10 +577,35 @@ def test_plan_step_push_builds_the_changed_recipe(scratch_repo, workflows):
     add_recipe()
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
     assert outputs["rc"] == 0, log
-    cells = json.loads(outputs["matrix"])["include"]
-    assert outputs["count"] == "14" == str(len(cells))
+    cells = json.loads(outputs["cells1"])["include"]
+    assert outputs["count"] == "14" == str(len(cells)) == outputs["cells1_count"]
+    # demo_ext has no unit list: no shards, every cell in the matrix that waits for none
+    assert (outputs["shards"], outputs["shards_count"]) == ('{"include":[]}', "0")
+    assert (outputs["cells2"], outputs["cells2_count"]) == ('{"include":[]}', "0")
     assert "`demo_ext-3.12-cu130-torch2.9`" in summary
     assert "::warning" not in log
+
+
+def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo, workflows):
+    repo, add_recipe = scratch_repo
+    before = git(repo, "rev-parse", "HEAD")
+    add_recipe()
+    units = {"schema": 1, "version": "1.0.0",
+             "cost": {"cuda": {"seconds": 4000, "reason": "stated rule for the tests"}},
+             "units": {"cuda": [f"csrc/k{i}.cu" for i in range(8)]}}
+    (repo / "recipes" / "demo_ext" / "units.yaml").write_text(json.dumps(units))
+    commit(repo, "demo_ext's units")
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    assert outputs["rc"] == 0, log
+    shards = json.loads(outputs["shards"])["include"]
+    cells = json.loads(outputs["cells2"])["include"]
+    assert outputs["shards_count"] == str(len(shards)) and len(shards) > 4
+    assert outputs["count"] == "14" == outputs["cells2_count"] and outputs["cells1_count"] == "0"
+    assert {s["group"] for s in shards} == {c["group"] for c in cells}
+    assert all(c["shards"] for c in cells)
+    assert max(j["estimate_hours"] for j in shards + cells) <= 5
+    assert "| shard | units | runner | estimate (h) |" in summary
+    assert f"| `{shards[0]['id']}` | {shards[0]['units']} | ubuntu-24.04 |" in summary
 
 
 def test_plan_step_pull_request_is_capped_with_a_warning(scratch_repo, workflows):
@@ -403,7 +614,7 @@ def test_plan_step_pull_request_is_capped_with_a_warning(scratch_repo, workflows
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="pull_request")
     assert outputs["rc"] == 0, log
     cap = workflows["wheels.yml"]["env"]["PR_CELL_CAP"]
-    assert outputs["count"] == str(cap) == str(len(json.loads(outputs["matrix"])["include"]))
+    assert outputs["count"] == str(cap) == str(len(json.loads(outputs["cells1"])["include"]))
     assert f"::warning title=matrix capped::capped: 14 cells planned, building the first {cap}" \
         in log
     assert "**Warning**: capped: 14 cells planned" in summary
@@ -417,7 +628,8 @@ def test_plan_step_without_a_recipe_change_plans_nothing(scratch_repo, workflows
     commit(repo, "docs")
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
     assert outputs["rc"] == 0, log
-    assert (outputs["count"], outputs["matrix"]) == ("0", '{"include":[]}')
+    assert (outputs["count"], outputs["cells1"], outputs["shards"]) == \
+        ("0", '{"include":[]}', '{"include":[]}')
     assert "No cells to build" in summary
 
 
@@ -436,15 +648,15 @@ def test_plan_step_dispatch_filters(scratch_repo, workflows):
     add_recipe()
     outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
                                     IN_PACKAGE="demo_ext", IN_PYTHON="3.12", IN_CUDA="13.0",
-                                    IN_CAP="256")
+                                    IN_CAP="512")
     assert outputs["rc"] == 0, log
-    ids = [c["id"] for c in json.loads(outputs["matrix"])["include"]]
+    ids = [c["id"] for c in json.loads(outputs["cells1"])["include"]]
     assert ids == ["demo_ext-3.12-cu130", "demo_ext-3.12-cu130-torch2.9"]
 
 
 @pytest.mark.parametrize("env,message", [
-    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 256"),           # below the range
-    ({"IN_CAP": "300"}, "cap must be a whole number from 1 to 256"),         # GitHub's matrix limit
+    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 512"),           # below the range
+    ({"IN_CAP": "600"}, "cap must be a whole number from 1 to 512"),         # two matrices of 256
     ({"IN_PACKAGE": "$(touch pwned)"}, "unknown package(s): $(touch pwned)"),  # stays a string
 ])
 def test_plan_step_dispatch_rejects_bad_inputs(scratch_repo, workflows, env, message):
@@ -453,7 +665,7 @@ def test_plan_step_dispatch_rejects_bad_inputs(scratch_repo, workflows, env, mes
     outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch", **env)
     assert outputs["rc"] != 0
     assert message in log
-    assert "matrix" not in outputs
+    assert "cells1" not in outputs and "shards" not in outputs
     assert not (repo / "pwned").exists()
 
 
@@ -535,7 +747,7 @@ def test_ledger_step_refuses_a_site_without_its_ledger(tmp_path, pages_site, wor
 
 def run_hold_back_step(workdir: Path, workflows: dict) -> tuple[int, str, str]:
     """Run wheels.yml's hold-back step as Actions does; returns (exit status, log, its outputs)."""
-    _, step = _step(workflows["wheels.yml"]["jobs"]["publish"], "Hold back wheels already published")
+    _, step = _step(workflows["wheels.yml"]["jobs"]["release"], "Hold back wheels already published")
     runner_temp = workdir / ".runner-temp"
     script = runner_temp / "hold-back.sh"
     script.write_text(step["run"])
@@ -696,7 +908,7 @@ def test_the_release_is_named_by_the_run_alone(tmp_path, workflows):
     tags = set()
     for day in ("20260901", "20261002"):  # a re-run on another day
         _executable(tmp_path / "bin" / "date", f"#!/bin/sh\necho {day}\n")
-        rc, log, outputs = run_step(workflows, "publish", "Name the release", tmp_path,
+        rc, log, outputs = run_step(workflows, "release", "Name the release", tmp_path,
                                     tmp_path / "bin", GITHUB_RUN_ATTEMPT=day[-1])
         assert rc == 0, log
         tags.add((outputs["tag"], outputs["base_url"]))
@@ -722,7 +934,7 @@ def test_the_pages_site_is_read_from_the_api(tmp_path, workflows, fake_github, p
                                               expect):
     bin_dir, env, set_state, _, calls = fake_github
     set_state(pages=pages)
-    rc, log, outputs = run_step(workflows, "publish", "Find the Pages site", tmp_path, bin_dir,
+    rc, log, outputs = run_step(workflows, "release", "Find the Pages site", tmp_path, bin_dir,
                                 **env)
     assert rc == code, log
     shown = "\n".join(f"{k}={v}" for k, v in outputs.items()) + log
@@ -734,7 +946,7 @@ def test_release_uploads_every_file_through_rate_limits(tmp_path, workflows, fak
     bin_dir, env, set_state, state, calls = fake_github
     names = _wheelhouse(tmp_path, 3)
     set_state(release=None, upload_failures=[RATE_LIMITED, "HTTP 502: Bad Gateway"])
-    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir, **env)
+    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir, **env)
     assert rc == 0, log
     release = state()["release"]
     assert release["draft"] is False
@@ -757,7 +969,7 @@ def test_release_rerun_sends_only_what_is_missing(tmp_path, workflows, fake_gith
     uploaded[0]["size"] += 1  # cut short: sent again
     uploaded.append({"name": names[110], "size": sizes[names[110]], "state": "new"})  # unfinished
     set_state(release={"id": 42, "draft": True, "assets": uploaded})
-    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir, **env)
+    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir, **env)
     assert rc == 0, log
     sent = [c.split()[4] for c in calls() if c.startswith("gh release upload")]
     assert sorted(sent) == sorted(f"wheelhouse/{n}" for n in [names[0], *names[110:]])
@@ -781,7 +993,7 @@ def test_release_stops_unpublished_when_uploads_keep_failing(tmp_path, workflows
     bin_dir, env, set_state, state, calls = fake_github
     _wheelhouse(tmp_path, 1)
     set_state(release=None, upload_failures=failures)
-    rc, log, _ = run_step(workflows, "publish", "Create the release", tmp_path, bin_dir,
+    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir,
                           **{**env, "ATTEMPTS": attempts})
     assert rc == 1
     assert message in log
@@ -794,19 +1006,212 @@ def test_release_check_reads_every_page_of_assets(tmp_path, workflows, fake_gith
     names = _wheelhouse(tmp_path, 75)  # 150 files
     assets = [{"name": n, "size": 1, "state": "uploaded"} for n in names]
     set_state(release={"id": 42, "draft": False, "assets": assets})
-    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
     assert rc == 0, log
     assert any(c.startswith("gh api --paginate repos/o/r/releases/42/assets") for c in calls())
     # a file missing from the release (on its second page) is named
     set_state(release={"id": 42, "draft": False, "assets": assets[:120] + assets[121:]})
-    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
     assert rc == 1
     assert "::error title=release::these files are not assets of wheels-4242" in log
     assert log.rstrip().endswith(names[120])
     # a draft's files can't be downloaded
     set_state(release={"id": 42, "draft": True, "assets": assets})
-    rc, log, _ = run_step(workflows, "publish", "Check the release", tmp_path, bin_dir, **env)
+    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
     assert rc == 1 and "wheels-4242 is still a draft" in log
+
+
+# --------------------------------------------------------------------------- what is released
+
+
+def test_only_attested_wheels_are_released(tmp_path, workflows):
+    runner_temp = tmp_path / ".runner-temp"
+    (runner_temp / "attested").mkdir(parents=True)
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for name, data in (("a-1-py3-none-any.whl", b"a"), ("b-1-py3-none-any.whl", b"b"),
+                       ("c-1-py3-none-any.whl", b"c")):
+        (wheelhouse / name).write_bytes(data)
+    # a: attested; b: no mark (its attest job failed); c: a mark of other bytes
+    subprocess.run(f"sha256sum a-1-py3-none-any.whl > {runner_temp}/attested/a-1-py3-none-any"
+                   f".whl.sha256", shell=True, cwd=wheelhouse, check=True)
+    (runner_temp / "attested" / "c-1-py3-none-any.whl.sha256").write_text(
+        "0" * 64 + "  c-1-py3-none-any.whl\n")
+    rc, log, _ = run_step(workflows, "release", "Keep only the attested wheels", tmp_path)
+    assert rc == 0, log
+    assert [p.name for p in wheelhouse.iterdir()] == ["a-1-py3-none-any.whl"]
+    assert sorted(p.name for p in (runner_temp / "unattested").iterdir()) == \
+        ["b-1-py3-none-any.whl", "c-1-py3-none-any.whl"]
+    for name in ("b", "c"):
+        assert (f"::warning title=not attested::{name}-1-py3-none-any.whl has no attestation of "
+                "these bytes; not released (re-run its attest job)") in log
+
+
+def test_failed_cells_reports_reach_the_index_by_cell(tmp_path, workflows):
+    artifacts = tmp_path / ".runner-temp" / "report-artifacts"
+    for cell in ("flash_attn-3.12-cu130", "xformers-py3-cu130-torch2.10+"):
+        (artifacts / f"report-{cell}").mkdir(parents=True)
+        (artifacts / f"report-{cell}" / "report.json").write_text(f'{{"cell": "{cell}"}}')
+    (artifacts / "report-empty").mkdir()          # an upload that found no report
+    rc, log, _ = run_step(workflows, "publish", "Arrange the reports by cell", tmp_path)
+    assert rc == 0, log
+    reports = tmp_path / ".runner-temp" / "reports"
+    assert sorted(p.name for p in reports.iterdir()) == ["flash_attn-3.12-cu130",
+                                                         "xformers-py3-cu130-torch2.10+"]
+    assert json.loads((reports / "flash_attn-3.12-cu130" / "report.json").read_text()) == \
+        {"cell": "flash_attn-3.12-cu130"}
+
+
+#: Stands in for the GitHub CLI where the publish job reads releases: $FAKE_RELEASES (JSON) is
+#: the repository's releases, newest first as GitHub lists them, each with its assets, whose
+#: files are under $FAKE_STORE/<tag>/. `--jq` is run by the real jq.
+FAKE_GH_PUBLISH = """
+import json, os, subprocess, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+with open(os.environ["GH_LOG"], "a") as log:
+    log.write("gh " + " ".join(args) + "\\n")
+releases = json.loads(Path(os.environ["FAKE_RELEASES"]).read_text())
+
+
+def answer(data):
+    query = args[args.index("--jq") + 1]
+    sys.stdout.write(subprocess.run(["jq", "--raw-output", query], input=json.dumps(data),
+                                    capture_output=True, text=True, check=True).stdout)
+
+
+if args[0] == "api":
+    endpoint = next(a for a in args[1:] if not a.startswith("-") and a != args[args.index("--jq") + 1])
+    if endpoint == "repos/o/r/releases?per_page=30":
+        answer([{"tag_name": r["tag"], "id": r["id"], "draft": r.get("draft", False)}
+                for r in releases[:30]])
+    else:
+        rid = int(endpoint.split("/")[4])
+        assets = next(r["assets"] for r in releases if r["id"] == rid)
+        page = [{"name": n, "state": "uploaded"} for n in assets]
+        answer(page if "--paginate" in args else page[:100])
+elif args[:2] == ["release", "download"]:
+    tag, name, folder = args[2], args[args.index("--pattern") + 1], args[args.index("--dir") + 1]
+    assert name in next(r["assets"] for r in releases if r["tag"] == tag), (tag, name)
+    Path(folder, name).write_bytes(Path(os.environ["FAKE_STORE"], tag, name).read_bytes())
+"""
+
+
+@pytest.fixture
+def fake_releases(tmp_path):
+    """A fake gh over a list of releases, and a ledger; returns (bin dir, env, set them, calls)."""
+    bin_dir, state, log = tmp_path / "bin", tmp_path / "releases.json", tmp_path / "gh.log"
+    _executable(bin_dir / "gh", f"#!{sys.executable}\n" + FAKE_GH_PUBLISH)
+    log.write_text("")
+    runner_temp = tmp_path / ".runner-temp"
+    runner_temp.mkdir()
+
+    def set_state(releases, published=(), removed=()):
+        state.write_text(json.dumps(releases))
+        # only jq reads this ledger: the names are what counts
+        ledger = {"schema": 2, "files": {n: {} for n in published},
+                  "removed": {n: {} for n in removed}}
+        (runner_temp / "ledger.json").write_text(json.dumps(ledger))
+    env = {"FAKE_RELEASES": str(state), "GH_LOG": str(log), "FAKE_STORE": str(tmp_path / "store")}
+    return bin_dir, env, set_state, lambda: log.read_text().splitlines()
+
+
+def _release(run: int, *wheels: str, draft: bool = False) -> dict:
+    assets = [n for w in wheels for n in (w, w + ".metadata")]
+    return {"tag": f"wheels-{run}", "id": run, "draft": draft, "assets": assets}
+
+
+def test_publish_finds_every_complete_release_the_index_lacks(tmp_path, workflows, fake_releases):
+    bin_dir, env, set_state, _ = fake_releases
+    set_state([_release(30, "new-1-py3-none-any.whl", "old-1-py3-none-any.whl"),
+               _release(29, "draft-1-py3-none-any.whl", draft=True),   # still uploading
+               {"tag": "v1.0", "id": 28, "assets": ["x-1-py3-none-any.whl"]},  # not ours
+               _release(27, "old-1-py3-none-any.whl"),                 # indexed already
+               _release(9, "gone-1-py3-none-any.whl"),                 # indexed, then removed
+               _release(26, "skipped-1-py3-none-any.whl", "other-1-py3-none-any.whl")],
+              published=["old-1-py3-none-any.whl"], removed=["gone-1-py3-none-any.whl"])
+    rc, log, outputs = run_step(workflows, "publish", "Find the releases the index lacks",
+                                tmp_path, bin_dir, **env)
+    assert rc == 0, log
+    # oldest first: the run whose publish was cancelled while pending before this one
+    assert outputs["tags"] == "wheels-26 wheels-30"
+    missing = (tmp_path / ".runner-temp" / "missing.tsv").read_text().splitlines()
+    assert missing == ["wheels-26\tskipped-1-py3-none-any.whl",
+                       "wheels-26\tother-1-py3-none-any.whl",
+                       "wheels-30\tnew-1-py3-none-any.whl"]
+
+
+def test_publish_with_nothing_to_index(tmp_path, workflows, fake_releases):
+    bin_dir, env, set_state, _ = fake_releases
+    set_state([_release(27, "old-1-py3-none-any.whl")], published=["old-1-py3-none-any.whl"])
+    rc, log, outputs = run_step(workflows, "publish", "Find the releases the index lacks",
+                                tmp_path, bin_dir, **env)
+    assert rc == 0, log
+    assert outputs["tags"] == "" and "releases to index: none" in log
+
+
+FAKE_MAKE = """#!/bin/bash
+# Stands in for `make index` (the Makefile's setup aside): logs its arguments and runs what the
+# target runs, tools.index, for real, without INDEX_FLAGS (the recipes and reports are the
+# repository's, not this test's).
+echo "make $*" >> "$MAKE_LOG"
+for arg in "$@"; do
+  case "$arg" in
+    WHEELS_DIR=*) dir="${arg#WHEELS_DIR=}" ;;
+    INDEX_DIR=*) site="${arg#INDEX_DIR=}" ;;
+    LEDGER=*) ledger="${arg#LEDGER=}" ;;
+    BASE_URL=*) base="${arg#BASE_URL=}" ;;
+  esac
+done
+exec "$PY" -m tools.index --wheels-dir "$dir" --output-dir "$site" --base-url "$base" --ledger "$ledger"
+"""
+
+
+def test_publish_indexes_each_release_with_its_own_address(tmp_path, workflows, fake_releases):
+    from tools.sitegen.ledger import dump_ledger
+    from wheelfactory import make_wheel
+
+    bin_dir, env, set_state, calls = fake_releases
+    _executable(bin_dir / "make", FAKE_MAKE)
+    store = tmp_path / "store"
+    # the same cell built by both runs: the older release's wheel is indexed, the newer one's
+    # held back (its name is taken by then)
+    dup = make_wheel(store / "wheels-26", "dup", "1.0", tag="py3-none-any").name
+    make_wheel(store / "wheels-31", "dup", "1.0", tag="py3-none-any", requires_dist=["numpy"])
+    new = make_wheel(store / "wheels-31", "new", "1.0", tag="py3-none-any").name
+    set_state([_release(31, dup, new), _release(26, dup)])
+    runner_temp = tmp_path / ".runner-temp"
+    (runner_temp / "ledger.json").write_text(dump_ledger({}))
+    (runner_temp / "missing.tsv").write_text(
+        f"wheels-26\t{dup}\nwheels-31\t{dup}\nwheels-31\t{new}\n")
+    make_log = tmp_path / "make.log"
+    rc, log, outputs = run_step(workflows, "publish", "Build the index from those releases",
+                                tmp_path, bin_dir, TAGS="wheels-26 wheels-31", PY=sys.executable,
+                                PYTHONPATH=str(ROOT), MAKE_LOG=str(make_log),
+                                SITE_URL="https://o.github.io/r", **env)
+    assert rc == 0, log
+    assert outputs["new"] == "2"
+    downloads = [c for c in calls() if c.startswith("gh release download")]
+    assert downloads == [
+        f"gh release download wheels-{run} --pattern {name} --dir {runner_temp}/releases/"
+        f"wheels-{run} --clobber" for run, name in ((26, dup), (31, dup), (31, new))]
+    makes = make_log.read_text().splitlines()
+    assert len(makes) == 2
+    for line, tag in zip(makes, ("wheels-26", "wheels-31")):
+        assert f"WHEELS_DIR={runner_temp}/releases/{tag} INDEX_DIR=site" in line
+        assert f"BASE_URL=https://github.com/o/r/releases/download/{tag} " in line
+        assert f"--reports {runner_temp}/reports" in line
+    # the rebuild of dup (other bytes) was held back, and said so
+    assert [p.name for p in (runner_temp / "held-back").iterdir()] == [dup]
+    assert f"{dup}: already published with other bytes" in (runner_temp / "held-back.txt").read_text()
+    # one site, one ledger, each file at its own release's address
+    ledger = json.loads((runner_temp / "ledger.json").read_text())["files"]
+    assert ledger[dup]["url"].startswith("https://github.com/o/r/releases/download/wheels-26/")
+    assert ledger[new]["url"].startswith("https://github.com/o/r/releases/download/wheels-31/")
+    assert (tmp_path / "site" / "ledger.json").is_file()
+    assert (runner_temp / "indexed-releases.md").read_text() == \
+        "- wheels-26: 1 wheel(s)\n- wheels-31: 1 wheel(s)\n"
 
 
 # --------------------------------------------------------------------------- disk
@@ -856,7 +1261,7 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
     bin_dir, env, sudo_log = disk_stand_ins
     large = env["LARGE_DISK"]
     (tmp_path / "home" / ".cache" / "cuwheels").mkdir(parents=True)
-    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+    rc, log, _ = run_step(workflows, "cells1", "Free disk space", tmp_path, bin_dir,
                           ROOT_KB="14000000", LARGE_KB="70000000", **env)
     assert rc == 0, log
     units = "docker.socket docker.service containerd.service"
@@ -871,7 +1276,7 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
     assert order == sorted(order)
     assert calls[0].startswith("sudo rm -rf /usr/share/dotnet ")
     # the compiler cache the cache steps restore and save lands on the larger disk
-    job = workflows["wheels.yml"]["jobs"]["build"]
+    job = workflows["wheels.yml"]["jobs"]["cells1"]
     _, restore = _step(job, "Restore the compiler cache")
     ccache = Path(restore["with"]["path"].replace("~", env["HOME"], 1))
     assert ccache.parent.is_symlink()
@@ -882,7 +1287,7 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
 def test_build_job_stays_on_the_root_disk_when_it_has_more_room(tmp_path, workflows,
                                                                 disk_stand_ins):
     bin_dir, env, sudo_log = disk_stand_ins
-    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+    rc, log, _ = run_step(workflows, "cells1", "Free disk space", tmp_path, bin_dir,
                           ROOT_KB="70000000", LARGE_KB="14000000", **env)
     assert rc == 0, log
     assert not any("systemctl" in c or "mount" in c for c in sudo_log())
@@ -890,12 +1295,12 @@ def test_build_job_stays_on_the_root_disk_when_it_has_more_room(tmp_path, workfl
     assert f"::notice title=disk::{env['LARGE_DISK']} has no more room than /" in log
 
 
-def test_publish_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, disk_stand_ins):
+def test_release_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, disk_stand_ins):
     from tools.sitegen.generate import build_index
     from wheelfactory import make_wheel
 
     bin_dir, env, _ = disk_stand_ins
-    rc, log, _ = run_step(workflows, "publish", "Make room for the wheels", tmp_path, bin_dir,
+    rc, log, _ = run_step(workflows, "release", "Make room for the wheels", tmp_path, bin_dir,
                           ROOT_KB="14000000", LARGE_KB="70000000", **env)
     assert rc == 0, log
     large = Path(env["LARGE_DISK"]) / "publish"
@@ -911,6 +1316,18 @@ def test_publish_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, d
     assert rc == 0, log
     assert outputs == "new=0\n"
     assert [p.name for p in (large / "held-back").iterdir()] == [again.name]
+
+
+def test_publish_job_downloads_the_releases_to_the_larger_disk(tmp_path, workflows,
+                                                                disk_stand_ins):
+    bin_dir, env, _ = disk_stand_ins
+    (tmp_path / ".runner-temp").mkdir()
+    rc, log, _ = run_step(workflows, "publish", "Make room for the releases' wheels", tmp_path,
+                          bin_dir, ROOT_KB="14000000", LARGE_KB="70000000", **env)
+    assert rc == 0, log
+    large = Path(env["LARGE_DISK"]) / "publish"
+    assert (tmp_path / ".runner-temp" / "releases").resolve() == large / "releases"
+    assert (tmp_path / ".runner-temp" / "held-back").resolve() == large / "held-back"
 
 
 # --------------------------------------------------------------------------- the refresh workflow

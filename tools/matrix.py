@@ -2,6 +2,8 @@
 
 The command only: it parses the filters, plans with ``tools.plan.matrix``, prints in a format of
 ``tools.plan.formats``, and says on stderr which recipes changed and when the list was capped.
+The formats of the release's stages (``github``, ``groups``, ``counts``) plan the compile groups
+and shards of the selected cells for the runners of ``--runners`` (``tools.plan.runners``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from pathlib import Path
 from tools import RECIPES_DIR
 from tools.core.errors import cli
 from tools.plan import matrix
-from tools.plan.formats import FORMATS, render
+from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
 from tools.plan.recipe import load_all
+from tools.plan.runners import load_runners
 from tools.plan.table import TABLE_PATH, load_table
 
 
@@ -37,8 +40,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cap", type=int, default=0,
                     help="at most this many cells (0: no cap); says so on stderr when capped")
     ap.add_argument("--format", choices=FORMATS, default="json",
-                    help="counts: per recipe, cells before and after collapsing by ABI kind "
+                    help="github: every stage's matrices (shards, cells1, cells2); groups: the "
+                         "compile group ids; counts: per recipe, cells before and after "
+                         "collapsing by ABI kind, groups, shards and estimated runner-hours "
                          "(counts-md: the same as a Markdown table)")
+    ap.add_argument("--runners", type=Path, metavar="FILE",
+                    help="the runners the release is planned for (default: runners.yaml in "
+                         "--recipes; in CI the repository variable CUWHEELS_RUNNERS)")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
                     help="recipes directory (its parent is the git repository --changed-since "
                          "reads)")
@@ -83,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     require_known(packages, cells)
     selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
                       torches=_csv(args.torch), default_torch_only=args.default_torch_only)
-    print(render(args.format, _cap(selected, args.cap), recipes, table))
+    runners = None
+    if args.format in STAGED:
+        runners = load_runners(args.runners or args.recipes / "runners.yaml",
+                               {r.package for r in recipes})
+    print(render(args.format, _cap(selected, args.cap), recipes, table, runners))
     return 0
 
 

@@ -8,28 +8,16 @@ not OOM-killed (exit 137) yet doesn't crawl at one job when the machine can take
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
+# The sizing arithmetic is the plan's: it sizes the jobs of the runner a release is planned for
+# with the same rule a build sizes its own machine (re-exported here for the build steps).
+from tools.plan.sizing import MEMORY_HEADROOM, Sizing, size_jobs  # noqa: F401
 
-#: Leave this share of available memory to the linker, the page cache and everything else.
-MEMORY_HEADROOM = 0.85
 #: 2019-12-31T00:00:00Z: a fixed timestamp so that two builds of a cell give identical wheels.
 DEFAULT_SOURCE_DATE_EPOCH = 1577750400
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """How many compile jobs and nvcc threads a build gets, and why."""
-
-    max_jobs: int
-    nvcc_threads: int
-    cores: int
-    available_gib: float
-    job_memory_gib: float
-    note: str
 
 
 def available_memory_gib(meminfo: Path = Path("/proc/meminfo"),
@@ -59,37 +47,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
-
-
-def size_jobs(*, cores: int, available_gib: float, job_memory_gib: float,
-              nvcc_threads: int | None, fixed_threads: bool = False, archs: int = 1) -> Sizing:
-    """Choose MAX_JOBS and NVCC_THREADS.
-
-    ``job_memory_gib`` is the peak of one nvcc thread (one arch compiled at a time); a job with
-    ``t`` threads compiling ``n`` archs peaks at about ``job_memory_gib * min(t, n)``, since nvcc
-    runs at most one thread per arch. A recipe's thread count is lowered only until one job fits,
-    unless the package hard-codes it (``fixed_threads``); jobs then fill the memory budget up to
-    the core count. When even one job doesn't fit, the build still runs with one job and the note
-    says it may be killed.
-    """
-    budget = available_gib * MEMORY_HEADROOM
-    threads = max(1, nvcc_threads or 1)
-    if not fixed_threads:
-        threads = min(threads, max(1, archs))  # more threads than archs would idle
-        while threads > 1 and budget < job_memory_gib * min(threads, archs):
-            threads -= 1
-    per_job = job_memory_gib * min(threads, max(1, archs))
-    jobs = max(1, min(cores, int(budget // per_job) if per_job > 0 else cores))
-    if budget < per_job:
-        note = (f"only {available_gib:.1f} GiB available but one compile job needs about "
-                f"{per_job:.1f} GiB: the build may be OOM-killed; free memory, compile fewer "
-                "archs (--archs) or use a bigger machine")
-    else:
-        fixed = " (fixed by the package)" if fixed_threads else ""
-        note = (f"{jobs} job(s) x ~{per_job:.1f} GiB ({threads} nvcc thread(s){fixed}, "
-                f"{archs} arch(s), ~{job_memory_gib:.1f} GiB per thread) within {budget:.1f} GiB "
-                f"of {available_gib:.1f} GiB available, {cores} core(s)")
-    return Sizing(jobs, threads, cores, round(available_gib, 1), job_memory_gib, note)
 
 
 def size_for(recipe: Recipe, archs: tuple[str, ...], *, cores: int,

@@ -1,9 +1,10 @@
 """The output formats of the planned cells: what ``python -m tools.matrix --format`` prints.
 
-Each format is a plain function of the cells (the counts formats also of the recipes and the
-table they come from) that returns the text without its final newline; ``render`` picks one by
-its name. The bytes are a contract: CI reads ``github``, nox reads ``json``, scripts read
-``ids``, and ``counts-md`` is the table the README shows.
+Each format is a plain function of the cells, or of the staged release made of them
+(``tools.plan.stages``: groups, shards, estimates; the counts formats also of the recipes and the
+table), that returns the text without its final newline; ``render`` picks one by its name. The
+bytes are a contract: CI reads ``github`` (every stage's matrices), nox reads ``json``, scripts
+read ``ids`` and ``groups``, and ``counts-md`` is the table the README shows.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 import json
 
 from tools.core.errors import PlanError
-from .matrix import Cell, counts
+from .matrix import Cell, counts, plan
 from .recipe import Recipe
+from .runners import Runners
+from .stages import Release, plan_release
 from .table import Table
 
 #: The format names ``render`` knows, ``json`` (the default) first.
-FORMATS = ("json", "github", "ids", "counts", "counts-md")
+FORMATS = ("json", "github", "ids", "groups", "counts", "counts-md")
+#: The formats made from the staged release, which need the runner file.
+STAGED = ("github", "groups", "counts", "counts-md")
 
 #: The counts tables' second column, as both formats head it.
 ABI_HEADING = "abi (python + torch)"
@@ -27,10 +32,11 @@ def as_json(cells: list[Cell]) -> str:
     return json.dumps([c.to_json() for c in cells], indent=2)
 
 
-def as_github(cells: list[Cell]) -> str:
-    """A GitHub Actions ``matrix`` object on one line (``{"include": [...]}``), for a job's
+def as_github(release: Release) -> str:
+    """Every stage's GitHub Actions matrix in one object on one line: ``shards``, ``cells1``,
+    ``cells2`` (``Release.matrices``), each ``{"include": [...]}`` for a job's
     ``strategy.matrix`` through ``fromJSON``."""
-    return json.dumps({"include": [c.to_json() for c in cells]}, separators=(",", ":"))
+    return json.dumps(release.matrices(), separators=(",", ":"))
 
 
 def as_ids(cells: list[Cell]) -> str:
@@ -38,39 +44,82 @@ def as_ids(cells: list[Cell]) -> str:
     return "\n".join(c.id for c in cells)
 
 
-def counts_rows(cells: list[Cell], recipes: list[Recipe], table: Table) -> list[dict]:
+def as_groups(release: Release) -> str:
+    """One compile group id a line, in plan order (what ``python -m tools.shard run`` takes)."""
+    return "\n".join(g.group.id for g in release.groups)
+
+
+#: The counts tables' columns after the package and its abi: (key, plain-text heading,
+#: Markdown heading). ``hours`` and ``per_cell_hours`` are estimated runner-hours.
+COLUMNS = (("before", "before", "before"), ("after", "after", "after"),
+           ("groups", "groups", "groups"), ("shards", "shards", "shards"),
+           ("hours", "runner-h", "runner-hours"),
+           ("per_cell_hours", "per-cell-h", "one job per cell"))
+
+
+def counts_rows(cells: list[Cell], recipes: list[Recipe], table: Table,
+                runners: Runners) -> list[dict]:
     """``counts`` of the recipes that have a cell among ``cells`` (every recipe's row counts all
-    of its cells, whichever of them were selected)."""
+    of its cells, whichever of them were selected), with the compile groups and shards of the
+    recipe's full plan on its runner, and the estimated runner-hours of that plan (``hours``)
+    and of one job per cell without shards (``per_cell_hours``)."""
     chosen = {c.package for c in cells}
-    return [row for row in counts(recipes, table) if row["package"] in chosen]
+    release = plan_release([c for c in plan(recipes, table) if c.package in chosen], recipes,
+                           runners)
+    rows = []
+    for row in counts(recipes, table):
+        if row["package"] not in chosen:
+            continue
+        mine = [g for g in release.groups if g.group.package == row["package"]]
+        rows.append({**row, "groups": len(mine), "shards": sum(len(g.shards) for g in mine),
+                     "hours": round(sum(g.hours for g in mine), 1),
+                     "per_cell_hours": round(sum(g.per_cell_hours for g in mine), 1)})
+    return rows
+
+
+def _total(rows: list[dict], key: str) -> int | float:
+    total = sum(r[key] for r in rows)
+    return round(total, 1) if isinstance(total, float) else total
 
 
 def counts_text(rows: list[dict]) -> str:
     """The counts as an aligned plain-text table with a total line."""
     width = max([len(r["package"]) for r in rows] + [len("package")])
-    lines = [f"{'package':<{width}}  {ABI_HEADING:<28}  before  after"]
-    lines += [f"{r['package']:<{width}}  {r['abi']:<28}  {r['before']:>6}  {r['after']:>5}"
-              for r in rows]
-    lines.append(f"{'total':<{width}}  {'':<28}  {sum(r['before'] for r in rows):>6}  "
-                 f"{sum(r['after'] for r in rows):>5}")
+
+    def line(package: str, abi: str, values: list) -> str:
+        cells = "  ".join(f"{v!s:>{len(h)}}" for v, (_, h, _) in zip(values, COLUMNS))
+        return f"{package:<{width}}  {abi:<28}  {cells}"
+
+    lines = [line("package", ABI_HEADING, [h for _, h, _ in COLUMNS])]
+    lines += [line(r["package"], r["abi"], [r[k] for k, _, _ in COLUMNS]) for r in rows]
+    lines.append(line("total", "", [_total(rows, k) for k, _, _ in COLUMNS]))
     return "\n".join(lines)
 
 
 def counts_markdown(rows: list[dict]) -> str:
     """The counts as a Markdown table with a total row: the README's table, generated."""
-    lines = [f"| package | {ABI_HEADING} | before | after |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['package']} | {r['abi']} | {r['before']} | {r['after']} |" for r in rows]
-    lines.append(f"| total | | {sum(r['before'] for r in rows)} | "
-                 f"{sum(r['after'] for r in rows)} |")
+    lines = [f"| package | {ABI_HEADING} | " + " | ".join(m for _, _, m in COLUMNS) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
+    lines += [f"| {r['package']} | {r['abi']} | " + " | ".join(str(r[k]) for k, _, _ in COLUMNS)
+              + " |" for r in rows]
+    lines.append("| total | | " + " | ".join(str(_total(rows, k)) for k, _, _ in COLUMNS) + " |")
     return "\n".join(lines)
 
 
-def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table) -> str:
-    """The cells in the format called ``name`` (one of :data:`FORMATS`)."""
+def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
+           runners: Runners | None = None) -> str:
+    """The cells in the format called ``name`` (one of :data:`FORMATS`); the :data:`STAGED`
+    formats plan the release on ``runners``."""
     if name not in FORMATS:
         raise PlanError(f"no output format {name!r}", hint=f"use one of: {', '.join(FORMATS)}")
+    if name in STAGED and runners is None:
+        raise PlanError(f"--format {name} plans the release's stages, which needs the runner "
+                        "file", hint="pass --runners FILE (recipes/runners.yaml by default)")
     if name == "counts":
-        return counts_text(counts_rows(cells, recipes, table))
+        return counts_text(counts_rows(cells, recipes, table, runners))
     if name == "counts-md":
-        return counts_markdown(counts_rows(cells, recipes, table))
-    return {"json": as_json, "github": as_github, "ids": as_ids}[name](cells)
+        return counts_markdown(counts_rows(cells, recipes, table, runners))
+    if name in ("github", "groups"):
+        release = plan_release(cells, recipes, runners, plan(recipes, table))
+        return as_github(release) if name == "github" else as_groups(release)
+    return {"json": as_json, "ids": as_ids}[name](cells)

@@ -149,6 +149,12 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
     return [Group(gid, key, package, tuple(ids)) for gid, (key, package, ids) in out.items()]
 
 
+def shard_id(group: str, index: int) -> str:
+    """``flash_attn-cu130-shard2``: shard K (1-based) of a group: the shard's cache directory,
+    its CI job and its artifact (``tools.staging.shard.shard_id`` spells it the same way)."""
+    return f"{group}-shard{index}"
+
+
 def cell_group(cell: Cell) -> str:
     """The id of the compile group ``cell`` belongs to."""
     return group_id(cell.id)

@@ -1,0 +1,144 @@
+"""tools.plan.groups: compile groups (ids, keys, the cells they feed), a recipe's unit list read
+strictly, and the split of a group's units into shards."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from tools.core.errors import PlanError
+from tools.plan.groups import UNITS_FILE, group_key, groups, read_units, shard_id, split
+from tools.plan.matrix import plan
+from tools.plan.recipe import load_all
+from tools.plan.table import load_table
+from tools.staging import shard
+
+UNITS = {
+    "schema": 1, "version": "2.0.0",
+    "read_from": {"cell": "flashy-3.12-cu126", "torch": "2.9.1", "cuda": "12.6"},
+    "cost": {"cuda": {"seconds": 100, "reason": "stated rule for the tests"},
+             "c++": {"seconds": 30, "reason": "stated rule for the tests"}},
+    "units": {"c++": ["csrc/api.cpp"], "cuda": ["csrc/a.cu", "csrc/b.cu", "csrc/c.cu"]},
+    "measured": {"csrc/b.cu": 250},
+}
+
+
+@pytest.fixture
+def flashy(world):
+    """(table, the flashy recipe, its cells, a writer of its units.yaml)."""
+    table, recipes, cells = world()
+    recipe = next(r for r in recipes if r.package == "flashy")
+
+    def write(data: dict) -> None:
+        (recipe.folder / UNITS_FILE).write_text(yaml.safe_dump(data, sort_keys=False))
+    return table, recipe, [c for c in cells if c.package == "flashy"], write
+
+
+def test_a_group_is_its_cells_without_the_python(world):
+    _, recipes, cells = world()
+    found = groups(cells, recipes)
+    by_id = {g.id: g for g in found}
+    g = by_id["flashy-cu126"]
+    assert g.cells == tuple(c.id for c in cells if c.package == "flashy" and c.default_torch)
+    assert len(g.cells) > 1 and all(c.startswith("flashy-3.") for c in g.cells)
+    assert g.package == "flashy" and len(g.key) == 16
+    assert by_id["flashy-cu126-torch2.9"].key != g.key          # another torch series
+    # every cell is in exactly one group, groups in the order of their first cell
+    assert sorted(c for g in found for c in g.cells) == sorted(c.id for c in cells)
+    assert [g.id for g in found] == list(dict.fromkeys(
+        c.id.split("-", 2)[0] + "-" + c.id.split("-", 2)[2] for c in cells))
+
+
+def test_the_key_changes_with_what_decides_the_kernel_objects(flashy):
+    _, recipe, cells, _ = flashy
+    cell = cells[0]
+    key = group_key(cell, recipe)
+    assert group_key(replace(cell, python="3.13"), recipe) == key     # the Python doesn't
+    assert group_key(replace(cell, archs=("90",)), recipe) != key
+    env = replace(recipe.env[0], value="-O2")
+    assert group_key(cell, replace(recipe, env=(env,))) != key
+    patch = recipe.patches[0].path
+    patch.write_text(patch.read_text() + "# one more line\n")
+    assert group_key(cell, recipe) != key                              # the patch's bytes
+
+
+def test_read_units(flashy):
+    _, recipe, _, write = flashy
+    assert read_units(recipe) is None                                  # none written yet
+    write(UNITS)
+    units = read_units(recipe)
+    assert units.sharded() == ("csrc/a.cu", "csrc/b.cu", "csrc/c.cu")
+    assert units.seconds("csrc/a.cu") == 100 and units.seconds("csrc/b.cu") == 250
+    assert units.seconds("csrc/api.cpp", "c++") == 30
+    assert units.cost["cuda"].reason == "stated rule for the tests"
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d.update(version="1.9.0"),
+     "version: the units were read from flashy 1.9.0, the recipe builds 2.0.0\n    fix: read "
+     "them again: python -m tools.shard units <a cell of flashy> --write"),
+    (lambda d: d["measured"].update({"csrc/gone.cu": 10}),
+     "measured.csrc/gone.cu: is not one of the units listed"),
+    (lambda d: d["cost"].pop("c++"), "cost.c++: must be a mapping, got nothing (null)"),
+    (lambda d: d["cost"]["cuda"].update(reason="guess"),
+     "cost.cuda.reason: reason is too short to explain anything"),
+    (lambda d: d.update(schema=2), "schema: must be 1"),
+    (lambda d: d["units"].update(cuda=[]), "units.cuda: must not be empty"),
+])
+def test_a_bad_unit_list_is_refused(flashy, change, message):
+    _, recipe, _, write = flashy
+    data = yaml.safe_load(yaml.safe_dump(UNITS))
+    change(data)
+    write(data)
+    with pytest.raises(PlanError) as info:
+        read_units(recipe)
+    assert message in str(info.value) and str(recipe.folder / UNITS_FILE) in str(info.value)
+
+
+def test_every_recipes_unit_list_is_read():
+    table = load_table()
+    for recipe in load_all(table=table):
+        units = read_units(recipe)
+        assert units is not None, f"{recipe.package} has no {UNITS_FILE}"
+        assert units.version == recipe.source.version
+        assert units.sharded(), recipe.package
+        assert units.cost["cuda"].seconds > 0
+
+
+@pytest.mark.parametrize("loads,count,expect", [
+    # the longest first into the lightest shard; each shard keeps the input's order
+    ([("a", 5), ("b", 3), ("c", 3), ("d", 1)], 2, [("a", "d"), ("b", "c")]),
+    ([("a", 1), ("b", 1), ("c", 1), ("d", 1)], 2, [("a", "c"), ("b", "d")]),
+    # more shards than units: one unit each
+    ([("a", 1), ("b", 2)], 5, [("b",), ("a",)]),
+    ([("a", 1)], 1, [("a",)]),
+])
+def test_split(loads, count, expect):
+    assert split(loads, count) == expect
+    assert split(loads, count) == split(list(loads), count)            # reproducible
+
+
+def test_split_needs_a_shard():
+    with pytest.raises(PlanError, match="at least one shard, not 0"):
+        split([("a", 1)], 0)
+
+
+def test_the_plan_and_the_shard_split_and_name_alike(flashy):
+    _, recipe, _, write = flashy
+    write(UNITS)
+    units = read_units(recipe)
+    loads = [(u, units.seconds(u) * 2) for u in units.sharded()]
+    # what python -m tools.shard run compiles for shard K of N is what the plan estimated
+    assert shard.shard_units(units, 2, 2) == split(loads, 2)
+    assert shard.shard_id("flashy-cu126", 2) == shard_id("flashy-cu126", 2) == "flashy-cu126-shard2"
+
+
+def test_the_repository_plan_groups_every_cell():
+    table = load_table()
+    recipes = load_all(table=table)
+    cells = plan(recipes, table)
+    found = groups(cells, recipes)
+    assert sum(len(g.cells) for g in found) == len(cells)
+    assert len({g.id for g in found}) == len(found)

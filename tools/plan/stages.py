@@ -1,0 +1,284 @@
+"""The staged release: compile groups, their kernel shards and the cells, each job estimated.
+
+A release runs in stages: the **shards** of every compile group that needs them (each compiles
+part of the group's CUDA units into a cache of its own, ``python -m tools.shard run``), then the
+**cells** (each reads its group's shard caches, so only its Python-dependent units, the link and
+the checks run; ``python -m tools.build CELL --shard-caches DIR``). Every job is estimated for the
+runner its recipe is planned on (``tools.plan.runners``), and the plan refuses to exceed a limit
+of GitHub's or of the runner's.
+
+**The estimate.** A job is its runner's stated setup (``setup_minutes``: the builder image, the
+tools, the cell's torch) plus its compile plus, for a cell, the finish (:data:`FINISH_MINUTES`).
+The compile comes from the recipe's unit list (``tools.plan.groups.UnitList``: each unit's
+seconds per arch, measured by the probe where it measured the unit, else the kind's stated cost)
+and the job sizing a build on that runner gets (``tools.plan.sizing.size_jobs`` with the runner's
+cores and build memory and the recipe's ``job_memory_gib``, ``nvcc_threads`` and archs):
+``MAX_JOBS`` jobs of ``min(threads, archs)`` nvcc threads each, at most one a core, are the
+compiles in flight (:func:`streams`). CUDA units take ``seconds x archs / streams``, but never
+less than the longest unit alone (``seconds x ceil(archs / threads)``); the other units (C++,
+compiled in every cell) take ``seconds / min(cores, MAX_JOBS)``, never less than the longest. A
+kernel unit a cell reads from a shard's cache costs :data:`CACHE_HIT_SECONDS`. A recipe without a
+unit list is estimated by :data:`NO_UNITS_SECONDS_PER_ARCH`.
+
+**How many shards.** A group whose one cell (compiling everything) fits its runner's budget needs
+no shards: each of its cells compiles its kernels. Otherwise its CUDA units are split
+(``tools.plan.groups.split``, the split ``python -m tools.shard run`` makes) into the fewest
+shards whose every job fits the budget, starting from ``ceil(kernel hours / (budget - setup))``.
+A unit that doesn't fit a shard of its own, or a cell that doesn't fit even with every kernel
+from the shards, is a PlanError naming the group, the runner and the budget.
+
+**Matrices.** The shard jobs are one matrix and the cells :data:`CELL_MATRICES`, each at most
+:data:`MATRIX_LIMIT` jobs, GitHub's limit; a plan over it is a PlanError naming the limit and the
+group where it was crossed. GitHub's ``needs`` waits for a whole job, every entry of its matrix,
+so the cells are ordered by what they wait for: ``cells1`` holds the cells that read no shard
+(in plan order, at most 256), which start at once, beside the shards; ``cells2`` the cells that
+read shards, and those of the first kind that did not fit ``cells1``, which start when every
+shard has finished.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tools.core.errors import PlanError
+from tools.core.variant import group_id
+from .groups import Group, UnitList, groups, read_units, shard_id, split
+from .matrix import Cell
+from .recipe import Recipe
+from .runners import Runner, Runners
+from .sizing import Sizing, size_jobs
+
+#: GitHub runs at most this many jobs from one matrix (docs.github.com, "Running variations of
+#: jobs in a workflow": "A matrix will generate a maximum of 256 jobs per workflow run").
+MATRIX_LIMIT = 256
+#: The cell matrices the workflow has (jobs cells1 and cells2 of wheels.yml): 323 cells today,
+#: room for 512 (see the module docstring for which cells go where).
+CELL_MATRICES = 2
+#: A cell's finish, stated: the link, repair, inspection, metadata and import check. The full
+#: mamba_ssm build (README, "What the probes found") spent 10 s repairing, inspecting and
+#: labelling and 60 s on the import check; linking a large extension takes minutes. 10 minutes.
+FINISH_MINUTES = 10
+#: A kernel unit a cell reads from a shard's cache, stated: the causal_conv1d benchmark
+#: (README, "Compiler cache") read its three kernel units from a cache in 12 s together.
+CACHE_HIT_SECONDS = 4
+#: A recipe with no unit list, stated: the full mamba_ssm build compiled for 43 min 23 s for one
+#: arch with one job (README, "What the probes found"), so 2603 s per arch of compile, divided
+#: among the compiles in flight.
+NO_UNITS_SECONDS_PER_ARCH = 2603
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One compile group as planned: its runner, sizing, shards and estimates, and why it has
+    the shards it has."""
+
+    group: Group
+    runner: Runner
+    sizing: Sizing
+    archs: tuple[str, ...]
+    units: UnitList | None
+    #: The units of each shard (none: the cells compile everything).
+    shards: tuple[tuple[str, ...], ...]
+    shard_hours: tuple[float, ...]
+    #: One cell of the group as planned (reading the shards when there are any).
+    cell_hours: float
+    #: One cell compiling everything: the job a plan of one job per cell would have.
+    whole_hours: float
+    why: str
+
+    @property
+    def hours(self) -> float:
+        """The runner-hours of the group as planned: every shard and every cell."""
+        return sum(self.shard_hours) + self.cell_hours * len(self.group.cells)
+
+    @property
+    def per_cell_hours(self) -> float:
+        """The runner-hours of the group with one job per cell and no shards."""
+        return self.whole_hours * len(self.group.cells)
+
+
+def streams(sizing: Sizing, archs: int) -> int:
+    """Compiles in flight: ``MAX_JOBS`` jobs of ``min(threads, archs)`` nvcc threads, at most
+    one a core."""
+    return max(1, min(sizing.cores, sizing.max_jobs * min(sizing.nvcc_threads, max(1, archs))))
+
+
+def cuda_seconds(units: UnitList, names: tuple[str, ...], sizing: Sizing, archs: int) -> float:
+    """The wall seconds of compiling the CUDA units ``names`` for ``archs`` archs (see the
+    module docstring)."""
+    if not names:
+        return 0.0
+    total = sum(units.seconds(u) for u in names) * archs
+    rounds = math.ceil(max(1, archs) / max(1, min(sizing.nvcc_threads, max(1, archs))))
+    longest = max(units.seconds(u) for u in names) * rounds
+    return max(total / streams(sizing, archs), longest)
+
+
+def cell_unit_seconds(units: UnitList, sizing: Sizing) -> float:
+    """The wall seconds of the units every cell compiles itself (all but the CUDA ones)."""
+    names = [(u, kind) for kind, listed in units.units.items() if kind != "cuda"
+             for u in listed]
+    if not names:
+        return 0.0
+    seconds = [units.seconds(u, kind) for u, kind in names]
+    return max(sum(seconds) / max(1, min(sizing.cores, sizing.max_jobs)), max(seconds))
+
+
+def _hours(seconds: float) -> float:
+    return seconds / 3600
+
+
+def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
+               units: UnitList | None) -> GroupPlan:
+    """Size one group for its runner: its shards and every job's estimate (see the module
+    docstring); PlanError when a job can't fit the runner's budget."""
+    sizing = size_jobs(cores=runner.cores, available_gib=runner.build_memory_gib,
+                       job_memory_gib=recipe.build.job_memory_gib,
+                       nvcc_threads=recipe.build.nvcc_threads,
+                       fixed_threads=recipe.build.nvcc_threads_fixed, archs=len(archs))
+    setup, finish, budget = runner.setup_hours, FINISH_MINUTES / 60, runner.budget_hours
+    on = f"on {runner.label} ({runner.cores} cores, {runner.build_memory_gib:g} GiB for the build)"
+    if units is None:
+        compile_h = _hours(NO_UNITS_SECONDS_PER_ARCH * len(archs) / streams(sizing, len(archs)))
+        whole = setup + compile_h + finish
+        if whole > budget:
+            raise PlanError(
+                f"{group.id}: one cell is estimated at {whole:.1f} h {on}, over the "
+                f"{budget:g} h budget per job, and {recipe.package} has no unit list to shard",
+                hint=f"write it: python -m tools.shard units {group.cells[0]} --write")
+        return GroupPlan(group, runner, sizing, archs, None, (), (), whole, whole,
+                         f"no unit list: each cell compiles everything, estimated by the stated "
+                         f"rule ({NO_UNITS_SECONDS_PER_ARCH} s per arch)")
+    kernels = units.sharded()
+    cell_units = _hours(cell_unit_seconds(units, sizing))
+    whole = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs))) + cell_units + finish
+    if whole <= budget:
+        return GroupPlan(group, runner, sizing, archs, units, (), (), whole, whole,
+                         f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}): no "
+                         f"shards, each cell compiles its kernels")
+    cell = setup + _hours(CACHE_HIT_SECONDS * len(kernels) / max(1, sizing.max_jobs)) \
+        + cell_units + finish
+    if cell > budget:
+        raise PlanError(f"{group.id}: a cell is estimated at {cell:.1f} h {on} even with every "
+                        f"kernel from the shards, over the {budget:g} h budget per job",
+                        hint="give the recipe a larger runner (packages: in the runner file)")
+    loads = [(u, units.seconds(u) * len(archs)) for u in kernels]
+    room = budget - setup
+    start = max(1, math.ceil(_hours(cuda_seconds(units, kernels, sizing, len(archs))) / room))
+    for count in range(min(start, len(kernels)), len(kernels) + 1):
+        parts = tuple(split(loads, count))
+        hours = tuple(setup + _hours(cuda_seconds(units, part, sizing, len(archs)))
+                      for part in parts)
+        if max(hours) <= budget:
+            return GroupPlan(group, runner, sizing, archs, units, parts, hours, cell, whole,
+                             f"one cell compiling everything is {whole:.1f} h {on}, over the "
+                             f"{budget:g} h budget: {len(parts)} shards of at most "
+                             f"{max(hours):.1f} h")
+    heavy = max(kernels, key=units.seconds)
+    raise PlanError(f"{group.id}: its unit {heavy} alone is a shard of {max(hours):.1f} h {on}, "
+                    f"over the {budget:g} h budget per job",
+                    hint="give the recipe a larger runner (packages: in the runner file), or "
+                         "fewer archs")
+
+
+@dataclass(frozen=True)
+class Release:
+    """Every stage of a release: the groups as planned, and the cells in plan order."""
+
+    groups: tuple[GroupPlan, ...]
+    cells: tuple[Cell, ...]
+    #: Per group id, its first cell in the full plan, where the release plans a selection.
+    toolchain_cells: dict[str, Cell]
+
+    def cell(self, cell_id: str) -> Cell:
+        """The planned cell with this id."""
+        return next(c for c in self.cells if c.id == cell_id)
+
+    def group_of(self) -> dict[str, GroupPlan]:
+        """Each cell id's group plan."""
+        return {cid: g for g in self.groups for cid in g.group.cells}
+
+    def shard_jobs(self) -> list[dict]:
+        """One matrix entry per shard: what ``python -m tools.shard run`` and its job need. Its
+        ``cell`` is the one whose toolchain and Python the shard compiles with, as ``python -m
+        tools.shard run`` takes it: the group's first cell in the full plan."""
+        out = []
+        for g in self.groups:
+            first = self.toolchain_cells.get(g.group.id) or self.cell(g.group.cells[0])
+            for k, (part, hours) in enumerate(zip(g.shards, g.shard_hours), 1):
+                sid = shard_id(g.group.id, k)
+                out.append({"id": sid, "group": g.group.id, "key": g.group.key,
+                            "package": g.group.package, "shard": k, "of": len(g.shards),
+                            "cell": first.id, "python": first.python, "cuda": first.cuda,
+                            "image": first.image, "archs": list(g.archs), "units": len(part),
+                            "runner": g.runner.label, "estimate_hours": round(hours, 2),
+                            "budget_minutes": round(g.runner.budget_hours * 60),
+                            "cache_key": f"shard-{sid}-{g.group.key}-of{len(g.shards)}"})
+        return out
+
+    def cell_jobs(self) -> list[dict]:
+        """One matrix entry per cell: the cell's fields, its group, the shards it reads and its
+        estimate."""
+        of = self.group_of()
+        out = []
+        for cell in self.cells:
+            g = of[cell.id]
+            out.append({**cell.to_json(), "group": g.group.id,
+                        "shards": [shard_id(g.group.id, k) for k in range(1, len(g.shards) + 1)],
+                        "runner": g.runner.label, "estimate_hours": round(g.cell_hours, 2),
+                        "budget_minutes": round(g.runner.budget_hours * 60)})
+        return out
+
+    def matrices(self) -> dict[str, dict]:
+        """Every stage's matrices, each ``{"include": [...]}``: ``shards``, ``cells1`` (cells that
+        read no shard) and ``cells2`` (the cells that read shards, and the overflow of
+        ``cells1``); PlanError naming GitHub's limit and the group where a matrix would cross
+        it."""
+        shards = self.shard_jobs()
+        if len(shards) > MATRIX_LIMIT:
+            over = shards[MATRIX_LIMIT]["group"]
+            raise PlanError(f"the shard matrix would hold {len(shards)} jobs, over GitHub's limit "
+                            f"of {MATRIX_LIMIT} per matrix (crossed at group {over})",
+                            hint=_FEWER)
+        jobs = self.cell_jobs()
+        # The cells that wait for nothing first: the first matrix needs no shard.
+        cells = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
+        free = min(MATRIX_LIMIT, sum(1 for j in cells if not j["shards"]))
+        rest, room = cells[free:], (CELL_MATRICES - 1) * MATRIX_LIMIT
+        if len(rest) > room:
+            raise PlanError(f"the cells would need more than {CELL_MATRICES} matrices of GitHub's "
+                            f"limit of {MATRIX_LIMIT} jobs: {len(rest) - room} too many (crossed "
+                            f"at group {rest[room]['group']})",
+                            hint=_FEWER + "; or add a cell job to wheels.yml and raise "
+                                          "tools.plan.stages.CELL_MATRICES")
+        out = {"shards": {"include": shards}, "cells1": {"include": cells[:free]}}
+        for i in range(1, CELL_MATRICES):
+            out[f"cells{i + 1}"] = {"include": rest[(i - 1) * MATRIX_LIMIT:i * MATRIX_LIMIT]}
+        return out
+
+    def hours(self) -> tuple[float, float]:
+        """The estimated runner-hours of the release as planned, and with one job per cell."""
+        return (sum(g.hours for g in self.groups), sum(g.per_cell_hours for g in self.groups))
+
+
+_FEWER = ("plan fewer cells in one run (--package, --cuda, --torch, --cap), or give the heaviest "
+          "recipes larger runners (packages: in the runner file)")
+
+
+def plan_release(cells: list[Cell], recipes: list[Recipe], runners: Runners,
+                 everything: list[Cell] | None = None) -> Release:
+    """The staged plan of ``cells``: their compile groups sized for each recipe's runner.
+    ``everything``: the full plan ``cells`` were selected from, whose first cell of a group is
+    the one ``python -m tools.shard run`` compiles the group's shards with."""
+    by_package = {r.package: r for r in recipes}
+    units = {p: read_units(by_package[p]) for p in dict.fromkeys(c.package for c in cells)}
+    cell_of = {c.id: c for c in cells}
+    planned = tuple(
+        plan_group(g, by_package[g.package], runners.for_package(g.package),
+                   cell_of[g.cells[0]].archs, units[g.package])
+        for g in groups(cells, recipes))
+    toolchain: dict[str, Cell] = {}
+    for cell in everything or cells:
+        toolchain.setdefault(group_id(cell.id), cell)
+    return Release(planned, tuple(cells), toolchain)
