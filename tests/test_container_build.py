@@ -12,12 +12,16 @@ and from the container pip cache (``~/.cache/cuwheels/container-pip``) after tha
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import json
 import zipfile
 
 import pytest
+import yaml
 
 from tests.test_build import PATCH, _recipe, _write
+from tools import ROOT
 from tools.devtools import localimage
 from tools.builder.orchestrate import build_cell
 from tools.builder.planned import Planned
@@ -219,3 +223,45 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     log = (work / cell / "cibuildwheel.log").read_text()
     assert "/cuwheels-needs/tinyext-0.1.0+" in log      # installed into the test venv first
     assert "imported tinydep from" in log
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.network
+def test_container_shards_feed_container_cells(local_image, sdist, tmp_path, monkeypatch):
+    """tinyext's compile group through the container backend: two shards, each the cell's own
+    cibuildwheel build with a stand-in ninja that builds one kernel object into the shard's
+    cache, then the cp311 and cp312 cells in the same image reading both caches read-only.
+    Every kernel unit of the first cell is a shard hit; only the binding unit compiles."""
+    from tests.test_shard import KERNELS
+    from tools.pipeline import shardcache
+    data = _recipe(sdist)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    cuda = next(iter(data["cuda"])).replace(".", "")
+    group = f"tinyext-cu{cuda}"
+    (recipes / "tinyext" / "units.yaml").write_text(yaml.safe_dump({
+        "schema": 1, "version": "0.1.0",
+        "cost": {"cuda": {"seconds": 10, "reason": "a test fixture's estimate"},
+                 "c++": {"seconds": 30, "reason": "a test fixture's estimate"}},
+        "units": {"c++": ["csrc/tinyext.cpp"], "cuda": KERNELS}}))
+    monkeypatch.setenv("CUWHEELS_CCACHE_DIR", str(tmp_path / "local-ccache"))
+    cache, work, out = tmp_path / "shards", tmp_path / "work", tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.shard", "release", group, "--shards", "2", "--python",
+         "3.11,3.12", "--backend", "container", "--engine", "podman", "--image", local_image,
+         "--archs", "90", "--recipes", str(recipes), "--sdist", str(sdist), "--cache",
+         str(cache), "--work", str(work), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    logs = "\n".join(p.read_text()[-3000:] for p in (work / "release-logs").rglob("*.log"))
+    assert proc.returncode == 0, proc.stdout + logs
+    records = [shardcache.read_record(cache / f"{group}-shard{k}") for k in (1, 2)]
+    assert [r["units"] for r in records] == [[KERNELS[0]], [KERNELS[1]]]
+    assert all(r["complete"] for r in records), records
+    for python, kernel_hit in (("3.11", "shard hit"), ("3.12", "hit")):
+        report = json.loads((work / f"tinyext-{python}-cu{cuda}" / "report.json").read_text())
+        assert report["verdict"] == "passed"
+        assert report["shards"]["read"] == [str(cache / f"{group}-shard{k}") for k in (1, 2)]
+        per_unit = report["ccache"]["per_unit"]
+        assert per_unit["units"] == {KERNELS[0]: kernel_hit, KERNELS[1]: kernel_hit,
+                                     "csrc/tinyext.cpp": "miss"}, per_unit
+    assert len(list(out.glob("*.whl"))) == 2

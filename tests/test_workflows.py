@@ -333,8 +333,13 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows):
     (line,) = [ln for ln in run_step["run"].splitlines() if "tools.shard" in ln]
     argv = shlex.split(line.split("||")[0])
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
+    # in the cells' builder image, so the shard's command lines are the cells'
     assert argv[3:] == [".venv/bin/python", "-m", "tools.shard", "run", "$GROUP", "--shard",
-                        "$SHARD/$OF", "--cache", "shard-caches", "--work", "build-cells"]
+                        "$SHARD/$OF", "--backend", "container", "--engine", "docker", "--cache",
+                        "shard-caches", "--work", "build-cells"]
+    pull, pull_step = _step(job, "Pull the builder image")
+    disk, _ = _step(job, "Free disk space")
+    assert start < disk < pull < run and pull_step["env"] == {"IMAGE": "${{ matrix.image }}"}
     assert run_step["env"] == {"SHARD_ID": "${{ matrix.id }}", "GROUP": "${{ matrix.group }}",
                                "SHARD": "${{ matrix.shard }}", "OF": "${{ matrix.of }}",
                                "BUDGET_MINUTES": "${{ matrix.budget_minutes }}"}
@@ -367,7 +372,8 @@ def test_the_cells_download_pattern_takes_their_groups_shards_only():
 
 @pytest.mark.parametrize("python_script,used_s,code,message", [
     # the shard runs the plan's group and shard, into the caches' folder
-    ('test "$4 $5 $6" = "flash_attn-cu130 --shard 2/3" && test "$8" = shard-caches\n', 0, 0, None),
+    ('test "$4 $5 $6 $7 $8 $9 ${10}" = "flash_attn-cu130 --shard 2/3 --backend container --engine '
+     'docker" && test "${12}" = shard-caches\n', 0, 0, None),
     ("sleep 30\n", 59, 124,
      "::error title=out of time::flash_attn-cu130-shard2 stopped at its 1-minute budget (counted "
      "from the job's start); the cells compile the units it did not"),

@@ -14,8 +14,8 @@ from pathlib import Path
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
 from tools.builder.planned import Planned
-from tools.core.errors import PlanError, cli
-from tools.plan.groups import UNITS_FILE, groups
+from tools.core.errors import cli
+from tools.plan.groups import UNITS_FILE, find_group
 from tools.plan.table import TABLE_PATH
 from tools.staging import release, shard, unitlist
 
@@ -32,6 +32,14 @@ def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="work directories")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+
+
+def _backend(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--backend", choices=["host", "container"], default="host",
+                    help="host: this machine's toolchain; container: the cell's image, as CI "
+                         "(the shards' and the cells' command lines must be the same)")
+    ap.add_argument("--engine", choices=["docker", "podman"], help="container engine")
+    ap.add_argument("--image", help="container backend: this image instead of the table's")
 
 
 def _shard_arg(text: str) -> tuple[int, int]:
@@ -56,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     run.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
+    _backend(run)
     _common(run)
     rel = sub.add_parser("release", help="run a group's shards, then its cells, here")
     rel.add_argument("group", help="group id, e.g. flash_attn-cu130")
@@ -67,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="where shard caches go (default %(default)s)")
     rel.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
                      help="where the cells' wheels go (default %(default)s)")
+    _backend(rel)
     _common(rel)
     units = sub.add_parser("units", help=f"read a cell's build's units ({UNITS_FILE})")
     units.add_argument("cell", help="a cell id of the recipe")
@@ -93,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(text, end="")
         return 0
-    group = _group(planned, args.group)
+    group = find_group(args.group, list(planned.cells), list(planned.recipes.values()))
     if args.command == "release":
         pythons = set(args.python.split(",")) if args.python else None
         cells = [c for c in group.cells if pythons is None or planned.cell(c).python in pythons]
@@ -101,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                   if v not in (None, False) and k != "offline"]
         passed += ["--offline"] if args.offline else []
         passed += [f"--recipes={args.recipes}", f"--table={args.table}"]
+        passed += [f"--{k}={v}" for k, v in (("engine", args.engine), ("image", args.image)) if v]
         jobs = release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
-                                    work=args.work, out=args.out, archs=args.archs)
+                                    work=args.work, out=args.out, archs=args.archs,
+                                    backend=args.backend)
         results = release.run_release(jobs, args.work / "release-logs" / group.id)
         for r in results:
             print(f"{r.kind:5}  {r.id:40}  {'ok' if r.status == 0 else f'exit {r.status}':8}  "
@@ -111,22 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     cell = planned.cell(group.cells[0])
     archs = resolve_archs(cell, args.archs, planned.table)
     k, n = args.shard
+    if args.backend == "container":
+        record = shard.run_container_shard(
+            group, k, n, cell=cell, recipe=planned.recipe(cell), table=planned.table,
+            archs=archs, work_root=args.work, cache_root=args.cache, engine=args.engine,
+            image=args.image, sdist=args.sdist, sdist_dir=args.sdist_dir)
+        print(args.cache / record["shard"])
+        return 0
     report = shard.run_shard(group, k, n, cell=cell, recipe=planned.recipe(cell),
                              table=planned.table, archs=archs, work_root=args.work,
                              cache_root=args.cache, **common)
     print(args.cache / report.shard)
     return 0
-
-
-def _group(planned: Planned, group_id: str):
-    """The planned compile group with this id; PlanError when there is none."""
-    found = [g for g in groups(list(planned.cells), list(planned.recipes.values()))
-             if g.id == group_id]
-    if not found:
-        raise PlanError(f"no compile group {group_id!r} in the plan",
-                        hint="a group id is a cell id without its Python part; python -m "
-                             "tools.matrix --format groups lists them")
-    return found[0]
 
 
 if __name__ == "__main__":

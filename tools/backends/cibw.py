@@ -112,6 +112,9 @@ class Mounts:
     #: The wheels of the cells this one needs (``tools.builder.needs``), as paths inside the container:
     #: the test venv gets them before the wheel, so its requirement on them is met.
     needs: tuple[str, ...] = ()
+    #: Folders inside the container put first on the build's PATH (a kernel shard's stand-in
+    #: ninja, ``tools.backends.shardninja``).
+    path_prefix: tuple[str, ...] = ()
 
     @property
     def create_args(self) -> tuple[str, ...]:
@@ -372,8 +375,8 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         "CIBW_BUILD_FRONTEND": frontend,
         "CIBW_BUILD_VERBOSITY": "1",
         # The c++ link first on PATH: the one variable whose value expands ($PATH).
-        "CIBW_ENVIRONMENT": environment(env) + (
-            f" PATH={CONTAINER_CCACHE_WORK / compiler_cache.BIN_DIR}:$PATH" if cached else ""),
+        "CIBW_ENVIRONMENT": environment(env) + _path(mounts.path_prefix + (
+            (str(CONTAINER_CCACHE_WORK / compiler_cache.BIN_DIR),) if cached else ())),
         "CIBW_BEFORE_ALL": before_all(cell, cached),
         "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels, cached),
         "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image,
@@ -390,6 +393,11 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         # those, the configuration file can.
         options["CONTAINERS_CONF"] = str(containers_conf)
     return options
+
+
+def _path(prefix: tuple[str, ...]) -> str:
+    """The ``PATH=...:$PATH`` part of ``CIBW_ENVIRONMENT`` (empty without a prefix)."""
+    return f" PATH={':'.join(prefix)}:$PATH" if prefix else ""
 
 
 def cibuildwheel_argv(output_dir: Path, package: str) -> list[str]:

@@ -41,16 +41,19 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from tools import ROOT
 from tools.core import errors
 from .base import BuildOptions, BuildResult
+from .shardninja import (CONTAINER_SHARD, CONTAINER_SHARDS, SHIM_DIR, STOP_STATUS,
+                         ContainerShard, write_shim)
 from .cibw import (
     CCACHE_STATS_PREFIX,
     CELL_FILE,
+    PROJECT,
     TOOLS_DIR,
     TOOLS_PYTHON,
     Image,
@@ -69,6 +72,9 @@ from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, rea
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.stage import recipe_git_revision
 from tools.core.manifest import read_manifest
+from tools.core.variant import group_id
+from tools.pipeline import ccache, shardcache
+from tools.plan.groups import group_key, read_units
 from tools.plan.matrix import Cell
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.wheelhouse import publish
@@ -217,6 +223,38 @@ def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> 
                                "the limits: read the end of the log")
 
 
+def _with_shards(mounts: Mounts, use: shardcache.ShardUse | None,
+                 shard: ContainerShard | None) -> Mounts:
+    """The mounts of a build that reads shard caches (each read-only under
+    ``CONTAINER_SHARDS``) or, for a shard, writes its own cache (``CONTAINER_SHARD``)."""
+    if shard is not None:
+        shard.cache.mkdir(parents=True, exist_ok=True)
+        return replace(mounts, volumes=(*mounts.volumes, f"{shard.cache}:{CONTAINER_SHARD}"),
+                       env=(*mounts.env, *ccache.shard_writer_env(CONTAINER_SHARD).items()),
+                       path_prefix=(str(PROJECT / TOOLS_DIR / SHIM_DIR), *mounts.path_prefix))
+    if use is None or not use.used:
+        return mounts
+    inside = [CONTAINER_SHARDS / cache.name for cache in use.used]
+    return replace(mounts, volumes=(*mounts.volumes, *(f"{cache}:{where}:ro" for cache, where
+                                                        in zip(use.used, inside))),
+                   env=(*mounts.env, *ccache.shard_reader_env(inside).items(),
+                        *use.env.items()))
+
+
+def _shard_done(shard: ContainerShard, code: int, log: Path, step) -> dict[str, Any]:
+    """A container shard's result, from the ``shard.json`` its stand-in ninja wrote (the build
+    itself stops on purpose, with ``STOP_STATUS``); CompileError naming what went wrong."""
+    record = shardcache.read_record(shard.cache) or {}
+    step.detail.update(shard=record, exit=code)
+    if record.get("complete") and code == STOP_STATUS:
+        return record
+    why = record.get("error") or (f"cibuildwheel exit {code} before the stand-in ninja ran"
+                                  if not record else f"exit {code}")
+    raise CompileError(f"shard {record.get('shard', shard.cache.name)} failed: {why}; log: "
+                       f"{log}", hint="read the log; a unit list that no longer matches needs "
+                                      "python -m tools.shard units <cell> --write")
+
+
 def ccache_stats(log_text: str) -> dict[str, Any] | None:
     """What the compiler cache did, from the line ``incontainer ccache stats`` printed in the
     container (the last one: a re-run's log holds only its own); None without one."""
@@ -268,6 +306,8 @@ class ContainerBackend:
     can_build: ReadinessCheck = readiness
     mounts: Mounts | None = None
     stdout: TextIO | None = None
+    #: Build a kernel shard instead of a wheel (``tools.backends.shardninja``).
+    shard: ContainerShard | None = None
 
     @property
     def steps(self) -> list[str]:
@@ -293,6 +333,10 @@ class ContainerBackend:
         limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
         mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
                             else self.mounts, options.needed)
+        use = (shardcache.choose(list(options.shard_caches), group=group_id(cell.id),
+                                 key=group_key(cell, recipe))
+               if options.shard_caches and options.cache and self.shard is None else None)
+        mounts = _with_shards(mounts, use, self.shard)
         image_name = self.image or cell.image
         relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
         workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
@@ -365,6 +409,12 @@ class ContainerBackend:
                 return staged
 
             staged = progress.run("source", source)
+            if self.shard is not None:
+                write_shim(staged.project / TOOLS_DIR, self.shard, PROJECT / staged.tree.name)
+            if use is not None:
+                for refused in use.refused:
+                    progress.say(f"shard cache not read: {refused['cache']}: {refused['why']}")
+                report["shards"] = use.describe()
 
             def plan_step(step) -> Invocation:
                 inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
@@ -401,13 +451,20 @@ class ContainerBackend:
                         progress.say(f"container: {line.strip()[:120]}")
 
                 code = run_cibuildwheel(inv, log, on_line)
+                if self.shard is not None:
+                    return _shard_done(self.shard, code, log, step)
                 stats = ccache_stats(log.read_text(errors="replace"))
                 if stats:
+                    units = stats.pop("units", None)
                     step.detail["ccache"] = stats
                     report["ccache"] = stats
                     progress.say(f"compiler cache: {stats['hits']} hits "
                                  f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
                                  f"preprocessed), {stats['misses']} misses")
+                    if use is not None and units is not None:
+                        listed = read_units(recipe)
+                        stats["per_unit"] = shardcache.sort_results(
+                            units, use, listed.sharded() if listed else ())
                 if code != 0:
                     raise classify_failure(log.read_text(errors="replace"), log=log,
                                            limits=limits, code=code)
@@ -421,6 +478,9 @@ class ContainerBackend:
                 return found[0]
 
             wheel = progress.run("cibuildwheel", cibuildwheel_step)
+            if self.shard is not None:
+                report.update(verdict="passed", shard=wheel)
+                return BuildResult(report, None)
             target = progress.run("publish", lambda step: publish(wheel, options.out_dir, step))
             report.update(verdict="passed", wheel=str(target))
         return BuildResult(report, target)

@@ -176,4 +176,5 @@ def ccache_stats_lines() -> list[str]:
                                               "dir": str(cache.directory), "hits": stats.hits,
                                               "direct_hits": stats.direct_hits,
                                               "preprocessed_hits": stats.preprocessed_hits,
-                                              "misses": stats.misses})]
+                                              "misses": stats.misses,
+                                              "units": ccache.unit_results(cache.stats_log)})]

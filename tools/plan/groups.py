@@ -155,6 +155,16 @@ def shard_id(group: str, index: int) -> str:
     return f"{group}-shard{index}"
 
 
+def find_group(group: str, cells: list[Cell], recipes: list[Recipe]) -> Group:
+    """The compile group with this id among ``cells``; PlanError when there is none."""
+    for found in groups(cells, recipes):
+        if found.id == group:
+            return found
+    raise PlanError(f"no compile group {group!r} in the plan",
+                    hint="a group id is a cell id without its Python part; python -m "
+                         "tools.matrix --format groups lists them")
+
+
 def cell_group(cell: Cell) -> str:
     """The id of the compile group ``cell`` belongs to."""
     return group_id(cell.id)

@@ -46,17 +46,18 @@ class JobResult:
 
 
 def release_jobs(group: Group, shards: int, cells: Sequence[str], *, common: Sequence[str],
-                 cache: Path, work: Path, out: Path, archs: str | None) -> list[tuple[str, str,
-                                                                                   list[str]]]:
+                 cache: Path, work: Path, out: Path, archs: str | None,
+                 backend: str = "host") -> list[tuple[str, str, list[str]]]:
     """The (id, kind, argv) of every job of ``group``'s release, in order: its shards, then
-    ``cells`` (ids of the group's cells)."""
+    ``cells`` (ids of the group's cells), all through ``backend`` (host or container: the
+    shards' command lines must be the cells')."""
     py = [sys.executable, "-m"]
     arch = ["--archs", archs] if archs else []
     jobs = [(f"{group.id}-shard{k}", "shard",
              [*py, "tools.shard", "run", group.id, "--shard", f"{k}/{shards}", *arch,
-              "--cache", str(cache), "--work", str(work), *common])
+              "--backend", backend, "--cache", str(cache), "--work", str(work), *common])
             for k in range(1, shards + 1)]
-    jobs += [(cell, "cell", [*py, "tools.build", cell, "--backend", "host", *arch,
+    jobs += [(cell, "cell", [*py, "tools.build", cell, "--backend", backend, *arch,
                              "--shard-caches", str(cache), "--work", str(work), "--out", str(out),
                              *common])
              for cell in cells]

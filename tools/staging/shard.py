@@ -24,10 +24,13 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tools.backends.base import BuildOptions
+from tools.backends.container import ContainerBackend
+from tools.backends.shardninja import ContainerShard
 from tools.core.errors import CompileError, PlanError
 from tools.pipeline import ccache
 from tools.pipeline.shardcache import write_record
@@ -229,3 +232,38 @@ def _compile(units: list[Unit], env: dict[str, str], logs: Path, progress: Progr
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, units))
     return failures
+
+
+def run_container_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recipe,
+                        table: Table, archs: tuple[str, ...], work_root: Path,
+                        cache_root: Path, engine: str | None = None, image: str | None = None,
+                        sdist: Path | None = None, sdist_dir: Path | None = None,
+                        stream=None) -> dict[str, Any]:
+    """Compile shard ``index`` of ``count`` of ``group`` through the container backend: the
+    cell's own cibuildwheel build in its image, with a stand-in ninja that builds only the
+    shard's objects (``tools.backends.shardninja``), so the command lines are exactly those of
+    the group's container cells. Returns the shard's ``shard.json``; the build report goes to
+    ``<work_root>/<shard id>/report.json``."""
+    units = read_units(recipe)
+    if units is None:
+        raise PlanError(f"{recipe.folder}: no {UNITS_FILE}, so {group.id} has no shards",
+                        hint=f"write it: python -m tools.shard units {cell.id} --write")
+    parts = shard_units(units, count, len(archs))
+    if not 1 <= index <= len(parts):
+        raise PlanError(f"{group.id} has {len(units.sharded())} units, so shards 1 to "
+                        f"{len(parts)}, not {index}/{count}")
+    sid = shard_id(group.id, index)
+    mine = parts[index - 1]
+    record = asdict(ShardReport(sid, group.id, group.key, index, count, list(mine), list(archs),
+                                estimate_seconds=round(sum(units.seconds(u) for u in mine)
+                                                       * len(archs), 1)))
+    shard = ContainerShard(cache_root / sid, record, units.sharded())
+    backend = ContainerBackend(engine=engine, image=image, shard=shard)
+    progress = Progress(sid, backend.steps, stream or sys.stderr)
+    options = BuildOptions(archs=archs, out_dir=work_root / sid / "unused", work_root=work_root,
+                           why="a kernel shard", sdist=sdist, sdist_dir=sdist_dir)
+    # The backend works in <work_root>/<cell id>: a shard of that cell gets its own directory.
+    result = backend.build(cell, recipe, table,
+                           options=replace(options, work_root=work_root / sid),
+                           progress=progress)
+    return result.report["shard"]
