@@ -2,11 +2,14 @@
 
 A registry stands in on 127.0.0.1 (PyPI's JSON API, files with HTTP range requests, torch's
 variant page). It replays the answers recorded in tests/fixtures/registry/ (torch 2.14.1 and
-2.15.0, causal-conv1d 1.6.1 and 1.7.0; `record.py` there regenerates them) with small stand-in
+2.15.0, causal-conv1d 1.6.1 and 1.7.0, mamba-ssm 2.3.2.post1; `record.py` there regenerates them)
+with small stand-in
 files of the recorded names: torch wheels holding the recorded METADATA and torch/version.py, a
 libshm.so compiled here with or without the C++11 ABI, and 1 MiB of padding; sdists holding a
 setup.py. The repository is a copy of the fixture table (torch 2.14 only) and one recipe. One
-test reads the live registry (marked network) for the agreement with recipes/table.yaml.
+test reads the live registry (marked network) for the agreement with recipes/table.yaml. Probe
+reports of the new series are written by tests/fixtures/probes/make_reports.py (the probe's own
+report code).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -34,13 +38,17 @@ from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
 from tools.plan.matrix import plan
 from tools.plan.recipe import load_all
-from tools.upstream.refresh import propose, write_all
+from tools.upstream.refresh import propose, summary, write_all
 from tools.upstream.registry import Registry
 from tools.plan.table import load_table, parse_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "registry"
 RECORDED = {name: json.loads((FIXTURES / f"{name}.json").read_text())
-            for name in ("torch", "causal-conv1d")}
+            for name in ("torch", "causal-conv1d", "mamba-ssm")}
+_spec = importlib.util.spec_from_file_location(
+    "make_reports", Path(__file__).parent / "fixtures" / "probes" / "make_reports.py")
+make_reports = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_reports)
 MEMBERS = json.loads((FIXTURES / "members.json").read_text())
 DATE = "2026-11-23"
 PYPI_FILES = "https://files.pythonhosted.org/"
@@ -224,6 +232,7 @@ def fake(libshm):
             files[f["filename"]] = wheel
     for version in RECORDED["causal-conv1d"]["releases"]:
         files[f"causal_conv1d-{version}.tar.gz"] = sdist_bytes(version)
+    files["mamba_ssm-2.3.2.post1.tar.gz"] = b"not read: the recipe builds the newest release"
     docs = copy.deepcopy(RECORDED)
     registry = FakeRegistry(docs, files)
     yield registry
@@ -399,6 +408,110 @@ def test_a_new_series_whose_cuda_the_table_lacks_is_left_out(repo, fake):
     assert proposal.new == {}
     assert any(n.startswith("new torch series 2.15 (2.15.0) is left out: cuda.13.2 (the table "
                             "has no entry") for n in proposal.notes)
+
+
+# --------------------------------------------------------------------------- probes of a new series
+
+MAMBA = """\
+schema: 1
+package: mamba_ssm
+summary: "Mamba selective-scan kernels (a test copy)"
+source:
+  pypi: mamba-ssm
+  version: "2.3.2.post1"
+  sdist: mamba_ssm-2.3.2.post1.tar.gz
+  sha256: "104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028"
+  url: "https://files.pythonhosted.org/packages/af/48/aa7bec0efc7453fa0512276c0069c854bf684219050294266534bfef34bb/mamba_ssm-2.3.2.post1.tar.gz"
+imports: [selective_scan_cuda, mamba_ssm]
+python: ">=3.9"
+cuda:
+  "13.0": {torch_from: "2.14", reason: "torch 2.14's PyPI build is CUDA 13.0; newer series of CUDA 13.0 too"}
+archs: {"*": ["80", "90"]}
+arch_env: {name: MAMBA_CUDA_ARCHS, style: plain, reason: "read by the real recipe's patched setup.py"}
+build:
+  isolation: false
+  requires:
+    - {requirement: "ninja", reason: "parallel compiles"}
+  job_memory_gib: 2.0
+  job_memory_reason: "measured"
+"""
+#: torch's index as it would list 2.15.0's variants beside 2.14.1's.
+VARIANTS_215 = [("2.14.1", "cu126"), ("2.14.1", "cu130"), ("2.14.1", "cu132"),
+                ("2.15.0", "cu130"), ("2.15.0", "cu132")]
+
+
+def variant_page(pairs) -> str:
+    return "".join(f'<a href="/whl/{cu}/torch-{rel}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">'
+                   "x</a>\n" for rel, cu in pairs)
+
+
+def test_a_recorded_new_series_gets_its_row_exclusions_and_plan_in_one_run(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """The recorded registry has torch 2.15.0, which the fixture table lacks. The first run names
+    the cells to probe (--probe-plan); with the probe reports (causal_conv1d's compiles,
+    mamba_ssm's C++ unit stops at torch's C++20 check) one run proposes the table row, an
+    exclusion in mamba_ssm's recipe with the failure as its reason, and the plan of the rest;
+    the summary has a verdict per recipe, and the written files plan exactly that."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = variant_page(VARIANTS_215)
+    (repo / "mamba_ssm").mkdir()
+    (repo / "mamba_ssm" / "recipe.yaml").write_text(MAMBA)
+    before = snapshot(repo)
+    plan_file, summary_file = tmp_path / "probes.json", tmp_path / "summary.md"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--probe-plan", str(plan_file),
+                         "--summary", str(summary_file))
+    assert rc == 0, err
+    assert snapshot(repo) == before  # without --write nothing changes
+    matrix = json.loads(plan_file.read_text())
+    # 2.15's PyPI build is CUDA 13.2, which neither recipe builds: each probes its CUDA 13.0 cell
+    assert matrix == {"include": [
+        {"package": "causal_conv1d", "series": "2.15", "cell": "causal_conv1d-3.11-cu130",
+         "archs": "90"},
+        {"package": "mamba_ssm", "series": "2.15", "cell": "mamba_ssm-3.11-cu130", "archs": "90"}]}
+    assert ("- torch 2.15, causal_conv1d: not probed yet (`python -m tools.probe "
+            "causal_conv1d-3.11-cu130 --archs 90`;") in summary_file.read_text()
+
+    probes = tmp_path / "probes"  # as download-artifact lays them out: one folder per job
+    make_reports.write_report(probes / "probe-causal_conv1d", "causal_conv1d-3.11-cu130",
+                              "passed", torch="2.15.0+cu130")
+    make_reports.write_report(probes / "probe-mamba_ssm", "mamba_ssm-3.11-cu130", "failed",
+                              torch="2.15.0+cu130", job_memory_gib=2.0)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--probes", str(probes),
+                         "--summary", str(summary_file))
+    assert rc == 0, err
+    error = ("torch/include/ATen/ATen.h:5: #error C++20 or later compatible compiler is required "
+             "to use ATen.")
+    text = summary_file.read_text()
+    assert ("### Probes against what is new\n\n"
+            "- torch 2.15, causal_conv1d: compiles (causal_conv1d-3.11-cu130, sm_90: "
+            "causal_conv1d_bwd.cu 916 s, causal_conv1d.cpp 176 s)\n"
+            "- torch 2.15, mamba_ssm: fails at `csrc/selective_scan/selective_scan.cpp`: "
+            f"{error} (mamba_ssm-3.11-cu130, sm_90)\n") in text
+    reason = ("probe of mamba_ssm-3.11-cu130 (sm_90) on 2026-11-23 failed at "
+              f"csrc/selective_scan/selective_scan.cpp: {error}; remove this entry once a patch "
+              "or a new release compiles it (python -m tools.probe)")
+    assert ("- torch 2.15: built with no recipe edit by causal_conv1d (CUDA 13.0: 5 cells); not "
+            f"by mamba_ssm (excluded for CUDA 13.0: {reason}; it builds no CUDA 13.2 wheels)") \
+        in text
+    assert "- mamba_ssm: excludes torch 2.15 for CUDA 13.0, whose probe fails at" in text
+    # written: the table's new row, mamba_ssm's exclusion; causal_conv1d untouched
+    table = load_table(repo / "table.yaml")
+    assert table.torch["2.15"].cuda == ("13.0", "13.2")
+    assert (repo / "causal_conv1d" / "recipe.yaml").read_bytes() == \
+        before["causal_conv1d/recipe.yaml"]
+    mamba = (repo / "mamba_ssm" / "recipe.yaml").read_text()
+    assert mamba.startswith(MAMBA)
+    assert yaml.safe_load(mamba)["exclude"] == [{"torch": "2.15", "cuda": "13.0", "reason": reason}]
+    ids = [c.id for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert ids == [f"causal_conv1d-3.{m}-cu130" for m in (11, 12, 13, 14, 15)]
+
+
+def test_probes_of_a_run_without_anything_new_say_nothing(repo, fake, tmp_path):
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, probes=tmp_path)
+    assert (proposal.targets, proposal.verdicts) == ([], [])
+    assert "Probes" not in summary(proposal)
 
 
 # --------------------------------------------------------------------------- recipes

@@ -45,8 +45,11 @@ from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryE
                                TableError)
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
+from .exclusions import add_exclusion, check, note_refused
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
                        read_torch, read_variants)
+from .verdicts import (Target, Verdict, added_pairs, judge, probe_targets, read_reports,
+                       verdict_lines)
 from tools.pipeline.source import apply_patches, extract_sdist
 from tools.plan.schema import parse_yaml, read_text
 from tools.plan.table import Table, parse_table, version_key
@@ -66,6 +69,10 @@ class Proposal:
     agreement: list[str] = field(default_factory=list)
     #: Per new torch series: which recipes' torch ranges build it, and why the others don't.
     plan: list[str] = field(default_factory=list)
+    #: Per new (series, CUDA) pair and recipe: the cell to probe, or why none (--probe-plan).
+    targets: list[Target] = field(default_factory=list)
+    #: What the probe reports say of each target (--probes; "not probed yet" without them).
+    verdicts: list[Verdict] = field(default_factory=list)
 
     def diff(self, root: Path) -> str:
         """The whole change as one unified diff, paths relative to ``root``."""
@@ -296,8 +303,12 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
 
 
 def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
-            table_path: Path | None = None, date: str | None = None) -> Proposal:
-    """Read the registry and work out the whole change; nothing is written."""
+            table_path: Path | None = None, date: str | None = None,
+            probes: Path | None = None) -> Proposal:
+    """Read the registry and work out the whole change; nothing is written. ``probes``: a
+    folder of probe reports (``probe.json``, the refresh workflow's probe jobs) of the cells
+    :func:`tools.upstream.verdicts.probe_targets` names; a recipe whose probe failed to compile
+    gets an exclusion of the new series in the same change."""
     table_path = table_path or recipes_dir / "table.yaml"
     date = date or datetime.date.today().isoformat()
     proposal = Proposal()
@@ -334,9 +345,36 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
         del proposal.new[path], proposal.old[path]
     new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
+    proposal.targets = probe_targets(added_pairs(table, new_table), new_table, new_recipes)
+    reports = read_reports(probes) if probes is not None else None
+    proposal.verdicts = [judge(t, reports) for t in proposal.targets]
+    if any(v.state == "fails" for v in proposal.verdicts):
+        exclude_failures(proposal, {r.package: r.path for r in new_recipes}, new_table, date)
+        new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
     proposal.plan = planned_for([s for s in new_table.torch if s not in table.torch], new_table,
                                 new_recipes)
     return proposal
+
+
+def exclude_failures(proposal: Proposal, paths: dict[str, Path], table: Table, date: str) -> None:
+    """An exclusion in each recipe whose probe failed to compile (``tools.upstream.exclusions``),
+    on top of whatever else the proposal changes in it; one its loader refuses becomes a note."""
+    for v in proposal.verdicts:
+        if v.state != "fails":
+            continue
+        path = paths[v.target.package]
+        old = proposal.old.get(path) or path.read_text(encoding="utf-8")
+        doc = _yaml().load(proposal.new.get(path, old))
+        add_exclusion(doc, v, date)
+        text = _dump(doc)
+        problem = check(text, path, table)
+        if problem:
+            proposal.notes.append(note_refused(v, path, problem))
+            continue
+        proposal.old[path], proposal.new[path] = old, text
+        scope = f" for CUDA {v.target.builds[0]}" if len(v.target.builds) == 1 else ""
+        proposal.changes.append(f"{v.target.package}: excludes torch {v.target.series}{scope}, "
+                                f"whose probe {v.text}")
 
 
 def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path
@@ -418,6 +456,9 @@ def summary(proposal: Proposal) -> str:
                      f" | {', '.join(f.variants) if f.variants is not None else 'not read'} |")
     if proposal.plan:
         lines += ["", "### New series in the plan", ""] + [f"- {p}" for p in proposal.plan]
+    if proposal.verdicts:
+        lines += ["", "### Probes against what is new", ""]
+        lines += [f"- {v}" for v in verdict_lines(proposal.verdicts)]
     lines += ["", "### Agreement with the table", ""] + [f"- {a}" for a in proposal.agreement]
     if proposal.notes:
         lines += ["", "### For a person to check", ""] + [f"- {n}" for n in proposal.notes]
