@@ -514,6 +514,52 @@ def test_probes_of_a_run_without_anything_new_say_nothing(repo, fake, tmp_path):
     assert "Probes" not in summary(proposal)
 
 
+# --------------------------------------------------------------------------- bad input
+
+
+#: torch 2.13 in the fixture table: a row like 2.14's, for a recipe whose range starts after it.
+ROW_213 = """  "2.13":
+    release: "2.13.0"
+    python: ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    cuda: ["12.6", "13.0"]
+    pypi_cuda: "13.0"
+    manylinux: "2_28"
+    cxx11_abi: true
+    source: "a test row"
+"""
+
+
+@pytest.mark.parametrize("change,row,expect", [
+    # a range that includes no series the table knows
+    (('torch_from: "2.14",', 'torch_from: "2.16",'), "",
+     ["cuda.13.0.torch_from: torch '2.16' is not in the compatibility table; the table's newest "
+      "is 2.14, so a range from it includes no series the table knows",
+      "fix: use one of 2.14, or add the series to the table first"]),
+    # a range that excludes a series the recipe's patches are written for
+    (("upstream: \"not submitted\"}", "upstream: \"not submitted\", torch_from: \"2.13\"}"),
+     ROW_213,
+     ["patches[0].torch_from: 0001-Read-arch-list-from-environment.patch is written for torch "
+      "2.13, but the recipe builds no cell of torch 2.13 (its CUDA 13.0 range is torch 2.14 and "
+      "newer)", "fix: widen the range or remove the exclusion so that 2.13 is built, or, if the "
+      "patch is for other series now, set torch_from to one the recipe builds (2.14)"]),
+], ids=["range-past-the-table", "patch-for-a-series-outside-the-range"])
+def test_a_bad_recipe_stops_the_refresh_before_anything_is_written(repo, fake, monkeypatch,
+                                                                   capsys, change, row, expect):
+    table = repo / "table.yaml"
+    table.write_text(table.read_text().replace('  "2.14":\n', row + '  "2.14":\n'))
+    recipe_file = repo / "causal_conv1d" / "recipe.yaml"
+    text = recipe_file.read_text()
+    assert change[0] in text
+    recipe_file.write_text(text.replace(change[0], change[1]))
+    before = snapshot(repo)
+    rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--write")
+    assert rc == 3 and out == ""
+    assert f"{recipe_file}: 1 problem:" in err  # the file
+    for part in expect:  # the field, the rule and the fix
+        assert part in err, err
+    assert snapshot(repo) == before
+
+
 # --------------------------------------------------------------------------- recipes
 
 
