@@ -36,7 +36,7 @@ from packaging.version import Version
 from tools import ROOT
 from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
-from tools.plan.matrix import plan
+from tools.plan.matrix import plan, torch_index
 from tools.plan.recipe import load_all
 from tools.upstream.refresh import propose, summary, write_all
 from tools.upstream.registry import Registry
@@ -157,6 +157,7 @@ class FakeRegistry:
         self.docs, self.files = docs, files
         self.fail: set[str] = set()      # paths answered with 500
         self.variant_page: str | None = None
+        self.test_page: str | None = None  # PyTorch's test index (release candidates)
         self.sent: dict[str, int] = {}   # bytes sent per file
         registry = self
 
@@ -170,6 +171,8 @@ class FakeRegistry:
                     return self._send(200, json.dumps(doc).encode()) if doc else self._send(404)
                 if path == "/whl/torch/" and registry.variant_page is not None:
                     return self._send(200, registry.variant_page.encode())
+                if path == "/whl/test/torch/" and registry.test_page is not None:
+                    return self._send(200, registry.test_page.encode())
                 name = path.rsplit("/", 1)[-1]
                 if not path.startswith("/files/") or name not in registry.files:
                     return self._send(404)
@@ -214,7 +217,7 @@ class FakeRegistry:
 
     def registry(self) -> Registry:
         return LocalRegistry(f"{self.base}/pypi/", f"{self.base}/whl/torch/", timeout=30,
-                             files=f"{self.base}/files/")
+                             test=f"{self.base}/whl/test/torch/", files=f"{self.base}/files/")
 
     def close(self) -> None:
         self.server.shutdown()
@@ -259,7 +262,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def run_cli(recipes: Path, fake: FakeRegistry, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     """``python -m tools.refresh`` in this process (its registry client sent to ``fake``):
     (exit status, stdout, stderr)."""
-    monkeypatch.setattr(refresh_command, "Registry", lambda *a: fake.registry())
+    monkeypatch.setattr(refresh_command, "Registry", lambda *a, **k: fake.registry())
     capsys.readouterr()
     rc = refresh_command.main(["--recipes", str(recipes), "--date", DATE, *args])
     out, err = capsys.readouterr()
@@ -512,6 +515,121 @@ def test_probes_of_a_run_without_anything_new_say_nothing(repo, fake, tmp_path):
     proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, probes=tmp_path)
     assert (proposal.targets, proposal.verdicts) == ([], [])
     assert "Probes" not in summary(proposal)
+
+
+# --------------------------------------------------------------------------- release candidates
+
+
+def candidate_page(release: str, cudas: list[str]) -> str:
+    """The test index's page as it lists a candidate: its plain builds (the recorded PyPI file
+    names, served by the fake's file host) and its +cuXYZ builds (never read)."""
+    plain = [f["filename"] for f in RECORDED["torch"]["releases"][release] if "linux" in f["filename"]]
+    links = [f'<a href="../../../files/{n}#sha256=0">{n}</a>' for n in plain]
+    links += [f'<a href="/whl/test/{cu}/torch-{release}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">'
+              f"torch-{release}+{cu}</a>" for cu in cudas]
+    return "\n".join(links)
+
+
+GIT_215 = "git_version = '"  # torch/version.py's line; the recorded 2.15.0 names its commit
+
+
+def recorded_git(release: str) -> str:
+    line = next(ln for ln in MEMBERS[release]["version_py"].splitlines() if ln.startswith(GIT_215))
+    return line.split("'")[1]
+
+
+def test_a_release_candidate_gets_a_row_into_the_pre_release_index_and_the_final_promotes_it(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """Before torch 2.15.0's release day: PyPI has 2.14.1 only, the test index the 2.15.0
+    candidate (the recorded 2.15.0 wheel, built from the commit the final was). --rc proposes its
+    row, cited, with the candidate's commit; the written table plans its cells apart, into the
+    pre-release index, torch from the test index; the plan names the cell to probe ahead of the
+    release. The same candidate again changes nothing. On release day the final on PyPI turns the
+    row into the release row, and the series' cells are the ordinary ones."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    final = fake.docs["torch"]["releases"].pop("2.15.0")
+    fake.test_page = candidate_page("2.15.0", ["cu130", "cu132"])
+    summary_file, plan_file = tmp_path / "summary.md", tmp_path / "probes.json"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write", "--summary",
+                         str(summary_file), "--probe-plan", str(plan_file))
+    assert rc == 0, err
+    git = recorded_git("2.15.0")
+    row = yaml.safe_load((repo / "table.yaml").read_text())["torch"]["2.15"]
+    assert row["candidate"] == {"git": git, "index": f"{fake.base}/whl/test/"}
+    assert (row["release"], row["cuda"], row["pypi_cuda"]) == ("2.15.0", ["13.0", "13.2"], "13.2")
+    assert row["source"].startswith(
+        f"release candidate on PyTorch's test index: python: {fake.base}/whl/test/torch/ "
+        "(torch-2.15.0 x86_64 Linux file names); pypi_cuda: wheel METADATA")
+    assert f"git: torch/version.py git_version {git}" in row["source"]
+    text = summary_file.read_text()
+    assert (f"- torch 2.15: release candidate 2.15.0 (git {git[:7]}, Python 3.11, 3.12, 3.13, "
+            "3.14, 3.15, CUDA 13.0, 13.2; its cells build into the pre-release index only)") in text
+    assert ("- torch 2.15 (release candidate: into the pre-release index only): built with no "
+            "recipe edit by causal_conv1d (CUDA 13.0: 5 cells)") in text
+    table = load_table(repo / "table.yaml")
+    cells = [c for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert [c.id for c in cells] == [f"causal_conv1d-3.{m}-cu130-torch2.15rc" for m in range(11, 16)]
+    assert {p for c in cells for p in c.index_paths} == {"pre/cu130/torch2.15"}
+    assert torch_index(cells[0], table) == f"{fake.base}/whl/test/cu130"
+    assert json.loads(plan_file.read_text())["include"] == [
+        {"package": "causal_conv1d", "series": "2.15", "cell": "causal_conv1d-3.11-cu130-torch2.15rc",
+         "archs": "90"}]
+
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, rc=True)
+    assert proposal.new == {}
+    assert f"torch 2.15: release candidate {git[:7]} agrees (2.15.0)" in proposal.agreement
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)  # without --rc: said
+    assert (f"torch 2.15: a release candidate (git {git[:7]}); PyPI has no final yet (--rc reads "
+            "the test index)") in proposal.agreement
+
+    fake.docs["torch"]["releases"]["2.15.0"] = final  # release day
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--summary", str(summary_file))
+    assert rc == 0, err
+    row = yaml.safe_load((repo / "table.yaml").read_text())["torch"]["2.15"]
+    assert "candidate" not in row
+    assert row["source"].startswith("python: PyPI JSON releases['2.15.0']")
+    assert row["source"].endswith(f"; was the release candidate git {git[:7]} until then")
+    assert (f"- torch 2.15: the final 2.15.0 is on PyPI: the release candidate row (git "
+            f"{git[:7]}) becomes the release row;") in summary_file.read_text()
+    load_table.cache_clear()  # the file changed under the same path
+    table = load_table(repo / "table.yaml")
+    cells = [c for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert [c.id for c in cells] == [f"causal_conv1d-3.{m}-cu130" for m in range(11, 16)]
+    assert {p for c in cells for p in c.index_paths} == {"cu130/torch2.15"}
+
+
+def test_a_release_candidate_whose_wheel_cant_be_read_stops_the_refresh(repo, fake, monkeypatch,
+                                                                        capsys):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    del fake.docs["torch"]["releases"]["2.15.0"]
+    fake.test_page = candidate_page("2.15.0", ["cu132"])
+    for f in RECORDED["torch"]["releases"]["2.15.0"]:
+        fake.files[f["filename"]] = b"not a wheel"
+    before = snapshot(repo)
+    rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write")
+    assert rc == RegistryError.exit_code and out == ""
+    assert f'{repo / "table.yaml"}: torch."2.15": the release candidate\'s wheel could not be read: ' \
+           f"reading {fake.base}/files/torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl with " \
+           "range requests failed" in err
+    assert "fix: nothing was written; run again when the test index serves the wheel, or run " \
+           "the refresh without --rc" in err
+    assert snapshot(repo) == before
+    # only +cuXYZ builds: no plain wheel to read the PyPI build's CUDA from
+    fake.test_page = "\n".join(ln for ln in candidate_page("2.15.0", ["cu132"]).splitlines()
+                                if "%2B" in ln)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write")
+    assert rc == RegistryError.exit_code
+    assert 'torch."2.15": ' in err and "no plain x86_64 wheel (the PyPI build)" in err
+    assert snapshot(repo) == before
+
+
+def test_a_test_index_that_does_not_answer_is_said(repo, fake):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    without_release(fake, "torch", "2.15.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, rc=True)  # no page: 404
+    assert proposal.new == {}
+    assert any(n.startswith("PyTorch's test index could not be read (") and
+               n.endswith("): no release candidate was looked for") for n in proposal.notes)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -14,7 +14,7 @@ from pathlib import Path
 from tools import RECIPES_DIR
 from tools.core.errors import cli
 from tools.upstream.refresh import propose, summary, write_all
-from tools.upstream.registry import PYPI_JSON, TORCH_VARIANTS, Registry
+from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
 from tools.upstream.verdicts import probe_matrix
 
 
@@ -35,6 +35,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
     ap.add_argument("--torch-variants", default=TORCH_VARIANTS,
                     help="torch's index page listing every variant")
+    ap.add_argument("--rc", action="store_true",
+                    help="also propose a row for a release candidate on PyTorch's test index (a "
+                         "series newer than the table's; its cells build into the pre-release "
+                         "index only)")
+    ap.add_argument("--torch-test", default=TORCH_TEST,
+                    help="PyTorch's test index page listing torch's files (read with --rc)")
     ap.add_argument("--date", help="the date written into sources (default: today)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
     return ap
@@ -45,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tools.refresh``: print the registry's change to the table and the recipes as
     a diff, or apply it with ``--write``."""
     args = parser().parse_args(argv)
-    registry = Registry(args.pypi, args.torch_variants, args.timeout)
+    registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test)
     proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date,
-                       probes=args.probes)
+                       probes=args.probes, rc=args.rc)
     text = summary(proposal)
     if args.probe_plan:
         args.probe_plan.write_text(json.dumps(probe_matrix(proposal.targets)) + "\n",

@@ -224,7 +224,8 @@ def _candidate(p: Problems, raw: object, where: str) -> Candidate | None:
         p.add(f"{where}.git", f"{m['git']!r} is not a commit (7 to 40 lowercase hex digits)",
               "copy git_version from the candidate wheel's torch/version.py")
         ok = False
-    if not re.fullmatch(r"https://[^\s/]+/\S*/", m["index"]):
+    # https, or plain http to this machine only (a local stand-in of the test index)
+    if not re.fullmatch(r"(https://[^\s/]+|http://127\.0\.0\.1(:\d+)?)/\S*/", m["index"]):
         p.add(f"{where}.index", f"{m['index']!r} is not an https URL ending in /",
               'write the test index\'s root, e.g. "https://download.pytorch.org/whl/test/"')
         ok = False
