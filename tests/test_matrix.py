@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from tools import ROOT
 from tools.core.errors import PlanError
@@ -323,6 +324,51 @@ def test_a_new_series_in_the_table_is_planned_with_no_recipe_edit(tmp_path):
     grown = load_table(other_path)
     assert closed and not [c for c in plan(load_all(table=grown), grown) if c.torch == series]
 
+
+#: A release candidate's row, as ``python -m tools.refresh --rc`` writes one.
+CANDIDATE = '    candidate: {git: "0123abcdef0123abcdef0123abcdef0123abcdef", index: "https://download.pytorch.org/whl/test/"}\n'
+
+
+def test_release_candidate_rows_plan_cells_into_the_pre_release_index_only(tmp_path):
+    """A candidate row (torch 2.16 for CUDA 13.2) on a copy of recipes/table.yaml, with the
+    repository's recipes: its cells are apart (``-torch2.16rc``), labelled so the final sorts
+    after them, built with torch from the candidate index, and listed only in the pre-release
+    index; every other cell is the plan without the row, unchanged (the default torch and the
+    stable-ABI builds included). Without ``candidate:`` (the final is out) the same row plans
+    the series' ordinary cells into the normal index."""
+    table = load_table()
+    text = _with_series(TABLE_PATH.read_text(), "2.16", ["13.2"], list(table.torch["2.15"].python))
+    rc_path, final_path = tmp_path / "rc.yaml", tmp_path / "final.yaml"
+    rc_path.write_text(text.replace('    source: "a row added', CANDIDATE + '    source: "a row added'))
+    final_path.write_text(text)
+    rc_table, final_table = load_table(rc_path), load_table(final_path)
+    assert rc_table.torch["2.16"].candidate.git.startswith("0123abc")
+    before = {c.id: c.to_json() for c in plan(load_all(table=table), table)}
+    cells = plan(load_all(table=rc_table), rc_table)
+    rc = [c for c in cells if c.candidate]
+    assert rc and {c.torch for c in rc} == {"2.16"} and {c.cuda for c in rc} == {"13.2"}
+    for c in rc:
+        assert c.id.endswith("-cu132-torch2.16rc") and not c.default_torch
+        assert c.label == "cu132.torch2.16rc.git0123abc"
+        assert c.index_paths == ("pre/cu132/torch2.16",)  # the pre-release index, nothing else
+        assert c.serves_torch == ("2.16",)
+        assert torch_index(c, rc_table) == "https://download.pytorch.org/whl/test/cu132"
+        assert Version(f"1.0+{c.label}") < Version(f"1.0+{c.label.split('rc.')[0]}")
+    assert {c.package for c in rc} == {r.package for r in load_all(table=table)}  # open ranges
+    # Nothing else changes: no other cell is in a pre-release index, and every one is as before.
+    others = {c.id: c.to_json() for c in cells if not c.candidate}
+    assert others == before
+    assert not any(p.startswith("pre/") for c in cells if not c.candidate for p in c.index_paths)
+    xformers = [c.id for c in rc if c.package == "xformers"]
+    assert xformers == ["xformers-py3-cu132-torch2.16rc"]  # its stable build of 2.15 unchanged
+
+    # Promoted: the final's cells, into the normal index, 2.16 the default torch of CUDA 13.2.
+    final = [c for c in plan(load_all(table=final_table), final_table) if c.torch == "2.16"]
+    assert final and not any(c.candidate for c in final)
+    assert all("cu132/torch2.16" in c.index_paths for c in final)
+    assert not any(p.startswith("pre/") for c in final for p in c.index_paths)
+    assert {c.id for c in final if c.package == "causal_conv1d"} == {
+        f"causal_conv1d-{py}-cu132" for py in table.torch["2.15"].python}
 
 def _run(tmp_path, *args, stdin=None, cwd=ROOT):
     """``python -m tools.matrix`` on the test world's recipes and table (and, for the formats

@@ -167,3 +167,22 @@ def test_a_stable_abi_build_with_a_bad_serves_list_is_refused(tmp_path):
     make_wheel(tmp_path / "wheels", "xformers", "0.0.35", local="cu130.torch2.14", manifest=bad, tag=STABLE_TAG)
     report = build(tmp_path)
     assert [r.reason for r in report.rejected] and "abi.serves must be a non-empty list" in report.rejected[0].reason
+
+
+def test_a_release_candidates_build_is_in_the_pre_release_index_only(tmp_path):
+    """Our label of a build against torch 2.15's release candidate (the table has 2.15): the
+    wheel is listed in pre/cu132/torch2.15 and nowhere else, not even the combined simple/;
+    the final's build of the same version sits in cu132/torch2.15, and sorts after it."""
+    w = tmp_path / "wheels"
+    rc = make_wheel(w, "ext", "1.0", local="cu132.torch2.15rc.git0123abc").name
+    final = make_wheel(w, "ext", "1.0", local="cu132.torch2.15").name
+    report = build(tmp_path)
+    assert report.variant_indexes == ("cu132/torch2.15", "pre/cu132/torch2.15")
+    assert listed(tmp_path / "site", "pre/cu132/torch2.15/", "ext") == [rc]
+    assert listed(tmp_path / "site", "cu132/torch2.15/", "ext") == [final]
+    assert listed(tmp_path / "site", "", "ext") == [final]
+    assert b"CUDA 13.2 \xc2\xb7 torch 2.15 (release candidate)" in \
+        (tmp_path / "site" / "index.html").read_bytes()
+    assert placement.is_candidate_build("1.0+cu132.torch2.15rc.git0123abc")
+    assert not placement.is_candidate_build("1.0+cu132.torch2.15")
+    assert not placement.is_candidate_build("1.0rc1+cu132.torch2.15")  # the package's own rc

@@ -200,6 +200,33 @@ BAD = [
      ["torch: must be a mapping, got a string ('2.9')"]),
     ("recipe-range-without-reason", {"torch": {"from": "2.9"}},
      ["torch.reason: required key is missing"]),
+    # ---- a range that excludes a series the recipe's patches are written for
+    ("patch-for-an-excluded-series", {"patches/0/torch_from": "2.9",
+                                      "exclude": [{"torch": "2.9", "cuda": "13.0",
+                                                   "reason": "fails to compile: C++20"}]},
+     ["patches[0].torch_from: 0001-Read-arch-list.patch is written for torch 2.9, but the recipe "
+      "builds no cell of torch 2.9 (excluded for CUDA 13.0: fails to compile: C++20)",
+      "fix: widen the range or remove the exclusion so that 2.9 is built, or, if the patch is "
+      "for other series now, set torch_from to one the recipe builds (2.8, 2.10)"]),
+    ("patch-for-a-series-before-the-range", {"patches/0/torch_from": "2.9",
+                                             "cuda/13.0/torch_from": "2.10"},
+     ["patches[0].torch_from: 0001-Read-arch-list.patch is written for torch 2.9, but the recipe "
+      "builds no cell of torch 2.9 (its CUDA 13.0 range is torch 2.10 and newer)"]),
+    ("patch-to-a-series-after-the-range", {"patches/0/torch_from": "2.9",
+                                           "patches/0/torch_to": "2.10",
+                                           "cuda/13.0/torch_to": "2.9"},
+     ["patches[0].torch_to: 0001-Read-arch-list.patch is written for torch 2.10, but the recipe "
+      "builds no cell of torch 2.10 (its CUDA 13.0 range is torch 2.9 only)"]),
+    ("patch-for-a-series-of-other-cuda", {"patches/0/torch_from": "2.8",
+                                          "cuda": {"13.0": {"torch_from": "2.9", "reason": WHY}}},
+     ["patches[0].torch_from: 0001-Read-arch-list.patch is written for torch 2.8, but the recipe "
+      "builds no cell of torch 2.8 (the table publishes it for CUDA 12.6, 12.9, none of which "
+      "the recipe builds)"]),
+    ("patch-for-an-unknown-series", {"patches/0/torch_from": "2.11"},
+     ["patches[0].torch_from: torch '2.11' is not in the compatibility table; the table's newest "
+      "is 2.10"]),
+    ("patch-to-before-from", {"patches/0/torch_from": "2.10", "patches/0/torch_to": "2.9"},
+     ["patches[0].torch_to: 2.9 is before torch_from 2.10", "fix: swap them"]),
     # the CUDA ranges that lean on a broken recipe range aren't reported a second time
     ("recipe-range-broken-under-a-cuda-range", {"torch": {"from": "2.11", "reason": WHY},
                                                 "cuda/13.0": {"torch_to": "2.10", "reason": WHY}},
@@ -214,7 +241,7 @@ def _apply(data: dict, changes: dict) -> None:
         *parents, last = path.split("/")
         node = data
         for key in parents:
-            node = node[key]
+            node = node[int(key) if key.isdigit() else key]
         node[last] = value
 
 

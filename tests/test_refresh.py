@@ -2,11 +2,14 @@
 
 A registry stands in on 127.0.0.1 (PyPI's JSON API, files with HTTP range requests, torch's
 variant page). It replays the answers recorded in tests/fixtures/registry/ (torch 2.14.1 and
-2.15.0, causal-conv1d 1.6.1 and 1.7.0; `record.py` there regenerates them) with small stand-in
+2.15.0, causal-conv1d 1.6.1 and 1.7.0, mamba-ssm 2.3.2.post1; `record.py` there regenerates them)
+with small stand-in
 files of the recorded names: torch wheels holding the recorded METADATA and torch/version.py, a
 libshm.so compiled here with or without the C++11 ABI, and 1 MiB of padding; sdists holding a
 setup.py. The repository is a copy of the fixture table (torch 2.14 only) and one recipe. One
-test reads the live registry (marked network) for the agreement with recipes/table.yaml.
+test reads the live registry (marked network) for the agreement with recipes/table.yaml. Probe
+reports of the new series are written by tests/fixtures/probes/make_reports.py (the probe's own
+report code).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -32,15 +36,19 @@ from packaging.version import Version
 from tools import ROOT
 from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
-from tools.plan.matrix import plan
+from tools.plan.matrix import plan, torch_index
 from tools.plan.recipe import load_all
-from tools.upstream.refresh import propose, write_all
+from tools.upstream.refresh import propose, summary, write_all
 from tools.upstream.registry import Registry
 from tools.plan.table import load_table, parse_table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "registry"
 RECORDED = {name: json.loads((FIXTURES / f"{name}.json").read_text())
-            for name in ("torch", "causal-conv1d")}
+            for name in ("torch", "causal-conv1d", "mamba-ssm")}
+_spec = importlib.util.spec_from_file_location(
+    "make_reports", Path(__file__).parent / "fixtures" / "probes" / "make_reports.py")
+make_reports = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_reports)
 MEMBERS = json.loads((FIXTURES / "members.json").read_text())
 DATE = "2026-11-23"
 PYPI_FILES = "https://files.pythonhosted.org/"
@@ -149,6 +157,7 @@ class FakeRegistry:
         self.docs, self.files = docs, files
         self.fail: set[str] = set()      # paths answered with 500
         self.variant_page: str | None = None
+        self.test_page: str | None = None  # PyTorch's test index (release candidates)
         self.sent: dict[str, int] = {}   # bytes sent per file
         registry = self
 
@@ -162,6 +171,8 @@ class FakeRegistry:
                     return self._send(200, json.dumps(doc).encode()) if doc else self._send(404)
                 if path == "/whl/torch/" and registry.variant_page is not None:
                     return self._send(200, registry.variant_page.encode())
+                if path == "/whl/test/torch/" and registry.test_page is not None:
+                    return self._send(200, registry.test_page.encode())
                 name = path.rsplit("/", 1)[-1]
                 if not path.startswith("/files/") or name not in registry.files:
                     return self._send(404)
@@ -206,7 +217,7 @@ class FakeRegistry:
 
     def registry(self) -> Registry:
         return LocalRegistry(f"{self.base}/pypi/", f"{self.base}/whl/torch/", timeout=30,
-                             files=f"{self.base}/files/")
+                             test=f"{self.base}/whl/test/torch/", files=f"{self.base}/files/")
 
     def close(self) -> None:
         self.server.shutdown()
@@ -224,6 +235,7 @@ def fake(libshm):
             files[f["filename"]] = wheel
     for version in RECORDED["causal-conv1d"]["releases"]:
         files[f"causal_conv1d-{version}.tar.gz"] = sdist_bytes(version)
+    files["mamba_ssm-2.3.2.post1.tar.gz"] = b"not read: the recipe builds the newest release"
     docs = copy.deepcopy(RECORDED)
     registry = FakeRegistry(docs, files)
     yield registry
@@ -250,7 +262,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def run_cli(recipes: Path, fake: FakeRegistry, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     """``python -m tools.refresh`` in this process (its registry client sent to ``fake``):
     (exit status, stdout, stderr)."""
-    monkeypatch.setattr(refresh_command, "Registry", lambda *a: fake.registry())
+    monkeypatch.setattr(refresh_command, "Registry", lambda *a, **k: fake.registry())
     capsys.readouterr()
     rc = refresh_command.main(["--recipes", str(recipes), "--date", DATE, *args])
     out, err = capsys.readouterr()
@@ -399,6 +411,271 @@ def test_a_new_series_whose_cuda_the_table_lacks_is_left_out(repo, fake):
     assert proposal.new == {}
     assert any(n.startswith("new torch series 2.15 (2.15.0) is left out: cuda.13.2 (the table "
                             "has no entry") for n in proposal.notes)
+
+
+# --------------------------------------------------------------------------- probes of a new series
+
+MAMBA = """\
+schema: 1
+package: mamba_ssm
+summary: "Mamba selective-scan kernels (a test copy)"
+source:
+  pypi: mamba-ssm
+  version: "2.3.2.post1"
+  sdist: mamba_ssm-2.3.2.post1.tar.gz
+  sha256: "104cc47e9101e5401a675fa2b784f2952b9b037f3b1dd83b5ac544394e95d028"
+  url: "https://files.pythonhosted.org/packages/af/48/aa7bec0efc7453fa0512276c0069c854bf684219050294266534bfef34bb/mamba_ssm-2.3.2.post1.tar.gz"
+imports: [selective_scan_cuda, mamba_ssm]
+python: ">=3.9"
+cuda:
+  "13.0": {torch_from: "2.14", reason: "torch 2.14's PyPI build is CUDA 13.0; newer series of CUDA 13.0 too"}
+archs: {"*": ["80", "90"]}
+arch_env: {name: MAMBA_CUDA_ARCHS, style: plain, reason: "read by the real recipe's patched setup.py"}
+build:
+  isolation: false
+  requires:
+    - {requirement: "ninja", reason: "parallel compiles"}
+  job_memory_gib: 2.0
+  job_memory_reason: "measured"
+"""
+#: torch's index as it would list 2.15.0's variants beside 2.14.1's.
+VARIANTS_215 = [("2.14.1", "cu126"), ("2.14.1", "cu130"), ("2.14.1", "cu132"),
+                ("2.15.0", "cu130"), ("2.15.0", "cu132")]
+
+
+def variant_page(pairs) -> str:
+    return "".join(f'<a href="/whl/{cu}/torch-{rel}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">'
+                   "x</a>\n" for rel, cu in pairs)
+
+
+def test_a_recorded_new_series_gets_its_row_exclusions_and_plan_in_one_run(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """The recorded registry has torch 2.15.0, which the fixture table lacks. The first run names
+    the cells to probe (--probe-plan); with the probe reports (causal_conv1d's compiles,
+    mamba_ssm's C++ unit stops at torch's C++20 check) one run proposes the table row, an
+    exclusion in mamba_ssm's recipe with the failure as its reason, and the plan of the rest;
+    the summary has a verdict per recipe, and the written files plan exactly that."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = variant_page(VARIANTS_215)
+    (repo / "mamba_ssm").mkdir()
+    (repo / "mamba_ssm" / "recipe.yaml").write_text(MAMBA)
+    before = snapshot(repo)
+    plan_file, summary_file = tmp_path / "probes.json", tmp_path / "summary.md"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--probe-plan", str(plan_file),
+                         "--summary", str(summary_file))
+    assert rc == 0, err
+    assert snapshot(repo) == before  # without --write nothing changes
+    matrix = json.loads(plan_file.read_text())
+    # 2.15's PyPI build is CUDA 13.2, which neither recipe builds: each probes its CUDA 13.0 cell
+    assert matrix == {"include": [
+        {"package": "causal_conv1d", "series": "2.15", "cell": "causal_conv1d-3.11-cu130",
+         "archs": "90"},
+        {"package": "mamba_ssm", "series": "2.15", "cell": "mamba_ssm-3.11-cu130", "archs": "90"}]}
+    assert ("- torch 2.15, causal_conv1d: not probed yet (`python -m tools.probe "
+            "causal_conv1d-3.11-cu130 --archs 90`;") in summary_file.read_text()
+
+    probes = tmp_path / "probes"  # as download-artifact lays them out: one folder per job
+    make_reports.write_report(probes / "probe-causal_conv1d", "causal_conv1d-3.11-cu130",
+                              "passed", torch="2.15.0+cu130")
+    make_reports.write_report(probes / "probe-mamba_ssm", "mamba_ssm-3.11-cu130", "failed",
+                              torch="2.15.0+cu130", job_memory_gib=2.0)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--probes", str(probes),
+                         "--summary", str(summary_file))
+    assert rc == 0, err
+    error = ("torch/include/ATen/ATen.h:5: #error C++20 or later compatible compiler is required "
+             "to use ATen.")
+    text = summary_file.read_text()
+    assert ("### Probes against what is new\n\n"
+            "- torch 2.15, causal_conv1d: compiles (causal_conv1d-3.11-cu130, sm_90: "
+            "causal_conv1d_bwd.cu 916 s, causal_conv1d.cpp 176 s)\n"
+            "- torch 2.15, mamba_ssm: fails at `csrc/selective_scan/selective_scan.cpp`: "
+            f"{error} (mamba_ssm-3.11-cu130, sm_90)\n") in text
+    reason = ("probe of mamba_ssm-3.11-cu130 (sm_90) on 2026-11-23 failed at "
+              f"csrc/selective_scan/selective_scan.cpp: {error}; remove this entry once a patch "
+              "or a new release compiles it (python -m tools.probe)")
+    assert ("- torch 2.15: built with no recipe edit by causal_conv1d (CUDA 13.0: 5 cells); not "
+            f"by mamba_ssm (excluded for CUDA 13.0: {reason}; it builds no CUDA 13.2 wheels)") \
+        in text
+    assert "- mamba_ssm: excludes torch 2.15 for CUDA 13.0, whose probe fails at" in text
+    # written: the table's new row, mamba_ssm's exclusion; causal_conv1d untouched
+    table = load_table(repo / "table.yaml")
+    assert table.torch["2.15"].cuda == ("13.0", "13.2")
+    assert (repo / "causal_conv1d" / "recipe.yaml").read_bytes() == \
+        before["causal_conv1d/recipe.yaml"]
+    mamba = (repo / "mamba_ssm" / "recipe.yaml").read_text()
+    assert mamba.startswith(MAMBA)
+    assert yaml.safe_load(mamba)["exclude"] == [{"torch": "2.15", "cuda": "13.0", "reason": reason}]
+    ids = [c.id for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert ids == [f"causal_conv1d-3.{m}-cu130" for m in (11, 12, 13, 14, 15)]
+
+
+def test_probes_of_a_run_without_anything_new_say_nothing(repo, fake, tmp_path):
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, probes=tmp_path)
+    assert (proposal.targets, proposal.verdicts) == ([], [])
+    assert "Probes" not in summary(proposal)
+
+
+# --------------------------------------------------------------------------- release candidates
+
+
+def candidate_page(release: str, cudas: list[str]) -> str:
+    """The test index's page as it lists a candidate: its plain builds (the recorded PyPI file
+    names, served by the fake's file host) and its +cuXYZ builds (never read)."""
+    plain = [f["filename"] for f in RECORDED["torch"]["releases"][release] if "linux" in f["filename"]]
+    links = [f'<a href="../../../files/{n}#sha256=0">{n}</a>' for n in plain]
+    links += [f'<a href="/whl/test/{cu}/torch-{release}%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">'
+              f"torch-{release}+{cu}</a>" for cu in cudas]
+    return "\n".join(links)
+
+
+GIT_215 = "git_version = '"  # torch/version.py's line; the recorded 2.15.0 names its commit
+
+
+def recorded_git(release: str) -> str:
+    line = next(ln for ln in MEMBERS[release]["version_py"].splitlines() if ln.startswith(GIT_215))
+    return line.split("'")[1]
+
+
+def test_a_release_candidate_gets_a_row_into_the_pre_release_index_and_the_final_promotes_it(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """Before torch 2.15.0's release day: PyPI has 2.14.1 only, the test index the 2.15.0
+    candidate (the recorded 2.15.0 wheel, built from the commit the final was). --rc proposes its
+    row, cited, with the candidate's commit; the written table plans its cells apart, into the
+    pre-release index, torch from the test index; the plan names the cell to probe ahead of the
+    release. The same candidate again changes nothing. On release day the final on PyPI turns the
+    row into the release row, and the series' cells are the ordinary ones."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    final = fake.docs["torch"]["releases"].pop("2.15.0")
+    fake.test_page = candidate_page("2.15.0", ["cu130", "cu132"])
+    summary_file, plan_file = tmp_path / "summary.md", tmp_path / "probes.json"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write", "--summary",
+                         str(summary_file), "--probe-plan", str(plan_file))
+    assert rc == 0, err
+    git = recorded_git("2.15.0")
+    row = yaml.safe_load((repo / "table.yaml").read_text())["torch"]["2.15"]
+    assert row["candidate"] == {"git": git, "index": f"{fake.base}/whl/test/"}
+    assert (row["release"], row["cuda"], row["pypi_cuda"]) == ("2.15.0", ["13.0", "13.2"], "13.2")
+    assert row["source"].startswith(
+        f"release candidate on PyTorch's test index: python: {fake.base}/whl/test/torch/ "
+        "(torch-2.15.0 x86_64 Linux file names); pypi_cuda: wheel METADATA")
+    assert f"git: torch/version.py git_version {git}" in row["source"]
+    text = summary_file.read_text()
+    assert (f"- torch 2.15: release candidate 2.15.0 (git {git[:7]}, Python 3.11, 3.12, 3.13, "
+            "3.14, 3.15, CUDA 13.0, 13.2; its cells build into the pre-release index only)") in text
+    assert ("- torch 2.15 (release candidate: into the pre-release index only): built with no "
+            "recipe edit by causal_conv1d (CUDA 13.0: 5 cells)") in text
+    table = load_table(repo / "table.yaml")
+    cells = [c for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert [c.id for c in cells] == [f"causal_conv1d-3.{m}-cu130-torch2.15rc" for m in range(11, 16)]
+    assert {p for c in cells for p in c.index_paths} == {"pre/cu130/torch2.15"}
+    assert torch_index(cells[0], table) == f"{fake.base}/whl/test/cu130"
+    assert json.loads(plan_file.read_text())["include"] == [
+        {"package": "causal_conv1d", "series": "2.15", "cell": "causal_conv1d-3.11-cu130-torch2.15rc",
+         "archs": "90"}]
+
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, rc=True)
+    assert proposal.new == {}
+    assert f"torch 2.15: release candidate {git[:7]} agrees (2.15.0)" in proposal.agreement
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)  # without --rc: said
+    assert (f"torch 2.15: a release candidate (git {git[:7]}); PyPI has no final yet (--rc reads "
+            "the test index)") in proposal.agreement
+
+    fake.docs["torch"]["releases"]["2.15.0"] = final  # release day
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--summary", str(summary_file))
+    assert rc == 0, err
+    row = yaml.safe_load((repo / "table.yaml").read_text())["torch"]["2.15"]
+    assert "candidate" not in row
+    assert row["source"].startswith("python: PyPI JSON releases['2.15.0']")
+    assert row["source"].endswith(f"; was the release candidate git {git[:7]} until then")
+    assert (f"- torch 2.15: the final 2.15.0 is on PyPI: the release candidate row (git "
+            f"{git[:7]}) becomes the release row;") in summary_file.read_text()
+    load_table.cache_clear()  # the file changed under the same path
+    table = load_table(repo / "table.yaml")
+    cells = [c for c in plan(load_all(repo, table), table) if c.torch == "2.15"]
+    assert [c.id for c in cells] == [f"causal_conv1d-3.{m}-cu130" for m in range(11, 16)]
+    assert {p for c in cells for p in c.index_paths} == {"cu130/torch2.15"}
+
+
+def test_a_release_candidate_whose_wheel_cant_be_read_stops_the_refresh(repo, fake, monkeypatch,
+                                                                        capsys):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    del fake.docs["torch"]["releases"]["2.15.0"]
+    fake.test_page = candidate_page("2.15.0", ["cu132"])
+    for f in RECORDED["torch"]["releases"]["2.15.0"]:
+        fake.files[f["filename"]] = b"not a wheel"
+    before = snapshot(repo)
+    rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write")
+    assert rc == RegistryError.exit_code and out == ""
+    assert f'{repo / "table.yaml"}: torch."2.15": the release candidate\'s wheel could not be read: ' \
+           f"reading {fake.base}/files/torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl with " \
+           "range requests failed" in err
+    assert "fix: nothing was written; run again when the test index serves the wheel, or run " \
+           "the refresh without --rc" in err
+    assert snapshot(repo) == before
+    # only +cuXYZ builds: no plain wheel to read the PyPI build's CUDA from
+    fake.test_page = "\n".join(ln for ln in candidate_page("2.15.0", ["cu132"]).splitlines()
+                                if "%2B" in ln)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--rc", "--write")
+    assert rc == RegistryError.exit_code
+    assert 'torch."2.15": ' in err and "no plain x86_64 wheel (the PyPI build)" in err
+    assert snapshot(repo) == before
+
+
+def test_a_test_index_that_does_not_answer_is_said(repo, fake):
+    without_release(fake, "causal-conv1d", "1.7.0")
+    without_release(fake, "torch", "2.15.0")
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE, rc=True)  # no page: 404
+    assert proposal.new == {}
+    assert any(n.startswith("PyTorch's test index could not be read (") and
+               n.endswith("): no release candidate was looked for") for n in proposal.notes)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+#: torch 2.13 in the fixture table: a row like 2.14's, for a recipe whose range starts after it.
+ROW_213 = """  "2.13":
+    release: "2.13.0"
+    python: ["3.10", "3.11", "3.12", "3.13", "3.14"]
+    cuda: ["12.6", "13.0"]
+    pypi_cuda: "13.0"
+    manylinux: "2_28"
+    cxx11_abi: true
+    source: "a test row"
+"""
+
+
+@pytest.mark.parametrize("change,row,expect", [
+    # a range that includes no series the table knows
+    (('torch_from: "2.14",', 'torch_from: "2.16",'), "",
+     ["cuda.13.0.torch_from: torch '2.16' is not in the compatibility table; the table's newest "
+      "is 2.14, so a range from it includes no series the table knows",
+      "fix: use one of 2.14, or add the series to the table first"]),
+    # a range that excludes a series the recipe's patches are written for
+    (("upstream: \"not submitted\"}", "upstream: \"not submitted\", torch_from: \"2.13\"}"),
+     ROW_213,
+     ["patches[0].torch_from: 0001-Read-arch-list-from-environment.patch is written for torch "
+      "2.13, but the recipe builds no cell of torch 2.13 (its CUDA 13.0 range is torch 2.14 and "
+      "newer)", "fix: widen the range or remove the exclusion so that 2.13 is built, or, if the "
+      "patch is for other series now, set torch_from to one the recipe builds (2.14)"]),
+], ids=["range-past-the-table", "patch-for-a-series-outside-the-range"])
+def test_a_bad_recipe_stops_the_refresh_before_anything_is_written(repo, fake, monkeypatch,
+                                                                   capsys, change, row, expect):
+    table = repo / "table.yaml"
+    table.write_text(table.read_text().replace('  "2.14":\n', row + '  "2.14":\n'))
+    recipe_file = repo / "causal_conv1d" / "recipe.yaml"
+    text = recipe_file.read_text()
+    assert change[0] in text
+    recipe_file.write_text(text.replace(change[0], change[1]))
+    before = snapshot(repo)
+    rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--write")
+    assert rc == 3 and out == ""
+    assert f"{recipe_file}: 1 problem:" in err  # the file
+    for part in expect:  # the field, the rule and the fix
+        assert part in err, err
+    assert snapshot(repo) == before
 
 
 # --------------------------------------------------------------------------- recipes

@@ -14,7 +14,8 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from tools.core.errors import RegistryError
-from tools.upstream.registry import (PYPI_JSON, TORCH_VARIANTS, Registry, cuda_from_requires,
+from tools.upstream.registry import (PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry,
+                                     cuda_from_requires,
                                      elf_facts, manylinux_tag, newest_by_series, newest_release,
                                      python_versions, read_variants)
 
@@ -145,7 +146,8 @@ def local():
 
 
 def test_the_client_reads_its_own_origins_and_pypis_file_host(local):
-    assert Registry().origins() == (PYPI_JSON, TORCH_VARIANTS, "https://files.pythonhosted.org")
+    assert Registry().origins() == (PYPI_JSON, TORCH_VARIANTS, TORCH_TEST,
+                                    "https://files.pythonhosted.org")
     assert local.origins()[0].startswith("http://127.0.0.1:")
 
 

@@ -381,6 +381,39 @@ def test_a_stable_abi_build_is_picked_for_every_torch_it_serves(tmp_path_factory
         served.stop()
 
 
+def test_a_release_candidates_build_is_named_only_with_pre(tmp_path_factory):
+    """A build against torch 2.16's release candidate is in pre/cu130/torch2.16 only: without
+    --pre the selector never names that index (not even among the alternatives); with it, the
+    wheel is picked after the release indexes, with a note; a final's build wins over it."""
+    rc_label = "cu130.torch2.16rc.git0123abc"
+    wheels = [("demo-ext", "1.2.0", rc_label, f"cp311-cp311-{X86}", None),
+              ("demo-ext", "1.2.0", "cu130.torch2.13", f"cp311-cp311-{X86}", None)]
+    served = _site(tmp_path_factory.mktemp("candidate"), wheels)
+    try:
+        idx = client.Index(served.url)
+        m = machine(torch_version="2.16.0+cu130", cuda_driver="580.65.06")
+        plain = selection.select(idx, "demo-ext", m)
+        assert not plain.fits
+        assert "pre/" not in json.dumps(plain.to_json())
+        assert [a["index"] for a in plain.alternatives] == ["cu130/torch2.13"]
+        pre = selection.select(idx, "demo-ext", m, pre=True)
+        assert pre.fits and pre.index_path == "pre/cu130/torch2.16"
+        assert pre.filename == f"demo_ext-1.2.0+{rc_label}-cp311-cp311-{X86}.whl"
+        assert pre.index_url == f"{served.url}/pre/cu130/torch2.16/simple/"
+        assert any("release candidate of torch 2.16" in n for n in pre.notes)
+        assert cli.build_parser().parse_args(["demo-ext", "--pre"]).pre
+    finally:
+        served.stop()
+    wheels.append(("demo-ext", "1.2.0", "cu130.torch2.16", f"cp311-cp311-{X86}", None))
+    served = _site(tmp_path_factory.mktemp("final"), wheels)
+    try:
+        final = selection.select(client.Index(served.url), "demo-ext", m, pre=True)
+        assert final.index_path == "cu130/torch2.16"
+        assert final.filename == f"demo_ext-1.2.0+cu130.torch2.16-cp311-cp311-{X86}.whl"
+    finally:
+        served.stop()
+
+
 def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
     def cand(filename):
         return checks.Candidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")

@@ -35,6 +35,19 @@ def test_repository_table_facts_checked_elsewhere():
             assert t.manylinux == "2_28" and t.cxx11_abi, s
 
 
+GIT = "0123abcdef0123abcdef0123abcdef0123abcdef"
+TEST_INDEX = "https://download.pytorch.org/whl/test/"
+
+
+def test_a_release_candidate_row(tmp_path):
+    data = copy.deepcopy(MINI_TABLE)
+    data["torch"]["2.10"]["candidate"] = {"git": GIT, "index": TEST_INDEX}
+    table = parse_table(data, tmp_path / "table.yaml")
+    rc = table.torch["2.10"].candidate
+    assert (rc.git, rc.torch_index("13.0")) == (GIT, "https://download.pytorch.org/whl/test/cu130")
+    assert table.torch["2.9"].candidate is None
+
+
 @pytest.mark.parametrize("mutate,expect", [
     # an unquoted CUDA version key
     (lambda t: t["cuda"].__setitem__(12.8, t["cuda"]["12.6"]), "quoted major.minor"),
@@ -60,6 +73,17 @@ def test_repository_table_facts_checked_elsewhere():
     (lambda t: (t["torch"]["2.9"].__setitem__("cxx11_abi", "yes"),
                 t["torch"]["2.9"].__setitem__("note", "a note")),
      "torch.2.9.cxx11_abi: must be true or false"),
+    # release candidates: the commit and the index, and only ahead of every release
+    (lambda t: t["torch"]["2.10"].__setitem__("candidate", {"git": "v2.10.0-rc3",
+                                                            "index": TEST_INDEX}),
+     "torch.2.10.candidate.git: 'v2.10.0-rc3' is not a commit (7 to 40 lowercase hex digits)"),
+    (lambda t: t["torch"]["2.10"].__setitem__("candidate", {"git": GIT,
+                                                            "index": "http://x.example/test"}),
+     "torch.2.10.candidate.index: 'http://x.example/test' is not an https URL ending in /"),
+    (lambda t: t["torch"]["2.10"].__setitem__("candidate", {"git": GIT}),
+     "torch.2.10.candidate.index: required key is missing"),
+    (lambda t: t["torch"]["2.9"].__setitem__("candidate", {"git": GIT, "index": TEST_INDEX}),
+     "torch.2.9.candidate: a release candidate of 2.9 is older than the release row 2.10"),
 ])
 def test_bad_table_is_named(tmp_path, mutate, expect):
     data = copy.deepcopy(MINI_TABLE)

@@ -28,6 +28,10 @@ LABELS = [
     ("cu128torch2.8dev3.gitabc1234", Variant("12.8", "2.8")),              # glued word, then a dotted segment
     ("cu130.torch2.13.gite2743ab", Variant("13.0", "2.13")),               # ours with a dotted git hash
     ("cu.12.8.torch.2.10.post1", Variant("12.8", "2.10")),                 # dotted with a suffix
+    ("cu132.torch2.16rc.git0123abc", Variant("13.2", "2.16", prerelease=True)),  # ours, a candidate
+    ("cu124.torch2.6rc.git0123abc.cxx11abi0", Variant("12.4", "2.6", False, prerelease=True)),
+    ("cu132.torch2.16rc", None),                                           # a candidate names its commit
+    ("cu132.torch2.16rc.gitxyz", None),                                    # ... in hex
     ("pt28cu128.1", Variant("12.8", "2.8")),                               # PyG with a numeric segment
     ("CU128TORCH2.8", Variant("12.8", "2.8")),                             # PEP 440 labels ignore case
     ("cu128torch2.8x", None),                                              # glued garbage: not metadata
@@ -49,6 +53,19 @@ def test_parse_label(label, expected):
 
 def test_uv_index_name():
     assert uv_index_name(Variant("12.8", "2.9").index_path) == "cuwheels-cu128-torch2.9"
+
+
+def test_a_candidates_wheel_sorts_before_the_finals_and_lives_under_pre():
+    """PEP 440 compares the segment ``16rc`` (letters) below ``16`` (digits): the final's wheel of
+    the same version wins wherever both are seen; the candidate's index is pre/ only."""
+    from packaging.version import Version
+    rc = variant.format_label("13.2", "2.16.0", candidate="0123abcdef")
+    assert Version(f"2.8.3+{rc}") < Version("2.8.3+cu132.torch2.16")
+    assert Version(f"2.8.3+{rc}") < Version("2.8.3+cu132.torch2.16.post1")
+    assert parse_label(rc).index_path == "pre/cu132/torch2.16"
+    assert Variant("13.2", "2.16", serves=("2.15", "2.16"), prerelease=True).index_paths == (
+        "pre/cu132/torch2.15", "pre/cu132/torch2.16")
+    assert variant.is_candidate_label(rc) and not variant.is_candidate_label("cu132.torch2.16")
 
 
 def test_docstring_examples():

@@ -1344,14 +1344,72 @@ def test_refresh_runs_daily_and_by_hand_and_only_on_main(workflows):
     assert set(wf["on"]) == {"schedule", "workflow_dispatch"}  # never for a pull request
     assert len(wf["on"]["schedule"]) == 1
     assert wf["concurrency"] == {"group": "registry-refresh", "cancel-in-progress": False}
-    (job_id, job), = wf["jobs"].items()
+    assert list(wf["jobs"]) == ["read", "probe", "refresh"]
+    read, probe, job = (wf["jobs"][j] for j in ("read", "probe", "refresh"))
+    # Only the last job writes; the registry is read and the probes run with a read-only token.
+    assert read["permissions"] == probe["permissions"] == {"contents": "read"}
     assert job["permissions"] == {"contents": "write", "pull-requests": "write",
                                   "actions": "write"}
-    _, read = _step(job, "Read the registry")
+    _, first = _step(read, "Read the registry")
+    assert first["run"].startswith(".venv/bin/python -m tools.refresh --write --summary ")
+    assert '--probe-plan "$RUNNER_TEMP/probes.json"' in first["run"]
+    _, again = _step(job, "Read the registry")
     _, pr = _step(job, "Open or update the pull request")
-    assert read["run"].startswith(".venv/bin/python -m tools.refresh --write --summary ")
-    assert "env" not in read  # the registry is read without the token
+    assert again["run"].startswith(".venv/bin/python -m tools.refresh --write --summary ")
+    assert '--probes "$RUNNER_TEMP/probes"' in again["run"]
+    assert "env" not in first and "env" not in again  # the registry is read without the token
     assert pr["env"] == {"GH_TOKEN": "${{ github.token }}"}
+
+
+def test_refresh_probes_every_named_cell_and_writes_after_them(workflows):
+    """The probe jobs are read's matrix, one per cell, against the proposed recipes; a failed
+    compile doesn't fail the job (the report is the finding); the writing job runs after them,
+    or without them when nothing needs a probe, and reads every report."""
+    wf = workflows["refresh.yml"]
+    read, probe, job = (wf["jobs"][j] for j in ("read", "probe", "refresh"))
+    assert read["outputs"]["probes"] == "${{ steps.read.outputs.probes }}"
+    assert probe["needs"] == "read" and probe["if"] == "needs.read.outputs.count != '0'"
+    assert probe["strategy"] == {"fail-fast": False,
+                                 "matrix": "${{ fromJSON(needs.read.outputs.probes) }}"}
+    _, kept = _step(read, "Keep the proposed recipes for the probes")
+    _, taken = _step(probe, "Take the proposed recipes")
+    assert (kept["with"]["name"], kept["with"]["path"]) == ("proposed-recipes", "recipes/")
+    assert (taken["with"]["name"], taken["with"]["path"]) == ("proposed-recipes", "recipes")
+    _, run = _step(probe, "Probe")
+    assert run["env"] == {"CELL": "${{ matrix.cell }}", "ARCHS": "${{ matrix.archs }}"}
+    assert '.venv/bin/python -m tools.probe "$CELL" --archs "$ARCHS" --work "$RUNNER_TEMP/probe" ' \
+           "|| status=$?" in run["run"]
+    _, report = _step(probe, "Keep the report")
+    assert report["with"]["name"] == "probe-${{ matrix.cell }}"
+    assert report["with"]["path"] == "${{ runner.temp }}/probe/*/probe/probe.json"
+    assert job["needs"] == ["read", "probe"]
+    assert job["if"].startswith("always() && needs.read.result == 'success' && ")
+    _, reports = _step(job, "Take the probe reports")
+    assert reports["with"] == {"pattern": "probe-*", "path": "${{ runner.temp }}/probes"}
+
+
+def test_the_read_steps_matrix_output_is_what_the_refresh_writes(workflows, tmp_path):
+    """read's step, run for real with a stand-in refresh command: the plan file becomes one
+    line of JSON in GITHUB_OUTPUT, and its count."""
+    _, step = _step(workflows["refresh.yml"]["jobs"]["read"], "Read the registry")
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    plan = {"include": [{"package": "a", "series": "2.16", "cell": "a-3.11-cu132", "archs": "90"}]}
+    (venv / "python").write_text(
+        "#!/bin/bash\n"
+        'if [[ "$1" == -m ]]; then\n'
+        '  echo summary > "$RUNNER_TEMP/summary.md"\n'
+        f"  echo '{json.dumps(plan)}' > \"$RUNNER_TEMP/probes.json\"\n"
+        "else\n"
+        f'  exec {sys.executable} "$@"\n'
+        "fi\n")
+    (venv / "python").chmod(0o755)
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "GITHUB_OUTPUT": str(out),
+           "GITHUB_STEP_SUMMARY": str(summary)}
+    subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
+                   check=True, timeout=60)
+    assert out.read_text() == f"probes={json.dumps(plan)}\ncount=1\n"
 
 
 FAKE_GH = """#!/bin/bash

@@ -7,13 +7,15 @@ as a unified diff (or writes it with ``--write``, every file or none) and the su
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import cli
 from tools.upstream.refresh import propose, summary, write_all
-from tools.upstream.registry import PYPI_JSON, TORCH_VARIANTS, Registry
+from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
+from tools.upstream.verdicts import probe_matrix
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,11 +24,23 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
     ap.add_argument("--summary", type=Path, metavar="FILE",
                     help="also write the summary (markdown) here, e.g. for a pull request")
+    ap.add_argument("--probe-plan", type=Path, metavar="FILE",
+                    help="write the cells to probe against what is new (a GitHub matrix, JSON)")
+    ap.add_argument("--probes", type=Path, metavar="DIR",
+                    help="probe reports (probe.json files, any layout) of those cells: the "
+                         "summary gives each recipe's verdict, and a failure an exclusion (a "
+                         "folder that isn't there holds no report: every cell 'not probed')")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes folder")
     ap.add_argument("--table", type=Path, help="compatibility table (default: RECIPES/table.yaml)")
     ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
     ap.add_argument("--torch-variants", default=TORCH_VARIANTS,
                     help="torch's index page listing every variant")
+    ap.add_argument("--rc", action="store_true",
+                    help="also propose a row for a release candidate on PyTorch's test index (a "
+                         "series newer than the table's; its cells build into the pre-release "
+                         "index only)")
+    ap.add_argument("--torch-test", default=TORCH_TEST,
+                    help="PyTorch's test index page listing torch's files (read with --rc)")
     ap.add_argument("--date", help="the date written into sources (default: today)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
     return ap
@@ -37,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tools.refresh``: print the registry's change to the table and the recipes as
     a diff, or apply it with ``--write``."""
     args = parser().parse_args(argv)
-    registry = Registry(args.pypi, args.torch_variants, args.timeout)
-    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date)
+    registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test)
+    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date,
+                       probes=args.probes, rc=args.rc)
     text = summary(proposal)
+    if args.probe_plan:
+        args.probe_plan.write_text(json.dumps(probe_matrix(proposal.targets)) + "\n",
+                                   encoding="utf-8")
     if args.summary:
         args.summary.write_text(text, encoding="utf-8")
     if args.write:

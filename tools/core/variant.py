@@ -7,6 +7,14 @@ Dao-AILab's ``cu12torch2.10cxx11abiTRUE`` does not: PEP 440 splits a local label
 ``-`` and ``_``, so its segment ``torch2`` is followed by ``10cxx11abitrue``, compared as a
 string, and ``"10..." < "8..."``.
 
+A wheel built against a release candidate of torch (a row of the table with ``candidate:``, read
+from PyTorch's test index) is labelled ``cu132.torch2.16rc.git<7 hex>``: the ``16rc`` segment holds
+letters, and PEP 440 sorts a segment with letters below an all-digit one, so the final's
+``cu132.torch2.16`` wheel of the same version sorts after it; the git segment (the candidate's
+commit) keeps two candidates' wheels apart, since a published file never changes. Such a wheel
+is listed only in the pre-release variant index ``pre/cu132/torch2.16/`` (PRERELEASE_ROOT), which
+pip and uv reach only when pointed at it.
+
 Third-party conventions are understood when reading wheels someone else built:
 ``cu12torch2.8cxx11abiTRUE`` (Dao-AILab; ``cu12`` means any CUDA 12.x), ``cu128torch2.8``,
 ``cu.12.8.torch.2.10`` and PyG's ``pt28cu128``, each optionally followed by build metadata
@@ -36,6 +44,8 @@ class Variant:
     torch: str
     cxx11_abi: bool | None = None
     serves: tuple[str, ...] = ()
+    #: Built against a release candidate of ``torch``: listed in the pre-release index only.
+    prerelease: bool = False
 
     @property
     def cuda_nodot(self) -> str:
@@ -44,8 +54,10 @@ class Variant:
 
     @property
     def index_path(self) -> str:
-        """The variant index's directory under the site root: ``cu128/torch2.8``."""
-        return f"cu{self.cuda_nodot}/torch{self.torch}"
+        """The variant index's directory under the site root: ``cu128/torch2.8``, or for a build
+        against a release candidate ``pre/cu132/torch2.16``."""
+        root = PRERELEASE_ROOT if self.prerelease else ""
+        return f"{root}cu{self.cuda_nodot}/torch{self.torch}"
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -55,12 +67,18 @@ class Variant:
     @property
     def index_paths(self) -> tuple[str, ...]:
         """Every variant index the wheel belongs in: ``("cu130/torch2.11", "cu130/torch2.12")``."""
-        return tuple(f"cu{self.cuda_nodot}/torch{series}" for series in self.served)
+        root = PRERELEASE_ROOT if self.prerelease else ""
+        return tuple(f"{root}cu{self.cuda_nodot}/torch{series}" for series in self.served)
 
     @property
     def exact_cuda(self) -> bool:
         """True when the CUDA version is major.minor, False for "any 12.x"."""
         return "." in self.cuda
+
+
+#: The folder under the site root that holds the variant indexes of builds against release
+#: candidates: a separate URL, so that nobody installs one without asking for it.
+PRERELEASE_ROOT = "pre/"
 
 
 def cuda_nodot(cuda: str) -> str:
@@ -91,6 +109,13 @@ def stable_torch_part(torch_from: str) -> str:
     """The torch part of a stable-ABI cell's id: ``"2.10"`` -> ``"2.10+"`` (every listed series
     from 2.10 on)."""
     return f"{torch_from}+"
+
+
+def candidate_torch_part(series: str) -> str:
+    """The torch part of a cell built against a release candidate of ``series``: ``"2.16rc"``.
+    Never the CUDA version's default torch, so the id always names it, and the id differs from
+    the final's cell of the same series."""
+    return f"{series}rc"
 
 
 def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
@@ -148,19 +173,36 @@ def torch_series(version: str) -> str:
     return f"{parts[0]}.{parts[1]}"
 
 
-def format_label(cuda: str, torch: str, cxx11_abi: bool = True) -> str:
-    """Our local version label for a build against ``torch`` (any X.Y[.Z]) and ``cuda`` (X.Y).
+def format_label(cuda: str, torch: str, cxx11_abi: bool = True, candidate: str = "") -> str:
+    """Our local version label for a build against ``torch`` (any X.Y[.Z]) and ``cuda`` (X.Y);
+    ``candidate``: the commit of the release candidate built against (its first 7 hex digits
+    are kept), empty for a release.
 
     >>> format_label("13.0", "2.13.0")
     'cu130.torch2.13'
     >>> format_label("12.4", "2.6", cxx11_abi=False)
     'cu124.torch2.6.cxx11abi0'
+    >>> format_label("13.2", "2.16.0", candidate="0123abcdef")
+    'cu132.torch2.16rc.git0123abc'
     """
     label = f"cu{cuda_nodot(cuda)}.torch{torch_series(torch)}"
+    if candidate:
+        label += f"rc.git{candidate[:7]}"
     return label if cxx11_abi else f"{label}.cxx11abi0"
 
 
-_OURS = r"cu(?P<cu>\d{2,3})\.torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:\.cxx11abi(?P<abi>[01]))?"
+def is_candidate_label(label: str) -> bool:
+    """Whether a local version label is ours for a build against a release candidate.
+
+    >>> is_candidate_label("cu132.torch2.16rc.git0123abc"), is_candidate_label("cu132.torch2.16")
+    (True, False)
+    """
+    v = parse_label(label)
+    return v is not None and v.prerelease
+
+
+_OURS = (r"cu(?P<cu>\d{2,3})\.torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?P<rc>rc\.git[0-9a-f]{7})?"
+         r"(?:\.cxx11abi(?P<abi>[01]))?")
 _DAO = r"cu(?P<cu>\d{2,3})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?:cxx11abi(?P<abi>true|false))?"
 _DOTTED = r"cu\.(?P<cmaj>\d+)\.(?P<cmin>\d+)\.torch\.(?P<tmaj>\d+)\.(?P<tmin>\d+)"
 _PYG = r"pt(?P<tmaj>\d)(?P<tmin>\d+)cu(?P<cu>\d{2,3})"
@@ -183,11 +225,13 @@ def parse_label(label: str) -> Variant | None:
     ``cu128torch2.8.post1``); what the metadata may be is described at ``_TRAILER``.
 
     >>> parse_label("cu12torch2.8cxx11abiTRUE")
-    Variant(cuda='12', torch='2.8', cxx11_abi=True, serves=())
+    Variant(cuda='12', torch='2.8', cxx11_abi=True, serves=(), prerelease=False)
     >>> parse_label("pt210cu128")
-    Variant(cuda='12.8', torch='2.10', cxx11_abi=None, serves=())
+    Variant(cuda='12.8', torch='2.10', cxx11_abi=None, serves=(), prerelease=False)
     >>> parse_label("cu130torch2.10gite2743ab")
-    Variant(cuda='13.0', torch='2.10', cxx11_abi=None, serves=())
+    Variant(cuda='13.0', torch='2.10', cxx11_abi=None, serves=(), prerelease=False)
+    >>> parse_label("cu132.torch2.16rc.git0123abc").prerelease
+    True
     >>> parse_label("cpu") is None
     True
     """
@@ -199,5 +243,6 @@ def parse_label(label: str) -> Variant | None:
         fields = m.groupdict()
         cuda = f"{int(fields['cmaj'])}.{int(fields['cmin'])}" if "cmaj" in fields else cuda_from_nodot(fields["cu"])
         abi = None if fields.get("abi") is None else fields["abi"].lower() in ("1", "true")
-        return Variant(cuda, f"{int(fields['tmaj'])}.{int(fields['tmin'])}", abi)
+        return Variant(cuda, f"{int(fields['tmaj'])}.{int(fields['tmin'])}", abi,
+                       prerelease=bool(fields.get("rc")))
     return None

@@ -15,6 +15,15 @@ CUDA version's default torch series.
 
 ``python -m tools.matrix`` prints the planned cells (the formats are ``tools.plan.formats``),
 filtered by package, Python, CUDA, torch, or by the recipes changed since a git ref.
+
+A torch series whose row is a release candidate (the table's ``candidate:``) is never a CUDA
+version's default torch, and never among the series a stable-ABI build serves: its cells are
+planned apart, one build per Python (or per collapsed Python part) against the candidate, with
+the torch part ``<series>rc`` in their ids (``tools.core.variant.candidate_torch_part``), the
+candidate's label (``cu132.torch2.16rc.git0123abc``, which the final's wheel sorts after) and
+the pre-release variant index as their only index (``Cell.index_paths``). When the row becomes
+the release row, the same recipes plan the series' ordinary cells, which build into the normal
+index.
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ from tools.core.errors import PlanError
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
-from tools.core.variant import PYTHON_PART, cell_id, cuda_nodot, format_label, stable_torch_part, torch_index_url
+from tools.core.variant import (PYTHON_PART, Variant, candidate_torch_part, cell_id, cuda_nodot,
+                                format_label, stable_torch_part, torch_index_url)
 
 #: The one machine architecture every cell targets (torch's CUDA wheels are x86_64).
 ARCH = "x86_64"
@@ -68,13 +78,18 @@ class Cell:
     needs: tuple[str, ...] = ()
     #: Those recipes' distribution names, which the wheel requires (``Requires-Dist``).
     needs_dist: tuple[str, ...] = ()
+    #: The commit of the torch release candidate the cell builds against (the table's
+    #: ``candidate.git``); empty for a release.
+    candidate: str = ""
 
     @property
     def id(self) -> str:
         """``flash_attn-3.12-cu129`` (default torch), ``flash_attn-3.12-cu129-torch2.8``, or
         for a collapsed cell ``xformers-py3-cu130-torch2.10+`` (see tools.core.variant.cell_id)."""
         python = PYTHON_PART.get(self.python_abi, self.python)
-        if self.torch_abi == "stable":
+        if self.candidate:
+            torch = candidate_torch_part(self.torch)
+        elif self.torch_abi == "stable":
             torch = stable_torch_part(self.torch_from or self.torch)
         else:
             torch = None if self.default_torch else self.torch
@@ -103,7 +118,14 @@ class Cell:
     @property
     def label(self) -> str:
         """The local version label of this cell's wheel (``cu129.torch2.8``)."""
-        return format_label(self.cuda, self.torch, self.cxx11_abi)
+        return format_label(self.cuda, self.torch, self.cxx11_abi, self.candidate)
+
+    @property
+    def index_paths(self) -> tuple[str, ...]:
+        """The variant indexes the cell's wheel is listed in (``cu130/torch2.11`` ...); for a
+        build against a release candidate only the pre-release one (``pre/cu132/torch2.16``)."""
+        return Variant(self.cuda, self.torch, None, self.serves_torch,
+                       prerelease=bool(self.candidate)).index_paths
 
     def to_json(self) -> dict:
         """A JSON-ready dict with the id first (the GitHub matrix uses it as job name)."""
@@ -154,8 +176,12 @@ def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
     out = []
     for target in recipe.cuda:
         cuda = table.cuda[target.cuda]
-        # A stable-ABI build is made once per CUDA version, against its default torch series.
-        groups = [target.torch] if abi.torch == "stable" else [(s,) for s in target.torch]
+        released = tuple(s for s in target.torch if table.torch[s].candidate is None)
+        # A stable-ABI build is made once per CUDA version, against its default torch series;
+        # a release candidate is built on its own (see the module docstring).
+        groups = [released] if abi.torch == "stable" and released else \
+            [(s,) for s in released]
+        groups += [(s,) for s in target.torch if s not in released]
         for i, served in enumerate(groups):
             series = served[0]
             t = table.torch[series]
@@ -169,9 +195,11 @@ def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
                 builds = [(usable[0], pythons)] if usable else []
             for py, pythons in builds:
                 out.append(Cell(recipe.package, recipe.source.version, py, target.cuda, series,
-                                t.release, i == 0, t.cxx11_abi, t.manylinux, cuda.image,
-                                recipe.archs_for(target.cuda, table), abi.python, abi.torch,
-                                abi.torch_from or "", tuple(served), pythons, next_major))
+                                t.release, i == 0 and t.candidate is None, t.cxx11_abi,
+                                t.manylinux, cuda.image, recipe.archs_for(target.cuda, table),
+                                abi.python, abi.torch, abi.torch_from or "", tuple(served),
+                                pythons, next_major,
+                                candidate=t.candidate.git if t.candidate else ""))
     return out
 
 
@@ -196,8 +224,12 @@ def counts(recipes: list[Recipe], table: Table) -> list[dict]:
 
 def torch_index(cell: Cell, table: Table) -> str | None:
     """Where the cell's torch comes from: None for PyPI (whose torch is built with the table's
-    ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version."""
-    if table.torch[cell.torch].pypi_cuda == cell.cuda:
+    ``pypi_cuda``), else PyTorch's own index for the cell's CUDA version; for a release
+    candidate, the candidate index's folder of that CUDA version (it is on no other)."""
+    entry = table.torch[cell.torch]
+    if entry.candidate is not None:
+        return entry.candidate.torch_index(cell.cuda)
+    if entry.pypi_cuda == cell.cuda:
         return None
     return torch_index_url(cell.cuda)
 

@@ -26,7 +26,8 @@ from tools.core.errors import RecipeError
 from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
 from .recipe_env import ArchEnv, EnvVar, parse_arch_env, parse_env
-from .recipe_torch import CudaTarget, Exclusion, TorchRange, parse_torch_targets, why_not
+from .recipe_torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
+                           parse_torch_targets, why_not)
 from .schema import Problems, load_yaml
 from .table import Table, arch_key, load_table, version_key
 
@@ -120,6 +121,11 @@ class Patch:
     path: Path
     reason: str
     upstream: str
+    #: The torch series the patch is written for (``torch_from``, optionally ``torch_to``), when
+    #: it says: each must be a series the recipe builds (``recipe_torch.check_patch_scopes``).
+    #: It is applied to every build like any patch; the patch itself decides what differs.
+    torch_from: str | None = None
+    torch_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     env = parse_env(p, top.get("env") or {}, arch_env)
     build = _build(p, top.get("build"))
     patches = _patches(p, top.get("patches") or [], path.parent / "patches")
+    check_patch_scopes(p, patches, torch, table, spec)
     abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
     check = parse_kernel_check(p, top.get("check"), path.parent)
     probe = parse_probe(p, top.get("probe"))
@@ -447,7 +454,8 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     out = []
     for i, entry in enumerate(raw):
         where = f"patches[{i}]"
-        m = p.entry(entry, where, {"file": str, "reason": str, "upstream": str})
+        m = p.entry(entry, where, {"file": str, "reason": str, "upstream": str},
+                    {"torch_from": str, "torch_to": str})
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
@@ -458,7 +466,8 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
         if not path.is_file():
             p.add(f"{where}.file", f"{m['file']} is listed but patches/{m['file']} does not exist",
                   "add the file or remove the entry")
-        out.append(Patch(m["file"], path, m["reason"], m["upstream"]))
+        out.append(Patch(m["file"], path, m["reason"], m["upstream"], m.get("torch_from"),
+                         m.get("torch_to")))
     names = [x.file for x in out]
     if names != sorted(names):
         p.add("patches", "patches must be listed in the order of their numbers")

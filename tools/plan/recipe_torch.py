@@ -345,3 +345,40 @@ def why_not(targets: tuple[CudaTarget, ...], exclude: tuple[Exclusion, ...], spe
     pythons = table.torch[series].python
     return (f"no Python of torch {series} ({', '.join(pythons)}) satisfies its python "
             f"{str(spec)!r}")
+
+
+def check_patch_scopes(p: Problems, patches, targets: TorchTargets, table: Table,
+                       spec: SpecifierSet) -> None:
+    """A patch that says which torch series it is written for (``torch_from``, optionally
+    ``torch_to``: each a series of the table) names series the recipe builds. A range or an
+    exclusion that leaves such a series out means the range or the patch is out of date: the
+    patch would be kept for a series nothing builds. ``patches``: the recipe's, each with
+    ``file``, ``torch_from`` and ``torch_to``. Skipped while other problems are reported (a
+    CUDA entry that failed would make every series look unbuilt)."""
+    if p.items:
+        return
+    built = {s for t in targets.cuda for s in t.torch}
+    for i, patch in enumerate(patches):
+        where = f"patches[{i}]"
+        bounds = {k: getattr(patch, k) for k in ("torch_from", "torch_to")
+                  if getattr(patch, k) is not None}
+        known = {k: s for k, s in bounds.items() if _known(p, s, f"{where}.{k}", table)}
+        if len(known) == 2 and version_key(known["torch_to"]) < version_key(known["torch_from"]):
+            p.add(f"{where}.torch_to", f"{known['torch_to']} is before torch_from "
+                  f"{known['torch_from']}", "swap them: torch_from is the oldest series the patch "
+                  "is written for, torch_to the newest")
+            continue
+        for key, series in known.items():
+            if series in built:
+                continue
+            mine = [t.cuda for t in targets.cuda if t.cuda in table.torch[series].cuda]
+            why = "; ".join(dict.fromkeys(
+                w for c in mine if (w := why_not(targets.cuda, targets.exclude, spec, series, c,
+                                                 table)))) or (
+                f"the table publishes it for CUDA {', '.join(table.torch[series].cuda)}, none of "
+                "which the recipe builds")
+            p.add(f"{where}.{key}", f"{patch.file} is written for torch {series}, but the recipe "
+                  f"builds no cell of torch {series} ({why})",
+                  f"widen the range or remove the exclusion so that {series} is built, or, if the "
+                  f"patch is for other series now, set {key} to one the recipe builds "
+                  f"({', '.join(sorted(built, key=version_key)) or 'none'})")

@@ -5,6 +5,15 @@ C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch lis
 oldest driver that runs it and the builder image that ships it. Recipes narrow this table; they
 never restate it.
 
+A torch entry may be a release candidate: ``candidate: {git: "<commit>", index: "<url>"}`` says
+that ``release`` is not on PyPI yet but on PyTorch's test index (``index``, which has a
+``cu<XYZ>/`` folder per CUDA variant), built from ``git`` (``torch/version.py``'s ``git_version``;
+the test index names a candidate by its final version, so the commit is what tells two candidates
+apart). Its cells build against that torch and publish into the pre-release variant index only
+(``tools.core.variant``); when the final release reaches PyPI, the refresh drops ``candidate:``
+and the row is the release row. A candidate row is newer than every release row: the candidate
+of a patch release would otherwise stand in for a series that has a final.
+
 A torch entry may carry ``relax_nvcc_check: {"<cuda>": "<reason>"}``: for cells of those CUDA
 versions the builder image's nvcc is a newer major than the CUDA that torch build was compiled
 with, so torch's ``cpp_extension`` refuses to build until its nvcc version check is relaxed (the
@@ -32,6 +41,19 @@ _CUDA_RE = re.compile(r"\d+\.\d+")
 _SERIES_RE = re.compile(r"\d+\.\d+")
 _ARCH_RE = re.compile(r"\d{2,3}[af]?")
 _PY_RE = re.compile(r"3\.\d+")
+_GIT_RE = re.compile(r"[0-9a-f]{7,40}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A torch release candidate: the commit it was built from and the index serving it."""
+
+    git: str
+    index: str
+
+    def torch_index(self, cuda: str) -> str:
+        """The candidate index's folder for one CUDA variant: ``.../whl/test/cu132``."""
+        return f"{self.index.rstrip('/')}/cu{cuda.replace('.', '')}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,8 @@ class TorchEntry:
     note: str = ""
     #: (CUDA version, reason) pairs whose builds need torch's nvcc version check relaxed.
     relax_nvcc_check: tuple[tuple[str, str], ...] = ()
+    #: Set when ``release`` is a release candidate, not yet on PyPI (see the module docstring).
+    candidate: Candidate | None = None
 
     def nvcc_check_relaxed(self, cuda: str) -> str | None:
         """Why torch's nvcc version check is relaxed for ``cuda`` cells, or None (it isn't)."""
@@ -140,7 +164,7 @@ def parse_table(data: object, path: Path) -> Table:
             continue
         m = p.entry(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
                                  "manylinux": str, "cxx11_abi": bool, "source": str},
-                    {"note": str, "relax_nvcc_check": dict})
+                    {"note": str, "relax_nvcc_check": dict, "candidate": dict})
         if m is None:
             continue
         pythons = p.strings(m["python"], f"{where}.python")
@@ -169,14 +193,43 @@ def parse_table(data: object, path: Path) -> Table:
             elif p.typed(reason, at, str):
                 p.reason(reason, at)
                 relax.append((cuda, reason))
+        candidate = _candidate(p, m["candidate"], f"{where}.candidate") \
+            if "candidate" in m else None
         torches[series] = TorchEntry(series, m["release"], pythons,
                                      tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
                                      m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""),
-                                     tuple(sorted(relax, key=lambda r: version_key(r[0]))))
+                                     tuple(sorted(relax, key=lambda r: version_key(r[0]))),
+                                     candidate)
+    releases = [s for s, t in torches.items() if t.candidate is None]
+    for series, t in torches.items():
+        newer = [r for r in releases if version_key(r) > version_key(series)]
+        if t.candidate is not None and newer:
+            p.add(f"torch.{series}.candidate", f"a release candidate of {series} is older than "
+                  f"the release row{'s' if len(newer) > 1 else ''} {', '.join(newer)}",
+                  f"only a series newer than every release has candidates: remove torch.{series}"
+                  ".candidate (and use the final release), or the row")
     p.raise_if_any()
     return Table(path,
                  dict(sorted(cudas.items(), key=lambda kv: version_key(kv[0]))),
                  dict(sorted(torches.items(), key=lambda kv: version_key(kv[0]))))
+
+
+def _candidate(p: Problems, raw: object, where: str) -> Candidate | None:
+    """A torch row's ``candidate: {git, index}``."""
+    m = p.entry(raw, where, {"git": str, "index": str})
+    if m is None:
+        return None
+    ok = True
+    if not _GIT_RE.fullmatch(m["git"]):
+        p.add(f"{where}.git", f"{m['git']!r} is not a commit (7 to 40 lowercase hex digits)",
+              "copy git_version from the candidate wheel's torch/version.py")
+        ok = False
+    # https, or plain http to this machine only (a local stand-in of the test index)
+    if not re.fullmatch(r"(https://[^\s/]+|http://127\.0\.0\.1(:\d+)?)/\S*/", m["index"]):
+        p.add(f"{where}.index", f"{m['index']!r} is not an https URL ending in /",
+              'write the test index\'s root, e.g. "https://download.pytorch.org/whl/test/"')
+        ok = False
+    return Candidate(m["git"], m["index"]) if ok else None
 
 
 @lru_cache(maxsize=8)

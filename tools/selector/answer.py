@@ -9,7 +9,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tools.core.variant import PYTHON_PART, Variant, cell_id, stable_torch_part, torch_index_url, uv_index_name
+from tools.core.variant import (PRERELEASE_ROOT, PYTHON_PART, Variant, cell_id, stable_torch_part,
+                                torch_index_url, uv_index_name)
 from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
 from .client import Index, IndexFile
@@ -248,10 +249,13 @@ def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machi
     return sorted(out, key=key)
 
 
-def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True) -> Answer:
+def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True,
+           pre: bool = False) -> Answer:
     """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does
-    and how to build one (for this machine's GPUs when the wheels lack their kernels)."""
-    ans, archs = _pick(index, package, m, version=version, peek=peek)
+    and how to build one (for this machine's GPUs when the wheels lack their kernels). ``pre``:
+    also look, after the release indexes, in the pre-release index of the machine's (CUDA, torch)
+    pair (builds against a torch release candidate); without it that index is never named."""
+    ans, archs = _pick(index, package, m, version=version, peek=peek, pre=pre)
     if not ans.fits:
         abi = recipe_abi(index, index.files("", ans.package) or [], peek=peek)
         ans.build = build_command(ans.package, m, archs=archs, abi=abi)
@@ -259,7 +263,7 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
 
 
 def _pick(index: Index, package: str, m: Machine, *, version: str | None,
-          peek: bool) -> tuple[Answer, list[str] | None]:
+          peek: bool, pre: bool = False) -> tuple[Answer, list[str] | None]:
     """select's answer without the build hint, and the GPU archs a build should add, if any."""
     project = canonicalize_name(package)
     ans = Answer(package=project, fits=False, machine=m)
@@ -305,6 +309,8 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
     cuda = ".".join(m.torch_cuda.split(".")[:2])  # index paths name major.minor ("12.4", never "12.4.1")
     exact = Variant(cuda, series).index_path
     paths = (exact, Variant(cuda.split(".")[0], series).index_path)
+    if pre:
+        paths += (Variant(cuda, series, prerelease=True).index_path,)
     budget = [PEEK_MAX]
     seen: list[Candidate] = []
     for path in paths:
@@ -327,6 +333,10 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
             ans.index_url = index.index_url(path + "/")
             ans.pip, ans.uv = install_commands(project, c.version, ans.index_url, path)
             ans.notes = list(dict.fromkeys(ans.notes + c.notes))
+            if path.startswith(PRERELEASE_ROOT):
+                ans.notes.append(f"built against a release candidate of torch {series} (the "
+                                 "pre-release index): once the final is out, its own build in "
+                                 f"{exact}/simple/ replaces it")
             newest = _sorted_versions({w.version.public for f in combined if (w := parse_wheel(f.filename))})
             if (version is None and newest and not same_public(c.wheel.version, newest[0])
                     and not Version(newest[0]).is_prerelease):
@@ -349,7 +359,7 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
     ans.notes = list(dict.fromkeys(ans.notes + [n for c in seen for n in c.notes]))
     # Other versions in the same index that fit (when a version was asked for).
     if version is not None:
-        others, _ = _pick(index, project, m, version=None, peek=peek)
+        others, _ = _pick(index, project, m, version=None, peek=peek, pre=pre)
         if others.fits:
             ans.alternatives.insert(0, {"index": others.index_path, "index_url": others.index_url,
                                         "versions": [Version(others.version or "0").public], "pip": others.pip,

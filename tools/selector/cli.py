@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     err.add_argument("--error-file", type=Path, help="a file holding the error text (a log, a traceback)")
     p.add_argument("--detect", action="store_true", help="print the detected facts and exit")
     p.add_argument("--no-peek", action="store_true", help="never read a wheel's manifest for the GPU arch check")
+    p.add_argument("--pre", action="store_true",
+                   help="also consider wheels built against a torch release candidate (the "
+                        "pre-release index pre/cuXYZ/torchX.Y/), after the release ones")
     p.add_argument("--timeout", type=_seconds, default=30,
                    help="seconds for one network request, from connecting to its last byte (default 30)")
     p.add_argument("--deadline", type=_seconds, default=DEFAULT_DEADLINE,
@@ -191,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             d = doctor(args.package, machine, error=error, index=index, peek=not args.no_peek)
             _say(json.dumps(d.to_json(machine), indent=2) if args.json else format_diagnosis(d, machine))
             return EXIT_FITS if d.kind == "ok" else EXIT_NO_FIT
-        answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek)
+        answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek,
+                        pre=args.pre)
     except IndexReadError as exc:
         _say(f"index error: {exc}", err=True)
         return EXIT_INDEX

@@ -187,23 +187,25 @@ def load_planned(recipes_dir: Path, table: Table, reports_dir: Path | None = Non
                    load_reports(reports_dir) if reports_dir else {})
 
 
-def _published_files(placed: Mapping[Variant, list[Entry]]) -> dict[tuple[str, str, str, str], list[str]]:
-    """(project, public version, CUDA, torch series) -> the files that variant index lists."""
-    have: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+def _published_files(placed: Mapping[Variant, list[Entry]]
+                     ) -> dict[tuple[str, str, str, str, bool], list[str]]:
+    """(project, public version, CUDA, torch series, pre-release) -> the files that variant index
+    lists (a release candidate's build never counts for the final's cell, nor the reverse)."""
+    have: dict[tuple[str, str, str, str, bool], list[str]] = defaultdict(list)
     for variant, entries in placed.items():
         for e in entries:
             have[(project_name(e.name), e.version.partition("+")[0], variant.cuda,
-                  variant.torch)].append(e.filename)
+                  variant.torch, variant.prerelease)].append(e.filename)
     return have
 
 
 def _is_published(cell: Cell, project: str, version: str,
-                  have: Mapping[tuple[str, str, str, str], list[str]]) -> bool:
+                  have: Mapping[tuple[str, str, str, str, bool], list[str]]) -> bool:
     """Whether every (torch series, Python) the cell serves has a wheel of ``project``
     ``version`` in the cell's variant index of that series."""
     pythons = cell.serves_python or (cell.python,)
     for series in cell.serves_torch or (cell.torch,):
-        files = have.get((project, version, cell.cuda, series), ())
+        files = have.get((project, version, cell.cuda, series, bool(cell.candidate)), ())
         if not all(any(_covers(f, python) for f in files) for python in pythons):
             return False
     return True

@@ -23,6 +23,11 @@ unambiguous inside one variant index:
   one file, ``xformers-0.0.35+cu130.torch2.14-py39-none-...whl``, in ``cu130/torch2.11`` to
   ``cu130/torch2.14``. Its label names the torch it was built against; its ``torch>=X.Y,<N`` pin
   lets pip and uv install it next to each of them.
+* A build against a torch release candidate (our label ``cu132.torch2.16rc.git<commit>``,
+  tools.core.variant) goes to the pre-release variant index of its pair only
+  (``pre/cu132/torch2.16``), never to ``cu132/torch2.16`` nor to the combined ``simple/``: nobody
+  installs one without pointing pip or uv at that index. The label is read from the file's
+  version, which never changes, so the ledger needs no field for it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from tools.plan.table import Table
 from tools.plan.table import version_key as _version_key
 from .ledger import Entry
-from tools.core.variant import Variant
+from tools.core.variant import Variant, is_candidate_label
 
 #: ``tools.plan.table.version_key``, once per distinct text: it runs for every file placed.
 version_key = lru_cache(maxsize=None)(_version_key)
@@ -52,8 +57,9 @@ def official_cxx11_abi(table: Table, torch: str) -> bool | None:
 
 
 def variant_sort_key(variant: Variant) -> tuple:
-    """Numeric order of variant indexes: CUDA, then torch (``torch2.10`` after ``torch2.9``)."""
-    return (version_key(variant.cuda), version_key(variant.torch))
+    """Numeric order of variant indexes: CUDA, then torch (``torch2.10`` after ``torch2.9``), a
+    pre-release index after the release one of its pair."""
+    return (version_key(variant.cuda), version_key(variant.torch), variant.prerelease)
 
 
 @lru_cache(maxsize=None)
@@ -75,6 +81,14 @@ def _identity(e: Entry) -> tuple[str, str, frozenset[Tag]]:
     return (project_name(e.name), e.version.partition("+")[0], wheel_tags(e.filename))
 
 
+@lru_cache(maxsize=None)
+def is_candidate_build(version: str) -> bool:
+    """Whether a file's version carries our label of a build against a torch release candidate
+    (``2.8.3+cu132.torch2.16rc.git0123abc``): it is listed in the pre-release index only."""
+    local = version.partition("+")[2]
+    return bool(local) and "rc.git" in local and is_candidate_label(local)
+
+
 def _abi_fits(variant: Variant, table: Table) -> bool:
     """A wheel fits its variant indexes when it states no C++ ABI or its torch series' official one."""
     return variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(table, variant.torch)
@@ -89,10 +103,15 @@ def place_variants(entries: Iterable[Entry], *, table: Table) -> dict[Variant, l
     # (cuda, torch) tuples, not Variant objects, while placing: a frozen dataclass hashes and
     # compares in Python, and this runs once per placed file.
     placed: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+    candidates: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     generic: list[Entry] = []
     for e in entries:
         v = e.variant
         if v is None or not _abi_fits(v, table):
+            continue
+        if is_candidate_build(e.version):
+            for series in v.served:
+                candidates[(v.cuda, series)].append(e)
             continue
         for series in v.served:
             placed[(v.cuda, series)].append(e)
@@ -113,6 +132,8 @@ def place_variants(entries: Iterable[Entry], *, table: Table) -> dict[Variant, l
                 if ident not in built_exactly[k]:
                     placed[k].append(e)
     variants = {Variant(cuda, torch): files for (cuda, torch), files in placed.items()}
+    variants.update({Variant(cuda, torch, prerelease=True): files
+                     for (cuda, torch), files in candidates.items()})
     return dict(sorted(variants.items(), key=lambda kv: variant_sort_key(kv[0])))
 
 

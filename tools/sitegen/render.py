@@ -30,7 +30,7 @@ from markupsafe import Markup
 
 from .frontpage import Planned, coverage_matrix, missing_cells, missing_report_pages
 from .ledger import Entry, dump_ledger
-from .placement import FileView, place_variants, project_name
+from .placement import FileView, is_candidate_build, place_variants, project_name
 from tools.plan.table import Table
 from tools.selector.bundle import site_files as selector_site_files
 from . import templating
@@ -160,9 +160,10 @@ Reuse = Callable[[str, str], bool]
 
 
 def variant_title(variant: Variant) -> str:
-    """``CUDA 12.8 · torch 2.8``, or ``any CUDA 12.x · torch 2.8`` for a major-only CUDA."""
+    """``CUDA 12.8 · torch 2.8``, or ``any CUDA 12.x · torch 2.8`` for a major-only CUDA, with
+    ``(release candidate)`` for a pre-release index."""
     cuda = f"CUDA {variant.cuda}" if variant.exact_cuda else f"any CUDA {variant.cuda}.x"
-    return f"{cuda} · torch {variant.torch}"
+    return f"{cuda} · torch {variant.torch}" + (" (release candidate)" if variant.prerelease else "")
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,9 @@ def render_site(
     views = file_views(entries, yanked)
     pages = {} if pages is None else pages
     placed = place_variants(entries.values(), table=table)
-    indexes: list[tuple[str, str | None, list[FileView]]] = [("", None, list(views.values()))]
+    # A build against a torch release candidate is in its pre-release index only (placement).
+    combined = [v for v in views.values() if not is_candidate_build(v.entry.version)]
+    indexes: list[tuple[str, str | None, list[FileView]]] = [("", None, combined)]
     for variant, placed_entries in placed.items():
         files = sorted((views[e.filename] for e in placed_entries), key=_sort_key)
         indexes.append((f"{variant.index_path}/", variant_title(variant), files))

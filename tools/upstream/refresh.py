@@ -23,21 +23,17 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import io
 import os
 import re
 import tempfile
 import urllib.parse
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+from ruamel.yaml.comments import CommentedMap
 
 from tools import RECIPES_DIR
 from tools.core.digest import sha256_file
@@ -45,8 +41,14 @@ from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryE
                                TableError)
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
+from .candidates import promote, refresh_candidates
+from .exclusions import add_exclusion, check, note_refused
+from .yamltext import dump as _dump, flow as _flow, like as _like, quoted as _q, show as _show
+from .yamltext import source as _source, yaml_rt as _yaml
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
                        read_torch, read_variants)
+from .verdicts import (Target, Verdict, added_pairs, judge, probe_targets, read_reports,
+                       verdict_lines)
 from tools.pipeline.source import apply_patches, extract_sdist
 from tools.plan.schema import parse_yaml, read_text
 from tools.plan.table import Table, parse_table, version_key
@@ -66,6 +68,10 @@ class Proposal:
     agreement: list[str] = field(default_factory=list)
     #: Per new torch series: which recipes' torch ranges build it, and why the others don't.
     plan: list[str] = field(default_factory=list)
+    #: Per new (series, CUDA) pair and recipe: the cell to probe, or why none (--probe-plan).
+    targets: list[Target] = field(default_factory=list)
+    #: What the probe reports say of each target (--probes; "not probed yet" without them).
+    verdicts: list[Verdict] = field(default_factory=list)
 
     def diff(self, root: Path) -> str:
         """The whole change as one unified diff, paths relative to ``root``."""
@@ -75,40 +81,6 @@ class Proposal:
             out += difflib.unified_diff(self.old[path].splitlines(True), text.splitlines(True),
                                         f"a/{rel}", f"b/{rel}")
         return "".join(out)
-
-
-def _yaml() -> YAML:
-    y = YAML()
-    y.preserve_quotes = True
-    y.width = 4096  # never re-wrap the long source/reason strings
-    y.indent(mapping=2, sequence=4, offset=2)
-    return y
-
-
-def _dump(doc: Any) -> str:
-    out = io.StringIO()
-    _yaml().dump(doc, out)
-    return out.getvalue()
-
-
-def _q(text: str) -> DoubleQuotedScalarString:
-    return DoubleQuotedScalarString(text)
-
-
-def _flow(items: Iterable[str]) -> CommentedSeq:
-    seq = CommentedSeq([_q(i) for i in items])
-    seq.fa.set_flow_style()
-    return seq
-
-
-def _like(old: Any, new: str) -> Any:
-    """``new`` quoted the way the value it replaces was."""
-    return type(old)(new) if isinstance(old, str) and type(old) is not str else new
-
-
-def _source(facts: TorchFacts, fields: Iterable[str], date: str) -> str:
-    parts = [f"{k}: {facts.how[k]}" for k in fields if k in facts.how]
-    return "; ".join(parts) + f"; {facts.how.get('read', '')}, by tools.refresh on {date}"
 
 
 def refresh_torch(doc: CommentedMap, table: Table, facts_by_series: dict[str, TorchFacts],
@@ -127,7 +99,9 @@ def refresh_torch(doc: CommentedMap, table: Table, facts_by_series: dict[str, To
                                   "add it (archs, default_archs, min_driver, image) to build it")
         if facts.variants is not None:
             facts.how["cuda"] = f"{TORCH_VARIANTS} (torch-{facts.release}+cuXYZ x86_64 wheels)"
-        if series in table.torch:
+        if series in table.torch and table.torch[series].candidate is not None:
+            promote(rows[series], table.torch[series], facts, date, proposal)
+        elif series in table.torch:
             _agree(rows[series], table.torch[series], facts, date, proposal)
         elif version_key(series) > version_key(newest):
             _new_row(rows, table, facts, date, proposal)
@@ -175,12 +149,6 @@ def _agree(row: CommentedMap, entry: Any, facts: TorchFacts, date: str,
         proposal.agreement.append(f"torch {facts.series}: agrees ({facts.release})")
     for note in facts.notes:
         proposal.notes.append(note)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, list):
-        return "[" + ", ".join(value) + "]"
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
@@ -296,8 +264,13 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
 
 
 def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
-            table_path: Path | None = None, date: str | None = None) -> Proposal:
-    """Read the registry and work out the whole change; nothing is written."""
+            table_path: Path | None = None, date: str | None = None,
+            probes: Path | None = None, rc: bool = False) -> Proposal:
+    """Read the registry and work out the whole change; nothing is written. ``probes``: a
+    folder of probe reports (``probe.json``, the refresh workflow's probe jobs) of the cells
+    :func:`tools.upstream.verdicts.probe_targets` names; a recipe whose probe failed to compile
+    gets an exclusion of the new series in the same change. ``rc``: also read PyTorch's test
+    index for release candidates (``refresh_candidates``)."""
     table_path = table_path or recipes_dir / "table.yaml"
     date = date or datetime.date.today().isoformat()
     proposal = Proposal()
@@ -317,6 +290,13 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     proposal.torch = list(facts.values())
     variants, why = read_variants(registry)
     refresh_torch(table_doc, table, facts, variants, why, date, proposal)
+    if rc:
+        refresh_candidates(registry, table_doc, table, table_path, releases, date, proposal)
+    else:
+        proposal.agreement += [f"torch {s}: a release candidate (git {t.candidate.git[:7]}); PyPI "
+                               "has no final yet (--rc reads the test index)"
+                               for s, t in table.torch.items()
+                               if t.candidate is not None and s not in releases]
     known = {p for t in table.torch.values() for p in t.python}
     new_pythons = sorted({p for f in facts.values() for p in f.python} - known, key=version_key)
     if new_pythons:
@@ -334,9 +314,36 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
         del proposal.new[path], proposal.old[path]
     new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
+    proposal.targets = probe_targets(added_pairs(table, new_table), new_table, new_recipes)
+    reports = read_reports(probes) if probes is not None else None
+    proposal.verdicts = [judge(t, reports) for t in proposal.targets]
+    if any(v.state == "fails" for v in proposal.verdicts):
+        exclude_failures(proposal, {r.package: r.path for r in new_recipes}, new_table, date)
+        new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
     proposal.plan = planned_for([s for s in new_table.torch if s not in table.torch], new_table,
                                 new_recipes)
     return proposal
+
+
+def exclude_failures(proposal: Proposal, paths: dict[str, Path], table: Table, date: str) -> None:
+    """An exclusion in each recipe whose probe failed to compile (``tools.upstream.exclusions``),
+    on top of whatever else the proposal changes in it; one its loader refuses becomes a note."""
+    for v in proposal.verdicts:
+        if v.state != "fails":
+            continue
+        path = paths[v.target.package]
+        old = proposal.old.get(path) or path.read_text(encoding="utf-8")
+        doc = _yaml().load(proposal.new.get(path, old))
+        add_exclusion(doc, v, date)
+        text = _dump(doc)
+        problem = check(text, path, table)
+        if problem:
+            proposal.notes.append(note_refused(v, path, problem))
+            continue
+        proposal.old[path], proposal.new[path] = old, text
+        scope = f" for CUDA {v.target.builds[0]}" if len(v.target.builds) == 1 else ""
+        proposal.changes.append(f"{v.target.package}: excludes torch {v.target.series}{scope}, "
+                                f"whose probe {v.text}")
 
 
 def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path
@@ -373,8 +380,10 @@ def planned_for(added: list[str], table: Table, recipes: list[Recipe]) -> list[s
             why = dict.fromkeys(recipe.why_not(series, cuda, table)
                                 for cuda in table.torch[series].cuda)
             not_built.append(f"{recipe.package} ({'; '.join(why)})")
-        line = f"torch {series}: " + (f"built with no recipe edit by {', '.join(built)}"
-                                      if built else "no recipe's torch range builds it")
+        rc = " (release candidate: into the pre-release index only)" \
+            if table.torch[series].candidate else ""
+        line = f"torch {series}{rc}: " + (f"built with no recipe edit by {', '.join(built)}"
+                                          if built else "no recipe's torch range builds it")
         if not_built:
             line += f"; not by {', '.join(not_built)}"
         out.append(line)
@@ -418,6 +427,9 @@ def summary(proposal: Proposal) -> str:
                      f" | {', '.join(f.variants) if f.variants is not None else 'not read'} |")
     if proposal.plan:
         lines += ["", "### New series in the plan", ""] + [f"- {p}" for p in proposal.plan]
+    if proposal.verdicts:
+        lines += ["", "### Probes against what is new", ""]
+        lines += [f"- {v}" for v in verdict_lines(proposal.verdicts)]
     lines += ["", "### Agreement with the table", ""] + [f"- {a}" for a in proposal.agreement]
     if proposal.notes:
         lines += ["", "### For a person to check", ""] + [f"- {n}" for n in proposal.notes]

@@ -33,6 +33,9 @@ from tools.plan.table import version_key
 PYPI_JSON = "https://pypi.org/pypi/"
 #: torch's own index of every variant (one page lists the files of every ``cuXYZ`` index).
 TORCH_VARIANTS = "https://download.pytorch.org/whl/torch/"
+#: PyTorch's test index, where release candidates are published weeks before the release (under
+#: the final's version number): its page listing every torch file, plain and ``+cuXYZ``.
+TORCH_TEST = "https://download.pytorch.org/whl/test/torch/"
 USER_AGENT = "cuwheels-refresh/1"
 #: The User-Agent of the range reads of a wheel's members: the agent these reads have always
 #: sent (the selector's), kept so that a registry's logs and rules see the same client.
@@ -58,6 +61,7 @@ _PIN_RES = (  # which pin names the CUDA build: cuda-toolkit from 2.11, nvidia-*
 )
 _VERSION_PY_RE = re.compile(r"^__version__\s*=\s*'([^']+)'", re.M)
 _CUDA_PY_RE = re.compile(r"^cuda(?::\s*Optional\[str\])?\s*=\s*'(\d+)\.(\d+)'", re.M)
+_GIT_PY_RE = re.compile(r"^git_version\s*=\s*'([0-9a-f]{7,40})'", re.M)
 _LEGACY_MANYLINUX = ("manylinux1_", "manylinux2010_", "manylinux2014_", "linux_")
 
 
@@ -75,10 +79,13 @@ class Registry:
     timeout: float = 60
     deadline: float = ANSWER_DEADLINE
     max_bytes: int = MAX_ANSWER_BYTES
+    #: PyTorch's test index page (release candidates), read by ``--rc`` only.
+    test: str = TORCH_TEST
 
     def origins(self) -> tuple[str, ...]:
-        """Where this client reads: the JSON API, the variant index and PyPI's file host."""
-        return (self.pypi, self.variants, PYPI_FILES)
+        """Where this client reads: the JSON API, the variant index, the test index and PyPI's
+        file host."""
+        return (self.pypi, self.variants, self.test, PYPI_FILES)
 
     def project(self, name: str) -> tuple[dict[str, Any], str]:
         """The JSON API's answer for a project and the URL it came from."""
@@ -95,12 +102,14 @@ class Registry:
                  user_agent=USER_AGENT)
         return body.getvalue()
 
-    def members(self, url: str, size: int, wanted: Iterable[str]) -> dict[str, bytes]:
-        """The named members of the remote zip at ``url``, read with HTTP range requests."""
+    def members(self, url: str, size: int | None, wanted: Iterable[str]) -> dict[str, bytes]:
+        """The named members of the remote zip at ``url``, read with HTTP range requests
+        (``size`` None: asked of the server with a one-byte range request)."""
         check_url(url, self.origins(), RegistryError)
-        reader = RangeReader(url, size, timeout=self.timeout, user_agent=RANGE_USER_AGENT,
-                             whole_file_limit=WHOLE_FILE_LIMIT)
         try:
+            # Without a size the reader asks the server first: inside, so its errors are named.
+            reader = RangeReader(url, size, timeout=self.timeout, user_agent=RANGE_USER_AGENT,
+                                 whole_file_limit=WHOLE_FILE_LIMIT)
             reader.prefetch_tail()
             with zipfile.ZipFile(reader) as zf:
                 names = set(zf.namelist())
@@ -119,6 +128,10 @@ class Registry:
         """torch's page listing every variant's files (RegistryError when it doesn't answer)."""
         return self._get(self.variants).decode("utf-8", "replace")
 
+    def test_page(self) -> str:
+        """PyTorch's test index page of torch's files (RegistryError when it doesn't answer)."""
+        return self._get(self.test).decode("utf-8", "replace")
+
 
 # --------------------------------------------------------------------------- reading torch
 
@@ -135,6 +148,8 @@ class TorchFacts:
     manylinux: str | None = None
     cxx11_abi: bool | None = None
     variants: list[str] | None = None
+    #: The commit the wheel read was built from (``torch/version.py``'s ``git_version``).
+    git: str | None = None
     #: How each value was read, for the row's ``source:``.
     how: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -227,12 +242,16 @@ def elf_facts(data: bytes) -> tuple[bool, str | None]:
     return cxx11, (f"{max(glibc)[0]}_{max(glibc)[1]}" if glibc else None)
 
 
-def read_torch(registry: Registry, doc: dict, json_url: str, release: str) -> TorchFacts:
-    """Read one torch release: file names from the JSON, then one wheel's members by range."""
+def read_torch(registry: Registry, doc: dict, json_url: str, release: str, *,
+               listing: str | None = None) -> TorchFacts:
+    """Read one torch release: file names from the JSON, then one wheel's members by range.
+    ``listing``: where the file names were read when not from PyPI's JSON (the test index's page;
+    ``doc`` then holds its files in the JSON's shape, ``size`` None: asked of the server)."""
     facts = TorchFacts(f"{Version(release).major}.{Version(release).minor}", release)
     wheels = _linux_wheels(doc["releases"][release])
     facts.python, facts.free_threaded = python_versions(wheels)
-    facts.how["python"] = f"PyPI JSON releases['{release}'] (x86_64 Linux file names)"
+    facts.how["python"] = (f"{listing} (torch-{release} x86_64 Linux file names)" if listing
+                           else f"PyPI JSON releases['{release}'] (x86_64 Linux file names)")
     facts.manylinux = manylinux_tag(wheels)
     if facts.manylinux:
         facts.how["manylinux"] = f"manylinux_{facts.manylinux}_x86_64 file names"
@@ -253,7 +272,8 @@ def read_torch(registry: Registry, doc: dict, json_url: str, release: str) -> To
     if facts.manylinux is None:
         wanted.append("torch/lib/libc10.so")
     url = urllib.parse.urljoin(json_url, pick["url"])
-    got = registry.members(url, int(pick["size"]), wanted)
+    got = registry.members(url, int(pick["size"]) if pick.get("size") is not None else None,
+                           wanted)
     meta = got.get(dist, b"").decode("utf-8", "replace")
     requires = [ln.split(":", 1)[1].strip() for ln in meta.splitlines()
                 if ln.startswith("Requires-Dist:")]
@@ -261,6 +281,8 @@ def read_torch(registry: Registry, doc: dict, json_url: str, release: str) -> To
     vpy = got.get("torch/version.py", b"").decode("utf-8", "replace")
     local = _VERSION_PY_RE.search(vpy)
     cuda_py = _CUDA_PY_RE.search(vpy)
+    git = _GIT_PY_RE.search(vpy)
+    facts.git = git[1] if git else None
     cuda_py_text = f"{cuda_py[1]}.{cuda_py[2]}" if cuda_py else None
     where = pick["filename"]
     if cuda and cuda_py_text and cuda != cuda_py_text:
