@@ -48,8 +48,7 @@ from typing import Any, ClassVar, TextIO
 from tools import ROOT
 from tools.core import errors
 from .base import BuildOptions, BuildResult
-from .shardninja import (CONTAINER_SHARD, CONTAINER_SHARDS, SHIM_DIR, STOP_STATUS,
-                         ContainerShard, write_shim)
+from .shardninja import CONTAINER_SHARD, CONTAINER_SHARDS, SHIM_DIR, ContainerShard, write_shim
 from .cibw import (
     CCACHE_STATS_PREFIX,
     CELL_FILE,
@@ -246,7 +245,10 @@ def _shard_done(shard: ContainerShard, code: int, log: Path, step) -> dict[str, 
     itself stops on purpose, with ``STOP_STATUS``); CompileError naming what went wrong."""
     record = shardcache.read_record(shard.cache) or {}
     step.detail.update(shard=record, exit=code)
-    if record.get("complete") and code == STOP_STATUS:
+    # The stand-in stops the package's build on purpose, and cibuildwheel reports that as a
+    # failure (exit 1): a complete record, written only after the real ninja built every object
+    # of the shard, is the shard's success.
+    if record.get("complete") and code != 0:
         return record
     why = record.get("error") or (f"cibuildwheel exit {code} before the stand-in ninja ran"
                                   if not record else f"exit {code}")
