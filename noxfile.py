@@ -108,3 +108,9 @@ def recipes(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """Lint and audit the GitHub workflows (actionlint, zizmor)."""
     _project(session, "-m", "tools.lint_workflows", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def release(session: nox.Session) -> None:
+    """Run a compile group's release here: its shards, then its cells (``tools.shard release``)."""
+    _project(session, "-m", "tools.shard", "release", *session.posargs)

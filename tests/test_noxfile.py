@@ -38,7 +38,7 @@ def test_nox_from_its_own_environment_lists_every_cell(tmp_path):
                          capture_output=True, text=True, check=True).stdout.split()
     assert ids, "the planner planned nothing"
     assert {f"build-{i}" for i in ids} <= listed
-    assert {"tests", "recipes", "lint"} <= listed
+    assert {"tests", "recipes", "lint", "probe", "release"} <= listed
     assert (repo / ".nox" / "_nox_script_mode").is_dir()  # it did re-run itself
     assert not (repo / ".venv").exists()  # listing never creates the project's environment
     # A collapsed cell keeps its id as the session name, and answers to every torch it serves.
