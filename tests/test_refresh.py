@@ -795,3 +795,42 @@ def test_live_registry_agrees_with_the_table():
     proposed = [c for c in proposal.changes if c.startswith(f"causal_conv1d: {conv.source.version} -> ")]
     version = proposed[0].split(" -> ")[1].split()[0] if proposed else conv.source.version
     assert Version(version) >= Version("1.7.0"), (conv.source.version, proposal.notes)
+
+
+# --------------------------------------------------------------------------- probes of a series the table has
+
+
+def test_reprobe_probes_a_series_the_table_has_as_if_it_were_new(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """Nothing is new in the registry (no torch 2.15.0), yet --reprobe 2.14 names the cell of
+    every recipe that builds 2.14 and, with its probe report, the summary's verdict: where the
+    recipes stand against the newest series the table has."""
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    plan_file, summary_file = tmp_path / "probes.json", tmp_path / "summary.md"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--reprobe", "2.14",
+                         "--probe-plan", str(plan_file))
+    assert rc == 0, err
+    assert json.loads(plan_file.read_text()) == {"include": [
+        {"package": "causal_conv1d", "series": "2.14", "cell": "causal_conv1d-3.10-cu130",
+         "archs": "90"}]}
+    probes = tmp_path / "probes"
+    make_reports.write_report(probes / "probe-causal_conv1d", "causal_conv1d-3.10-cu130",
+                              "passed", torch="2.14.1+cu130")
+    before = snapshot(repo)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--reprobe", "2.14", "--probes",
+                         str(probes), "--summary", str(summary_file))
+    assert rc == 0, err
+    assert ("- torch 2.14, causal_conv1d: compiles (causal_conv1d-3.10-cu130, sm_90: "
+            "causal_conv1d_bwd.cu 916 s, causal_conv1d.cpp 176 s)") in summary_file.read_text()
+    assert snapshot(repo) == before
+
+
+def test_reprobe_of_a_series_the_table_lacks_is_refused_before_the_registry_is_read(
+        repo, fake, monkeypatch, capsys):
+    before = snapshot(repo)
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--reprobe", "2.99")
+    assert rc == 2
+    assert "--reprobe 2.99: torch '2.99' is not a series of" in err
+    assert "(it has 2.14)" in err and "fix: name a series the table has" in err
+    assert snapshot(repo) == before

@@ -30,6 +30,10 @@ def parser() -> argparse.ArgumentParser:
                     help="probe reports (probe.json files, any layout) of those cells: the "
                          "summary gives each recipe's verdict, and a failure an exclusion (a "
                          "folder that isn't there holds no report: every cell 'not probed')")
+    ap.add_argument("--reprobe", action="append", default=[], metavar="SERIES",
+                    help="also probe every recipe against this series the table already has, as "
+                         "if it were new (repeatable): its cells join --probe-plan, its verdicts "
+                         "the summary, and a failure excludes it")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes folder")
     ap.add_argument("--table", type=Path, help="compatibility table (default: RECIPES/table.yaml)")
     ap.add_argument("--pypi", default=PYPI_JSON, help="the JSON API's base URL")
@@ -53,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test)
     proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date,
-                       probes=args.probes, rc=args.rc)
+                       probes=args.probes, rc=args.rc,
+                       reprobe=tuple(args.reprobe))
     text = summary(proposal)
     if args.probe_plan:
         args.probe_plan.write_text(json.dumps(probe_matrix(proposal.targets)) + "\n",

@@ -265,17 +265,27 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
 
 def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
             table_path: Path | None = None, date: str | None = None,
-            probes: Path | None = None, rc: bool = False) -> Proposal:
+            probes: Path | None = None, rc: bool = False,
+            reprobe: tuple[str, ...] = ()) -> Proposal:
     """Read the registry and work out the whole change; nothing is written. ``probes``: a
     folder of probe reports (``probe.json``, the refresh workflow's probe jobs) of the cells
     :func:`tools.upstream.verdicts.probe_targets` names; a recipe whose probe failed to compile
     gets an exclusion of the new series in the same change. ``rc``: also read PyTorch's test
-    index for release candidates (``refresh_candidates``)."""
+    index for release candidates (``refresh_candidates``). ``reprobe``: series the table already
+    has, probed as if they were new (after a toolchain or recipe change, or to learn where the
+    recipes stand against the newest series): their targets and verdicts join the new ones', and
+    a failure excludes the series the same way."""
     table_path = table_path or recipes_dir / "table.yaml"
     date = date or datetime.date.today().isoformat()
     proposal = Proposal()
     table_text = read_text(table_path, TableError)
     table = parse_table(parse_yaml(table_text, table_path, TableError), table_path)
+    for series in reprobe:
+        if series not in table.torch:
+            raise TableError(f"--reprobe {series}: torch {series!r} is not a series of {table_path} "
+                             f"(it has {', '.join(sorted(table.torch, key=version_key))})",
+                             hint="name a series the table has; a series it lacks is probed "
+                                  "when the refresh proposes its row")
     recipes = load_all(recipes_dir, table)
     table_doc = _yaml().load(table_text)
 
@@ -314,7 +324,9 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
         del proposal.new[path], proposal.old[path]
     new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
-    proposal.targets = probe_targets(added_pairs(table, new_table), new_table, new_recipes)
+    added = added_pairs(table, new_table)
+    added += [(series, None) for series in reprobe if (series, None) not in added]
+    proposal.targets = probe_targets(added, new_table, new_recipes)
     reports = read_reports(probes) if probes is not None else None
     proposal.verdicts = [judge(t, reports) for t in proposal.targets]
     if any(v.state == "fails" for v in proposal.verdicts):
