@@ -15,6 +15,7 @@ from tools.core.manifest import (
     Manifest,
     archs_found,
     manifest_bytes,
+    manifest_platform,
     parse_manifest,
     read_manifest,
     variant_from_manifest,
@@ -67,6 +68,8 @@ def _written_before(m: Manifest) -> dict:
         "archs_override": m.archs_override,
         "abi": m.abi,
         "build_platform": m.build_platform,
+        "platform": m.platform,     # added with aarch64 and Windows builds
+        "checks": m.checks,
         **m.extra,
     }
 
@@ -77,6 +80,9 @@ def _written_before(m: Manifest) -> dict:
     {"extra": {"existing_python": True}, "cxx11_abi": False, "patches": (), "backend": "host"},
     # the kernel check's summary added after the fact, and a backend key that wins over a field
     {"extra": {"kernel_check": {"verdict": "not run: no GPU"}, "build_platform": "elsewhere"}},
+    # a Windows build: the ABI check can't run and the manifest says so
+    {"platform": "win_amd64", "checks": {"abi_check": "not possible on Windows: ...",
+                                         "dll_imports": "passed: 11 DLLs"}},
 ])
 def test_the_bytes_are_those_the_finish_stage_wrote(changes):
     m = _manifest(**changes)
@@ -150,3 +156,29 @@ def test_variant_of_a_stable_build_lists_the_series_it_serves():
     assert variant_from_manifest({"cell": "x"}) is None
     with pytest.raises(ValueError, match="abi.serves must be a non-empty list"):
         variant_from_manifest({"cuda": "13.0", "torch": "2.13", "abi": {"torch": "stable", "serves": []}})
+
+
+PLATFORMS = [
+    # (manifest, platform it records)
+    ({"platform": "linux_aarch64"}, "linux_aarch64"),
+    ({"platform": "win_amd64"}, "win_amd64"),
+    ({}, "linux_x86_64"),              # written before the key existed: every such build was x86_64
+]
+
+
+@pytest.mark.parametrize("manifest, platform", PLATFORMS, ids=[p for _, p in PLATFORMS])
+def test_manifest_platform(manifest, platform):
+    assert manifest_platform(manifest) == platform
+
+
+@pytest.mark.parametrize("value", [3, "linux aarch64", "<script>", None])
+def test_a_platform_that_is_not_a_name_is_refused(value):
+    with pytest.raises(ValueError, match="platform must be a platform name"):
+        manifest_platform({"platform": value})
+
+
+def test_an_old_manifest_still_reads(tmp_path):
+    """A manifest of a build before ``platform`` and ``checks``: the same variant, x86_64."""
+    old = {k: v for k, v in _manifest().to_json().items() if k not in ("platform", "checks")}
+    assert variant_from_manifest(old) == variant_from_manifest(_manifest().to_json())
+    assert manifest_platform(old) == "linux_x86_64"

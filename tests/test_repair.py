@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import fnmatch
 import hashlib
+import os
+import sys
 import platform
 import shutil
 import subprocess
@@ -20,7 +22,8 @@ import pytest
 
 from tinyext_support import nvcc_path, shared_tinyext
 from tools.core.errors import RepairError
-from tools.finish.repair import TORCH_EXCLUDES, repair_wheel
+from tests.fixtures.binaries.make_binaries import cross_compiled_so
+from tools.finish.repair import TORCH_EXCLUDES, auditwheel_command, repair_wheel, this_machine
 from tools.repair import main
 from tools.finish.verify import cuda_archs, extension_modules
 
@@ -175,6 +178,62 @@ def test_unknown_policy(tmp_path, torch_like_wheel):
         repair_wheel(torch_like_wheel(), tmp_path / "out", plat="manylinux_9_99_x86_64")
     assert "invalid choice" in str(info.value)
     assert "manylinux_2_28_x86_64" in info.value.hint
+
+
+# ---- other architectures ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("plat", ["manylinux_2_28_aarch64", "manylinux_2_28_x86_64", "auto"])
+def test_the_command_names_the_policy_and_the_same_excludes_for_every_architecture(tmp_path, plat):
+    command = auditwheel_command(tmp_path / "w.whl", tmp_path / "out", plat=plat)
+    assert command[command.index("--plat") + 1] == plat
+    assert ("--only-plat" in command) is (plat != "auto")
+    excludes = [command[i + 1] for i, word in enumerate(command) if word == "--exclude"]
+    assert excludes == list(TORCH_EXCLUDES)
+
+
+def test_a_wheel_of_another_architecture_is_refused_before_auditwheel_runs(tmp_path):
+    other = "aarch64" if this_machine() != "aarch64" else "x86_64"
+    wheel = make_wheel(tmp_path / "dist", {"demo/_C.so": b""}, tag=f"cp311-cp311-linux_{other}")
+    with pytest.raises(RepairError, match=f"is a {other} wheel and this machine is {this_machine()}: "
+                                          "auditwheel repairs wheels of the machine it runs on") as info:
+        repair_wheel(wheel, tmp_path / "out", plat=f"manylinux_2_28_{other}")
+    assert f"finish a {other} cell on a {other} machine" in info.value.hint
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+#: auditwheel as an aarch64 machine runs it: its --plat choices come from platform.machine();
+#: everything else (the ELF reading, the excludes, the policy) comes from the wheel. Only the
+#: test uses this, to run the real repair of a real aarch64 object on any machine.
+_AUDITWHEEL_AS_AARCH64 = ("import platform, sys; platform.machine = lambda: 'aarch64'; "
+                          "from auditwheel.main import main; sys.argv[0] = 'auditwheel'; "
+                          "sys.exit(main())")
+
+
+def test_auditwheel_repairs_a_real_aarch64_extension_with_torch_excluded(tmp_path):
+    """A cross-compiled aarch64 module linking a (fake, aarch64) libc10.so: with the excludes,
+    auditwheel grafts nothing and tags it manylinux_2_28_aarch64, as in the aarch64 image."""
+    lib = cross_compiled_so(tmp_path / "torchlib" / "libc10.so", "void dep(void) {}\n")
+    if lib is None:
+        pytest.skip("aarch64-linux-gnu-gcc is not installed (apt-get install gcc-aarch64-linux-gnu)")
+    src = tmp_path / "m.c"
+    src.write_text(MODULE_C)
+    module = tmp_path / "m.so"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-o", str(module), str(src),
+                    f"-L{lib.parent}", "-lc10"], check=True, timeout=120)
+    wheel = make_wheel(tmp_path / "dist", {"demo/_C.cpython-311-aarch64-linux-gnu.so": module.read_bytes()},
+                       tag="cp311-cp311-linux_aarch64")
+    # --strip would run this machine's strip on an aarch64 object: the aarch64 image's does it.
+    command = auditwheel_command(wheel, tmp_path / "out", plat="manylinux_2_28_aarch64", strip=False)
+    assert command[1:3] == ["-m", "auditwheel"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-c", _AUDITWHEEL_AS_AARCH64, *command[3:]],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Excluding libc10.so" in proc.stderr
+    (out,) = (tmp_path / "out").iterdir()
+    assert out.name == "demo-1.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(out) as zf:
+        assert not [n for n in zf.namelist() if ".libs/" in n]   # libc10 was not grafted
 
 
 def test_missing_wheel(tmp_path):

@@ -117,17 +117,37 @@ def sos(tmp_path_factory):
      ("manylinux1_x86_64", "manylinux_2_5_x86_64")),
     # aarch64 is Linux too
     ("x-1.0-cp311-abi3-manylinux_2_28_aarch64.whl", ("manylinux_2_28_aarch64",)),
+    # Windows amd64: the one Windows platform torch ships CUDA for
+    ("x-1.0-cp312-cp312-win_amd64.whl", ("win_amd64",)),
 ])
-def test_check_tags_accepts_linux_wheels(name, platforms):
+def test_check_tags_accepts_the_platforms_built(name, platforms):
     assert check_tags(Path(name)) == platforms
+
+
+@pytest.mark.parametrize("name, platform, fits", [
+    ("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "linux_aarch64", True),
+    ("x-1.0-cp312-cp312-linux_aarch64.whl", "linux_aarch64", True),            # before repair
+    ("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "linux_x86_64", True),
+    ("x-1.0-cp312-cp312-win_amd64.whl", "win_amd64", True),
+    ("x-1.0-cp312-cp312-manylinux_2_28_x86_64.whl", "linux_aarch64", False),   # built on the wrong machine
+    ("x-1.0-cp312-cp312-manylinux_2_28_aarch64.whl", "win_amd64", False),
+    ("x-1.0-cp312-cp312-win_amd64.whl", "linux_x86_64", False),
+])
+def test_check_tags_against_the_cells_platform(name, platform, fits):
+    if fits:
+        check_tags(Path(name), platform=platform)
+    else:
+        with pytest.raises(VerifyError, match=f"but its cell builds for {platform}"):
+            check_tags(Path(name), platform=platform)
 
 
 @pytest.mark.parametrize("name, message", [
     # the classic silent failure: the CUDA extension was skipped
     ("flash_attn-2.8.3-py3-none-any.whl", "py3-none-any ships no kernels"),
     # built on the wrong OS
-    ("x-1.0-cp311-cp311-macosx_14_0_arm64.whl", "non-Linux platform tag(s) macosx_14_0_arm64"),
-    ("x-1.0-cp311-cp311-win_amd64.whl", "non-Linux platform tag(s) win_amd64"),
+    ("x-1.0-cp311-cp311-macosx_14_0_arm64.whl", "platform tag(s) macosx_14_0_arm64, of no platform"),
+    # Windows on ARM: torch has no CUDA build for it
+    ("x-1.0-cp311-cp311-win_arm64.whl", "platform tag(s) win_arm64, of no platform"),
     # not a wheel name at all
     ("x-1.0.tar.gz", "'x-1.0.tar.gz' is not a wheel file name"),
 ])

@@ -12,6 +12,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 from wheelfactory import make_wheel
 
+from tests.fixtures.binaries.make_binaries import AMD64, EM_AARCH64, EM_X86_64, cross_compiled_so, elf_header, pe_dll
 from tests.fixtures.hostile.make_wheels import SPECIAL_EXPECT, WHEELS, make_special
 
 from tools.sitegen import wheelread, wheelzip
@@ -216,3 +217,50 @@ def test_a_rebuild_number_is_part_of_a_wheels_identity():
     assert wheelread.wheel_identity("flash_attn-2.8.3+cu128.torch2.8-1-cp311-cp311-linux_x86_64.whl") != ident
     assert wheelread.wheel_identity("not a wheel.whl") is None
     assert wheelread.project_of("Flash.Attn-2.8.3-py3-none-any.whl") == "flash-attn"
+
+
+# --------------------------------------------------------------------------- binaries against the platform tag
+
+BINARY_WHEELS = [
+    # (tag, member, bytes): wheels whose binaries fit their tag, indexed
+    ("cp312-cp312-manylinux_2_28_aarch64", "ext/_C.so", elf_header(EM_AARCH64)),
+    ("cp312-cp312-manylinux_2_28_x86_64", "ext/_C.so", elf_header(EM_X86_64)),
+    ("cp312-cp312-win_amd64", "ext/_C.cp312-win_amd64.pyd", pe_dll(AMD64)),
+    ("cp312-cp312-manylinux_2_28_x86_64", "ext/libfoo.so", b"INPUT(-lbar)\n"),  # a linker script: not a binary
+    ("py3-none-any", "ext/_C.so", elf_header(EM_AARCH64)),                      # no machine to check against
+]
+
+
+@pytest.mark.parametrize("tag, member, data", BINARY_WHEELS, ids=[f"{t}-{m}" for t, m, _ in BINARY_WHEELS])
+def test_a_wheel_whose_binaries_fit_its_tag_is_indexed(tmp_path, tag, member, data):
+    path = make_wheel(tmp_path, "ext", "1.0", tag=tag, extra_files={member: data})
+    assert isinstance(wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN), Entry)
+
+
+def test_both_readers_give_a_members_first_bytes(tmp_path):
+    """ZipDirectory.head inflates only the first bytes; zipfile's reading agrees with it, for a
+    deflated member larger than the head and for a stored one shorter than it."""
+    big = elf_header(EM_AARCH64) + os.urandom(64 << 10)
+    path = make_wheel(tmp_path, "ext", "1.0", extra_files={"ext/_C.so": big},
+                      payload=b"tiny")
+    size = path.stat().st_size
+    with open(path, "rb") as f, zipfile.ZipFile(f) as zf:
+        fast = wheelzip.ZipDirectory(f.fileno(), size)
+        slow = wheelzip.ZipfileMembers(zf)
+        for name, want in (("ext/_C.so", big[:4096]), ("ext/_payload.bin", b"tiny")):
+            assert fast.head(name, 4096) == slow.head(name, 4096) == want
+
+
+def test_a_real_cross_compiled_aarch64_extension_is_indexed_only_under_its_own_tag(tmp_path):
+    so = cross_compiled_so(tmp_path / "build" / "m.so")
+    if so is None:
+        pytest.skip("aarch64-linux-gnu-gcc is not installed (apt-get install gcc-aarch64-linux-gnu); "
+                    "test_hostile_index covers the rule with a crafted header")
+    good = make_wheel(tmp_path / "a", "ext", "1.0", tag="cp312-cp312-manylinux_2_28_aarch64",
+                      extra_files={"ext/_C.so": so.read_bytes()})
+    assert isinstance(wheelread.index_wheel(str(good), base_url=BASE, upload_time=WHEN), Entry)
+    bad = make_wheel(tmp_path / "b", "ext", "1.0", tag="cp312-cp312-manylinux_2_28_x86_64",
+                     extra_files={"ext/_C.so": so.read_bytes()})
+    reason = wheelread.index_wheel(str(bad), base_url=BASE, upload_time=WHEN)
+    assert reason.startswith("'ext/_C.so' is an ELF binary for aarch64 (e_machine 183, EM_AARCH64)")
+    assert not (tmp_path / "b" / (bad.name + ".metadata")).exists()

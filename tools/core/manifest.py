@@ -2,7 +2,9 @@
 
 It records the cell, the CUDA/torch/ABI the wheel was built against, the GPU architectures found
 in its extensions (not just requested), the source's sha256, the patches applied, the compiler
-versions, the recipe revision and, from the host backend, ``kernel_check``: the kernel check's
+versions, the recipe revision, the platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)
+and which checks ran (``checks``: the Windows ABI check is not possible, and says so), and, from
+the host backend, ``kernel_check``: the kernel check's
 verdict (``passed``, or ``not run: no GPU``), the GPU and the largest error of each op and dtype
 against its tolerance (``tools.kernels.check.summary``). The index reads the variant from it; the
 selector reads the GPU code from it; the doctor reads it to explain an ``undefined symbol``.
@@ -25,8 +27,12 @@ from .variant import Variant, torch_series
 
 #: File name inside ``<name>-<version>.dist-info/``.
 MANIFEST_NAME = "cuwheels.json"
-#: Bumped when a key changes meaning; readers accept what they know.
+#: Bumped when a key changes meaning; readers accept what they know. ``platform`` and ``checks``
+#: were added without a bump: no key changed meaning, and a manifest without them is a Linux
+#: x86_64 build's (manifest_platform), from before other platforms were built.
 MANIFEST_SCHEMA = 1
+#: The platform of a manifest that names none: every wheel built before ``platform`` was written.
+DEFAULT_PLATFORM = "linux_x86_64"
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class Manifest:
     build_platform: str
     extra: dict[str, Any] = field(default_factory=dict)
     schema: int = MANIFEST_SCHEMA
+    #: The platform the wheel is for (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``).
+    platform: str = DEFAULT_PLATFORM
+    #: Which checks of the finish step ran and what each found (``passed: ...``), or why one did
+    #: not (``not possible on Windows: ...``): check name -> one line.
+    checks: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as the JSON object written into the wheel (and kept in the build report)."""
@@ -86,6 +97,8 @@ class Manifest:
             "archs_override": self.archs_override,
             "abi": self.abi,
             "build_platform": self.build_platform,
+            "platform": self.platform,
+            "checks": self.checks,
             **self.extra,
         }
 
@@ -121,6 +134,15 @@ def read_manifest(wheel: zipfile.ZipFile, names: list[str] | None = None) -> dic
     """
     member = manifest_member(wheel.namelist() if names is None else names)
     return None if member is None else parse_manifest(wheel.read(member), member)
+
+
+def manifest_platform(manifest: Mapping[str, Any]) -> str:
+    """The platform a manifest records (``linux_aarch64``...); DEFAULT_PLATFORM for one written
+    before the key existed. ValueError for a value that is not a platform name."""
+    value = manifest.get("platform", DEFAULT_PLATFORM)
+    if not isinstance(value, str) or not value.replace("_", "").isalnum():
+        raise ValueError(f"platform must be a platform name such as linux_aarch64, got {value!r}")
+    return value
 
 
 def archs_found(manifest: Mapping[str, Any]) -> Any:

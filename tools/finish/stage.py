@@ -1,7 +1,8 @@
 """The finish stage: what turns a raw wheel from a package's own build into a publishable one.
 
-repair (auditwheel, torch/CUDA libraries excluded) -> inspect (every torch symbol resolves in
-the cell's torch; the recipe's ``abi`` claims hold (tools.abicheck); the SASS inside covers the
+repair (auditwheel, torch/CUDA libraries excluded; delvewheel for Windows) -> inspect (every
+binary is for the machine the tag names; every torch symbol resolves in the cell's torch, or on
+Windows every imported DLL is allowed; the recipe's ``abi`` claims hold (tools.abicheck); the SASS inside covers the
 requested archs) -> metadata (local version label, torch pin, build tag, the ``cuwheels.json``
 manifest; then the wheel as users' tools see it: installer's RECORD validation and ``auditwheel
 show``, tools.finish.usertools) -> the platform tag check. The host
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .abicheck import check_claims
+from .archcheck import check_binaries, wheel_platforms
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from tools.core.errors import VerifyError
-from tools.core.manifest import Manifest
+from tools.core.manifest import DEFAULT_PLATFORM, Manifest
 from tools.plan.matrix import Cell
 from tools.pipeline.report import Progress, Step
 from tools.plan.recipe import Recipe
@@ -31,6 +33,7 @@ from .repair import repair_wheel
 from .usertools import check_as_users_do
 from .verify import abi_check, check_archs, check_tags, cuda_archs, extension_modules
 from .wheelmeta import set_version_and_pin
+from .winrepair import WINDOWS_ABI_NOTE, check_imports, repair_windows_wheel
 
 #: The finish stage's own steps, as the progress lines and the report name them.
 FINISH_STEPS = ["repair", "inspect", "metadata"]
@@ -59,8 +62,10 @@ def compiler_versions(nvcc: str | None) -> dict[str, str]:
 
 
 def build_platform() -> str:
-    """The machine the wheel was finished on, for the manifest (``Linux x86_64 glibc 2.28``)."""
-    return f"{platform.system()} {platform.machine()} glibc {platform.libc_ver()[1]}"
+    """The machine the wheel was finished on, for the manifest (``Linux x86_64 glibc 2.28``,
+    ``Windows AMD64``)."""
+    libc = platform.libc_ver()[1]
+    return f"{platform.system()} {platform.machine()}" + (f" glibc {libc}" if libc else "")
 
 
 def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str, Any], *,
@@ -84,16 +89,38 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
                  progress: Progress, plat: str, backend: str, nvcc: str | None,
                  manifest_extra: dict[str, Any] | None = None,
                  recipe_revision: str | None = None,
-                 epoch: int = DEFAULT_SOURCE_DATE_EPOCH) -> tuple[Path, dict[str, Any]]:
-    """Repair, inspect (ABI and archs), set version/pin/manifest and check the tags of ``raw``,
-    a wheel of ``cell`` built against torch ``torch_version`` (its libraries in ``torch_lib``).
+                 epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
+                 wheel_platform: str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
+    ``raw``, a wheel of ``cell`` built against torch ``torch_version`` (its libraries in
+    ``torch_lib``).
 
     ``plat`` is auditwheel's target (``auto``: the lowest this build allows; the container
-    passes the table's manylinux target). Returns the finished wheel (under ``work``) and the
-    manifest it carries.
+    passes the table's manylinux target, ``manylinux_2_28_aarch64`` for an aarch64 cell).
+    ``wheel_platform``: the cell's platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``;
+    default: the cell's). A Windows wheel is repaired with delvewheel and its DLL imports
+    checked in place of the ABI check, which can't run there (tools.finish.winrepair).
+    Returns the finished wheel (under ``work``) and the manifest it carries, whose ``checks``
+    say what ran.
     """
+    # Cells name their platform once the plan does; until then every cell is Linux x86_64.
+    platform_name = wheel_platform or getattr(cell, "platform", DEFAULT_PLATFORM)
+    windows = platform_name.startswith("win")
+    checks: dict[str, str] = {}
+    # A wheel built on another machine than its cell's, or holding a binary for another, is
+    # refused before a repair tool chokes on it (delvewheel raises a traceback on an ELF .pyd).
+    check_tags(raw, platform=platform_name)
+    check_binaries(raw)
+
     def repair(step: Step) -> Path:
+        if windows:
+            done = repair_windows_wheel(raw, work / "repaired", log=work / "repair.log")
+            checks["repair"] = "delvewheel, torch's and the CUDA runtime's DLLs excluded"
+            step.detail.update(size_before=done.size_before, size_after=done.size_after,
+                               platform_tags=list(wheel_platforms(done.wheel)))
+            return done.wheel
         result = repair_wheel(raw, work / "repaired", plat=plat, log=work / "repair.log")
+        checks["repair"] = f"auditwheel --plat {plat}, torch's and CUDA's libraries excluded"
         step.detail.update(size_before=result.size_before, size_after=result.size_after,
                            platform_tags=list(result.platform_tags))
         if plat == "auto" and cell.platform_tag not in result.platform_tags:
@@ -109,20 +136,36 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         unpacked = work / "unpacked"
         if unpacked.exists():
             shutil.rmtree(unpacked)
+        check_tags(repaired, platform=platform_name)
+        binaries = check_binaries(repaired)
+        checks["binaries"] = (f"passed: {len(binaries.binaries)} compiled file(s), each for "
+                              f"{', '.join(binaries.platforms)}")
         with zipfile.ZipFile(repaired) as zf:
             zf.extractall(unpacked)
-        modules = extension_modules(unpacked)
-        if not modules:
-            raise VerifyError(f"{repaired.name} holds no compiled extension module",
-                              hint="the package's build skipped its CUDA extension: check the "
-                                   "recipe's FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc was found")
-        abi = abi_check(modules, torch_lib, torch_version=torch_version)
-        # What the recipe's abi claims beyond this torch: one build for many Pythons/torches.
-        step.detail["abi"] = check_claims(repaired, modules, python_abi=cell.python_abi,
-                                          torch_abi=cell.torch_abi, torch_from=cell.torch_from,
-                                          serves=cell.serves_torch)
+        if windows:
+            imports = check_imports(repaired)
+            modules = sorted(unpacked.rglob("*.pyd"))
+            checks["dll_imports"] = (f"passed: every DLL of {len(imports.imports)} file(s) is "
+                                     "vendored, torch's, Python's or Windows'")
+            checks["abi_check"] = WINDOWS_ABI_NOTE
+            step.detail["abi"] = {"python": cell.python_abi, "torch": cell.torch_abi,
+                                  "checked": WINDOWS_ABI_NOTE}
+        else:
+            modules = extension_modules(unpacked)
+            if not modules:
+                raise VerifyError(f"{repaired.name} holds no compiled extension module",
+                                  hint="the package's build skipped its CUDA extension: check the "
+                                       "recipe's FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc "
+                                       "was found")
+            abi = abi_check(modules, torch_lib, torch_version=torch_version)
+            checks["abi_check"] = f"passed: {abi.checked} torch symbols resolve in torch {torch_version}"
+            step.detail["abi_symbols_checked"] = abi.checked
+            # What the recipe's abi claims beyond this torch: one build for many Pythons/torches.
+            step.detail["abi"] = check_claims(repaired, modules, python_abi=cell.python_abi,
+                                              torch_abi=cell.torch_abi, torch_from=cell.torch_from,
+                                              serves=cell.serves_torch)
         found = {m.relative_to(unpacked).as_posix(): cuda_archs(m) for m in modules}
-        step.detail.update(abi_symbols_checked=abi.checked,
+        step.detail.update(binaries=binaries.summary(),
                            archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
                                   for k, v in found.items()})
         check_archs(found, archs)
@@ -140,6 +183,7 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         build_number=recipe.build.number, backend=backend, compiler=compiler_versions(nvcc),
         torch_cuda=torch_cuda, archs_override=archs != cell.archs, abi=claims,
         build_platform=build_platform(), extra=dict(manifest_extra or {}),
+        platform=platform_name, checks=dict(checks),
     ).to_json()
 
     def metadata(step: Step) -> Path:
@@ -154,9 +198,10 @@ def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...
         # The tools users run must take the wheel as it will be published.
         seen = check_as_users_do(out)
         step.detail.update(record_files_validated=seen.record_files,
-                           auditwheel_show=seen.auditwheel_constraint or "no glibc constraint")
+                           auditwheel_show=(seen.auditwheel_constraint or "no glibc constraint")
+                           if seen.auditwheel_ran else "not run: a Windows wheel (ELF only)")
         return out
 
     final = progress.run("metadata", metadata)
-    check_tags(final)
+    check_tags(final, platform=platform_name)
     return final, manifest

@@ -35,6 +35,7 @@ class UsersView:
 
     record_files: int                 # files whose hash and size installer checked against RECORD
     auditwheel_constraint: str | None  # the tag the symbol versions constrain it to, if any
+    auditwheel_ran: bool = True        # False for a Windows wheel: auditwheel reads ELF only
 
 
 def validate_record(wheel: Path) -> int:
@@ -106,6 +107,18 @@ def auditwheel_show(wheel: Path, *, auditwheel: str | None = None) -> str | None
     return constraint
 
 
+def is_linux_wheel(wheel: Path) -> bool:
+    """True when every platform tag of ``wheel`` is a Linux one (what ``auditwheel`` reads)."""
+    _, _, _, tags = parse_wheel_filename(Path(wheel).name)
+    return all(t.platform.startswith(("linux_", "manylinux", "musllinux_")) for t in tags)
+
+
 def check_as_users_do(wheel: Path) -> UsersView:
-    """Both checks on the finished ``wheel`` (see the module docstring)."""
-    return UsersView(record_files=validate_record(wheel), auditwheel_constraint=auditwheel_show(wheel))
+    """Both checks on the finished ``wheel`` (see the module docstring); ``auditwheel show`` only
+    on a Linux wheel (it reads ELF files; a Windows wheel's ``.pyd`` are PE files, which
+    tools.finish.winrepair checks), on any architecture: it reads an aarch64 wheel on an x86_64
+    machine as on an aarch64 one."""
+    records = validate_record(wheel)
+    if not is_linux_wheel(wheel):
+        return UsersView(record_files=records, auditwheel_constraint=None, auditwheel_ran=False)
+    return UsersView(record_files=records, auditwheel_constraint=auditwheel_show(wheel))

@@ -2,8 +2,8 @@
 
 Each check answers a question a user would otherwise answer with a crash:
 
-- ``check_tags``: is it a Linux platform wheel at all? (``py3-none-any`` means the CUDA extension
-  was silently skipped.)
+- ``check_tags``: is it a platform wheel at all, and of the cell's platform (Linux x86_64 or
+  aarch64, Windows amd64)? (``py3-none-any`` means the CUDA extension was silently skipped.)
 - ``abi_check``: does every ``c10::``/``at::``/``torch::`` symbol, and every C symbol of torch's
   stable shim (``aoti_torch_*``, ``torch_*``), that the extensions need exist in the torch they
   will run with? (Otherwise: ``ImportError: undefined symbol`` at import.) This runs without a
@@ -34,6 +34,7 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from tools.pipeline import venvs as pyenv
+from tools.core.binarch import expected_for
 from tools.core.errors import ToolchainError, VerifyError
 from tools.core.symbols import demangle_all
 from tools.plan.table import arch_key
@@ -55,12 +56,16 @@ TORCH_LIBRARY_GLOBS = ("libtorch*.so*", "libc10*.so*", "libcaffe2*.so*", "libshm
 _SHN_UNDEF = 0
 _STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
 _STV_DEFAULT, _STV_PROTECTED = 0, 3
+#: The Windows platforms this pipeline builds for (torch's CUDA wheels for Windows are amd64 only).
+WINDOWS_PLATFORMS = ("win_amd64",)
 #: How many unresolved names an error message lists before "... and N more".
 _SHOWN = 10
 
 
-def check_tags(wheel: Path) -> tuple[str, ...]:
-    """The platform tags of ``wheel`` (from its file name); VerifyError unless they are Linux.
+def check_tags(wheel: Path, *, platform: str | None = None) -> tuple[str, ...]:
+    """The platform tags of ``wheel`` (from its file name); VerifyError unless they are tags of a
+    platform this pipeline builds (Linux, Windows amd64) and, given the cell's ``platform``
+    (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``), tags of that one.
 
     >>> check_tags(Path("x-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"))
     ('manylinux_2_28_x86_64',)
@@ -75,12 +80,22 @@ def check_tags(wheel: Path) -> tuple[str, ...]:
             f"{Path(wheel).name} is a pure-Python wheel: py3-none-any ships no kernels: the "
             "build skipped the CUDA extension",
             hint="check FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc was found")
-    wrong = [p for p in platforms if not p.startswith(("linux_", "manylinux", "musllinux_"))]
+    wrong = [p for p in platforms
+             if not p.startswith(("linux_", "manylinux", "musllinux_")) and p not in WINDOWS_PLATFORMS]
     if wrong:
         raise VerifyError(
-            f"{Path(wheel).name} has non-Linux platform tag(s) {', '.join(wrong)}: CUDA torch "
-            "extension wheels from this pipeline are Linux-only",
-            hint="build on Linux (the host backend or a manylinux container)")
+            f"{Path(wheel).name} has platform tag(s) {', '.join(wrong)}, of no platform this "
+            "pipeline builds: CUDA torch extension wheels from it are Linux (x86_64, aarch64) "
+            f"or Windows ({', '.join(WINDOWS_PLATFORMS)})",
+            hint="build on Linux (the host backend or a manylinux container) or a Windows runner")
+    if platform is not None:
+        other = [p for p in platforms if expected_for(p) != expected_for(platform)]
+        if other:
+            raise VerifyError(
+                f"{Path(wheel).name} is tagged {', '.join(other)}, but its cell builds for "
+                f"{platform}: a wheel is published only for the platform it was planned for",
+                hint="build the cell on its own platform's runner or image (the build ran "
+                     "somewhere else)")
     return platforms
 
 

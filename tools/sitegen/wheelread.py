@@ -12,7 +12,9 @@ encrypted or duplicated member, no or several ``.dist-info`` directories, one no
 project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA, WHEEL or build
 manifest over its size cap (MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is
 decompressed, and the decompression itself is bounded), a METADATA whose Name or Version disagrees
-with the filename, an invalid Requires-Python, a build manifest that can't be read or contradicts
+with the filename, an invalid Requires-Python, a compiled member (``.so``, ``.pyd``, ``.dll``) for
+another machine than its platform tag names (an x86_64 ``.so`` in an aarch64 wheel, an ELF file
+in a Windows wheel: tools.core.binarch), a build manifest that can't be read or contradicts
 the local label, or a ``.metadata`` file that can't be written. Anything else reading a crafted
 file raises (the zip module's RuntimeError for an encrypted member, a RecursionError...) leaves
 that file out the same way, named with its reason: one wheel never stops the run. The zip is read,
@@ -44,6 +46,7 @@ from packaging.tags import parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from tools.core.binarch import HEAD_BYTES, NotABinary, expected_for, is_binary_name, mismatch, read_binary
 from tools.core.digest import hash_fd
 from tools.core.errors import IndexBuildError
 from .ledger import FILENAME_CHARS, Entry, encode_entry, entry_from_json
@@ -60,6 +63,8 @@ MAX_METADATA = 4 << 20
 MAX_MANIFEST = 1 << 20
 #: The most bytes of the WHEEL file, a few lines in a real wheel.
 MAX_WHEEL_FILE = 64 << 10
+#: The most compiled members whose headers are read from one wheel (a real wheel has tens).
+MAX_BINARIES = 4096
 #: The longest reason shown for a file left out: the rest of a crafted value is not printed.
 MAX_REASON = 400
 
@@ -225,9 +230,30 @@ def _open_regular(path: str | os.PathLike) -> int:
     return fd
 
 
-def _read_members(zf: Any, dist: str) -> tuple[bytes, dict | None]:
-    """METADATA and the parsed build manifest (None: none) of a wheel, checked as pip would."""
+def check_binaries(zf: Any, platforms: frozenset[str]) -> None:
+    """WheelRejected unless every compiled member of the wheel (tools.core.binarch.is_binary_name)
+    is an ELF or PE file for the machine its ``platforms`` tags name: a mislabelled wheel installs
+    on a machine it can't load on. Only the first HEAD_BYTES of each are inflated."""
+    if not any(expected_for(p) is not None for p in platforms):
+        return  # py3-none-any, macOS...: nothing this index checks
+    names = [name for name, _flags in zf.members() if is_binary_name(name) and not name.endswith("/")]
+    if len(names) > MAX_BINARIES:
+        raise WheelRejected(f"{len(names)} compiled files, over the {MAX_BINARIES} whose headers the "
+                            "index reads (a real wheel has tens)")
+    for name in names:
+        try:
+            binary = read_binary(zf.head(name, HEAD_BYTES))
+        except NotABinary as exc:
+            raise WheelRejected(f"{shown(name)} can't be read as a binary: {exc}") from None
+        if binary is not None and (why := mismatch(shown(name), binary, sorted(platforms))) is not None:
+            raise WheelRejected(why)
+
+
+def _read_members(zf: Any, dist: str, platforms: frozenset[str]) -> tuple[bytes, dict | None]:
+    """METADATA and the parsed build manifest (None: none) of a wheel, checked as pip would, and
+    its binaries checked against its ``platforms`` tags."""
     info_dir, has_manifest = check_members(zf.members(), dist)
+    check_binaries(zf, platforms)
     check_wheel_file(zf.read(f"{info_dir}/WHEEL", MAX_WHEEL_FILE))
     metadata = zf.read(f"{info_dir}/METADATA", MAX_METADATA)
     if not has_manifest:
@@ -258,14 +284,15 @@ def _read_zip(fd: int, filename: str, dist: str, file_version: Version, *, size:
 
 def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *, size: int):
     raw_version = filename[:-4].split("-")[1]
+    platforms = frozenset(tag.platform for tag in _parse_wheel_filename(filename)[3])
     try:
         try:
-            metadata, manifest = _read_members(ZipDirectory(fd, size), dist)
+            metadata, manifest = _read_members(ZipDirectory(fd, size), dist, platforms)
         except (Unsupported, struct.error, zlib.error, UnicodeDecodeError):
             with open(fd, "rb", closefd=False) as f:
                 f.seek(0)
                 with zipfile.ZipFile(f) as zf:
-                    metadata, manifest = _read_members(ZipfileMembers(zf), dist)
+                    metadata, manifest = _read_members(ZipfileMembers(zf), dist, platforms)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,

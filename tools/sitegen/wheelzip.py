@@ -1,9 +1,10 @@
 """A wheel's zip, read as an index must read an untrusted one: members by name with a size cap,
 and the member list checked as pip checks it before installing.
 
-``ZipDirectory`` reads the central directory and a few members with ``os.pread``, no object per
-member (with zipfile.ZipFile, opening a small wheel costs about as much as hashing it);
-``ZipfileMembers`` is the zipfile module's reading with the same two methods, for every layout the
+``ZipDirectory`` reads the central directory, a few members and the first bytes of others
+(``head``: a binary's header) with ``os.pread``, no object per member (with zipfile.ZipFile,
+opening a small wheel costs about as much as hashing it); ``ZipfileMembers`` is the zipfile
+module's reading with the same three methods, for every layout the
 fast reader leaves to it (``Unsupported``). Either way a member is read only when the central
 directory says it fits the caller's cap, and inflated never past it, whatever the stream holds.
 
@@ -23,6 +24,10 @@ import zlib
 from packaging.utils import canonicalize_name
 
 from tools.core.manifest import MANIFEST_NAME
+
+
+#: The most compressed bytes ``ZipDirectory.head`` reads for a member's first bytes.
+_HEAD_INPUT = 64 << 10
 
 
 class WheelRejected(Exception):
@@ -123,6 +128,31 @@ class ZipDirectory:
             raise Unsupported("size or CRC mismatch")
         return out
 
+    def head(self, name: str, size: int) -> bytes:
+        """A member's first ``size`` bytes (all of a shorter member), inflating only that far:
+        what a binary's header check needs from a library of hundreds of megabytes."""
+        _flags, method, _crc, csize, usize, offset = self._members[name]
+        header = os.pread(self._fd, self._LOCAL.size, offset)
+        if len(header) < self._LOCAL.size:
+            raise Unsupported("truncated local header")
+        sig, *_rest, nlen, xlen = self._LOCAL.unpack(header)
+        if sig != b"PK\x03\x04":
+            raise Unsupported("bad local header")
+        start = offset + self._LOCAL.size + nlen + xlen
+        want = min(size, usize)
+        if method == zipfile.ZIP_STORED:
+            out = os.pread(self._fd, min(want, csize), start)
+        elif method == zipfile.ZIP_DEFLATED:
+            # A header of a few KiB deflates into less than that; a stream needing more input than
+            # HEAD_INPUT to give it is unusual: zipfile, which streams, reads it instead.
+            raw = os.pread(self._fd, min(csize, _HEAD_INPUT), start)
+            out = zlib.decompressobj(-15).decompress(raw, want)
+        else:
+            raise Unsupported(f"compression method {method}")
+        if len(out) != want:
+            raise Unsupported("member shorter than its directory entry says")
+        return out
+
 
 class ZipfileMembers:
     """The zipfile module's reading of a wheel, with ZipDirectory's ``members()`` and ``read()``."""
@@ -143,6 +173,11 @@ class ZipfileMembers:
         if len(data) > limit:
             raise WheelRejected(f"{shown(name)} inflates past the {limit}-byte cap the index reads")
         return data
+
+    def head(self, name: str, size: int) -> bytes:
+        """A member's first ``size`` bytes (all of a shorter member)."""
+        with self._zf.open(name) as f:
+            return f.read(size)
 
 
 def _check_size(name: str, size: int, compressed: int, limit: int) -> None:
