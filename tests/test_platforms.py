@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tools.core.platforms import (
-    PLATFORMS, normalize_os, platform_name, tag_platform, uv_python_platform, wheel_platforms,
+    PLATFORMS, normalize_os, platform_name, tag_arch, tag_platform, uv_python_platform, wheel_platforms,
 )
 
 
@@ -62,3 +62,17 @@ def test_the_platforms_a_wheel_covers(field, expected):
 ])
 def test_uvs_python_platform_for_a_wheel(tag, target):
     assert uv_python_platform(tag) == target
+
+
+@pytest.mark.parametrize("os_name, arch, tag", [
+    ("linux", "x86_64", "x86_64"),
+    ("linux", "AMD64", "x86_64"),
+    ("linux", "arm64", "aarch64"),
+    ("windows", "AMD64", "amd64"),     # win_amd64
+    ("windows", "x86_64", "amd64"),
+    ("windows", "ARM64", "arm64"),     # win_arm64
+    ("darwin", "arm64", "aarch64"),
+    ("linux", "ppc64le", "ppc64le"),
+])
+def test_an_arch_as_wheel_tags_spell_it(os_name, arch, tag):
+    assert tag_arch(os_name, arch) == tag

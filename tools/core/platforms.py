@@ -36,9 +36,12 @@ PLATFORMS = {
     "win_amd64": Platform("win_amd64", "windows", "amd64", "Windows x86_64", "x86_64-pc-windows-msvc"),
 }
 
-#: What ``platform.machine()`` or ``sysconfig.get_platform()`` answers, as wheel tags spell the
-#: arch: Windows says ``AMD64``, some Linux tools ``arm64``; on Windows the tag says ``amd64``.
+#: How a CPU arch is spelled (``platform.machine()``, ``sysconfig.get_platform()``, a user) ->
+#: the one name for it: Windows says ``AMD64``, Debian and macOS ``arm64``.
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+#: Windows' wheel tags spell the arch their own way (``win_amd64``, ``win_arm64``).
+_WINDOWS_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
 
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_([a-z0-9_]+)")
 #: The glibc each legacy manylinux tag stands for (PEP 600).
@@ -54,15 +57,23 @@ def normalize_os(sys_platform: str) -> str:
     return sys_platform
 
 
-def platform_name(os_name: str, arch: str) -> str | None:
-    """The platform of a machine running ``os_name`` (normalize_os) on ``arch`` (as
-    ``platform.machine()`` says it: ``x86_64``, ``AMD64``, ``aarch64``, ``arm64``), or None when
-    the project builds nothing for it (macOS, Windows on ARM, ppc64le...)."""
+def tag_arch(os_name: str, arch: str) -> str:
+    """``arch`` (as ``platform.machine()`` or a user says it) as wheel tags spell it on
+    ``os_name``: ``AMD64`` -> ``x86_64`` on Linux, ``amd64`` on Windows; ``arm64`` -> ``aarch64``
+    on Linux. An arch of no platform here is only lowercased."""
     cpu = arch.strip().lower()
     cpu = _ARCH_ALIASES.get(cpu, cpu)
+    return _WINDOWS_ARCH.get(cpu, cpu) if os_name == "windows" else cpu
+
+
+def platform_name(os_name: str, arch: str) -> str | None:
+    """The platform of a machine running ``os_name`` (normalize_os) on ``arch`` (any spelling
+    tag_arch reads), or None when the project builds nothing for it (macOS, Windows on ARM,
+    ppc64le...)."""
+    cpu = tag_arch(os_name, arch)
     if os_name == "linux" and cpu in ("x86_64", "aarch64"):
         return f"linux_{cpu}"
-    if os_name == "windows" and cpu == "x86_64":
+    if os_name == "windows" and cpu == "amd64":
         return "win_amd64"
     return None
 
