@@ -266,3 +266,26 @@ def test_python_labels_of_compressed_and_abi3_tags():
     assert labels("cp310.cp311-cp310.cp311-linux_x86_64") == {"3.10", "3.11"}
     # only a wheel that is abi3 through and through serves the later Pythons
     assert labels("cp39-abi3.cp39-linux_x86_64") == {"3.9"}
+
+
+@pytest.mark.parametrize("platform_tag, published", [
+    ("manylinux_2_28_x86_64", True),     # the cell's own platform
+    ("manylinux_2_17_x86_64", True),     # an older baseline installs there too
+    ("manylinux_2_28_aarch64", False),   # another platform's wheel of the same version and index
+    ("win_amd64", False),
+])
+def test_a_cell_is_published_only_by_a_wheel_of_its_platform(platform_tag, published):
+    """The aarch64 and Windows wheels of a version share the variant index with the x86_64 one:
+    each counts only for a cell of its own platform."""
+    table = load_table()
+    planned = load_planned(RECIPES_DIR, table)
+    cell = next(c for c in planned.cells if c.python_abi == "cpython" and c.torch_abi == "exact"
+                and not c.candidate)
+    assert cell.platform_tag == "manylinux_2_28_x86_64"
+    recipe = next(r for r in planned.recipes if r.package == cell.package)
+    py = cell.python.replace(".", "")
+    fn = f"{cell.package}-{recipe.source.version}+{cell.label}-cp{py}-cp{py}-{platform_tag}.whl"
+    entry = load_entry(fn, Variant(cell.cuda, cell.torch))._replace(name=recipe.source.pypi)
+    model = missing_cells(planned, table, place_variants([entry], table=table))
+    said = next(r for r in model if r["package"] == cell.package)["published"]
+    assert (cell.id in said) is published

@@ -43,7 +43,8 @@ SERVER_LIFETIME = 900
 CASES = {c.name: c for c in page_cases("http://127.0.0.1:1/", Path("/fifo"))}
 #: One case of each kind (and each HTTP behaviour class) is also run by the zipapp.
 PYZ_CASES = ["filename-number", "sass-number", "torch-invalid", "deep-files", "manifest-sass-number",
-             "file-dev-zero", "file-fifo", "other-host", "userinfo", "yank-reason-escapes", "facts-deep"]
+             "file-dev-zero", "file-fifo", "other-host", "userinfo", "yank-reason-escapes", "facts-deep",
+             "facts-torch-platforms-escape"]
 PYZ_BEHAVIOURS = ["endless-page", "drip", "redirect-other-host", "redirect-file", "wheel-huge-directory"]
 
 

@@ -186,3 +186,45 @@ def test_a_release_candidates_build_is_in_the_pre_release_index_only(tmp_path):
     assert placement.is_candidate_build("1.0+cu132.torch2.15rc.git0123abc")
     assert not placement.is_candidate_build("1.0+cu132.torch2.15")
     assert not placement.is_candidate_build("1.0rc1+cu132.torch2.15")  # the package's own rc
+
+
+#: One version's wheel for each platform the project builds for (tools.core.platforms).
+PLATFORM_TAGS = ("cp312-cp312-manylinux_2_28_x86_64", "cp312-cp312-manylinux_2_28_aarch64",
+                 "cp312-cp312-win_amd64")
+
+
+def test_each_platforms_wheel_of_a_version_is_in_the_same_variant_index(tmp_path):
+    """The x86_64, aarch64 and Windows wheels of one version sit side by side in their (CUDA,
+    torch) index and in simple/; an installer tells them apart by their platform tags."""
+    w = tmp_path / "wheels"
+    names = sorted(make_wheel(w, "flash-attn", "2.8.3", local="cu130.torch2.14", tag=t).name
+                   for t in PLATFORM_TAGS)
+    report = build(tmp_path)
+    assert report.variant_indexes == ("cu130/torch2.14",) and not report.rejected
+    assert sorted(listed(tmp_path / "site", "cu130/torch2.14/", "flash-attn")) == names
+    assert sorted(listed(tmp_path / "site", "", "flash-attn")) == names
+    # The ledger holds three files of one version: identities differ by their tags.
+    assert all(n in (tmp_path / "ledger.json").read_text() for n in names)
+
+
+@pytest.mark.parametrize("tags, index", [
+    ("cp312-cp312-win_amd64", "cu12/torch2.8"),                 # MSVC: no libstdc++ ABI to mismatch
+    ("cp312-cp312-manylinux_2_28_aarch64", None),              # Linux: the rule holds
+    ("cp312-cp312-manylinux_2_28_x86_64", None),
+])
+def test_the_cxx11_abi_rule_is_linuxs(tmp_path, tags, index):
+    """Dao-AILab's labels state a C++ ABI on Windows wheels too (``cxx11abiFALSE`` for torch 2.8,
+    whose Linux wheels use the new one): a Windows wheel is placed whatever its label says."""
+    make_wheel(tmp_path / "wheels", "ext", "1.0", local="cu12torch2.8cxx11abiFALSE", tag=tags)
+    assert build(tmp_path).variant_indexes == ((index,) if index else ())
+
+
+def test_a_generic_cuda12_wheel_yields_only_to_an_exact_build_of_its_own_platform(tmp_path):
+    """An exact cu128 x86_64 build keeps the generic x86_64 wheel out of cu128/torch2.8, not
+    the generic aarch64 one, which is the only aarch64 wheel there."""
+    w = tmp_path / "wheels"
+    exact = make_wheel(w, "ext", "1.0", local="cu128.torch2.8", tag=PLATFORM_TAGS[0]).name
+    make_wheel(w, "ext", "1.0", local="cu12torch2.8cxx11abiTRUE", tag=PLATFORM_TAGS[0])
+    generic_arm = make_wheel(w, "ext", "1.0", local="cu12torch2.8cxx11abiTRUE", tag=PLATFORM_TAGS[1]).name
+    build(tmp_path)
+    assert sorted(listed(tmp_path / "site", "cu128/torch2.8/", "ext")) == sorted([exact, generic_arm])

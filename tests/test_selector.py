@@ -333,7 +333,7 @@ SELECT_CASES = [
     ("old-abi-torch", {"cxx11_abi": "0", "torch_version": "2.8.0+cu126"}, None, False, "C++ ABI", None),
     ("yanked", {}, "1.0.0", False, "is yanked (broken build)", None),
     ("no-such-version", {}, "3.0", False, "the index has no demo-ext 3.0", None),
-    ("windows", {"machine": "AMD64"}, None, False, "is built for x86_64", None),
+    ("windows", {"platform": "win_amd64"}, None, False, "this machine runs windows", None),
 ]
 
 

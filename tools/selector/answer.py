@@ -15,6 +15,7 @@ from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_p
                      same_public)
 from .client import Index, IndexFile
 from .detect import Machine, release, series_or_none
+from .target import download_commands, no_platform_reason, torch_advice
 
 
 @dataclass
@@ -35,6 +36,8 @@ class Answer:
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     build: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: For a machine of another platform: pip's and uv's commands that fetch its wheel from here.
+    download: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The answer as printed by ``--json``."""
@@ -42,6 +45,8 @@ class Answer:
         if self.fits:
             doc.update(version=self.version, filename=self.filename, index=self.index_path,
                        index_url=self.index_url, pip=self.pip, uv=self.uv)
+            if self.download:
+                doc["download"] = self.download
         else:
             doc.update(reason=self.reason, reasons=self.reasons, alternatives=self.alternatives)
         doc.update(build=self.build, notes=self.notes, machine=self.machine.to_json())
@@ -254,7 +259,13 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
     """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does
     and how to build one (for this machine's GPUs when the wheels lack their kernels). ``pre``:
     also look, after the release indexes, in the pre-release index of the machine's (CUDA, torch)
-    pair (builds against a torch release candidate); without it that index is never named."""
+    pair (builds against a torch release candidate); without it that index is never named.
+
+    A machine of a platform the project builds nothing for (tools.core.platforms) is answered
+    at once, without reading the index. For a machine of another platform than this one
+    (``m.foreign``) the answer adds the commands that fetch its wheel from here."""
+    if m.platform is None:
+        return Answer(package=canonicalize_name(package), fits=False, machine=m, reason=no_platform_reason(m))
     ans, archs = _pick(index, package, m, version=version, peek=peek, pre=pre)
     if not ans.fits:
         abi = recipe_abi(index, index.files("", ans.package) or [], peek=peek)
@@ -294,11 +305,16 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
         ans.reason = (f"torch {m.torch} is a {'CPU-only' if m.torch_build == 'cpu' else 'ROCm'} build; "
                       f"{project}'s wheels are CUDA extensions for a CUDA build of torch")
         ans.alternatives = alternatives(index, project, combined, m, version=version)
+        advice = _torch_advice(index, m, ans.alternatives, installed_cpu=m.torch_build == "cpu")
+        ans.reasons += [advice] if advice else []
         return ans, None
     series = series_or_none(m.torch)
     if m.torch_build is None or not m.torch_cuda or series is None:
         ans.reason = f"couldn't tell which CUDA torch {m.torch} is built with: pass --torch-cuda (e.g. 12.8)"
         ans.alternatives = alternatives(index, project, combined, m, version=version)
+        # An unlabelled version is PyPI's build, whose CUDA (or none) the site may know.
+        advice = _torch_advice(index, m, ans.alternatives, unlabelled=True) if "+" not in m.torch else None
+        ans.reasons += [advice] if advice else []
         return ans, None
 
     facts = index.facts()
@@ -333,6 +349,11 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
             ans.index_url = index.index_url(path + "/")
             ans.pip, ans.uv = install_commands(project, c.version, ans.index_url, path)
             ans.notes = list(dict.fromkeys(ans.notes + c.notes))
+            if m.foreign:
+                ans.download = download_commands(project, c.version, ans.index_url, c.wheel.platform, m)
+                wheel_cuda = c.variant.cuda if c.variant is not None and c.variant.exact_cuda else None
+                advice = torch_advice(series, wheel_cuda, m, facts)
+                ans.notes += [f"on that machine: {advice}"] if advice else []
             if path.startswith(PRERELEASE_ROOT):
                 ans.notes.append(f"built against a release candidate of torch {series} (the "
                                  "pre-release index): once the final is out, its own build in "
@@ -365,6 +386,17 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
                                         "versions": [Version(others.version or "0").public], "pip": others.pip,
                                         "fits_otherwise": True})
     return ans, archs
+
+
+def _torch_advice(index: Index, m: Machine, alts: list[dict[str, Any]], *,
+                  installed_cpu: bool = False, unlabelled: bool = False) -> str | None:
+    """What the site says of PyPI's torch of ``m``'s series on its platform (target.torch_advice),
+    naming PyTorch's index of the CUDA the nearest variant index with wheels of that series has."""
+    series = series_or_none(m.torch)
+    if series is None:
+        return None
+    cuda = next((a["cuda"] for a in alts if a.get("torch") == series and "." in a.get("cuda", "")), None)
+    return torch_advice(series, cuda, m, index.facts(), installed_cpu=installed_cpu, unlabelled=unlabelled)
 
 
 def _summarize(cands: list[Candidate], m: Machine) -> list[str]:

@@ -119,6 +119,13 @@ def platform_problem(wheel: WheelName, m: Machine) -> tuple[tuple[str, str] | No
                 return None, None
         elif linux and m.os == "linux" and linux.group(1) == m.arch:
             return None, f"{plat} promises no glibc baseline: it may need this machine's glibc or newer"
+        elif plat.startswith("win_"):
+            if m.os != "windows":
+                problems.append(("platform", f"it is built for Windows ({plat}), this machine runs {m.os}"))
+            elif plat[4:] != m.arch:
+                problems.append(("platform", f"it is built for {plat[4:]} ({plat}), this machine is {m.arch}"))
+            else:
+                return None, None
         else:
             problems.append(("platform", f"it is built for {plat}, this machine is {m.os} {m.arch}"))
     # A glibc problem is the one to report when another tag of the same wheel is merely foreign.

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from tools.core.platforms import PLATFORMS
 from .answer import Answer, select
 from .client import Index, IndexReadError, visible
 from .detect import Machine, detect_machine
 from .doctor import Diagnosis, doctor
 from .fetch import DEFAULT_DEADLINE, origin
+from .target import DOWNLOAD_DIR
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from argparse
 
@@ -31,6 +33,7 @@ EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from ar
 def format_machine(m: Machine) -> str:
     """The detected facts, one per line, with what couldn't be detected."""
     lines = [f"  python   {'.'.join(map(str, m.python))} ({m.python_tag}), {m.os} {m.arch}"
+             + (f" ({m.platform})" if m.platform else " (no wheels for this platform)")
              + (f", glibc {m.glibc[0]}.{m.glibc[1]}" if m.glibc else "")]
     if m.torch:
         build = {"cuda": f"CUDA {m.torch_cuda}", "cpu": "CPU-only", "rocm": "ROCm"}.get(m.torch_build or "",
@@ -47,16 +50,26 @@ def format_machine(m: Machine) -> str:
     return "\n".join(lines)
 
 
+def _whose(m: Machine) -> str:
+    """The heading of the facts: this machine's, or those of the machine of another platform
+    the answer is for."""
+    return "The machine answered for (another platform):" if m.foreign else "This machine:"
+
+
 def format_answer(a: Answer) -> str:
     """The human-readable answer."""
-    out = ["This machine:", format_machine(a.machine), ""]
+    there = " (run there)" if a.machine.foreign else ""
+    out = [_whose(a.machine), format_machine(a.machine), ""]
     if a.fits:
         out += [f"{a.package} {a.version} fits: {a.filename}",
                 f"  variant index: {a.index_url}", "",
-                "pip:", f"  {a.pip}", "",
-                "uv (pip interface):", f"  {a.uv['command'] if a.uv else ''}", "",
+                f"pip{there}:", f"  {a.pip}", "",
+                f"uv (pip interface){there}:", f"  {a.uv['command'] if a.uv else ''}", "",
                 "uv project (pyproject.toml):"]
         out += [f"  {line}" if line else "" for line in (a.uv or {}).get("pyproject", "").splitlines()]
+        if a.download:
+            out += ["", f"From this machine, that machine's wheel alone (no dependencies), into "
+                        f"{DOWNLOAD_DIR}/:", f"  pip: {a.download['pip']}", f"  uv:  {a.download['uv']}"]
     else:
         out.append(f"No wheel fits: {a.reason}")
         out += [f"  - {r}" for r in a.reasons if r not in (a.reason or "")]
@@ -152,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a host the index's files may be read from besides the index's own (repeatable)")
     o = p.add_argument_group("facts of another machine (each replaces what is detected here)")
     o.add_argument("--python-version", help="3.12 (3.13t for free-threaded)")
+    o.add_argument("--platform", choices=list(PLATFORMS),
+                   help="the machine's OS and CPU: its commands then fetch that platform's wheel from here")
     o.add_argument("--machine", help="CPU arch as in wheel tags: x86_64, aarch64")
     o.add_argument("--glibc", help="glibc version, e.g. 2.28")
     o.add_argument("--torch-version", help="torch version with its label, e.g. 2.8.0+cu128 or 2.9.1+cpu")
@@ -170,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("PACKAGE is required (or --detect)")
     if not args.detect and not args.doctor and not args.index:
         parser.error("--index is required: the URL (or local directory) of the cuwheels site")
-    overrides = {k: getattr(args, k) for k in ("python_version", "machine", "glibc", "torch_version",
+    overrides = {k: getattr(args, k) for k in ("python_version", "platform", "machine", "glibc", "torch_version",
                                                 "torch_cuda", "cxx11_abi", "cuda_driver", "sm")}
     try:
         machine = detect_machine(overrides)

@@ -24,6 +24,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from tools.core.platforms import PLATFORMS, normalize_os, platform_name, tag_arch
 from tools.core.variant import cuda_from_nodot, torch_series
 from .gpu import Gpu, parse_sm
 
@@ -82,6 +83,16 @@ class Machine:
     gpus: list[Gpu] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
+    #: The answer is for a machine of another platform than the one it runs on (``--platform``,
+    #: ``--machine``): its commands then name that platform (pip ``--platform``, uv
+    #: ``--python-platform``).
+    foreign: bool = False
+
+    @property
+    def platform(self) -> str | None:
+        """``linux_x86_64``, ``linux_aarch64``, ``win_amd64`` (tools.core.platforms), or None
+        for a machine the project builds no wheels for."""
+        return platform_name(self.os, self.arch)
 
     @property
     def python_tag(self) -> str:
@@ -96,6 +107,8 @@ class Machine:
             "python_tag": self.python_tag,
             "os": self.os,
             "arch": self.arch,
+            "platform": self.platform,
+            "foreign": self.foreign,
             "libc": self.libc,
             "glibc": ".".join(map(str, self.glibc)) if self.glibc else None,
             "torch": None if self.torch is None else {
@@ -149,10 +162,21 @@ def detect_python(machine: Machine) -> None:
 
 
 def detect_platform(machine: Machine) -> None:
-    """OS, CPU arch and C library."""
-    machine.os = "linux" if sys.platform.startswith("linux") else sys.platform
-    plat = sysconfig.get_platform()  # linux-x86_64: the interpreter's arch (i686 on a 64-bit kernel)
-    machine.arch = plat.split("-", 1)[1] if machine.os == "linux" and "-" in plat else platform.machine()
+    """OS (``linux``, ``windows``, else ``sys.platform``), CPU arch as wheel tags spell it on that
+    OS (``x86_64``, ``aarch64``; ``amd64`` on Windows) and C library."""
+    machine.os = normalize_os(sys.platform)
+    # linux-x86_64, win-amd64: the interpreter's arch (i686 on a 64-bit kernel, win32 for a
+    # 32-bit Python on 64-bit Windows), which is what its wheels must be built for.
+    plat = sysconfig.get_platform()
+    if machine.os in ("linux", "windows") and "-" in plat:
+        machine.arch = tag_arch(machine.os, plat.split("-", 1)[1])
+    elif machine.os == "windows":
+        machine.arch = "x86"
+    else:
+        machine.arch = platform.machine()
+    if machine.os != "linux":
+        machine.libc = None
+        return
     lib, ver = _libc_version()
     machine.libc = lib
     if ver:
@@ -257,10 +281,12 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
             build, cuda = "rocm", None
         elif "cuda" in facts:
             build, cuda = "cpu", None
-    abi = _cxx11_abi_from_libc10(Path(str(dist.locate_file("torch/lib/libc10.so"))))
+    # libstdc++'s dual ABI is Linux's: a Windows torch (MSVC) has none to match.
+    has_abi = machine.os == "linux"
+    abi = _cxx11_abi_from_libc10(Path(str(dist.locate_file("torch/lib/libc10.so")))) if has_abi else None
     if abi is not None:
         machine.sources["cxx11_abi"] = "symbols of torch/lib/libc10.so"
-    if (build is None or abi is None) and allow_import:
+    if (build is None or (has_abi and abi is None)) and allow_import:
         probe = _import_torch_query()
         if probe:
             machine.sources["torch_cuda"] = machine.sources["cxx11_abi"] = "import torch (subprocess)"
@@ -270,14 +296,14 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
                 build, cuda = "rocm", None
             else:
                 build, cuda = "cpu", None
-            abi = probe.get("cxx11_abi")
+            abi = probe.get("cxx11_abi") if has_abi else None
             if not machine.gpus and probe.get("gpus"):
                 machine.gpus = [Gpu(tuple(cc), name) for cc, name in probe["gpus"]]  # type: ignore[arg-type]
                 machine.sources["gpus"] = "torch.cuda"
     machine.torch_build, machine.torch_cuda, machine.cxx11_abi = build, cuda, abi
     if build is None:
         machine.unknown["torch_cuda"] = f"couldn't tell whether torch {dist.version} is a CUDA build"
-    if abi is None:
+    if abi is None and has_abi:
         machine.unknown["cxx11_abi"] = "couldn't read torch's C++ ABI"
 
 
@@ -382,7 +408,8 @@ def detect_machine(overrides: dict[str, Any] | None = None, *, allow_import: boo
     """Everything the selector checks, detected here unless ``overrides`` gives it.
 
     Override keys (all strings, as typed on the command line): ``python_version`` (``3.12``),
-    ``machine`` (``aarch64``), ``glibc`` (``2.28``), ``torch_version`` (``2.8.0+cu128``),
+    ``platform`` (``linux_aarch64``, ``linux_x86_64``, ``win_amd64``: OS and CPU arch; a Linux
+    one of another arch or OS than here leaves glibc to ``glibc``), ``machine`` (``aarch64``), ``glibc`` (``2.28``), ``torch_version`` (``2.8.0+cu128``),
     ``torch_cuda`` (``12.8`` or ``none``), ``cxx11_abi`` (``1``/``0``), ``cuda_driver``
     (``580.65.06`` or ``13.0``), ``sm`` (``90``, ``8.0,12.0`` or ``none``). Never raises for a missing
     tool or library: what it can't find is in ``Machine.unknown``.
@@ -396,9 +423,25 @@ def detect_machine(overrides: dict[str, Any] | None = None, *, allow_import: boo
         m.python = release(text.rstrip("t"))
         m.sources["python"] = "--python-version"
     detect_platform(m)
+    here = m.platform, m.os
+    if "platform" in o:
+        target = PLATFORMS.get(o["platform"])
+        if target is None:
+            raise ValueError(f"--platform {o['platform']!r} is not one of {', '.join(PLATFORMS)}")
+        m.os, m.arch = target.os, target.arch
+        m.sources["platform"] = "--platform"
     if "machine" in o:
-        m.arch = o["machine"]
+        m.arch = tag_arch(m.os, o["machine"])
         m.sources["arch"] = "--machine"
+    m.foreign = m.platform != here[0]
+    if m.os != "linux":
+        m.libc, m.glibc = None, None
+        m.unknown.pop("glibc", None)
+    elif (m.foreign or here[1] != "linux") and "glibc" not in o:
+        # This machine's glibc says nothing of another's.
+        m.libc, m.glibc = "glibc", None
+        m.sources.pop("glibc", None)
+        m.unknown["glibc"] = "another machine's (--platform): pass --glibc to check it"
     if "glibc" in o:
         m.libc, m.glibc = "glibc", release(o["glibc"])[:2]  # type: ignore[assignment]
         m.sources["glibc"] = "--glibc"
@@ -424,7 +467,10 @@ def detect_machine(overrides: dict[str, Any] | None = None, *, allow_import: boo
         m.unknown.pop("cxx11_abi", None)
     if m.torch is not None and m.torch_build is None and "torch_cuda" not in m.unknown:
         m.unknown["torch_cuda"] = f"torch {m.torch} doesn't say its CUDA version: pass --torch-cuda"
-    if m.torch is not None and m.cxx11_abi is None and "cxx11_abi" not in m.unknown:
+    if m.os != "linux":
+        m.cxx11_abi = None  # libstdc++'s dual ABI: none on Windows
+        m.unknown.pop("cxx11_abi", None)
+    elif m.torch is not None and m.cxx11_abi is None and "cxx11_abi" not in m.unknown:
         m.unknown["cxx11_abi"] = "not given (--cxx11-abi)"
 
     if not {"cuda_driver", "sm"} <= o.keys():

@@ -7,7 +7,9 @@ doesn't list (the package isn't known to support that torch yet).
 
 A planned cell is published when, in each variant index it serves (its CUDA version with every
 torch series it serves), a wheel of the recipe's project and version is placed
-(tools.sitegen.placement) whose tags install on every Python the cell serves. The index decides
+(tools.sitegen.placement) whose tags install on every Python the cell serves, on the cell's
+platform (its wheel platform tag: an aarch64 or a Windows wheel of the same version, in the same
+index, is another cell's). The index decides
 this from the wheels as it places them (their variant, from the build manifest or the label, and
 their tags), not from the cell id a build manifest records: the ledger the pages are rendered
 from keeps no cell id, a wheel built elsewhere has no manifest, and an id names the build that was
@@ -30,11 +32,12 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
 from .ledger import Entry
-from .placement import FileView, project_name, version_key, wheel_tags
+from .placement import FileView, project_name, version_key, wheel_platforms_of, wheel_tags
 from tools.plan.matrix import Cell, plan
 from tools.plan.recipe import Recipe, load_all
 from tools.plan.table import Table
 from .templating import jinja_env
+from tools.core.platforms import tag_platform
 from tools.core.variant import Variant
 from .wheelread import parse_version
 
@@ -158,8 +161,12 @@ def load_reports(reports_dir: Path) -> dict[str, dict[str, Any]]:
     return reports
 
 
-def _covers(filename: str, python: str) -> bool:
-    """Whether a wheel's tags install on CPython ``python`` (cp312, abi3 from its minimum, py3)."""
+def _covers(filename: str, python: str, platform: str | None) -> bool:
+    """Whether a wheel's tags install on CPython ``python`` (cp312, abi3 from its minimum, py3)
+    on ``platform`` (``linux_aarch64``; None: a platform the project has no name for, which
+    only a wheel tagged with exactly that platform could cover, and none of this project is)."""
+    if platform not in wheel_platforms_of(filename):
+        return False
     for label in _python_labels(wheel_tags(filename)):
         if label == python or (label.endswith("+")
                                and version_key(label[:-1]) <= version_key(python)):
@@ -202,11 +209,14 @@ def _published_files(placed: Mapping[Variant, list[Entry]]
 def _is_published(cell: Cell, project: str, version: str,
                   have: Mapping[tuple[str, str, str, str, bool], list[str]]) -> bool:
     """Whether every (torch series, Python) the cell serves has a wheel of ``project``
-    ``version`` in the cell's variant index of that series."""
+    ``version`` for the cell's platform in the cell's variant index of that series: the
+    aarch64 and the Windows wheels of one version sit beside the x86_64 one in the same index,
+    and each is its own cell's."""
     pythons = cell.serves_python or (cell.python,)
+    platform = (tag_platform(cell.platform_tag) or (None,))[0]
     for series in cell.serves_torch or (cell.torch,):
         files = have.get((project, version, cell.cuda, series, bool(cell.candidate)), ())
-        if not all(any(_covers(f, python) for f in files) for python in pythons):
+        if not all(any(_covers(f, python, platform) for f in files) for python in pythons):
             return False
     return True
 

@@ -11,7 +11,8 @@ unambiguous inside one variant index:
   of the official torch wheels of its series (``cxx11_abi`` of the series in the compatibility
   table the index run reads, tools.plan.table); otherwise pip would pick ``...cxx11abiTRUE`` over
   ``...cxx11abiFALSE`` by string order. A series the table doesn't have has no known ABI, so such
-  a wheel of it stays in ``simple/`` only, as does one of the other ABI.
+  a wheel of it stays in ``simple/`` only, as does one of the other ABI. The rule is Linux's
+  (libstdc++'s dual ABI): a Windows wheel is placed whatever its label says of the ABI.
 * ``cu12`` ("any CUDA 12.x", Dao-AILab's convention) wheels are placed in their own
   ``cu12/torch2.8/`` index *and* in every exact CUDA 12.x index of the same torch that exists in the
   site (``cu126/torch2.8``, ``cu128/torch2.8``...), so a user only ever has to pick the index that
@@ -43,6 +44,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from tools.plan.table import Table
 from tools.plan.table import version_key as _version_key
 from .ledger import Entry
+from tools.core.platforms import wheel_platforms
 from tools.core.variant import Variant, is_candidate_label
 
 #: ``tools.plan.table.version_key``, once per distinct text: it runs for every file placed.
@@ -89,9 +91,24 @@ def is_candidate_build(version: str) -> bool:
     return bool(local) and "rc.git" in local and is_candidate_label(local)
 
 
-def _abi_fits(variant: Variant, table: Table) -> bool:
-    """A wheel fits its variant indexes when it states no C++ ABI or its torch series' official one."""
-    return variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(table, variant.torch)
+def _abi_fits(variant: Variant, table: Table, filename: str) -> bool:
+    """A wheel fits its variant indexes when it states no C++ ABI or its torch series' official
+    one, or is a Windows wheel: the ABI of the table is libstdc++'s, which MSVC builds don't
+    have, and Dao-AILab's labels (``+cu12torch2.8cxx11abiFALSE``) say one on Windows too."""
+    if variant.cxx11_abi is None or variant.cxx11_abi == official_cxx11_abi(table, variant.torch):
+        return True
+    return wheel_platforms_of(filename) == WINDOWS
+
+
+#: What a Windows-only wheel's tags cover.
+WINDOWS = frozenset({"win_amd64"})
+
+
+@lru_cache(maxsize=None)
+def wheel_platforms_of(filename: str) -> frozenset[str]:
+    """The platforms (tools.core.platforms: ``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)
+    a wheel's tags install on; ``any`` is every one, a platform the project has no name for none."""
+    return frozenset(p for t in wheel_tags(filename) for p in wheel_platforms(t.platform))
 
 
 def place_variants(entries: Iterable[Entry], *, table: Table) -> dict[Variant, list[Entry]]:
@@ -107,7 +124,7 @@ def place_variants(entries: Iterable[Entry], *, table: Table) -> dict[Variant, l
     generic: list[Entry] = []
     for e in entries:
         v = e.variant
-        if v is None or not _abi_fits(v, table):
+        if v is None or not _abi_fits(v, table, e.filename):
             continue
         if is_candidate_build(e.version):
             for series in v.served:
