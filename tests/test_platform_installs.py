@@ -3,7 +3,8 @@ platform they are asked for (Linux x86_64, Linux aarch64, Windows x86_64), and t
 file when asked for nothing, as the selector's commands rely on.
 
 The three wheels, each holding a stand-in binary of its platform (an ELF header with the
-platform's machine, a PE stub), are indexed by the real index command into
+platform's machine, a minimal PE DLL: tests/fixtures/binaries/make_binaries.py, the same
+files the index's architecture check is tested with), are indexed by the real index command into
 ``cu130/torch2.14/``, which the project's server serves on 127.0.0.1 from a thread that stops by
 itself (and is stopped by the fixture); no registry is needed.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import os
 import platform
-import struct
 import subprocess
 import sys
 import threading
@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from wheelfactory import make_wheel
+
+from tests.fixtures.binaries.make_binaries import AMD64, EM_AARCH64, EM_X86_64, elf_header, pe_dll
 
 from tools.core.platforms import platform_name, uv_python_platform
 from tools.pipeline.venvs import uv_bin
@@ -39,18 +41,11 @@ WHEELS = {
 }
 
 
-def elf_header(machine: int) -> bytes:
-    """The 64 bytes of a 64-bit little-endian ELF shared object's header for ``machine``
-    (``e_machine``: 62 x86_64, 183 aarch64); enough for ``file`` and for a check of the arch."""
-    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
-    return ident + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, 0, 0, 64, 0, 0, 64, 0, 0)
-
-
 #: platform name -> the extension module a wheel of it would hold, as a stand-in
 BINARIES = {
-    "linux_x86_64": ("platdemo/_C.cpython-312-x86_64-linux-gnu.so", elf_header(62)),
-    "linux_aarch64": ("platdemo/_C.cpython-312-aarch64-linux-gnu.so", elf_header(183)),
-    "win_amd64": ("platdemo/_C.cp312-win_amd64.pyd", b"MZ" + bytes(62)),
+    "linux_x86_64": ("platdemo/_C.cpython-312-x86_64-linux-gnu.so", elf_header(EM_X86_64)),
+    "linux_aarch64": ("platdemo/_C.cpython-312-aarch64-linux-gnu.so", elf_header(EM_AARCH64)),
+    "win_amd64": ("platdemo/_C.cp312-win_amd64.pyd", pe_dll(AMD64)),
 }
 
 
