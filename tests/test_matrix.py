@@ -110,7 +110,8 @@ def test_the_repositorys_plan_has_one_build_per_file_name():
     # The wheel's file name is set by package, version, label (CUDA + built-against torch) and
     # its python tag: two cells sharing all four would publish two different files of one name.
     cells = plan()
-    names = [(c.package, c.version, c.label, c.python if c.python_abi == "cpython" else c.python_abi) for c in cells]
+    names = [(c.package, c.version, c.label, c.python if c.python_abi == "cpython" else c.python_abi,
+                  c.platform_tag) for c in cells]
     assert len(names) == len(set(names))
     xformers = [c.id for c in cells if c.package == "xformers"]
     assert xformers == ["xformers-py3-cu128-torch2.10+", "xformers-py3-cu130-torch2.10+",
