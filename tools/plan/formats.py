@@ -117,7 +117,7 @@ def counts_markdown(rows: list[dict]) -> str:
               + " | ".join(str(r[k]) for k, _, _ in COLUMNS) + " |" for r in rows]
     for name, part in _totals(rows):
         platform = name.removeprefix("total").strip()
-        lines.append(f"| total | {platform} | | "
+        lines.append(f"| total | {platform} | | ".replace("|  |", "| |")
                      + " | ".join(str(_total(part, k)) for k, _, _ in COLUMNS) + " |")
     return "\n".join(lines)
 

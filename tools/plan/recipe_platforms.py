@@ -66,7 +66,8 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
             for key, listed in m["archs"].items():
                 at = f"{where}.archs.{key}"
                 if key != "*" and key not in cudas:
-                    p.add(at, f"{key!r} is not one of this recipe's CUDA versions or \"*\"")
+                    p.add(at, f"{key!r} is not one of this recipe's CUDA versions or \"*\"",
+                          f"use one of {', '.join(cudas)} (quoted) or \"*\"")
                     continue
                 got = p.strings(listed, at)
                 if got is not None:
