@@ -149,7 +149,8 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None,
         for name, value in (top.get(section) or {}).items():
             where = f"{section}.{name}"
             if names is not None and name not in names:
-                p.add(where, unknown, f"use one of: {', '.join(sorted(names))}")
+                p.add(where, unknown, f"use a {'recipe' if section == 'packages' else 'platform'}"
+                                      f"'s name: {', '.join(sorted(names))}")
                 continue
             if section == "platforms" and name == DEFAULT_PLATFORM:
                 p.add(where, f"{DEFAULT_PLATFORM} runs on the default runner",
