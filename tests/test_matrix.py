@@ -382,7 +382,7 @@ def test_a_new_series_in_the_table_is_planned_with_no_recipe_edit(tmp_path):
     # The newest series before is no longer the default torch of the CUDA versions it shares.
     shared = [c for c in after if c.torch == newest and c.torch_abi == "exact"
               and any(d.torch == series and d.cuda == c.cuda and d.package == c.package
-                      for d in after)]
+                      and d.platform == c.platform for d in after)]
     assert shared and all(c.id.endswith(f"-torch{newest}") for c in shared)
 
     # A row whose CUDA versions no range includes is planned for no recipe.

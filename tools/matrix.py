@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     runners = None
     if args.format in STAGED:
         runners = load_runners(args.runners or args.recipes / "runners.yaml",
-                               {r.package for r in recipes}, set(table.platforms))
+                               {r.package for r in recipes})
     print(render(args.format, _cap(selected, args.cap), recipes, table, runners))
     return 0
 

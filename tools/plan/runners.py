@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError
-from tools.core.variant import DEFAULT_PLATFORM
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
 from .schema import Problems, load_yaml
 
 #: The runner file the plan reads when no other is named.
@@ -118,11 +118,12 @@ def _check_runner(p: Problems, runner: Runner, where: str,
             "budget to compile", "raise the budget or lower the setup")
 
 
-def parse_runners(raw: object, path: Path, packages: set[str] | None = None,
-                  platforms: set[str] | None = None) -> Runners:
+def parse_runners(raw: object, path: Path, packages: set[str] | None = None) -> Runners:
     """The runner file's data (``raw``, read from ``path``) as :class:`Runners`; PlanError listing
     every problem. ``packages``: the recipes' names, when known, so that an override of a recipe
-    that doesn't exist is named; ``platforms``: the table's platforms, likewise."""
+    that doesn't exist is named. A platform's runner must be one of a platform the cell ids know
+    (``tools.core.variant.PLATFORM_PART``); one whose platform a table lacks is never used."""
+    platforms = set(PLATFORM_PART)
     p = Problems(path, PlanError)
     top = p.entry(raw, "", {"schema": int, "default": dict}, {"packages": dict, "platforms": dict})
     if top is None:
@@ -145,7 +146,7 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None,
     by_platform: dict[str, Runner] = {}
     for section, names, unknown, into in (
             ("packages", packages, "no recipe has this name", overrides),
-            ("platforms", platforms, "the table (platforms:) has no such platform", by_platform)):
+            ("platforms", platforms, "no platform has this name", by_platform)):
         for name, value in (top.get(section) or {}).items():
             where = f"{section}.{name}"
             if names is not None and name not in names:
@@ -170,7 +171,6 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None,
     return Runners(path, default, overrides, by_platform)
 
 
-def load_runners(path: Path = RUNNERS_PATH, packages: set[str] | None = None,
-                 platforms: set[str] | None = None) -> Runners:
+def load_runners(path: Path = RUNNERS_PATH, packages: set[str] | None = None) -> Runners:
     """Read and check a runner file (:func:`parse_runners`)."""
-    return parse_runners(load_yaml(path, PlanError), path, packages, platforms)
+    return parse_runners(load_yaml(path, PlanError), path, packages)
