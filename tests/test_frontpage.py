@@ -155,8 +155,8 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     # On the page: 3.12 has a wheel of 1.0.0 (0.9.0's 3.13 doesn't count), 3.11 failed and links
     # to its report, 3.10 built without an error (then: not built yet), the rest not built yet.
     section = html[html.index('<h2 id="missing">'):]
-    row = re.search(r'<tr class="failed"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>(.*?)</td>',
-                    section)
+    row = re.search(r'<tr class="failed"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td>'
+                    r'<td>(.*?)</td><td>(.*?)</td>', section)
     assert row.group(1) == ('<a class="py failed" href="reports/demo_ext-3.11-cu130.json" '
                             'title="demo_ext-3.11-cu130: compile error">3.11</a>')
     assert row.group(2) == "the build failed: see each cell&#39;s report"

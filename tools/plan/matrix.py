@@ -2,7 +2,11 @@
 
 A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the newest
 series the recipe's range for it builds, or the first of a list: ``tools.plan.recipe_torch``) and
-``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id names the nox session
+``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others, each followed by the platform's
+part (``-aarch64``, ``-win``) on a platform other than Linux x86_64. A recipe is planned on every
+platform of the table (``tools.plan.platforms``) it doesn't exclude
+(``tools.plan.recipe_platforms``), for its (CUDA, torch series) pairs that have a torch build
+there; the newest series left for a CUDA version is its default torch on that platform. The same id names the nox session
 (``build-<id>``), the CI job and the build report. A series added to the table is planned for
 every recipe whose range includes it, and becomes the default torch of the CUDA versions it is
 the newest series of.

@@ -2,8 +2,9 @@
 
 Which torch series exist, for which Python and CUDA versions, with which manylinux baseline and
 C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch list for it, the
-oldest driver that runs it and the builder image that ships it. Recipes narrow this table; they
-never restate it.
+oldest driver that runs it and the builder image that ships it; the wheel platforms and, per
+torch series, which CUDA builds of torch exist on the platforms other than Linux x86_64
+(``tools.plan.platforms``). Recipes narrow this table; they never restate it.
 
 A torch entry may be a release candidate: ``candidate: {git: "<commit>", index: "<url>"}`` says
 that ``release`` is not on PyPI yet but on PyTorch's test index (``index``, which has a
