@@ -160,11 +160,12 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     assert row.group(1) == ('<a class="py failed" href="reports/demo_ext-3.11-cu130.json" '
                             'title="demo_ext-3.11-cu130: compile error">3.11</a>')
     assert row.group(2) == "the build failed: see each cell&#39;s report"
-    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>not built yet</td>',
-                    section)
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td>'
+                    r'<td>(.*?)</td><td>not built yet</td>', section)
     assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
-    assert '<td>2.9</td><td>13.0</td><td><span class="py no" title="demo_ext-3.10-cu130-torch2.9">' in section
-    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>the package isn&#39;t known '
+    assert ('<td>2.9</td><td>13.0</td><td>linux_x86_64</td><td><span class="py no" '
+            'title="demo_ext-3.10-cu130-torch2.9">') in section
+    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>the package isn&#39;t known '
             'to support torch 2.10 yet: the recipe builds no CUDA 12.6 wheels (it lists CUDA 12.9, '
             '13.0)</td></tr>') in section
     report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
