@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_platforms import with_platforms
+from tests.test_table_platforms import with_platforms
 from tools.core.errors import RecipeError
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import load_all, load_recipe

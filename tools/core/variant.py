@@ -123,7 +123,7 @@ def candidate_torch_part(series: str) -> str:
 DEFAULT_PLATFORM = "linux_x86_64"
 #: The platform part of a cell id, per wheel platform of the table (``recipes/table.yaml``'s
 #: ``platforms:``): none for the default platform, a short word for the others. The table may
-#: name only platforms listed here (tools.plan.platforms checks it).
+#: name only platforms listed here (tools.plan.table_platforms checks it).
 PLATFORM_PART = {DEFAULT_PLATFORM: "", "linux_aarch64": "aarch64", "win_amd64": "win"}
 
 

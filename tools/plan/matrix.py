@@ -4,7 +4,7 @@ A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default 
 series the recipe's range for it builds, or the first of a list: ``tools.plan.recipe_torch``) and
 ``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others, each followed by the platform's
 part (``-aarch64``, ``-win``) on a platform other than Linux x86_64. A recipe is planned on every
-platform of the table (``tools.plan.platforms``) it doesn't exclude
+platform of the table (``tools.plan.table_platforms``) it doesn't exclude
 (``tools.plan.recipe_platforms``), for its (CUDA, torch series) pairs that have a torch build
 there; the newest series left for a CUDA version is its default torch on that platform. The same id names the nox session
 (``build-<id>``), the CI job and the build report. A series added to the table is planned for
@@ -46,7 +46,7 @@ from .table import version_key
 from tools.core.variant import (DEFAULT_PLATFORM, PYTHON_PART, Variant, candidate_torch_part,
                                 cell_id, cuda_nodot, format_label, stable_torch_part,
                                 torch_index_url)
-from .platforms import DEFAULT as DEFAULT_PLATFORM_ENTRY
+from .table_platforms import DEFAULT as DEFAULT_PLATFORM_ENTRY
 
 
 @dataclass(frozen=True)

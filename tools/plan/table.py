@@ -4,7 +4,7 @@ Which torch series exist, for which Python and CUDA versions, with which manylin
 C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch list for it, the
 oldest driver that runs it and the builder image that ships it; the wheel platforms and, per
 torch series, which CUDA builds of torch exist on the platforms other than Linux x86_64
-(``tools.plan.platforms``). Recipes narrow this table; they never restate it.
+(``tools.plan.table_platforms``). Recipes narrow this table; they never restate it.
 
 A torch entry may be a release candidate: ``candidate: {git: "<commit>", index: "<url>"}`` says
 that ``release`` is not on PyPI yet but on PyTorch's test index (``index``, which has a
@@ -33,7 +33,8 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import TableError
-from .platforms import DEFAULT, Platform, TorchOnPlatform, parse_platforms, parse_torch_platforms
+from .table_platforms import (DEFAULT, Platform, TorchOnPlatform, parse_platforms,
+                              parse_torch_platforms)
 from .schema import Problems, load_yaml
 from tools.core.variant import DEFAULT_PLATFORM
 
@@ -100,7 +101,7 @@ class TorchEntry:
     #: Set when ``release`` is a release candidate, not yet on PyPI (see the module docstring).
     candidate: Candidate | None = None
     #: The CUDA builds of this series on platforms other than Linux x86_64, by platform
-    #: (``tools.plan.platforms``); a platform not listed has none the table knows of.
+    #: (``tools.plan.table_platforms``); a platform not listed has none the table knows of.
     platforms: dict[str, TorchOnPlatform] = field(default_factory=dict)
 
     def cuda_on(self, platform: str) -> tuple[str, ...]:
@@ -130,7 +131,7 @@ class Table:
     path: Path
     cuda: dict[str, CudaEntry]
     torch: dict[str, TorchEntry]
-    #: The wheel platforms, Linux x86_64 first (``tools.plan.platforms``).
+    #: The wheel platforms, Linux x86_64 first (``tools.plan.table_platforms``).
     platforms: dict[str, Platform] = field(
         default_factory=lambda: {DEFAULT_PLATFORM: DEFAULT})
 
