@@ -64,12 +64,13 @@ def _register(cell: dict, cells: list[dict]) -> None:
     # A collapsed cell (one build serving several Pythons or torch series) is tagged with each.
     pythons = cell.get("serves_python") or [cell["python"]]
     torches = cell.get("serves_torch") or [cell["torch"]]
+    platform = cell.get("platform", "linux_x86_64")
     build.__doc__ = (f"Build {cell['package']} {cell['version']} for Python {', '.join(pythons)}, "
-                     f"CUDA {cell['cuda']}, torch {', '.join(torches)}"
+                     f"CUDA {cell['cuda']}, torch {', '.join(torches)}, {platform}"
                      + ("" if cell["default_torch"] else " (non-default torch)")
                      + (f" (one build, against torch {cell['torch']})" if len(torches) > 1 else ""))
     tags = [cell["package"], "build", *(f"py{py}" for py in pythons),
-            f"cu{cell['cuda'].replace('.', '')}", *(f"torch{t}" for t in torches)]
+            f"cu{cell['cuda'].replace('.', '')}", *(f"torch{t}" for t in torches), platform]
     # default=False: a plain `nox` runs tests, recipes and lint, never hours of builds
     nox.session(name=f"build-{cell['id']}", venv_backend="none", tags=tags,
                 default=False)(build)

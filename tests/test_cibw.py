@@ -207,13 +207,15 @@ def test_every_cell_of_every_recipe_is_accepted_by_cibuildwheel(tmp_path):
     cells = plan()
     recipes = {r.package: r for r in load_all()}
     table = load_table()
-    for cell in cells:
+    # The container backend builds the Linux platforms' cells; Windows cells build natively.
+    for cell in (c for c in cells if table.platforms[c.platform].build == "container"):
         inv = cibw.plan_invocation(cell, recipes[cell.package], table, archs=cell.archs,
                                         engine="docker", limits=cibw.Limits(14, 4),
                                         work_root=tmp_path)
         opts = cibw.check_options(inv.env, inv.cwd / inv.argv[-1], tmp_path / "out",
                                        cibw.identifier(cell))
-        assert opts.manylinux_images["x86_64"] == table.cuda[cell.cuda].image, cell.id
+        assert opts.manylinux_images[cibw.machine(cell)] == cell.image, cell.id
+        assert cell.image == table.image(cell.cuda, cell.platform), cell.id
 
 
 def test_a_rejected_configuration_is_a_toolchain_error(world, tmp_path):

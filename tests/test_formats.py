@@ -58,7 +58,7 @@ def test_github_holds_every_stages_matrices_on_one_compact_line(planned):
     assert "\n" not in github and ", " not in github
     doc = json.loads(github)
     assert doc == release.matrices()
-    assert list(doc) == ["shards", "cells1", "cells2"]
+    assert list(doc)[:3] == ["shards", "cells1", "cells2"]  # then each other platform's
     assert all(set(m) == {"include"} for m in doc.values())
     # each cell job is the cell's own fields, then its group, shards, runner and estimate
     jobs = doc["cells1"]["include"] + doc["cells2"]["include"]
@@ -69,8 +69,9 @@ def test_github_holds_every_stages_matrices_on_one_compact_line(planned):
                                                   "budget_minutes"}
     assert as_json(cells[:1]).startswith('[\n  {\n    "id": ')
     empty = json.loads(as_github(plan_release([], [], RUNNERS)))
-    assert empty == {"shards": {"include": []}, "cells1": {"include": []},
-                     "cells2": {"include": []}} and as_json([]) == "[]"
+    # every platform's matrices, each empty: the workflow skips a job whose matrix is
+    assert empty == {f"{m}{part}": {"include": []} for part in ("", "_aarch64", "_win")
+                     for m in ("shards", "cells1", "cells2")} and as_json([]) == "[]"
 
 
 def test_groups_one_id_a_line(planned):
@@ -81,42 +82,70 @@ def test_groups_one_id_a_line(planned):
 
 
 ROWS = [
-    {"package": "demo_ext", "abi": "cpython + exact", "before": 14, "after": 14, "groups": 4,
-     "shards": 0, "hours": 21.5, "per_cell_hours": 21.5},
-    {"package": "a_much_longer_name", "abi": "none + stable>=2.8", "before": 9, "after": 1,
-     "groups": 1, "shards": 3, "hours": 13.2, "per_cell_hours": 10.4},
+    {"package": "demo_ext", "platform": "linux_x86_64", "abi": "cpython + exact", "before": 14,
+     "after": 14, "groups": 4, "shards": 0, "hours": 21.5, "per_cell_hours": 21.5},
+    {"package": "a_much_longer_name", "platform": "linux_x86_64", "abi": "none + stable>=2.8",
+     "before": 9, "after": 1, "groups": 1, "shards": 3, "hours": 13.2, "per_cell_hours": 10.4},
 ]
+#: The same recipe on a second platform: a total per platform, then the total.
+ROWS_ARM = ROWS + [{**ROWS[0], "platform": "linux_aarch64", "hours": 20.0, "per_cell_hours": 20.0}]
 
 
 @pytest.mark.parametrize("rows,lines", [
-    (ROWS, ["package             abi (python + torch)          before  after  groups  shards  "
-            "runner-h  per-cell-h",
-            "demo_ext            cpython + exact                   14     14       4       0  "
-            "    21.5        21.5",
-            "a_much_longer_name  none + stable>=2.8                 9      1       1       3  "
-            "    13.2        10.4",
-            "total                                                 23     15       5       3  "
-            "    34.7        31.9"]),
+    (ROWS, ["package             platform      abi (python + torch)          before  after  "
+            "groups  shards  runner-h  per-cell-h",
+            "demo_ext            linux_x86_64  cpython + exact                   14     14  "
+            "     4       0      21.5        21.5",
+            "a_much_longer_name  linux_x86_64  none + stable>=2.8                 9      1  "
+            "     1       3      13.2        10.4",
+            "total                                                               23     15  "
+            "     5       3      34.7        31.9"]),
+    # Two platforms: a total line per platform, then the whole.
+    (ROWS_ARM, ["package             platform       abi (python + torch)          before  after  "
+                "groups  shards  runner-h  per-cell-h",
+                "demo_ext            linux_x86_64   cpython + exact                   14     14  "
+                "     4       0      21.5        21.5",
+                "a_much_longer_name  linux_x86_64   none + stable>=2.8                 9      1  "
+                "     1       3      13.2        10.4",
+                "demo_ext            linux_aarch64  cpython + exact                   14     14  "
+                "     4       0      20.0        20.0",
+                "total               linux_x86_64                                     23     15  "
+                "     5       3      34.7        31.9",
+                "total               linux_aarch64                                    14     14  "
+                "     4       0      20.0        20.0",
+                "total                                                                37     29  "
+                "     9       3      54.7        51.9"]),
     # No rows: the package column is as wide as its heading, the totals are 0.
-    ([], ["package  abi (python + torch)          before  after  groups  shards  runner-h  "
-          "per-cell-h",
-          "total                                       0      0       0       0         0  "
-          "         0"]),
+    ([], ["package  platform  abi (python + torch)          before  after  groups  shards  "
+          "runner-h  per-cell-h",
+          "total                                                 0      0       0       0  "
+          "       0           0"]),
 ])
 def test_counts_text(rows, lines):
     assert counts_text(rows).splitlines() == lines
 
 
 @pytest.mark.parametrize("rows,lines", [
-    (ROWS, ["| package | abi (python + torch) | before | after | groups | shards | runner-hours "
-            "| one job per cell |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-            "| demo_ext | cpython + exact | 14 | 14 | 4 | 0 | 21.5 | 21.5 |",
-            "| a_much_longer_name | none + stable>=2.8 | 9 | 1 | 1 | 3 | 13.2 | 10.4 |",
-            "| total | | 23 | 15 | 5 | 3 | 34.7 | 31.9 |"]),
-    ([], ["| package | abi (python + torch) | before | after | groups | shards | runner-hours "
-          "| one job per cell |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
-          "| total | | 0 | 0 | 0 | 0 | 0 | 0 |"]),
+    (ROWS, ["| package | platform | abi (python + torch) | before | after | groups | shards "
+            "| runner-hours | one job per cell |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| demo_ext | linux_x86_64 | cpython + exact | 14 | 14 | 4 | 0 | 21.5 | 21.5 |",
+            "| a_much_longer_name | linux_x86_64 | none + stable>=2.8 | 9 | 1 | 1 | 3 | 13.2 "
+            "| 10.4 |",
+            "| total | | | 23 | 15 | 5 | 3 | 34.7 | 31.9 |"]),
+    (ROWS_ARM[2:] + ROWS[:1], [
+        "| package | platform | abi (python + torch) | before | after | groups | shards "
+        "| runner-hours | one job per cell |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| demo_ext | linux_aarch64 | cpython + exact | 14 | 14 | 4 | 0 | 20.0 | 20.0 |",
+        "| demo_ext | linux_x86_64 | cpython + exact | 14 | 14 | 4 | 0 | 21.5 | 21.5 |",
+        "| total | linux_aarch64 | | 14 | 14 | 4 | 0 | 20.0 | 20.0 |",
+        "| total | linux_x86_64 | | 14 | 14 | 4 | 0 | 21.5 | 21.5 |",
+        "| total | | | 28 | 28 | 8 | 0 | 41.5 | 41.5 |"]),
+    ([], ["| package | platform | abi (python + torch) | before | after | groups | shards "
+          "| runner-hours | one job per cell |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+          "| total | | | 0 | 0 | 0 | 0 | 0 | 0 |"]),
 ])
 def test_counts_markdown(rows, lines):
     assert counts_markdown(rows).splitlines() == lines
@@ -128,7 +157,7 @@ def test_counts_rows_are_the_recipes_of_the_selected_cells(planned):
     rows = counts_rows(flashy, recipes, table, RUNNERS)
     # The row counts every cell of the recipe, not only the selected ones.
     (row,) = rows
-    assert {k: row[k] for k in ("package", "abi", "before", "after")} == \
+    assert {k: row[k] for k in ("package", "platform", "abi", "before", "after")} == \
         next(r for r in counts(recipes, table) if r["package"] == "flashy")
     assert row["after"] == len([c for c in cells if c.package == "flashy"]) == 9
     # and its whole plan's groups; without a unit list, no shards and the stated rule's hours
@@ -177,16 +206,20 @@ def test_counts_md_agrees_with_counts_for_the_repositorys_recipes():
         return proc.stdout.splitlines()
 
     text, markdown = run("counts"), run("counts-md")
-    assert markdown[0] == ("| package | abi (python + torch) | before | after | groups | shards | "
-                           "runner-hours | one job per cell |")
+    table = load_table()
+    assert markdown[0] == ("| package | platform | abi (python + torch) | before | after | "
+                           "groups | shards | runner-hours | one job per cell |")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in markdown[2:]]
     assert [c[0] for c in cells] == [line.split()[0] for line in text[1:]]
     for row, line in zip(cells, text[1:]):
-        assert row[2:] == line.split()[-6:]
-        assert row[1] == " ".join(line.split()[1:-6])
-    assert int(cells[-1][3]) == len(plan())
+        assert row[3:] == line.split()[-6:]
+        assert " ".join(row[1:3]).split() == line.split()[1:-6]
+    assert int(cells[-1][4]) == len(plan())
+    # one total per platform, each that platform's cells
+    totals = {c[1]: int(c[4]) for c in cells if c[0] == "total" and c[1]}
+    assert totals == {p: sum(1 for c in plan() if c.platform == p) for p in table.platforms}
     # a full release as planned costs fewer runner-hours than one job per cell
-    assert float(cells[-1][6]) < float(cells[-1][7])
+    assert float(cells[-1][7]) < float(cells[-1][8])
 
 
 def test_the_readmes_matrix_table_is_the_output_of_counts_md():

@@ -155,16 +155,17 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     # On the page: 3.12 has a wheel of 1.0.0 (0.9.0's 3.13 doesn't count), 3.11 failed and links
     # to its report, 3.10 built without an error (then: not built yet), the rest not built yet.
     section = html[html.index('<h2 id="missing">'):]
-    row = re.search(r'<tr class="failed"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>(.*?)</td>',
-                    section)
+    row = re.search(r'<tr class="failed"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td>'
+                    r'<td>(.*?)</td><td>(.*?)</td>', section)
     assert row.group(1) == ('<a class="py failed" href="reports/demo_ext-3.11-cu130.json" '
                             'title="demo_ext-3.11-cu130: compile error">3.11</a>')
     assert row.group(2) == "the build failed: see each cell&#39;s report"
-    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td><td>not built yet</td>',
-                    section)
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td>'
+                    r'<td>(.*?)</td><td>not built yet</td>', section)
     assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
-    assert '<td>2.9</td><td>13.0</td><td><span class="py no" title="demo_ext-3.10-cu130-torch2.9">' in section
-    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>the package isn&#39;t known '
+    assert ('<td>2.9</td><td>13.0</td><td>linux_x86_64</td><td><span class="py no" '
+            'title="demo_ext-3.10-cu130-torch2.9">') in section
+    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>the package isn&#39;t known '
             'to support torch 2.10 yet: the recipe builds no CUDA 12.6 wheels (it lists CUDA 12.9, '
             '13.0)</td></tr>') in section
     report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
@@ -204,11 +205,13 @@ def test_the_front_page_lists_exactly_the_planned_cells_of_every_recipe(tmp_path
     assert sorted(proc.stdout.split()) == sorted(planned_ids)
     assert any(i.startswith("xformers-py3-") for i in planned_ids)  # a collapsed recipe is among them
 
-    # One wheel per recipe, its first cell's (xformers: the stable-ABI build for CUDA 12.8).
+    # One wheel per recipe and platform, its first cell's there (xformers: the stable-ABI build
+    # for CUDA 12.8): a wheel counts for the cell of its own platform only.
     by_package = {r.package: r for r in recipes}
     firsts = {}
     for cell in plan(recipes, table):
-        firsts.setdefault(cell.package, cell)
+        firsts.setdefault((cell.package, cell.platform), cell)
+    assert {p for _, p in firsts} == set(table.platforms)
     for cell in firsts.values():
         _first_cell_wheel(tmp_path / "wheels", cell, by_package[cell.package])
     build(tmp_path, recipes_dir=RECIPES_DIR)
@@ -234,7 +237,8 @@ def test_a_stable_abi_cell_is_published_only_when_its_wheel_serves_every_series(
     against fewer of them (built before the recipe listed one more) leaves the cell missing."""
     table = load_table()
     planned = load_planned(RECIPES_DIR, table)
-    (cell,) = [c for c in planned.cells if c.package == "xformers" and c.cuda == "13.0"]
+    (cell,) = [c for c in planned.cells if c.package == "xformers" and c.cuda == "13.0"
+               and c.platform == "linux_x86_64"]
     assert cell.id == "xformers-py3-cu130-torch2.10+" and len(cell.serves_torch) > 1
     version = next(r for r in planned.recipes if r.package == "xformers").source.version
     lowest = min(cell.serves_python, key=version_key)
@@ -248,7 +252,8 @@ def test_a_stable_abi_cell_is_published_only_when_its_wheel_serves_every_series(
     assert cell.id in front_page_of(cell.serves_torch)["published"]
     fewer = front_page_of(cell.serves_torch[1:])
     assert cell.id not in fewer["published"]
-    (row,) = [g for g in fewer["groups"] if g["cuda"] == "13.0" and g["kind"] == "todo"]
+    (row,) = [g for g in fewer["groups"] if g["cuda"] == "13.0" and g["kind"] == "todo"
+              and g["platform"] == "linux_x86_64"]
     assert row["torch"] == ", ".join(sorted(cell.serves_torch, key=version_key))  # every series it serves
     assert row["cells"] == [{"python": f"{lowest}+", "cell": cell.id, "report": None, "error": None}]
 

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from packaging.version import Version
 
 from tools import ROOT
 from tools.core.errors import PlanError
+from tools.core.variant import parse_cell_id
 from tools.plan.matrix import (
     cells_for,
     changed_only,
@@ -107,22 +109,89 @@ def test_cpython_and_stable_keep_one_cell_per_python(write_recipe, good_recipe, 
 
 
 def test_the_repositorys_plan_has_one_build_per_file_name():
-    # The wheel's file name is set by package, version, label (CUDA + built-against torch) and
-    # its python tag: two cells sharing all four would publish two different files of one name.
+    # The wheel's file name is set by package, version, label (CUDA + built-against torch), its
+    # python tag and its platform tag: two cells sharing all five would publish two different
+    # files of one name.
     cells = plan()
-    names = [(c.package, c.version, c.label, c.python if c.python_abi == "cpython" else c.python_abi) for c in cells]
+    names = [(c.package, c.version, c.label, c.python if c.python_abi == "cpython" else c.python_abi,
+                  c.platform_tag) for c in cells]
     assert len(names) == len(set(names))
     xformers = [c.id for c in cells if c.package == "xformers"]
-    assert xformers == ["xformers-py3-cu128-torch2.10+", "xformers-py3-cu130-torch2.10+",
-                        "xformers-py3-cu132-torch2.10+"]
+    assert xformers == [f"xformers-py3-cu{cu}-torch2.10+{part}" for part in ("", "-aarch64", "-win")
+                        for cu in (128, 130, 132)]
+
+
+#: The Linux x86_64 cells as ``python -m tools.matrix --format json`` printed them before
+#: platforms were a dimension (tests/fixtures/plan/make_x86_64_cells.py writes it again).
+X86_64_CELLS = Path(__file__).parent / "fixtures" / "plan" / "x86_64_cells.jsonl"
+
+
+def test_linux_x86_64_cells_and_ids_are_what_they_were():
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    now = [c for c in json.loads(proc.stdout) if c["platform"] == "linux_x86_64"]
+    assert {c["platform_tag"] for c in now} == {"manylinux_2_28_x86_64"}
+    was = [json.loads(line) for line in X86_64_CELLS.read_text().splitlines()]
+    assert [c["id"] for c in now] == [c["id"] for c in was]  # not one id changed
+    # every field as it was; platforms only added two
+    assert [{k: v for k, v in c.items() if k not in ("platform", "platform_tag")} for c in now] \
+        == was
+
+
+def test_the_repositorys_plan_per_platform():
+    cells, table = plan(), load_table()
+    ids = {c.id for c in cells}
+    assert {"flash_attn-3.12-cu130-aarch64", "flash_attn-3.12-cu130-torch2.12-aarch64",
+            "flash_attn-3.12-cu130-win", "flash_attn-3.12-cu128-torch2.9-aarch64"} <= ids
+    # PyPI's aarch64 torch of 2.8 is CPU-only and the table knows no CUDA build of it there
+    assert not any(c.platform == "linux_aarch64" and c.torch == "2.8" for c in cells)
+    # mamba_ssm requires triton, which has no Windows wheel
+    assert not any(c.package == "mamba_ssm" and c.platform == "win_amd64" for c in cells)
+    for c in cells:
+        assert parse_cell_id(c.id).platform == c.platform, c.id
+        assert c.cuda in table.torch[c.torch].cuda_on(c.platform), c.id
+        assert set(c.archs) <= set(table.compilable(c.cuda, c.platform)), c.id
+        if c.platform == "linux_aarch64":
+            assert c.image.startswith("pytorch/manylinuxaarch64-builder:cuda"), c.id
+            assert c.platform_tag == "manylinux_2_28_aarch64"
+        if c.platform == "win_amd64":
+            assert (c.image, c.platform_tag) == ("", "win_amd64")
+            assert torch_index(c, table) == f"https://download.pytorch.org/whl/cu{c.cuda.replace('.', '')}"
+    arm = find_cell("flash_attn-3.12-cu130-aarch64", cells)
+    assert torch_index(arm, table) is None  # PyPI's aarch64 torch 2.14 is the cu130 build
+    # torch_sparse needs torch_scatter's cell of its own platform
+    sparse = find_cell("torch_sparse-3.12-cu130-win", cells)
+    assert sparse.needs == ("torch_scatter-3.12-cu130-win",)
+
+
+@pytest.mark.parametrize("platform,count", [("linux_aarch64", 283), ("win_amd64", 208)])
+def test_the_platform_filter(platform, count):
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--platform", platform,
+                           "--format", "ids"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ids = proc.stdout.split()
+    assert len(ids) == count and all(parse_cell_id(i).platform == platform for i in ids)
+
+
+def test_an_unknown_platform_filter_is_refused():
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--platform", "linux_mips",
+                           "--format", "ids"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "unknown platform(s): linux_mips" in proc.stderr
+    assert "linux_aarch64" in proc.stderr
 
 
 def test_counts_before_and_after_for_every_recipe():
     proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "counts"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    # columns after the abi: before, after, groups, shards, runner-hours, one job per cell
-    rows = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[1:]}
+    # columns after the abi: before, after, groups, shards, runner-hours, one job per cell; the
+    # Linux x86_64 rows, then the other platforms', then one total per platform and the total
+    rows = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[1:]
+            if "linux_x86_64" in line}
+    rows["total"] = proc.stdout.splitlines()[-1].split()[-6:]
     assert rows["xformers"][:2] == ["30", "3"] and "none + stable>=2.10" in proc.stdout
     for package in ("causal_conv1d", "flash_attn", "mamba_ssm"):
         assert rows[package][0] == rows[package][1]  # per-Python, per-torch: nothing collapses
@@ -202,8 +271,8 @@ def test_the_repositorys_recipes_plan_cells_the_table_allows():
     assert cells
     for c in cells:
         t = table.torch[c.torch]
-        assert c.python in t.python and c.cuda in t.cuda, c.id
-        assert set(c.archs) <= set(table.cuda[c.cuda].archs), c.id
+        assert c.python in t.python and c.cuda in t.cuda_on(c.platform), c.id
+        assert set(c.archs) <= set(table.compilable(c.cuda, c.platform)), c.id
 
 
 #: Each repository recipe's torch series per CUDA version as its recipe listed them before the
@@ -313,7 +382,7 @@ def test_a_new_series_in_the_table_is_planned_with_no_recipe_edit(tmp_path):
     # The newest series before is no longer the default torch of the CUDA versions it shares.
     shared = [c for c in after if c.torch == newest and c.torch_abi == "exact"
               and any(d.torch == series and d.cuda == c.cuda and d.package == c.package
-                      for d in after)]
+                      and d.platform == c.platform for d in after)]
     assert shared and all(c.id.endswith(f"-torch{newest}") for c in shared)
 
     # A row whose CUDA versions no range includes is planned for no recipe.
@@ -386,7 +455,10 @@ def test_github_matrix_from_a_fake_diff(world, tmp_path):
                 stdin="recipes/flashy/recipe.yaml\ntools/index.py\n")
     assert proc.returncode == 0, proc.stderr
     matrices = json.loads(proc.stdout)
-    assert list(matrices) == ["shards", "cells1", "cells2"]
+    assert list(matrices)[:3] == ["shards", "cells1", "cells2"]
+    # every platform's matrices, empty here: the test world's table has no other platform
+    assert list(matrices)[3:] == [f"{m}_{part}" for part in ("aarch64", "win")
+                                  for m in ("shards", "cells1", "cells2")]
     assert matrices["shards"] == {"include": []} == matrices["cells2"]  # flashy: no unit list
     matrix = matrices["cells1"]
     # flashy: CUDA 12.6 x torch 2.8 (3.10-3.13) and 2.9 (3.10-3.14)

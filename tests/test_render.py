@@ -19,6 +19,9 @@ from tools.sitegen import render
 from tools.sitegen import templating
 from tools.sitegen.ledger import load_ledger
 from tools.selector.bundle import ZIPAPP_FILE, zipapp_bytes
+from tools.selector.facts import parse_facts
+from tools.sitegen.selectorfacts import torch_platforms
+from tools.plan.table import load_table
 
 
 def test_root_page_lists_normalized_names_with_trailing_slashes(basic):
@@ -183,3 +186,20 @@ def test_selector_reads_the_arch_mismatch_from_the_site_without_the_wheel(tmp_pa
     out = json.dumps(answer)
     assert "has no kernels for sm_120" in out and SO in out and fn in out
     assert "--no-peek" not in out  # the check was done, from the index
+
+
+def test_selector_json_says_which_torch_builds_exist_per_platform(tmp_path):
+    # The selector explains a CPU-only PyPI torch from this: "no aarch64 CUDA build of torch
+    # 2.10 on PyPI: use PyTorch's cu128 index".
+    make_wheel(tmp_path / "wheels", "pure", "1.0", tag=ANY)
+    build(tmp_path)
+    doc = json.loads(page(tmp_path / "site", "selector.json"))
+    assert doc["min_driver"]["13.0"] == "580"  # the selector's own part, as before
+    table = load_table()
+    assert doc["torch_platforms"] == torch_platforms(table)
+    assert doc["torch_platforms"]["2.10"]["linux_aarch64"] == {"pypi_cuda": None, "cuda": ["12.8"]}
+    assert doc["torch_platforms"]["2.14"]["linux_aarch64"] == {"pypi_cuda": "13.0", "cuda": ["13.0"]}
+    assert doc["torch_platforms"]["2.14"]["linux_x86_64"]["pypi_cuda"] == "13.0"
+    assert all(p["win_amd64"]["pypi_cuda"] is None for p in doc["torch_platforms"].values())
+    assert list(doc["torch_platforms"]) == list(table.torch)  # oldest first
+    parse_facts(doc, "selector.json")  # the selector still reads it

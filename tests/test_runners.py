@@ -35,6 +35,23 @@ def test_the_repositorys_runner_file_is_githubs_standard_runner():
     assert d.setup_hours == pytest.approx(0.75)
     assert runners.packages == {}
     assert runners.for_package("flash_attn") is d
+    # the other platforms: GitHub's arm64 and Windows runners, the default's figures otherwise
+    arm, win = runners.for_package("flash_attn", "linux_aarch64"), runners.platforms["win_amd64"]
+    assert (arm.label, arm.cores, arm.memory_gib, arm.budget_hours) == ("ubuntu-24.04-arm", 4, 16, 5)
+    assert (win.label, win.cores, win.memory_gib, win.build_memory_gib) == \
+        ("windows-2022", 4, 16, 13)
+
+
+def test_a_platform_without_a_runner_is_a_plan_error():
+    runners = parse(copy.deepcopy(GOOD))
+    with pytest.raises(PlanError, match="platforms: no runner for linux_aarch64"):
+        runners.for_package("flashy", "linux_aarch64")
+    # a package's override is its Linux x86_64 jobs' only
+    data = copy.deepcopy(GOOD)
+    data["platforms"] = {"linux_aarch64": {"label": "ubuntu-24.04-arm", "reason": "arm64 runner"}}
+    runners = parse(data)
+    assert runners.for_package("flashy", "linux_aarch64").label == "ubuntu-24.04-arm"
+    assert runners.for_package("flashy").label == "linux-16-core"
 
 
 def test_an_override_changes_only_the_fields_it_names(tmp_path):
@@ -92,8 +109,19 @@ def _broken(change) -> dict:
      "packages.demo_ext: overrides nothing\n    fix: name the fields that differ from the "
      "default, or remove the entry"),
     (lambda d: d["packages"].update(nonesuch={"cores": 8, "reason": "a recipe that went away"}),
-     "packages.nonesuch: no recipe has this name\n    fix: use a recipe's package name: "
+     "packages.nonesuch: no recipe has this name\n    fix: use a recipe's name: "
      "demo_ext, flashy"),
+    # a platform's runner: a platform the table has, not Linux x86_64's (that is the default)
+    (lambda d: d.update(platforms={"linux_riscv64": {"label": "riscv", "reason": "a board farm"}}),
+     "platforms.linux_riscv64: no platform has this name\n    fix: use a "
+     "platform's name: linux_aarch64, linux_x86_64, win_amd64"),
+    (lambda d: d.update(platforms={"linux_x86_64": {"cores": 8, "reason": "a bigger default"}}),
+     "platforms.linux_x86_64: linux_x86_64 runs on the default runner"),
+    (lambda d: d.update(platforms={"win_amd64": {"label": "windows-2022"}}),
+     "platforms.win_amd64.reason: required key is missing"),
+    (lambda d: d.update(platforms={"win_amd64": {"build_memory_gib": 20,
+                                                 "reason": "more than the machine"}}),
+     "platforms.win_amd64.build_memory_gib: 20 GiB is more than the runner's 16 GiB"),
 ])
 def test_bad_runner_files_are_refused_naming_field_rule_and_fix(change, message):
     with pytest.raises(PlanError) as info:

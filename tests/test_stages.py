@@ -170,9 +170,10 @@ def test_the_release_jobs_and_matrices(flashy):
     mine = [s for s in shards if s["group"] == "flashy-cu126"]
     assert [s["id"] for s in mine] == [f"flashy-cu126-shard{k}" for k in range(1, len(mine) + 1)]
     first = mine[0]
-    assert set(first) == {"id", "group", "key", "package", "shard", "of", "cell", "python",
-                          "cuda", "image", "archs", "units", "runner", "estimate_hours",
+    assert set(first) == {"id", "group", "key", "package", "platform", "shard", "of", "cell",
+                          "python", "cuda", "image", "archs", "units", "runner", "estimate_hours",
                           "budget_minutes", "cache_key"}
+    assert first["platform"] == "linux_x86_64"
     assert (first["shard"], first["of"], first["cell"], first["runner"], first["budget_minutes"]) \
         == (1, len(mine), group.cells[0], "ubuntu-24.04", 300)
     assert first["key"] == group.key and first["archs"] == ["80", "90"]
@@ -185,7 +186,9 @@ def test_the_release_jobs_and_matrices(flashy):
     demo = next(c for c in cell_jobs if c["package"] == "demo_ext")
     assert demo["shards"] == []                                  # no unit list: no shards
     matrices = release.matrices()
-    assert list(matrices) == ["shards", "cells1", "cells2"]
+    assert list(matrices) == ["shards", "cells1", "cells2", "shards_aarch64", "cells1_aarch64",
+                              "cells2_aarch64", "shards_win", "cells1_win", "cells2_win"]
+    assert all(m == {"include": []} for k, m in matrices.items() if "_" in k)  # x86_64 only
     assert matrices["shards"]["include"] == shards
     # cells1: the cells that wait for no shard, in plan order; cells2: those that read shards
     assert matrices["cells1"]["include"] == [c for c in cell_jobs if not c["shards"]]
@@ -227,7 +230,8 @@ def test_a_matrix_over_githubs_limit_is_a_plan_error(flashy, monkeypatch):
 
 def test_the_repositorys_release_fits_githubs_standard_runner():
     """Issue 25's bar: the full plan for every recipe on the standard runner (4 cores, 16 GB,
-    6 h) has no matrix over 256 jobs and no job estimated over the 5 h budget."""
+    6 h) has no matrix over 256 jobs and no job estimated over the 5 h budget, on every
+    platform (each on its own runner, in matrices of its own)."""
     table = load_table()
     recipes = load_all(table=table)
     runner = load_runners(packages={r.package for r in recipes})
@@ -239,6 +243,13 @@ def test_the_repositorys_release_fits_githubs_standard_runner():
     jobs = [j for m in matrices.values() for j in m["include"]]
     assert len(jobs) == len(cells) + sum(len(g.shards) for g in release.groups)
     assert max(j["estimate_hours"] for j in jobs) <= runner.default.budget_hours
+    # every platform has cells, each job in its own platform's matrices on its runner
+    labels = {"": "ubuntu-24.04", "_aarch64": "ubuntu-24.04-arm", "_win": "windows-2022"}
+    for suffix, label in labels.items():
+        mine = [j for name in ("shards", "cells1", "cells2")
+                for j in matrices[name + suffix]["include"]]
+        assert mine and {j["runner"] for j in mine} == {label}, suffix
+        assert len({j["platform"] for j in mine}) == 1
     # flash_attn can't build in one job there: its groups are sharded
     flash = [g for g in release.groups if g.group.package == "flash_attn"]
     assert flash and all(g.whole_hours > 5 and len(g.shards) >= 2 for g in flash)
@@ -249,7 +260,8 @@ def test_the_repositorys_release_fits_githubs_standard_runner():
 def test_a_changed_runner_file_changes_the_plan_not_the_cells(tmp_path):
     table = load_table()
     recipes = load_all(table=table)
-    cells = [c for c in plan(recipes, table) if c.package == "flash_attn"]
+    cells = [c for c in plan(recipes, table) if c.package == "flash_attn"
+             and c.platform == "linux_x86_64"]  # the override is for Linux x86_64 jobs
     data = yaml.safe_load((table.path.with_name("runners.yaml")).read_text())
     big = copy.deepcopy(data)
     big["packages"] = {"flash_attn": {"label": "linux-16-core", "cores": 16, "memory_gib": 64,

@@ -70,3 +70,46 @@ def test_a_candidates_wheel_sorts_before_the_finals_and_lives_under_pre():
 
 def test_docstring_examples():
     assert doctest.testmod(variant).failed == 0
+
+
+CELL_IDS = [
+    # (cell_id arguments, the id, the group id)
+    (("flash_attn", "3.12", "12.9"), "flash_attn-3.12-cu129", "flash_attn-cu129"),  # default torch
+    (("flash_attn", "3.12", "12.9", "2.8"), "flash_attn-3.12-cu129-torch2.8",
+     "flash_attn-cu129-torch2.8"),                                                   # another series
+    (("xformers", "py3", "13.0", "2.10+"), "xformers-py3-cu130-torch2.10+",
+     "xformers-cu130-torch2.10+"),                                                   # stable ABI
+    (("flash_attn", "3.12", "13.0", None, "linux_aarch64"), "flash_attn-3.12-cu130-aarch64",
+     "flash_attn-cu130-aarch64"),                                                    # aarch64
+    (("flash_attn", "3.12", "13.0", "2.12", "linux_aarch64"),
+     "flash_attn-3.12-cu130-torch2.12-aarch64", "flash_attn-cu130-torch2.12-aarch64"),
+    (("xformers", "py3", "13.2", "2.10+", "win_amd64"), "xformers-py3-cu132-torch2.10+-win",
+     "xformers-cu132-torch2.10+-win"),                                               # Windows
+    (("mmcv", "abi3", "12.8", "2.16rc", "win_amd64"), "mmcv-abi3-cu128-torch2.16rc-win",
+     "mmcv-cu128-torch2.16rc-win"),                                                  # a candidate
+]
+
+
+@pytest.mark.parametrize("args,expect,group", CELL_IDS)
+def test_cell_ids_and_their_parts(args, expect, group):
+    assert variant.cell_id(*args) == expect
+    assert variant.group_id(expect) == group
+    parts = variant.parse_cell_id(expect)
+    platform = args[4] if len(args) > 4 else variant.DEFAULT_PLATFORM
+    assert (parts.package, parts.python, parts.cuda, parts.torch, parts.platform) == \
+        (args[0], args[1], args[2], args[3] if len(args) > 3 else None, platform)
+
+
+@pytest.mark.parametrize("text", [
+    "flash_attn-3.12-cu130-arm64",         # not a platform part
+    "flash_attn-3.12-cu130-torch2.12-x86",  # nor this
+    "flash_attn-cu130",                     # a group id, not a cell id
+    "flash_attn-3.12-cu130-aarch64-torch2.12",  # the platform part comes last
+])
+def test_what_is_not_a_cell_id(text):
+    assert variant.parse_cell_id(text) is None
+
+
+def test_a_platform_without_an_id_part_is_refused():
+    with pytest.raises(ValueError, match="no id part for platform 'linux_riscv64'"):
+        variant.cell_id("flash_attn", "3.12", "13.0", platform="linux_riscv64")

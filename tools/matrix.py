@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.core.errors import cli
+from tools.core.errors import PlanError, cli
 from tools.plan import matrix
 from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
 from tools.plan.recipe import load_all
 from tools.plan.runners import load_runners
-from tools.plan.table import TABLE_PATH, load_table
+from tools.plan.table import TABLE_PATH, Table, load_table
 
 
 def parser() -> argparse.ArgumentParser:
@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--python", help="comma-separated Python versions (3.12)")
     ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")
     ap.add_argument("--torch", help="comma-separated torch series (2.8)")
+    ap.add_argument("--platform", help="comma-separated wheel platforms (linux_aarch64, win_amd64; "
+                                       "recipes/table.yaml platforms:)")
     ap.add_argument("--default-torch-only", action="store_true",
                     help="only each CUDA version's default torch")
     changed = ap.add_mutually_exclusive_group()
@@ -56,6 +58,16 @@ def parser() -> argparse.ArgumentParser:
 
 def _csv(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _platforms(text: str | None, table: Table) -> list[str] | None:
+    """The --platform filter, each one checked against the table's platforms."""
+    names = _csv(text)
+    unknown = sorted(set(names or ()) - set(table.platforms))
+    if unknown:
+        raise PlanError(f"unknown platform(s): {', '.join(unknown)}",
+                        hint=f"known: {', '.join(table.platforms)} (recipes/table.yaml platforms:)")
+    return names
 
 
 def _changed_paths(args: argparse.Namespace) -> list[str]:
@@ -90,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = cells if packages else []
     require_known(packages, cells)
     selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
-                      torches=_csv(args.torch), default_torch_only=args.default_torch_only)
+                      torches=_csv(args.torch), default_torch_only=args.default_torch_only,
+                      platforms=_platforms(args.platform, table))
     runners = None
     if args.format in STAGED:
         runners = load_runners(args.runners or args.recipes / "runners.yaml",

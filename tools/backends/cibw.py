@@ -30,7 +30,7 @@ from tools.pipeline import ccache as compiler_cache
 from tools.pipeline.buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.plan.matrix import ARCH, Cell, torch_index
+from tools.plan.matrix import Cell, torch_index
 from .oci_runtime import trust_store
 from tools.pipeline.venvs import PYPI_SIMPLE
 from tools.plan.recipe import Recipe
@@ -196,9 +196,21 @@ def default_limits(env: dict[str, str] | None = None) -> Limits:
     return Limits(memory, cpus)
 
 
+def machine(cell: Cell) -> str:
+    """The machine architecture of a Linux cell's platform, as cibuildwheel names it
+    (``linux_aarch64`` -> ``aarch64``); ToolchainError for a platform the container backend
+    doesn't build (a native one, built on its own runner)."""
+    os_name, _, arch = cell.platform.partition("_")
+    if os_name != "linux" or not arch:
+        raise ToolchainError(f"{cell.id}: the container backend builds Linux cells, not "
+                             f"{cell.platform}", hint="build it with --backend host on a runner "
+                             "of that platform")
+    return arch
+
+
 def identifier(cell: Cell) -> str:
     """cibuildwheel's build identifier for a cell: ``cp312-manylinux_x86_64``."""
-    return f"cp{cell.python.replace('.', '')}-manylinux_{ARCH}"
+    return f"cp{cell.python.replace('.', '')}-manylinux_{machine(cell)}"
 
 
 def finish_requirements(pyproject: Path = ROOT / "pyproject.toml", *, abi3: bool = False,
@@ -369,8 +381,8 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
     frontend = "pip" if recipe.build.isolation else "pip; args: --no-build-isolation"
     options = {
         "CIBW_BUILD": identifier(cell),
-        "CIBW_ARCHS": ARCH,
-        "CIBW_MANYLINUX_X86_64_IMAGE": image.name,
+        "CIBW_ARCHS": machine(cell),
+        f"CIBW_MANYLINUX_{machine(cell).upper()}_IMAGE": image.name,
         "CIBW_CONTAINER_ENGINE": engine_option(engine, limits, mounts),
         "CIBW_BUILD_FRONTEND": frontend,
         "CIBW_BUILD_VERBOSITY": "1",

@@ -118,15 +118,28 @@ def candidate_torch_part(series: str) -> str:
     return f"{series}rc"
 
 
-def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> str:
+#: The platform every cell targeted before platforms were a dimension: its ids have no platform
+#: part, so that they read exactly as they always did.
+DEFAULT_PLATFORM = "linux_x86_64"
+#: The platform part of a cell id, per wheel platform of the table (``recipes/table.yaml``'s
+#: ``platforms:``): none for the default platform, a short word for the others. The table may
+#: name only platforms listed here (tools.plan.table_platforms checks it).
+PLATFORM_PART = {DEFAULT_PLATFORM: "", "linux_aarch64": "aarch64", "win_amd64": "win"}
+
+
+def cell_id(package: str, python: str, cuda: str, torch: str | None = None,
+            platform: str = DEFAULT_PLATFORM) -> str:
     """The one id of a build cell, used by nox sessions, CI jobs, reports and the selector.
 
-    ``<package>-<python part>-cu<cuda-nodot>[-torch<torch part>]``. The python part is the
-    interpreter (``3.12``) for a per-Python build, ``abi3`` or ``py3`` for one build serving many
-    (PYTHON_PART); the torch part is left out for the CUDA version's default torch series, is
-    ``2.8`` for another series, and ``2.10+`` for a stable-ABI build serving every listed series
-    from 2.10 on (stable_torch_part). Every character is one of ``[a-z0-9._+-]``: valid in a nox
-    session name, a GitHub job and artifact name, and a file name.
+    ``<package>-<python part>-cu<cuda-nodot>[-torch<torch part>][-<platform part>]``. The python
+    part is the interpreter (``3.12``) for a per-Python build, ``abi3`` or ``py3`` for one build
+    serving many (PYTHON_PART); the torch part is left out for the CUDA version's default torch
+    series, is ``2.8`` for another series, and ``2.10+`` for a stable-ABI build serving every
+    listed series from 2.10 on (stable_torch_part); the platform part (PLATFORM_PART) is left out
+    for Linux x86_64, and is ``aarch64`` or ``win`` for the others. Every character is one of
+    ``[a-z0-9._+-]``: valid in a nox session name, a GitHub job and artifact name, and a file
+    name. A torch part always starts with ``torch`` and a platform part never does, so the two
+    never read as each other (parse_cell_id).
 
     >>> cell_id("flash_attn", "3.12", "12.9")
     'flash_attn-3.12-cu129'
@@ -134,9 +147,54 @@ def cell_id(package: str, python: str, cuda: str, torch: str | None = None) -> s
     'flash_attn-3.12-cu129-torch2.8'
     >>> cell_id("xformers", PYTHON_PART["none"], "13.0", stable_torch_part("2.10"))
     'xformers-py3-cu130-torch2.10+'
+    >>> cell_id("flash_attn", "3.12", "13.0", "2.12", platform="linux_aarch64")
+    'flash_attn-3.12-cu130-torch2.12-aarch64'
+    >>> cell_id("flash_attn", "3.12", "13.0", platform="win_amd64")
+    'flash_attn-3.12-cu130-win'
     """
+    if platform not in PLATFORM_PART:
+        raise ValueError(f"no id part for platform {platform!r} (known: "
+                         f"{', '.join(PLATFORM_PART)})")
     base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
-    return base if torch is None else f"{base}-torch{torch}"
+    base = base if torch is None else f"{base}-torch{torch}"
+    part = PLATFORM_PART[platform]
+    return f"{base}-{part}" if part else base
+
+
+@dataclass(frozen=True)
+class CellIdParts:
+    """The parts of a cell id (parse_cell_id): ``torch`` is the torch part without its
+    ``torch`` prefix (``2.8``, ``2.10+``, ``2.16rc``), None for the CUDA version's default."""
+
+    package: str
+    python: str
+    cuda: str
+    torch: str | None
+    platform: str
+
+
+_CELL_ID = re.compile(r"(?P<package>[a-z0-9_]+)-(?P<python>[0-9.]+|abi3|py3)-cu(?P<cuda>\d{2,3})"
+                      r"(?:-torch(?P<torch>[0-9.]+(?:\+|rc)?))?(?:-(?P<platform>[a-z0-9]+))?")
+
+
+def parse_cell_id(text: str) -> CellIdParts | None:
+    """The parts of a cell id as cell_id spells it, or None when ``text`` is not one.
+
+    >>> parse_cell_id("flash_attn-3.12-cu130-torch2.12-aarch64")
+    CellIdParts(package='flash_attn', python='3.12', cuda='13.0', torch='2.12', platform='linux_aarch64')
+    >>> parse_cell_id("flash_attn-3.12-cu129").platform
+    'linux_x86_64'
+    >>> parse_cell_id("flash_attn-3.12-cu129-mips") is None
+    True
+    """
+    m = _CELL_ID.fullmatch(text)
+    if m is None:
+        return None
+    platforms = {part: name for name, part in PLATFORM_PART.items()}
+    platform = platforms.get(m["platform"] or "")
+    if platform is None:
+        return None
+    return CellIdParts(m["package"], m["python"], cuda_from_nodot(m["cuda"]), m["torch"], platform)
 
 
 def group_id(cell: str) -> str:
@@ -151,6 +209,8 @@ def group_id(cell: str) -> str:
     'flash_attn-cu129-torch2.8'
     >>> group_id("xformers-py3-cu130-torch2.10+")
     'xformers-cu130-torch2.10+'
+    >>> group_id("flash_attn-3.12-cu130-aarch64")
+    'flash_attn-cu130-aarch64'
     """
     package, _python, rest = cell.split("-", 2)
     return f"{package}-{rest}"

@@ -34,8 +34,8 @@ def as_json(cells: list[Cell]) -> str:
 
 def as_github(release: Release) -> str:
     """Every stage's GitHub Actions matrix in one object on one line: ``shards``, ``cells1``,
-    ``cells2`` (``Release.matrices``), each ``{"include": [...]}`` for a job's
-    ``strategy.matrix`` through ``fromJSON``."""
+    ``cells2`` and each other platform's (``shards_aarch64``, ...; ``Release.matrices``), each
+    ``{"include": [...]}`` for a job's ``strategy.matrix`` through ``fromJSON``."""
     return json.dumps(release.matrices(), separators=(",", ":"))
 
 
@@ -63,14 +63,15 @@ def counts_rows(cells: list[Cell], recipes: list[Recipe], table: Table,
     of its cells, whichever of them were selected), with the compile groups and shards of the
     recipe's full plan on its runner, and the estimated runner-hours of that plan (``hours``)
     and of one job per cell without shards (``per_cell_hours``)."""
-    chosen = {c.package for c in cells}
-    release = plan_release([c for c in plan(recipes, table) if c.package in chosen], recipes,
-                           runners)
+    chosen = {(c.package, c.platform) for c in cells}
+    release = plan_release([c for c in plan(recipes, table) if (c.package, c.platform) in chosen],
+                           recipes, runners)
     rows = []
     for row in counts(recipes, table):
-        if row["package"] not in chosen:
+        if (row["package"], row["platform"]) not in chosen:
             continue
-        mine = [g for g in release.groups if g.group.package == row["package"]]
+        mine = [g for g in release.groups if g.group.package == row["package"]
+                and g.group.platform == row["platform"]]
         rows.append({**row, "groups": len(mine), "shards": sum(len(g.shards) for g in mine),
                      "hours": round(sum(g.hours for g in mine), 1),
                      "per_cell_hours": round(sum(g.per_cell_hours for g in mine), 1)})
@@ -82,27 +83,42 @@ def _total(rows: list[dict], key: str) -> int | float:
     return round(total, 1) if isinstance(total, float) else total
 
 
+def _totals(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The total lines: one per platform when the rows have several, then the whole."""
+    platforms = list(dict.fromkeys(r["platform"] for r in rows))
+    per = [(f"total {p}", [r for r in rows if r["platform"] == p]) for p in platforms] \
+        if len(platforms) > 1 else []
+    return per + [("total", rows)]
+
+
 def counts_text(rows: list[dict]) -> str:
-    """The counts as an aligned plain-text table with a total line."""
+    """The counts as an aligned plain-text table with total lines (per platform, then all)."""
     width = max([len(r["package"]) for r in rows] + [len("package")])
+    pwidth = max([len(r["platform"]) for r in rows] + [len("platform")])
 
-    def line(package: str, abi: str, values: list) -> str:
+    def line(package: str, platform: str, abi: str, values: list) -> str:
         cells = "  ".join(f"{v!s:>{len(h)}}" for v, (_, h, _) in zip(values, COLUMNS))
-        return f"{package:<{width}}  {abi:<28}  {cells}"
+        return f"{package:<{width}}  {platform:<{pwidth}}  {abi:<28}  {cells}"
 
-    lines = [line("package", ABI_HEADING, [h for _, h, _ in COLUMNS])]
-    lines += [line(r["package"], r["abi"], [r[k] for k, _, _ in COLUMNS]) for r in rows]
-    lines.append(line("total", "", [_total(rows, k) for k, _, _ in COLUMNS]))
+    lines = [line("package", "platform", ABI_HEADING, [h for _, h, _ in COLUMNS])]
+    lines += [line(r["package"], r["platform"], r["abi"], [r[k] for k, _, _ in COLUMNS])
+              for r in rows]
+    for name, part in _totals(rows):
+        platform = name.removeprefix("total").strip()
+        lines.append(line("total", platform, "", [_total(part, k) for k, _, _ in COLUMNS]))
     return "\n".join(lines)
 
 
 def counts_markdown(rows: list[dict]) -> str:
-    """The counts as a Markdown table with a total row: the README's table, generated."""
-    lines = [f"| package | {ABI_HEADING} | " + " | ".join(m for _, _, m in COLUMNS) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
-    lines += [f"| {r['package']} | {r['abi']} | " + " | ".join(str(r[k]) for k, _, _ in COLUMNS)
-              + " |" for r in rows]
-    lines.append("| total | | " + " | ".join(str(_total(rows, k)) for k, _, _ in COLUMNS) + " |")
+    """The counts as a Markdown table with total rows: the README's table, generated."""
+    lines = [f"| package | platform | {ABI_HEADING} | " + " | ".join(m for _, _, m in COLUMNS)
+             + " |", "| --- | --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
+    lines += [f"| {r['package']} | {r['platform']} | {r['abi']} | "
+              + " | ".join(str(r[k]) for k, _, _ in COLUMNS) + " |" for r in rows]
+    for name, part in _totals(rows):
+        platform = name.removeprefix("total").strip()
+        lines.append(f"| total | {platform} | | ".replace("|  |", "| |")
+                     + " | ".join(str(_total(part, k)) for k, _, _ in COLUMNS) + " |")
     return "\n".join(lines)
 
 

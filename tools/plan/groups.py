@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import PlanError
-from tools.core.variant import group_id
+from tools.core.variant import DEFAULT_PLATFORM, group_id
 from .matrix import Cell
 from .recipe import Recipe
 from .schema import Problems, load_yaml
@@ -124,6 +124,10 @@ def group_key(cell: Cell, recipe: Recipe) -> str:
         "arch_env": [recipe.arch_env.name, recipe.arch_env.style],
         "nvcc_threads": recipe.build.nvcc_threads,
     }
+    if cell.platform != DEFAULT_PLATFORM:
+        # Another platform's objects differ; Linux x86_64 keys stay what they were before
+        # platforms were a dimension, so its shard caches stay valid.
+        data["platform"] = cell.platform
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -135,18 +139,21 @@ class Group:
     key: str
     package: str
     cells: tuple[str, ...]
+    #: The wheel platform of its cells (a group never spans two).
+    platform: str = DEFAULT_PLATFORM
 
 
 def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
     """The compile groups of ``cells``, in the order of their first cell."""
     by_package = {r.package: r for r in recipes}
-    out: dict[str, tuple[str, str, list[str]]] = {}
+    out: dict[str, tuple[str, str, list[str], str]] = {}
     for cell in cells:
         gid = cell_group(cell)
         if gid not in out:
-            out[gid] = (group_key(cell, by_package[cell.package]), cell.package, [])
+            out[gid] = (group_key(cell, by_package[cell.package]), cell.package, [], cell.platform)
         out[gid][2].append(cell.id)
-    return [Group(gid, key, package, tuple(ids)) for gid, (key, package, ids) in out.items()]
+    return [Group(gid, key, package, tuple(ids), platform)
+            for gid, (key, package, ids, platform) in out.items()]
 
 
 def shard_id(group: str, index: int) -> str:

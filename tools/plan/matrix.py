@@ -2,7 +2,11 @@
 
 A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the newest
 series the recipe's range for it builds, or the first of a list: ``tools.plan.recipe_torch``) and
-``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others. The same id names the nox session
+``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others, each followed by the platform's
+part (``-aarch64``, ``-win``) on a platform other than Linux x86_64. A recipe is planned on every
+platform of the table (``tools.plan.table_platforms``) it doesn't exclude
+(``tools.plan.recipe_platforms``), for its (CUDA, torch series) pairs that have a torch build
+there; the newest series left for a CUDA version is its default torch on that platform. The same id names the nox session
 (``build-<id>``), the CI job and the build report. A series added to the table is planned for
 every recipe whose range includes it, and becomes the default torch of the CUDA versions it is
 the newest series of.
@@ -39,11 +43,10 @@ from tools.core.errors import PlanError
 from .recipe import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
-from tools.core.variant import (PYTHON_PART, Variant, candidate_torch_part, cell_id, cuda_nodot,
-                                format_label, stable_torch_part, torch_index_url)
-
-#: The one machine architecture every cell targets (torch's CUDA wheels are x86_64).
-ARCH = "x86_64"
+from tools.core.variant import (DEFAULT_PLATFORM, PYTHON_PART, Variant, candidate_torch_part,
+                                cell_id, cuda_nodot, format_label, stable_torch_part,
+                                torch_index_url)
+from .table_platforms import DEFAULT as DEFAULT_PLATFORM_ENTRY
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class Cell:
     #: The commit of the torch release candidate the cell builds against (the table's
     #: ``candidate.git``); empty for a release.
     candidate: str = ""
+    #: The wheel platform the cell builds for (``recipes/table.yaml``'s ``platforms:``).
+    platform: str = DEFAULT_PLATFORM
+    #: Its wheel platform tag (``manylinux_2_28_aarch64``, ``win_amd64``), from the table's
+    #: pattern for the platform; empty: Linux x86_64's with the cell's ``manylinux``.
+    platform_tag: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.platform_tag and self.platform == DEFAULT_PLATFORM:
+            object.__setattr__(self, "platform_tag",
+                               DEFAULT_PLATFORM_ENTRY.wheel_tag(self.manylinux))
 
     @property
     def id(self) -> str:
@@ -93,7 +106,7 @@ class Cell:
             torch = stable_torch_part(self.torch_from or self.torch)
         else:
             torch = None if self.default_torch else self.torch
-        return cell_id(self.package, python, self.cuda, torch)
+        return cell_id(self.package, python, self.cuda, torch, self.platform)
 
     @property
     def torch_pin(self) -> str:
@@ -103,12 +116,6 @@ class Cell:
         if self.torch_abi == "stable":
             return f"torch>={self.torch_from},<{self.torch_next_major}"
         return f"torch=={self.torch}.*"
-
-    @property
-    def platform_tag(self) -> str:
-        """The wheel platform this cell targets: the table's manylinux baseline of its torch
-        (``manylinux_2_28_x86_64``), what the container backend repairs to."""
-        return f"manylinux_{self.manylinux}_{ARCH}"
 
     @property
     def torch_requirement(self) -> str:
@@ -168,20 +175,32 @@ class Cell:
 
 
 def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
-    """Every cell of one recipe, ordered by CUDA, then torch (default first), then Python: one
-    per distinct build (a recipe's ``abi`` decides which builds are the same, see the module
-    docstring)."""
+    """Every cell of one recipe, ordered by platform (the table's order, Linux x86_64 first),
+    then CUDA, then torch (default first), then Python: one per distinct build (a recipe's
+    ``abi`` decides which builds are the same, see the module docstring)."""
+    return [c for platform in table.platforms if recipe.builds_on(platform)
+            for c in _platform_cells(recipe, table, platform)]
+
+
+def _platform_cells(recipe: Recipe, table: Table, platform: str) -> list[Cell]:
+    """The cells of one recipe on one platform: its (CUDA, torch series) pairs that the table
+    has a torch build of there; the newest series left for a CUDA version is its default torch
+    on that platform."""
     abi = recipe.abi
     next_major = max(version_key(series)[0] for series in table.torch) + 1
     out = []
     for target in recipe.cuda:
-        cuda = table.cuda[target.cuda]
-        released = tuple(s for s in target.torch if table.torch[s].candidate is None)
+        on_platform = tuple(s for s in target.torch
+                            if target.cuda in table.torch[s].cuda_on(platform))
+        if not on_platform:
+            continue
+        tag = table.platforms[platform].wheel_tag
+        released = tuple(s for s in on_platform if table.torch[s].candidate is None)
         # A stable-ABI build is made once per CUDA version, against its default torch series;
         # a release candidate is built on its own (see the module docstring).
         groups = [released] if abi.torch == "stable" and released else \
             [(s,) for s in released]
-        groups += [(s,) for s in target.torch if s not in released]
+        groups += [(s,) for s in on_platform if s not in released]
         for i, served in enumerate(groups):
             series = served[0]
             t = table.torch[series]
@@ -196,29 +215,38 @@ def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
             for py, pythons in builds:
                 out.append(Cell(recipe.package, recipe.source.version, py, target.cuda, series,
                                 t.release, i == 0 and t.candidate is None, t.cxx11_abi,
-                                t.manylinux, cuda.image, recipe.archs_for(target.cuda, table),
+                                t.manylinux, table.image(target.cuda, platform),
+                                recipe.archs_for(target.cuda, table, platform),
                                 abi.python, abi.torch, abi.torch_from or "", tuple(served),
                                 pythons, next_major,
-                                candidate=t.candidate.git if t.candidate else ""))
+                                candidate=t.candidate.git if t.candidate else "",
+                                platform=platform, platform_tag=tag(t.manylinux)))
     return out
 
 
-def uncollapsed_count(recipe: Recipe, table: Table) -> int:
-    """How many cells the recipe would plan with one build per Python and per torch series (its
-    ``abi`` ignored): what ``--format counts`` compares the collapsed plan with."""
+def uncollapsed_count(recipe: Recipe, table: Table, platform: str = DEFAULT_PLATFORM) -> int:
+    """How many cells the recipe would plan on ``platform`` with one build per Python and per
+    torch series (its ``abi`` ignored): what ``--format counts`` compares the collapsed plan
+    with."""
+    if not recipe.builds_on(platform):
+        return 0
     return sum(len(recipe.pythons_for(series, table)) for target in recipe.cuda
-               for series in target.torch)
+               for series in target.torch if target.cuda in table.torch[series].cuda_on(platform))
 
 
 def counts(recipes: list[Recipe], table: Table) -> list[dict]:
-    """Per recipe: its ABI kinds, the cells one build per Python and torch would need (before)
-    and the distinct builds planned (after)."""
+    """Per recipe and platform it has cells on: its ABI kinds, the cells one build per Python
+    and torch would need (before) and the distinct builds planned (after)."""
     rows = []
-    for r in recipes:
-        kind = r.abi.python + (f">={r.abi.python_from}" if r.abi.python_from else "")
-        kind += " + " + r.abi.torch + (f">={r.abi.torch_from}" if r.abi.torch_from else "")
-        rows.append({"package": r.package, "abi": kind, "before": uncollapsed_count(r, table),
-                     "after": len(cells_for(r, table))})
+    for platform in table.platforms:
+        for r in recipes:
+            after = len(_platform_cells(r, table, platform)) if r.builds_on(platform) else 0
+            if not after:
+                continue
+            kind = r.abi.python + (f">={r.abi.python_from}" if r.abi.python_from else "")
+            kind += " + " + r.abi.torch + (f">={r.abi.torch_from}" if r.abi.torch_from else "")
+            rows.append({"package": r.package, "platform": platform, "abi": kind,
+                         "before": uncollapsed_count(r, table, platform), "after": after})
     return rows
 
 
@@ -229,7 +257,7 @@ def torch_index(cell: Cell, table: Table) -> str | None:
     entry = table.torch[cell.torch]
     if entry.candidate is not None:
         return entry.candidate.torch_index(cell.cuda)
-    if entry.pypi_cuda == cell.cuda:
+    if entry.pypi_cuda_on(cell.platform) == cell.cuda:
         return None
     return torch_index_url(cell.cuda)
 
@@ -279,11 +307,13 @@ def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
             pythons = set(cell.serves_python or (cell.python,))
             torches = set(cell.serves_torch or (cell.torch,))
             match = [d for d in cells if d.package == dep.package and d.cuda == cell.cuda
+                     and d.platform == cell.platform
                      and torches <= set(d.serves_torch or (d.torch,))
                      and pythons <= set(d.serves_python or (d.python,))]
             if not match:
                 raise PlanError(
                     f"{where}: {dep.package} has no build serving {cell.id} (CUDA {cell.cuda}, "
+                    f"{cell.platform}, "
                     f"torch {', '.join(sorted(torches))}, Python {', '.join(sorted(pythons))}),"
                     f" whose wheel needs {dep.package}'s",
                     hint=f"add that CUDA version, torch series and Python to {other.path}, or "
@@ -295,7 +325,7 @@ def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
 
 
 def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torches=None,
-           ids=None, default_torch_only: bool = False) -> list[Cell]:
+           ids=None, default_torch_only: bool = False, platforms=None) -> list[Cell]:
     """Cells matching every given filter (a filter left as None matches everything);
     ``default_torch_only`` keeps only the cells of each CUDA version's default torch."""
     # A collapsed cell matches every Python and torch series its one build serves.
@@ -305,6 +335,7 @@ def select(cells: list[Cell], *, packages=None, pythons=None, cudas=None, torche
                 and (not cudas or c.cuda in cudas or cuda_nodot(c.cuda) in cudas)
                 and (not torches or bool(set(c.serves_torch or (c.torch,)) & set(torches)))
                 and (not ids or c.id in ids)
+                and (not platforms or c.platform in platforms)
                 and (not default_torch_only or c.default_torch))
     return [c for c in cells if keep(c)]
 

@@ -26,10 +26,12 @@ from tools.core.errors import RecipeError
 from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
 from .recipe_env import ArchEnv, EnvVar, parse_arch_env, parse_env
+from .recipe_platforms import PlatformChoice, archs_on, parse_platforms
 from .recipe_torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
 from .schema import Problems, load_yaml
 from .table import Table, arch_key, load_table, version_key
+from tools.core.variant import DEFAULT_PLATFORM
 
 RECIPE_SCHEMA = 1
 RECIPE_FILE = "recipe.yaml"
@@ -155,6 +157,14 @@ class Recipe:
     torch_range: TorchRange | None = None
     #: (torch series, CUDA version) pairs a range includes that are not built (``exclude``).
     exclude: tuple[Exclusion, ...] = ()
+    #: What the recipe says about each platform it names (``tools.plan.recipe_platforms``);
+    #: a platform it doesn't name is built like Linux x86_64.
+    platforms: dict[str, PlatformChoice] | None = None
+
+    def builds_on(self, platform: str) -> bool:
+        """Whether the recipe plans cells on ``platform`` (one of the table's)."""
+        choice = (self.platforms or {}).get(platform)
+        return choice is None or not choice.exclude
 
     @property
     def folder(self) -> Path:
@@ -172,11 +182,15 @@ class Recipe:
         """Why no cell of torch ``series`` with ``cuda`` is built, in words; None if one is."""
         return why_not(self.cuda, self.exclude, self.python, series, cuda, table)
 
-    def archs_for(self, cuda: str, table: Table) -> tuple[str, ...]:
-        """The arch list built for ``cuda``: the recipe's own, or the table's default."""
-        if self.archs is None:
-            return table.cuda[cuda].default_archs
-        return self.archs.get(cuda, self.archs.get("*", ()))
+    def archs_for(self, cuda: str, table: Table, platform: str = DEFAULT_PLATFORM
+                  ) -> tuple[str, ...]:
+        """The arch list built for ``cuda`` on ``platform``: the recipe's platform entry's own,
+        else the recipe's, else torch's default list there."""
+        if platform == DEFAULT_PLATFORM:
+            if self.archs is None:
+                return table.cuda[cuda].default_archs
+            return self.archs.get(cuda, self.archs.get("*", ()))
+        return archs_on((self.platforms or {}).get(platform), cuda, self.archs, table, platform)
 
     def pythons_for(self, torch: str, table: Table) -> list[str]:
         """Python versions built against torch series ``torch``: the table's, narrowed."""
@@ -199,7 +213,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
         "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
         "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
     }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict,
-        "depends": list, "torch": dict, "exclude": list})
+        "depends": list, "torch": dict, "exclude": list, "platforms": dict})
     if top is None:
         p.raise_if_any()
     if "schema" in top and top["schema"] != RECIPE_SCHEMA:
@@ -239,10 +253,13 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     check = parse_kernel_check(p, top.get("check"), path.parent)
     probe = parse_probe(p, top.get("probe"))
     depends = parse_depends(p, top.get("depends") or [], package)
+    platforms = parse_platforms(p, top.get("platforms"), tuple(t.cuda for t in targets), archs,
+                                table)
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
-                  env, build, patches, abi, check, probe, depends, torch.range, torch.exclude)
+                  env, build, patches, abi, check, probe, depends, torch.range, torch.exclude,
+                  platforms)
 
 
 def _source(p: Problems, raw: object) -> Source | None:

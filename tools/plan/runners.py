@@ -5,7 +5,10 @@ what a build in the builder container gets of it), disk, the provider's job limi
 **budget** the plan gives one job (less than the limit, so that a job still saves its cache and
 uploads its report), and the **setup** every job pays before it compiles (the builder image
 pulled, the tools and the cell's torch installed). The file has one ``default`` runner and,
-under ``packages``, overrides for single recipes (only the fields that differ). A fork with
+under ``packages``, overrides for single recipes (only the fields that differ), and under
+``platforms``, the runner of each wheel platform other than Linux x86_64 (again only the fields
+that differ from the default: an arm64 runner's label, a Windows runner's). A package's override
+is for its Linux x86_64 jobs only: its label names a Linux x86_64 machine. A fork with
 larger or self-hosted runners points the plan at its own file (``python -m tools.matrix
 --runners FILE``; in CI the repository variable ``CUWHEELS_RUNNERS``) and gets fewer shards
 from the same recipes: the plan (``tools.plan.stages``) sizes jobs and shards for these figures,
@@ -18,11 +21,12 @@ file, the field, the rule and the fix, all of them in one error.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
 from .schema import Problems, load_yaml
 
 #: The runner file the plan reads when no other is named.
@@ -66,10 +70,20 @@ class Runners:
     path: Path
     default: Runner
     packages: dict[str, Runner]
+    #: The runner of each platform other than Linux x86_64 (the default runs those).
+    platforms: dict[str, Runner] = field(default_factory=dict)
 
-    def for_package(self, package: str) -> Runner:
-        """The runner ``package``'s jobs run on: its override, else the default."""
-        return self.packages.get(package, self.default)
+    def for_package(self, package: str, platform: str = DEFAULT_PLATFORM) -> Runner:
+        """The runner ``package``'s jobs on ``platform`` run on: for Linux x86_64 its override,
+        else the default; for another platform that platform's runner (PlanError when the file
+        has none: the default's label is a Linux x86_64 machine)."""
+        if platform == DEFAULT_PLATFORM:
+            return self.packages.get(package, self.default)
+        if platform not in self.platforms:
+            raise PlanError(f"{self.path}: platforms: no runner for {platform}, whose cells the "
+                            "plan has", hint=f"add platforms.{platform} with its runs-on label "
+                                             "and the figures that differ from the default")
+        return self.platforms[platform]
 
 
 def _check_runner(p: Problems, runner: Runner, where: str,
@@ -107,9 +121,11 @@ def _check_runner(p: Problems, runner: Runner, where: str,
 def parse_runners(raw: object, path: Path, packages: set[str] | None = None) -> Runners:
     """The runner file's data (``raw``, read from ``path``) as :class:`Runners`; PlanError listing
     every problem. ``packages``: the recipes' names, when known, so that an override of a recipe
-    that doesn't exist is named."""
+    that doesn't exist is named. A platform's runner must be one of a platform the cell ids know
+    (``tools.core.variant.PLATFORM_PART``); one whose platform a table lacks is never used."""
+    platforms = set(PLATFORM_PART)
     p = Problems(path, PlanError)
-    top = p.entry(raw, "", {"schema": int, "default": dict}, {"packages": dict})
+    top = p.entry(raw, "", {"schema": int, "default": dict}, {"packages": dict, "platforms": dict})
     if top is None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a runner file")
@@ -127,24 +143,32 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None) -> 
     # fields are checked, so a problem of the default is named once, not under every override.
     default_ok = len(p.items) == before
     overrides: dict[str, Runner] = {}
-    for package, value in (top.get("packages") or {}).items():
-        where = f"packages.{package}"
-        if packages is not None and package not in packages:
-            p.add(where, "no recipe has this name",
-                  f"use a recipe's package name: {', '.join(sorted(packages))}")
-            continue
-        got = p.mapping(value, where, {"reason": str}, _FIELDS)
-        if got is None or "reason" not in got:
-            continue
-        p.reason(got["reason"], f"{where}.reason")
-        if len(got) == 1:
-            p.add(where, "overrides nothing", "name the fields that differ from the default, "
-                                              "or remove the entry")
-        runner = replace(default, **got)
-        _check_runner(p, runner, where, None if default_ok else set(got))
-        overrides[str(package)] = runner
+    by_platform: dict[str, Runner] = {}
+    for section, names, unknown, into in (
+            ("packages", packages, "no recipe has this name", overrides),
+            ("platforms", platforms, "no platform has this name", by_platform)):
+        for name, value in (top.get(section) or {}).items():
+            where = f"{section}.{name}"
+            if names is not None and name not in names:
+                p.add(where, unknown, f"use a {'recipe' if section == 'packages' else 'platform'}"
+                                      f"'s name: {', '.join(sorted(names))}")
+                continue
+            if section == "platforms" and name == DEFAULT_PLATFORM:
+                p.add(where, f"{DEFAULT_PLATFORM} runs on the default runner",
+                      "change default: instead")
+                continue
+            got = p.mapping(value, where, {"reason": str}, _FIELDS)
+            if got is None or "reason" not in got:
+                continue
+            p.reason(got["reason"], f"{where}.reason")
+            if len(got) == 1:
+                p.add(where, "overrides nothing", "name the fields that differ from the "
+                                                  "default, or remove the entry")
+            runner = replace(default, **got)
+            _check_runner(p, runner, where, None if default_ok else set(got))
+            into[str(name)] = runner
     p.raise_if_any()
-    return Runners(path, default, overrides)
+    return Runners(path, default, overrides, by_platform)
 
 
 def load_runners(path: Path = RUNNERS_PATH, packages: set[str] | None = None) -> Runners:

@@ -24,7 +24,7 @@ import yaml
 from tools.core.errors import CuwheelsError
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-               list: "a list", dict: "a mapping"}
+               list: "a list", dict: "a mapping", type(None): "null"}
 
 #: The largest table or recipe read (recipes/table.yaml, the largest, is 17 KB).
 MAX_YAML_BYTES = 1 << 20

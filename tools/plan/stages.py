@@ -34,6 +34,13 @@ so the cells are ordered by what they wait for: ``cells1`` holds the cells that 
 (in plan order, at most 256), which start at once, beside the shards; ``cells2`` the cells that
 read shards, and those of the first kind that did not fit ``cells1``, which start when every
 shard has finished.
+
+**Platforms.** Each wheel platform has matrices of its own, named with its id part
+(``tools.core.variant.PLATFORM_PART``): ``shards``, ``cells1`` and ``cells2`` for Linux x86_64,
+``shards_aarch64``, ``cells1_aarch64``, ``cells2_aarch64`` for Linux aarch64, ``..._win`` for
+Windows, each within GitHub's limit on its own: a platform's jobs run on its own runners (and
+the Windows ones with other steps), and a compile group never spans two platforms (a group id
+keeps the cell id's platform part).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import math
 from dataclasses import dataclass
 
 from tools.core.errors import PlanError
-from tools.core.variant import group_id
+from tools.core.variant import PLATFORM_PART, group_id
 from .groups import Group, UnitList, groups, read_units, shard_id, split
 from .matrix import Cell
 from .recipe import Recipe
@@ -52,8 +59,9 @@ from .sizing import Sizing, size_jobs
 #: GitHub runs at most this many jobs from one matrix (docs.github.com, "Running variations of
 #: jobs in a workflow": "A matrix will generate a maximum of 256 jobs per workflow run").
 MATRIX_LIMIT = 256
-#: The cell matrices the workflow has (jobs cells1 and cells2 of wheels.yml): 323 cells today,
-#: room for 512 (see the module docstring for which cells go where).
+#: The cell matrices the workflow has per platform (jobs cells1 and cells2 of wheels.yml, and
+#: their per-platform twins): room for 512 cells a platform, 323 on Linux x86_64 today (see the
+#: module docstring for which cells go where).
 CELL_MATRICES = 2
 #: A cell's finish, stated: the link, repair, inspection, metadata and import check. The full
 #: mamba_ssm build (README, "What the probes found") spent 10 s repairing, inspecting and
@@ -209,7 +217,8 @@ class Release:
             for k, (part, hours) in enumerate(zip(g.shards, g.shard_hours), 1):
                 sid = shard_id(g.group.id, k)
                 out.append({"id": sid, "group": g.group.id, "key": g.group.key,
-                            "package": g.group.package, "shard": k, "of": len(g.shards),
+                            "package": g.group.package, "platform": first.platform,
+                            "shard": k, "of": len(g.shards),
                             "cell": first.id, "python": first.python, "cuda": first.cuda,
                             "image": first.image, "archs": list(g.archs), "units": len(part),
                             "runner": g.runner.label, "estimate_hours": round(hours, 2),
@@ -231,35 +240,52 @@ class Release:
         return out
 
     def matrices(self) -> dict[str, dict]:
-        """Every stage's matrices, each ``{"include": [...]}``: ``shards``, ``cells1`` (cells that
+        """Every stage's matrices, each ``{"include": [...]}``, per platform (:func:`matrix_key`,
+        every platform's keys, empty where it has no job): ``shards``, ``cells1`` (cells that
         read no shard) and ``cells2`` (the cells that read shards, and the overflow of
         ``cells1``); PlanError naming GitHub's limit and the group where a matrix would cross
         it."""
-        shards = self.shard_jobs()
-        if len(shards) > MATRIX_LIMIT:
-            over = shards[MATRIX_LIMIT]["group"]
-            raise PlanError(f"the shard matrix would hold {len(shards)} jobs, over GitHub's limit "
-                            f"of {MATRIX_LIMIT} per matrix (crossed at group {over})",
-                            hint=_FEWER)
-        jobs = self.cell_jobs()
-        # The cells that wait for nothing first: the first matrix needs no shard.
-        cells = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
-        free = min(MATRIX_LIMIT, sum(1 for j in cells if not j["shards"]))
-        rest, room = cells[free:], (CELL_MATRICES - 1) * MATRIX_LIMIT
-        if len(rest) > room:
-            raise PlanError(f"the cells would need more than {CELL_MATRICES} matrices of GitHub's "
-                            f"limit of {MATRIX_LIMIT} jobs: {len(rest) - room} too many (crossed "
-                            f"at group {rest[room]['group']})",
-                            hint=_FEWER + "; or add a cell job to wheels.yml and raise "
-                                          "tools.plan.stages.CELL_MATRICES")
-        out = {"shards": {"include": shards}, "cells1": {"include": cells[:free]}}
-        for i in range(1, CELL_MATRICES):
-            out[f"cells{i + 1}"] = {"include": rest[(i - 1) * MATRIX_LIMIT:i * MATRIX_LIMIT]}
+        shards, cells = self.shard_jobs(), self.cell_jobs()
+        out: dict[str, dict] = {}
+        for platform in PLATFORM_PART:
+            mine = _platform_matrices([j for j in shards if j["platform"] == platform],
+                                      [j for j in cells if j["platform"] == platform])
+            out.update({matrix_key(name, platform): m for name, m in mine.items()})
         return out
 
     def hours(self) -> tuple[float, float]:
         """The estimated runner-hours of the release as planned, and with one job per cell."""
         return (sum(g.hours for g in self.groups), sum(g.per_cell_hours for g in self.groups))
+
+
+def matrix_key(name: str, platform: str) -> str:
+    """The key of one platform's matrix in ``--format github``: ``cells1`` for Linux x86_64,
+    ``cells1_aarch64`` for Linux aarch64 (``tools.core.variant.PLATFORM_PART``)."""
+    part = PLATFORM_PART[platform]
+    return f"{name}_{part}" if part else name
+
+
+def _platform_matrices(shards: list[dict], jobs: list[dict]) -> dict[str, dict]:
+    """One platform's ``shards``, ``cells1`` and ``cells2`` (see Release.matrices)."""
+    if len(shards) > MATRIX_LIMIT:
+        over = shards[MATRIX_LIMIT]["group"]
+        raise PlanError(f"the shard matrix would hold {len(shards)} jobs, over GitHub's limit "
+                        f"of {MATRIX_LIMIT} per matrix (crossed at group {over})",
+                        hint=_FEWER)
+    # The cells that wait for nothing first: the first matrix needs no shard.
+    cells = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
+    free = min(MATRIX_LIMIT, sum(1 for j in cells if not j["shards"]))
+    rest, room = cells[free:], (CELL_MATRICES - 1) * MATRIX_LIMIT
+    if len(rest) > room:
+        raise PlanError(f"the cells would need more than {CELL_MATRICES} matrices of GitHub's "
+                        f"limit of {MATRIX_LIMIT} jobs: {len(rest) - room} too many (crossed "
+                        f"at group {rest[room]['group']})",
+                        hint=_FEWER + "; or add a cell job to wheels.yml and raise "
+                                      "tools.plan.stages.CELL_MATRICES")
+    out = {"shards": {"include": shards}, "cells1": {"include": cells[:free]}}
+    for i in range(1, CELL_MATRICES):
+        out[f"cells{i + 1}"] = {"include": rest[(i - 1) * MATRIX_LIMIT:i * MATRIX_LIMIT]}
+    return out
 
 
 _FEWER = ("plan fewer cells in one run (--package, --cuda, --torch, --cap), or give the heaviest "
@@ -275,7 +301,7 @@ def plan_release(cells: list[Cell], recipes: list[Recipe], runners: Runners,
     units = {p: read_units(by_package[p]) for p in dict.fromkeys(c.package for c in cells)}
     cell_of = {c.id: c for c in cells}
     planned = tuple(
-        plan_group(g, by_package[g.package], runners.for_package(g.package),
+        plan_group(g, by_package[g.package], runners.for_package(g.package, cell_of[g.cells[0]].platform),
                    cell_of[g.cells[0]].archs, units[g.package])
         for g in groups(cells, recipes))
     toolchain: dict[str, Cell] = {}

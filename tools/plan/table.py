@@ -2,8 +2,9 @@
 
 Which torch series exist, for which Python and CUDA versions, with which manylinux baseline and
 C++ ABI; what each CUDA version's nvcc can compile, torch's own default arch list for it, the
-oldest driver that runs it and the builder image that ships it. Recipes narrow this table; they
-never restate it.
+oldest driver that runs it and the builder image that ships it; the wheel platforms and, per
+torch series, which CUDA builds of torch exist on the platforms other than Linux x86_64
+(``tools.plan.table_platforms``). Recipes narrow this table; they never restate it.
 
 A torch entry may be a release candidate: ``candidate: {git: "<commit>", index: "<url>"}`` says
 that ``release`` is not on PyPI yet but on PyTorch's test index (``index``, which has a
@@ -24,7 +25,7 @@ mismatch is a real error.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,7 +33,10 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import TableError
+from .table_platforms import (DEFAULT, Platform, TorchOnPlatform, parse_platforms,
+                              parse_torch_platforms)
 from .schema import Problems, load_yaml
+from tools.core.variant import DEFAULT_PLATFORM
 
 TABLE_PATH = RECIPES_DIR / "table.yaml"
 TABLE_SCHEMA = 1
@@ -96,6 +100,24 @@ class TorchEntry:
     relax_nvcc_check: tuple[tuple[str, str], ...] = ()
     #: Set when ``release`` is a release candidate, not yet on PyPI (see the module docstring).
     candidate: Candidate | None = None
+    #: The CUDA builds of this series on platforms other than Linux x86_64, by platform
+    #: (``tools.plan.table_platforms``); a platform not listed has none the table knows of.
+    platforms: dict[str, TorchOnPlatform] = field(default_factory=dict)
+
+    def cuda_on(self, platform: str) -> tuple[str, ...]:
+        """The CUDA versions this series has a torch build for on ``platform``."""
+        if platform == DEFAULT_PLATFORM:
+            return self.cuda
+        entry = self.platforms.get(platform)
+        return entry.cuda if entry else ()
+
+    def pypi_cuda_on(self, platform: str) -> str | None:
+        """The CUDA version of PyPI's wheel of this series for ``platform``; None when PyPI's
+        wheel there is CPU-only (or the table knows of no build there)."""
+        if platform == DEFAULT_PLATFORM:
+            return self.pypi_cuda
+        entry = self.platforms.get(platform)
+        return entry.pypi_cuda if entry else None
 
     def nvcc_check_relaxed(self, cuda: str) -> str | None:
         """Why torch's nvcc version check is relaxed for ``cuda`` cells, or None (it isn't)."""
@@ -109,10 +131,30 @@ class Table:
     path: Path
     cuda: dict[str, CudaEntry]
     torch: dict[str, TorchEntry]
+    #: The wheel platforms, Linux x86_64 first (``tools.plan.table_platforms``).
+    platforms: dict[str, Platform] = field(
+        default_factory=lambda: {DEFAULT_PLATFORM: DEFAULT})
 
-    def torch_for_cuda(self, cuda: str) -> list[str]:
-        """Torch series that publish a build for ``cuda``, oldest first."""
-        return [s for s, t in self.torch.items() if cuda in t.cuda]
+    def torch_for_cuda(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> list[str]:
+        """Torch series that publish a build for ``cuda`` on ``platform``, oldest first."""
+        return [s for s, t in self.torch.items() if cuda in t.cuda_on(platform)]
+
+    def image(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> str:
+        """The builder image of ``cuda`` cells on ``platform``: the CUDA table's for Linux
+        x86_64, the platform's own for another container platform, empty for a native one."""
+        plat = self.platforms[platform]
+        if plat.build != "container":
+            return ""
+        return plat.images.get(cuda) or (self.cuda[cuda].image
+                                         if platform == DEFAULT_PLATFORM else "")
+
+    def compilable(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> tuple[str, ...]:
+        """The archs ``cuda``'s nvcc compiles on ``platform``."""
+        return self.platforms[platform].archs.get(cuda) or self.cuda[cuda].archs
+
+    def default_archs(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> tuple[str, ...]:
+        """Torch's own arch list for its ``cuda`` wheels on ``platform``."""
+        return self.platforms[platform].default_archs.get(cuda) or self.cuda[cuda].default_archs
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -129,7 +171,7 @@ def arch_key(arch: str) -> tuple[int, str]:
 def parse_table(data: object, path: Path) -> Table:
     """Validate parsed YAML as the compatibility table, raising TableError with every problem."""
     p = Problems(path, TableError)
-    top = p.mapping(data, "", {"schema": int, "cuda": dict, "torch": dict})
+    top = p.mapping(data, "", {"schema": int, "cuda": dict, "torch": dict}, {"platforms": dict})
     if top is None:
         p.raise_if_any()
     if top.get("schema") not in (None, TABLE_SCHEMA):
@@ -156,6 +198,7 @@ def parse_table(data: object, path: Path) -> Table:
                 p.add(f"{where}.default_archs", f"sm_{a} is not in this CUDA's archs")
         cudas[ver] = CudaEntry(ver, archs, defaults, m["min_driver"], m["image"], m["source"],
                                m.get("note", ""))
+    platforms = parse_platforms(p, top.get("platforms"), cudas)
     torches: dict[str, TorchEntry] = {}
     for series, raw in (top.get("torch") or {}).items():
         where = f"torch.{series}"
@@ -164,7 +207,8 @@ def parse_table(data: object, path: Path) -> Table:
             continue
         m = p.entry(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
                                  "manylinux": str, "cxx11_abi": bool, "source": str},
-                    {"note": str, "relax_nvcc_check": dict, "candidate": dict})
+                    {"note": str, "relax_nvcc_check": dict, "candidate": dict,
+                     "platforms": dict})
         if m is None:
             continue
         pythons = p.strings(m["python"], f"{where}.python")
@@ -199,7 +243,10 @@ def parse_table(data: object, path: Path) -> Table:
                                      tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
                                      m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""),
                                      tuple(sorted(relax, key=lambda r: version_key(r[0]))),
-                                     candidate)
+                                     candidate,
+                                     parse_torch_platforms(p, m.get("platforms"),
+                                                           f"{where}.platforms", platforms,
+                                                           cudas))
     releases = [s for s, t in torches.items() if t.candidate is None]
     for series, t in torches.items():
         newer = [r for r in releases if version_key(r) > version_key(series)]
@@ -211,7 +258,8 @@ def parse_table(data: object, path: Path) -> Table:
     p.raise_if_any()
     return Table(path,
                  dict(sorted(cudas.items(), key=lambda kv: version_key(kv[0]))),
-                 dict(sorted(torches.items(), key=lambda kv: version_key(kv[0]))))
+                 dict(sorted(torches.items(), key=lambda kv: version_key(kv[0]))),
+                 dict(sorted(platforms.items(), key=lambda kv: kv[0] != DEFAULT_PLATFORM)))
 
 
 def _candidate(p: Problems, raw: object, where: str) -> Candidate | None:

@@ -38,7 +38,7 @@ from tools.plan.recipe import Recipe, load_all
 from tools.plan.table import Table
 from .templating import jinja_env
 from tools.core.platforms import tag_platform
-from tools.core.variant import Variant
+from tools.core.variant import PLATFORM_PART, Variant
 from .wheelread import parse_version
 
 
@@ -73,22 +73,46 @@ def _python_sort_key(label: str) -> tuple:
 ONLY_COMBINED = "simple/ only"
 
 
-def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
-    """Per project: which Python versions exist for each (version, variant index) pair.
+def wheel_platform(tags: frozenset[Tag]) -> str:
+    """The wheel platform of the table (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``) a
+    wheel's tags install on, or its first platform tag when it is none of those."""
+    for tag in sorted(tags, key=str):
+        found = tag_platform(tag.platform)
+        if found:
+            return found[0]
+    return min((t.platform for t in tags), default="")
 
-    Columns are the variant indexes the project appears in, then "simple/ only" for its wheels in
-    no variant index (no CUDA/torch identity, or a C++ ABI no official torch of that pair uses).
+
+def _column(path: str, platform: str) -> str:
+    """A coverage column: a variant index, with the platform's id part where it isn't Linux
+    x86_64 (``cu130/torch2.14 aarch64``)."""
+    part = PLATFORM_PART.get(platform, platform)
+    return f"{path} {part}" if part else path
+
+
+def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
+    """Per project: which Python versions exist for each (version, variant index, platform).
+
+    Columns are the variant indexes the project appears in, one per wheel platform it has wheels
+    of there (``cu130/torch2.14`` for Linux x86_64, ``cu130/torch2.14 aarch64``, ``... win``),
+    then "simple/ only" for its wheels in no variant index (no CUDA/torch identity, or a C++ ABI
+    no official torch of that pair uses).
     """
     # Wheel tags per (project, public version, column) first, in one flat dict: the loop runs once
     # per placed file, the Python versions are worked out once per distinct tag.
     tags_in: dict[tuple[str, str, str], set[tuple[frozenset[Tag], bool]]] = defaultdict(set)
     in_variant: set[str] = set()
+    order: dict[str, int] = {}
+    paths: dict[str, str] = {}
     for variant, placed_entries in placed.items():
-        column = variant.index_path
         for e in placed_entries:
             in_variant.add(e.filename)
             f = views[e.filename]
-            tags_in[(f.project, e.version.partition("+")[0], column)].add((wheel_tags(e.filename), f.yanked is not None))
+            tags = wheel_tags(e.filename)
+            column = _column(variant.index_path, wheel_platform(tags))
+            paths[column] = variant.index_path
+            order.setdefault(column, len(order))
+            tags_in[(f.project, e.version.partition("+")[0], column)].add((tags, f.yanked is not None))
     names: dict[str, tuple] = {}
     for f in views.values():
         e = f.entry
@@ -107,8 +131,10 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
                 if not yanked or state.get(python) != "yes":
                     state[python] = "yanked" if yanked else "yes"
         cells[project][public][column] = state
-    order = {v.index_path: i for i, v in enumerate(placed)}
-    order[ONLY_COMBINED] = len(order)
+    # Variant indexes in the order placed, each index's platforms in the order first seen.
+    index_order = {v.index_path: i for i, v in enumerate(placed)}
+    order = {c: (index_order[paths[c]], i) for c, i in order.items()}
+    order[ONLY_COMBINED] = (len(index_order), 0)
     matrix = []
     for project in sorted(cells):
         rows = cells[project]
@@ -118,7 +144,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
         matrix.append({
             "name": names[project][1],
             "normalized": project,
-            "columns": [{"path": c, "label": c} for c in columns],
+            "columns": [{"path": paths.get(c, c), "label": c} for c in columns],
             "pythons": pythons,
             "rows": [
                 {
@@ -213,10 +239,9 @@ def _is_published(cell: Cell, project: str, version: str,
     aarch64 and the Windows wheels of one version sit beside the x86_64 one in the same index,
     and each is its own cell's."""
     pythons = cell.serves_python or (cell.python,)
-    platform = (tag_platform(cell.platform_tag) or (None,))[0]
     for series in cell.serves_torch or (cell.torch,):
         files = have.get((project, version, cell.cuda, series, bool(cell.candidate)), ())
-        if not all(any(_covers(f, python, platform) for f in files) for python in pythons):
+        if not all(any(_covers(f, python, cell.platform) for f in files) for python in pythons):
             return False
     return True
 
@@ -244,9 +269,9 @@ def missing_cells(planned: Planned, table: Table,
     (tools.sitegen.placement.place_variants); see the module docstring for when a cell counts as
     published."""
     have = _published_files(placed)
-    by_pair: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    by_pair: dict[tuple[str, str, str, str], list[Cell]] = defaultdict(list)
     for cell in planned.cells:
-        by_pair[(cell.package, cell.torch, cell.cuda)].append(cell)
+        by_pair[(cell.package, cell.torch, cell.cuda, cell.platform)].append(cell)
     out = []
     for recipe in sorted(planned.recipes, key=lambda r: r.package):
         name, version = canonicalize_name(recipe.source.pypi), recipe.source.version
@@ -257,29 +282,41 @@ def missing_cells(planned: Planned, table: Table,
                 if series not in listed.get(cuda, ()):
                     if recipe.pythons_for(series, table):
                         groups.append({"cuda": cuda, "torch": series, "kind": "unsupported",
-                                       "cells": [],
+                                       "platform": "", "cells": [],
                                        "reason": _why_missing("unsupported", cuda, series, listed)})
                     continue
-                cells = by_pair.get((recipe.package, series, cuda), [])
-                rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-                for cell in cells:
-                    if _is_published(cell, name, version, have):
-                        published.append(cell.id)
-                        continue
-                    report = planned.reports.get(cell.id)
-                    kind = "failed" if report and report.get("error") else "todo"
-                    rows[kind].append({"python": _python_shown(cell), "cell": cell.id, "report": None,
-                                       "error": report["error"] if kind == "failed" else None})
-                for kind in ("failed", "todo"):
-                    if rows[kind]:
-                        # A stable-ABI cell is filed under the series it builds against
-                        # and says every series it serves.
-                        groups.append({"cuda": cuda, "torch": _torch_shown(cells[0]), "kind": kind,
-                                       "cells": rows[kind],
-                                       "reason": _why_missing(kind, cuda, series, listed)})
+                for platform in table.platforms:
+                    cells = by_pair.get((recipe.package, series, cuda, platform), [])
+                    if cells:
+                        _file_cells(cells, name, version, have, planned, published, groups,
+                                    cuda, series, platform, listed)
         out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
                     "published": published, "groups": groups})
     return out
+
+
+def _file_cells(cells: list[Cell], name: str, version: str,
+                have: Mapping[tuple[str, str, str, str, bool], list[str]], planned: Planned,
+                published: list[str], groups: list[dict[str, Any]], cuda: str, series: str,
+                platform: str, listed: Mapping[str, tuple[str, ...]]) -> None:
+    """The cells of one (torch series, CUDA, platform) of a recipe: each published one's id
+    into ``published``, the others into a ``failed`` or ``todo`` group."""
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for cell in cells:
+        if _is_published(cell, name, version, have):
+            published.append(cell.id)
+            continue
+        report = planned.reports.get(cell.id)
+        kind = "failed" if report and report.get("error") else "todo"
+        rows[kind].append({"python": _python_shown(cell), "cell": cell.id, "report": None,
+                           "error": report["error"] if kind == "failed" else None})
+    for kind in ("failed", "todo"):
+        if rows[kind]:
+            # A stable-ABI cell is filed under the series it builds against
+            # and says every series it serves.
+            groups.append({"cuda": cuda, "torch": _torch_shown(cells[0]), "kind": kind,
+                           "platform": platform, "cells": rows[kind],
+                           "reason": _why_missing(kind, cuda, series, listed)})
 
 
 def _why_missing(kind: str, cuda: str, series: str, listed: Mapping[str, tuple[str, ...]]) -> str:

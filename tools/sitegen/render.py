@@ -31,8 +31,10 @@ from markupsafe import Markup
 from .frontpage import Planned, coverage_matrix, missing_cells, missing_report_pages
 from .ledger import Entry, dump_ledger
 from .placement import FileView, is_candidate_build, place_variants, project_name
-from tools.plan.table import Table
+from tools.plan.table import Table, load_table
 from tools.selector.bundle import site_files as selector_site_files
+from tools.selector.facts import FACTS_FILE
+from .selectorfacts import with_torch_platforms
 from . import templating
 from .templating import jinja_env
 from tools.core.variant import Variant, uv_index_name
@@ -278,7 +280,8 @@ def render_site(
     for name, data in report_pages.items():  # item by item: ``pages`` may write on assignment
         pages[name] = data
     for name, data in selector_site_files(table).items():  # cuwheels-select.pyz and selector.json
-        pages[name] = data
+        pages[name] = with_torch_platforms(data, table or load_table()) if name == FACTS_FILE \
+            else data
     pages["ledger.json"] = (ledger_text if ledger_text is not None else dump_ledger(dict(entries))).encode("utf-8")
     pages[FINGERPRINTS] = json_text(fingerprints).encode("utf-8")
     return Site(

@@ -1,0 +1,186 @@
+"""The wheel platforms of the compatibility table: ``platforms:`` and ``torch.<series>.platforms``.
+
+A **platform** is where a wheel installs (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``):
+its wheel platform tag (a pattern, ``manylinux_{manylinux}_aarch64``, filled with the torch
+series' glibc baseline), and how its cells are built: ``container`` (cibuildwheel in a builder
+image per CUDA version: ``images``, or for Linux x86_64 the table's ``cuda.<X.Y>.image``) or
+``native`` (cibuildwheel on the runner itself, with the ``toolchain`` it states). Where the
+platform's toolkit or torch's own wheels differ from the CUDA table's lists, ``archs`` (what
+its nvcc compiles) and ``default_archs`` (torch's list for its wheels there) say so per CUDA
+version.
+
+Per torch series, ``torch.<series>.platforms.<platform>: {pypi_cuda, cuda, source}`` says which
+CUDA builds of torch exist for a platform other than Linux x86_64 (whose facts are the series
+row itself): ``pypi_cuda`` the CUDA version of PyPI's wheel for that platform, or null when
+PyPI's wheel there is CPU-only; ``cuda`` every CUDA build known (the others are on PyTorch's own
+per-CUDA index). A series without an entry for a platform has no CUDA build there that the table
+knows of: no cell of that series is planned on it.
+
+The id part of each platform is ``tools.core.variant.PLATFORM_PART``'s: the table may name only
+the platforms listed there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
+from .schema import Problems
+
+#: How a platform's cells are built: in a builder container, or on the runner itself.
+BUILDS = ("container", "native")
+_ARCH_RE = re.compile(r"\d{2,3}[af]?")
+_TAG_RE = re.compile(r"[a-z0-9_]+")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One wheel platform of the table (see the module docstring)."""
+
+    name: str
+    tag: str
+    build: str
+    source: str
+    #: CUDA version -> builder image, for a container platform other than Linux x86_64 (whose
+    #: images are the CUDA table's).
+    images: dict[str, str] = field(default_factory=dict)
+    #: What a native build needs on its runner, in words (Visual Studio 2022, CUDA's installer).
+    toolchain: str = ""
+    #: CUDA version -> what that toolkit's nvcc compiles on this platform, where it differs from
+    #: the CUDA table's ``archs``.
+    archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: CUDA version -> torch's own arch list for its wheels on this platform, where it differs.
+    default_archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    note: str = ""
+
+    def wheel_tag(self, manylinux: str) -> str:
+        """The wheel platform tag of a cell on this platform: ``manylinux_2_28_aarch64``."""
+        return self.tag.replace("{manylinux}", manylinux)
+
+
+@dataclass(frozen=True)
+class TorchOnPlatform:
+    """Which CUDA builds of one torch series exist for one platform."""
+
+    platform: str
+    #: The CUDA version of PyPI's wheel for the platform; None: PyPI's wheel is CPU-only.
+    pypi_cuda: str | None
+    cuda: tuple[str, ...]
+    source: str
+    note: str = ""
+
+
+#: Linux x86_64 when a table has no ``platforms:`` (every cell was Linux x86_64 before).
+DEFAULT = Platform(DEFAULT_PLATFORM, "manylinux_{manylinux}_x86_64", "container",
+                   "the table's own torch rows and CUDA images, all read from Linux x86_64 wheels")
+
+
+def _arch_lists(p: Problems, raw: Any, where: str, cudas: dict[str, Any]
+                ) -> dict[str, tuple[str, ...]]:
+    """A ``{"<cuda>": [archs]}`` mapping of a platform entry."""
+    out: dict[str, tuple[str, ...]] = {}
+    for cuda, value in (raw or {}).items():
+        at = f"{where}.{cuda}"
+        if cuda not in cudas:
+            p.add(at, f"CUDA {cuda!r} has no entry under cuda:", "use a CUDA version of cuda:")
+            continue
+        archs = p.strings(value, at)
+        if archs is None:
+            continue
+        bad = [a for a in archs if not _ARCH_RE.fullmatch(a)]
+        if bad:
+            p.add(at, f"{bad[0]!r} is not an sm number like \"90\" or \"90a\"")
+            continue
+        out[str(cuda)] = archs
+    return out
+
+
+def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, Platform]:
+    """The table's ``platforms:`` section (``cudas``: its CUDA entries, by version); every
+    problem goes to ``p``. Without the section, Linux x86_64 alone (:data:`DEFAULT`)."""
+    if raw is None:
+        return {DEFAULT_PLATFORM: DEFAULT}
+    out: dict[str, Platform] = {}
+    for name, value in raw.items():
+        where = f"platforms.{name}"
+        if name not in PLATFORM_PART:
+            p.add(where, "is not a platform the cell ids have a part for",
+                  f"use one of {', '.join(PLATFORM_PART)}, or add its id part to "
+                  "tools/core/variant.py PLATFORM_PART")
+            continue
+        m = p.entry(value, where, {"tag": str, "build": str, "source": str},
+                    {"images": dict, "toolchain": str, "archs": dict, "default_archs": dict,
+                     "note": str})
+        if m is None:
+            continue
+        if not _TAG_RE.fullmatch(m["tag"].replace("{manylinux}", "2_28")):
+            p.add(f"{where}.tag", f"{m['tag']!r} is not a wheel platform tag",
+                  'write the tag, with {manylinux} for the glibc baseline: '
+                  '"manylinux_{manylinux}_aarch64" or "win_amd64"')
+        if m["build"] not in BUILDS:
+            p.add(f"{where}.build", f"{m['build']!r} is not one of {', '.join(BUILDS)}",
+                  "container: cibuildwheel in a builder image; native: on the runner itself")
+        images: dict[str, str] = {}
+        for cuda, image in (m.get("images") or {}).items():
+            if cuda not in cudas:
+                p.add(f"{where}.images.{cuda}", f"CUDA {cuda!r} has no entry under cuda:")
+            elif p.typed(image, f"{where}.images.{cuda}", str):
+                images[str(cuda)] = image
+        if m["build"] == "container" and name != DEFAULT_PLATFORM and not images:
+            p.add(f"{where}.images", "a container platform needs a builder image per CUDA "
+                  "version", 'add images: {"13.0": "<image>:cuda13.0"}')
+        if m["build"] == "native" and not m.get("toolchain"):
+            p.add(f"{where}.toolchain", "a native platform must say what its runner needs",
+                  "add toolchain: the compiler and CUDA installer the build uses")
+        archs = _arch_lists(p, m.get("archs"), f"{where}.archs", cudas)
+        defaults = _arch_lists(p, m.get("default_archs"), f"{where}.default_archs", cudas)
+        for cuda, listed in defaults.items():
+            known = archs.get(cuda) or tuple(cudas[cuda].archs)
+            for arch in listed:
+                if arch not in known:
+                    p.add(f"{where}.default_archs.{cuda}",
+                          f"sm_{arch} is not in what CUDA {cuda} compiles on {name}")
+        out[str(name)] = Platform(str(name), m["tag"], m["build"], m["source"], images,
+                                  m.get("toolchain", ""), archs, defaults, m.get("note", ""))
+    if DEFAULT_PLATFORM not in out and DEFAULT_PLATFORM not in (raw or {}):
+        p.add(f"platforms.{DEFAULT_PLATFORM}", "required key is missing",
+              "the torch rows and CUDA images are Linux x86_64's: list it")
+    return out
+
+
+def parse_torch_platforms(p: Problems, raw: Any, where: str, platforms: dict[str, Platform],
+                          cudas: dict[str, Any]) -> dict[str, TorchOnPlatform]:
+    """One torch row's ``platforms:`` (``where``: its key path)."""
+    out: dict[str, TorchOnPlatform] = {}
+    for name, value in (raw or {}).items():
+        at = f"{where}.{name}"
+        if name == DEFAULT_PLATFORM:
+            p.add(at, f"{DEFAULT_PLATFORM} is the row itself",
+                  "write its facts in the row (cuda, pypi_cuda), not under platforms")
+            continue
+        if name not in platforms:
+            p.add(at, "is not a platform of the table",
+                  f"use one of {', '.join(platforms)}, or add it under platforms:")
+            continue
+        m = p.entry(value, at, {"pypi_cuda": (str, type(None)), "cuda": list, "source": str},
+                    {"note": str})
+        if m is None:
+            continue
+        listed = p.strings(m["cuda"], f"{at}.cuda", nonempty=False)
+        if listed is None:
+            continue
+        for cuda in listed:
+            if cuda not in cudas:
+                p.add(f"{at}.cuda", f"CUDA {cuda} has no entry under cuda:",
+                      f'add "{cuda}" to cuda:')
+            elif platforms[name].build == "container" and cuda not in platforms[name].images:
+                p.add(f"{at}.cuda", f"CUDA {cuda} has no builder image for {name}",
+                      f'add "{cuda}" to platforms.{name}.images')
+        if m["pypi_cuda"] is not None and m["pypi_cuda"] not in listed:
+            p.add(f"{at}.pypi_cuda", f"CUDA {m['pypi_cuda']} is not in this entry's cuda list",
+                  f'add "{m["pypi_cuda"]}" to {at}.cuda')
+        out[str(name)] = TorchOnPlatform(str(name), m["pypi_cuda"], tuple(listed), m["source"],
+                                         m.get("note", ""))
+    return out
