@@ -420,8 +420,9 @@ def cibuildwheel_argv(output_dir: Path, package: str) -> list[str]:
 
 
 def check_options(options: dict[str, str], package_dir: Path, output_dir: Path,
-                  expected: str) -> Any:
-    """Hand the options to cibuildwheel's own parser; return its BuildOptions for ``expected``.
+                  expected: str, *, platform: str = "linux") -> Any:
+    """Hand the options to cibuildwheel's own parser as ``--platform <platform>`` does (``linux``
+    or ``windows``: the parser runs on any machine); return its BuildOptions for ``expected``.
 
     ToolchainError when it rejects them or would build anything but the one identifier.
     """
@@ -430,20 +431,22 @@ def check_options(options: dict[str, str], package_dir: Path, output_dir: Path,
     from cibuildwheel.platforms import ALL_PLATFORM_MODULES, get_build_identifiers
 
     args = CommandLineArguments.defaults()
-    args.platform, args.config_file = "linux", "/dev/null"
+    args.platform, args.config_file = platform, "/dev/null"
     args.package_dir, args.output_dir = package_dir, output_dir
     try:
-        parsed = compute_options("linux", args, options)
-        ids = get_build_identifiers(platform_module=ALL_PLATFORM_MODULES["linux"],
+        parsed = compute_options(platform, args, options)
+        ids = get_build_identifiers(platform_module=ALL_PLATFORM_MODULES[platform],
                                     build_selector=parsed.globals.build_selector,
                                     architectures=parsed.globals.architectures)
         if ids != [expected]:
             raise ToolchainError(f"cibuildwheel would build {ids or 'nothing'}, not {expected}",
                                  hint="check CIBW_BUILD and the package's requires-python")
         build = parsed.build_options(expected)
-        parsed.summary(ids)
+        if platform == "linux":
+            parsed.summary(ids)
     except (FatalError, ValueError) as exc:
-        raise ToolchainError(f"cibuildwheel rejects the generated options: {exc}") from None
+        which = "Windows options" if platform == "windows" else "options"
+        raise ToolchainError(f"cibuildwheel rejects the generated {which}: {exc}") from None
     return build
 
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tools.core.errors import ToolchainError
 from tools.finish.winrepair import TORCH_DLL_EXCLUDES
 from tools.pipeline.buildenv import build_env
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table, version_key
 from tools.pipeline.venvs import PYPI_SIMPLE
-from .cibw import Limits, _q, _sh, cell_sizing, environment, smoke_command
+from .cibw import Limits, _q, _sh, cell_sizing, check_options, environment, smoke_command
 
 #: The first torch series whose headers MSVC compiles only as C++20 in conformance mode.
 CXX20_FROM = "2.13"
@@ -94,22 +93,4 @@ def check_windows_options(options: dict[str, str], package_dir: Path, output_dir
     """Hand the options to cibuildwheel's own parser as ``--platform windows`` does (it runs on
     any machine); return its BuildOptions for ``expected``. ToolchainError when it rejects them
     or would build anything but the one identifier."""
-    from cibuildwheel.errors import FatalError
-    from cibuildwheel.options import CommandLineArguments, compute_options
-    from cibuildwheel.platforms import ALL_PLATFORM_MODULES, get_build_identifiers
-
-    args = CommandLineArguments.defaults()
-    args.platform, args.config_file = "windows", "/dev/null"
-    args.package_dir, args.output_dir = package_dir, output_dir
-    try:
-        parsed = compute_options("windows", args, options)
-        ids = get_build_identifiers(platform_module=ALL_PLATFORM_MODULES["windows"],
-                                    build_selector=parsed.globals.build_selector,
-                                    architectures=parsed.globals.architectures)
-        if ids != [expected]:
-            raise ToolchainError(f"cibuildwheel would build {ids or 'nothing'}, not {expected}",
-                                 hint="check CIBW_BUILD and the package's requires-python")
-        build = parsed.build_options(expected)
-    except (FatalError, ValueError) as exc:
-        raise ToolchainError(f"cibuildwheel rejects the generated Windows options: {exc}") from None
-    return build
+    return check_options(options, package_dir, output_dir, expected, platform="windows")
