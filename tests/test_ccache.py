@@ -321,15 +321,15 @@ def test_cached_build_passes_the_same_checks_as_an_uncached_one(builds):
 def test_a_warm_build_is_served_from_the_cache_and_says_so(builds):
     cold = builds["cold"].step("compile")["detail"]["cache"]
     warm = builds["warm"].step("compile")["detail"]["cache"]
-    # tinyext has two units: the binding (tinyext.cpp) and the kernel (add_one.cu)
-    assert (cold["hits"], cold["misses"]) == (0, 2)
+    # tinyext has three units: the binding (tinyext.cpp) and the kernels (add_one.cu, scale.cu)
+    assert (cold["hits"], cold["misses"]) == (0, 3)
     # Hits, in direct or preprocessor mode: the torch wheel's CUDA headers are on CPATH at the
     # build's own path (tools.backends.host.build_process_env), which direct mode's include list records,
     # while the preprocessed text with base_dir still matches.
-    assert (warm["hits"], warm["misses"]) == (2, 0)
-    assert warm["direct_hits"] + warm["preprocessed_hits"] == 2
+    assert (warm["hits"], warm["misses"]) == (3, 0)
+    assert warm["direct_hits"] + warm["preprocessed_hits"] == 3
     assert warm["tool"].startswith("ccache ") and warm["dir"].endswith("cache")
-    assert re.search(r"compiler cache: 2 hits \(\d direct, \d preprocessed\), 0 misses",
+    assert re.search(r"compiler cache: 3 hits \(\d direct, \d preprocessed\), 0 misses",
                      builds["warm"].stderr)
     # a hit hands back exactly what the compiler made
     assert builds["warm"].extension_bytes() == builds["cold"].extension_bytes()
