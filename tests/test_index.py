@@ -138,7 +138,8 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
     assert (site / "cu12" / "torch2.8" / "simple" / "flash-attn").is_dir()  # the ABI of this table
     assert json.loads(page(site, "selector.json"))["min_driver"]["13.0"] == "590.1.2"
     missing = page(site, "index.html")[page(site, "index.html").index('<h2 id="missing">'):]
-    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td>', missing).group(1)
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td><td>(.*?)</td>',
+                    missing).group(1)
     assert re.findall(r'title="([^"]+)"', row) == ["demo_ext-3.12-cu130"]  # this table's Pythons
 
     # --table names another table: it wins over the folder's, for all three again.
@@ -149,7 +150,8 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
     assert not (site / "cu12").exists()
     assert json.loads(page(site, "selector.json"))["min_driver"]["13.0"] == own.cuda["13.0"].min_driver
     missing = page(site, "index.html")[page(site, "index.html").index('<h2 id="missing">'):]
-    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>(.*?)</td>', missing).group(1)
+    row = re.search(r'<tr class="todo"><td>2\.10</td><td>13\.0</td><td>linux_x86_64</td><td>(.*?)</td>',
+                    missing).group(1)
     (recipe,) = load_all(recipes, own)
     assert re.findall(r'title="([^"]+)"', row) == [f"demo_ext-{py}-cu130" for py in recipe.pythons_for("2.10", own)]
 

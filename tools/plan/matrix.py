@@ -313,8 +313,8 @@ def link_needs(cells: list[Cell], recipes: list[Recipe]) -> list[Cell]:
             if not match:
                 raise PlanError(
                     f"{where}: {dep.package} has no build serving {cell.id} (CUDA {cell.cuda}, "
-                    f"{cell.platform}, "
-                    f"torch {', '.join(sorted(torches))}, Python {', '.join(sorted(pythons))}),"
+                    f"torch {', '.join(sorted(torches))}, Python {', '.join(sorted(pythons))}, "
+                    f"{cell.platform}),"
                     f" whose wheel needs {dep.package}'s",
                     hint=f"add that CUDA version, torch series and Python to {other.path}, or "
                          f"narrow {recipe.path}'s to what {dep.package} builds")
