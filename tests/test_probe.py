@@ -59,7 +59,7 @@ def test_probe_compiles_a_unit_with_the_builds_own_command(sdist, tmp_path):
                         work_root=work)
 
     assert report.verdict == "passed"
-    assert report.commands_recorded == 2          # tinyext.cpp and add_one.cu
+    assert report.commands_recorded == 3          # tinyext.cpp, add_one.cu and scale.cu
     [unit] = report.units
     assert unit.unit == "csrc/add_one.cu" and unit.kind == "cuda" and unit.ok
     assert unit.seconds > 0 and 0 < unit.peak_process_gib <= unit.peak_tree_gib < 8
@@ -151,7 +151,9 @@ def test_measure_sums_the_process_tree_and_keeps_the_largest_process(tmp_path):
     status, seconds, tree, single = measure(f"{hold} & {hold} & wait", cwd=tmp_path, env={},
                                             log=tmp_path / "m.log")
     assert status == 0 and seconds >= 1.5
-    assert 140 << 20 <= single <= 200 << 20
+    # one process: its 150 MiB and the interpreter's own pages (seen up to ~202 MiB on a loaded
+    # machine), well under the two together
+    assert 140 << 20 <= single <= 250 << 20
     assert tree >= 280 << 20 and tree > single
 
 
