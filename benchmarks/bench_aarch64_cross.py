@@ -29,7 +29,7 @@ PyPI's aarch64 torch wheel, checks what came out, and imports it under qemu-user
    ``<its dir>/../targets/<--target-dir>``, so the tree holds a copy of nvcc and its profile,
    links to this toolkit's other tools, ``nvvm`` and ``targets/x86_64-linux``, and
    ``targets/sbsa-linux`` made from the aarch64 wheels. Nothing under the toolkit is changed.
-4. **compile**: each unit timed (wall seconds), with torch's ``BuildExtension`` flags
+4. **compile**: each unit timed (wall and CPU seconds), with torch's ``BuildExtension`` flags
    (``-std=c++20``, ``COMMON_NVCC_FLAGS``, ``-fPIC``) and the CFLAGS of a manylinux CPython.
    Kernel units: ``nvcc -ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux``; the binding:
    ``aarch64-linux-gnu-g++`` with the root's Python headers. Unless ``--no-native``, the same
@@ -55,6 +55,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -114,10 +115,16 @@ def run(argv: list[str], *, timeout: int, what: str, env: dict[str, str] | None 
     return proc
 
 
-def timed(argv: list[str], *, what: str, env: dict[str, str] | None = None) -> float:
+def timed(argv: list[str], *, what: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the command and its children): on a
+    machine shared with other builds the wall time follows their load, the CPU time much less."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     run(argv, timeout=COMPILE_TIMEOUT, what=what, env=env)
-    return time.monotonic() - start
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 # ---- 1. tools ---------------------------------------------------------------------------------
@@ -340,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     units = [*KERNEL_UNITS, BINDING_UNIT]
     targets = ["aarch64"] + ([] if args.no_native else ["x86_64"])
     times: dict[str, dict[str, list[float]]] = {t: {u: [] for u in units} for t in targets}
+    cpu_times: dict[str, dict[str, list[float]]] = {t: {u: [] for u in units} for t in targets}
     for round_no in range(1, max(1, args.repeat) + 1):
         for unit in units:
             for target in targets:
@@ -347,27 +355,31 @@ def main(argv: list[str] | None = None) -> int:
                 obj = out / target / (unit.rsplit(".", 1)[0] + ".o")
                 argv = (nvcc_argv(cross, unit, obj) if unit.endswith(".cu")
                         else cxx_argv(cross, obj))
-                times[target][unit].append(timed(argv, what=f"{target} compile of {unit}"))
-                print(f"  round {round_no}: {unit} for {target}: {times[target][unit][-1]:.1f} s",
-                      flush=True)
+                wall, cpu = timed(argv, what=f"{target} compile of {unit}")
+                times[target][unit].append(wall)
+                cpu_times[target][unit].append(cpu)
+                print(f"  round {round_no}: {unit} for {target}: {wall:.1f} s wall, {cpu:.1f} s "
+                      "CPU", flush=True)
     so = out / "aarch64" / f"{EXT_NAME}.cpython-{cp[2:]}-aarch64-linux-gnu.so"
     objs = [str(out / "aarch64" / (u.rsplit(".", 1)[0] + ".o")) for u in units]
-    link_s = timed([CROSS_CXX, "-shared", *objs, f"-L{torch_dir}/torch/lib",
+    link_s, _ = timed([CROSS_CXX, "-shared", *objs, f"-L{torch_dir}/torch/lib",
                     f"-L{tree}/targets/{TARGET_DIR}/lib", *TORCH_LIBS, "-o", str(so)],
                    what="aarch64 link")
 
-    print(f"\ncompile, wall seconds (best of {max(1, args.repeat)}; nice 19)")
-    print(f"  {'unit':<14}" + "".join(f"{t:>10}" for t in targets)
-          + ("   aarch64/x86_64" if len(targets) == 2 else ""))
     result: dict[str, Any] = {"nvcc": nvcc_version, "torch": args.torch, "python": pyver,
-                              "archs": archs, "compile_s": {}, "link_s": round(link_s, 2)}
-    for unit in units:
-        best = {t: min(times[t][unit]) for t in targets}
-        result["compile_s"][unit] = {t: [round(x, 2) for x in times[t][unit]] for t in targets}
-        line = f"  {unit:<14}" + "".join(f"{best[t]:>10.2f}" for t in targets)
-        if len(targets) == 2:
-            line += f"   {best['aarch64'] / best['x86_64']:.2f}"
-        print(line)
+                              "archs": archs, "compile_s": {}, "compile_cpu_s": {},
+                              "link_s": round(link_s, 2)}
+    for label, table, key in (("wall", times, "compile_s"), ("CPU", cpu_times, "compile_cpu_s")):
+        print(f"\ncompile, {label} seconds (best of {max(1, args.repeat)}; nice 19)")
+        print(f"  {'unit':<14}" + "".join(f"{t:>10}" for t in targets)
+              + ("   aarch64/x86_64" if len(targets) == 2 else ""))
+        for unit in units:
+            best = {t: min(table[t][unit]) for t in targets}
+            result[key][unit] = {t: [round(x, 2) for x in table[t][unit]] for t in targets}
+            line = f"  {unit:<14}" + "".join(f"{best[t]:>10.2f}" for t in targets)
+            if len(targets) == 2:
+                line += f"   {best['aarch64'] / best['x86_64']:.2f}"
+            print(line)
     print(f"  link (aarch64): {link_s:.2f} s")
 
     print("\nchecks")
