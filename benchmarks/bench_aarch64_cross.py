@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from tools import ROOT
+from tools.backends.emulated import CPUINFO
 from tools.core.binarch import read_binary
 from tools.finish import verify
 
@@ -420,14 +421,6 @@ def main(argv: list[str] | None = None) -> int:
 def qemu_argv(root: Path, interpreter: Path) -> list[str]:
     # -L: the loader and every absolute path are looked up in the root first.
     return [QEMU, "-L", str(root), str(interpreter)]
-
-
-#: What an aarch64 kernel shows in /proc/cpuinfo (two Neoverse N1 cores).
-CPUINFO = "".join(
-    f"processor\t: {i}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 "
-    "crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs\nCPU implementer\t: 0x41\n"
-    "CPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\n"
-    for i in range(2))
 
 
 def fake_cpuinfo(root: Path) -> None:

@@ -263,3 +263,88 @@ def test_the_toolkit_from_pypi_compiles_and_links_a_cuda_program(tmp_path):
     run = subprocess.run([tmp_path / "k"], env={"LD_LIBRARY_PATH": str(home / "lib64")},
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+# --------------------------------------------------------------------------- another machine's
+
+
+def elf_header(e_machine: int) -> bytes:
+    """The first 64 bytes of a 64-bit little-endian ELF executable for ``e_machine``."""
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    head[16:18] = (2).to_bytes(2, "little")            # ET_EXEC
+    head[18:20] = e_machine.to_bytes(2, "little")      # 183: EM_AARCH64, 62: EM_X86_64
+    return bytes(head)
+
+
+def test_the_aarch64_pins_are_the_same_parts_of_other_files():
+    x86, arm = cudakit.PARTS, cudakit.PARTS_AARCH64
+    assert [(p.name, p.version) for p in arm] == [(p.name, p.version) for p in x86]
+    assert all(len(p.sha256) == 64 for p in arm)
+    assert not {p.sha256 for p in arm} & {p.sha256 for p in x86}
+    assert cudakit.machine_parts("aarch64") is arm and cudakit.machine_parts("x86_64") is x86
+    with pytest.raises(ToolchainError, match="no CUDA 13.0 toolkit pins for ppc64le"):
+        cudakit.machine_parts("ppc64le")
+
+
+def test_another_machines_toolkit_has_its_own_home_and_target_dir(tmp_path):
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    assert toolkit_home(environ).name == "cuda-13.0"
+    assert toolkit_home(environ, "aarch64").name == "cuda-13.0-aarch64"
+    assert cudakit.TARGET_DIRS["aarch64"] == "targets/sbsa-linux"
+
+
+def test_download_of_another_machines_wheels_tells_pip_its_tags(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "no such wheel")
+
+    monkeypatch.setattr(cudakit.subprocess, "run", fake_run)
+    with pytest.raises(ToolchainError):
+        download(tmp_path, parts=cudakit.PARTS_AARCH64[:1], machine="aarch64")
+    with pytest.raises(ToolchainError):
+        download(tmp_path, parts=cudakit.PARTS[:1])
+    arm, native = seen
+    assert "--platform" in arm and "manylinux_2_17_aarch64" in arm
+    assert "manylinux_2_25_aarch64" in arm          # cupti's aarch64 wheel
+    assert "--platform" not in native
+
+
+def aarch64_parts(directory: Path, e_machine: int = 183) -> tuple[Part, ...]:
+    """The fake parts, their nvcc an ELF header for ``e_machine`` (it can't run here)."""
+    wheels = [
+        toolkit_wheel(directory, "nvidia-cuda-nvcc", "13.0.88",
+                      {"nvidia/cu13/bin/nvcc": elf_header(e_machine)},
+                      executable=("nvidia/cu13/bin/nvcc",)),
+        toolkit_wheel(directory, "nvidia-cuda-runtime", "13.0.96",
+                      {"nvidia/cu13/include/cuda_runtime.h": b"/* runtime */\n",
+                       "nvidia/cu13/lib/libcudart.so.13": elf_header(e_machine)}),
+    ]
+    return tuple(Part(w.name.split("-")[0].replace("_", "-"), w.name.split("-")[1],
+                      sha256_file(w), "test") for w in wheels)
+
+
+def test_an_aarch64_toolkit_is_assembled_here_and_checked_by_its_elf_header(tmp_path):
+    wheels = tmp_path / "wheels"
+    parts = aarch64_parts(wheels)
+    environ = {"XDG_CACHE_HOME": str(tmp_path / "cache"), WHEELS_ENV: str(wheels)}
+    said = []
+    home = ensure_toolkit(environ, say=said.append, parts=parts, machine="aarch64")
+    assert home == toolkit_home(environ, "aarch64")
+    assert (home / "targets" / "sbsa-linux" / "include").resolve() == (home / "include").resolve()
+    assert not (home / "targets" / "x86_64-linux").exists()
+    assert "installing CUDA 13.0 for aarch64" in said[0]
+    assert is_complete(home, parts)
+    assert not toolkit_home(environ).exists()         # this machine's toolkit is another
+
+
+def test_an_aarch64_toolkit_holding_an_x86_64_nvcc_is_refused(tmp_path):
+    wheels = tmp_path / "wheels"
+    parts = aarch64_parts(wheels, e_machine=62)
+    environ = {"XDG_CACHE_HOME": str(tmp_path / "cache"), WHEELS_ENV: str(wheels)}
+    with pytest.raises(ToolchainError, match=r"has no aarch64 nvcc \(bin/nvcc: an ELF binary "
+                                             r"for x86_64"):
+        ensure_toolkit(environ, say=lambda _: None, parts=parts, machine="aarch64")
+    assert not toolkit_home(environ, "aarch64").exists()

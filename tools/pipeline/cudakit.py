@@ -10,6 +10,12 @@ out are added as NVIDIA's installers lay them out: ``lib64`` linking to ``lib`` 
 and the unversioned library names the linker asks for (``libcudart.so -> libcudart.so.13``).
 The local builder image's toolkit (``tools.devtools.localimage``) can be this one.
 
+The same toolkit for Linux aarch64 (:data:`PARTS_AARCH64`, the same versions' aarch64 wheels,
+``targets/sbsa-linux`` as NVIDIA's ARM server installers name it) is assembled on any machine by
+``ensure_toolkit(machine="aarch64")`` into ``cache_dir() / "cuda-13.0-aarch64"``: the local arm64
+stand-in image carries it. Its nvcc can't run here except under emulation, so it is checked by
+its ELF header instead of ``nvcc --version``.
+
 :func:`ensure_toolkit` installs it once into ``cache_dir() / "cuda-13.0"``: the wheels are
 downloaded by pip with their sha256 pinned (:data:`PARTS`), assembled in a scratch directory
 beside it and renamed into place, so an interrupted install is never taken for a toolkit; a
@@ -42,7 +48,8 @@ from tools.core.paths import cache_dir
 CUDA = "13.0"
 #: Where each wheel keeps its files; what is flattened into the toolkit root.
 WHEEL_ROOT = "nvidia/cu13/"
-#: The machines the pins are for (NVIDIA publishes other wheels, of other hashes, for aarch64).
+#: The machine the default pins are for (NVIDIA publishes other wheels, of other hashes, for
+#: aarch64: :data:`PARTS_AARCH64`).
 MACHINE = "x86_64"
 #: The marker a complete toolkit holds: the parts it was assembled from.
 MARKER = "cuwheels-toolkit.json"
@@ -50,6 +57,8 @@ MARKER = "cuwheels-toolkit.json"
 WHEELS_ENV = "CUWHEELS_CUDA_WHEELS"
 #: nvcc.profile's target directory, as NVIDIA's installers make it.
 TARGET_DIR = "targets/x86_64-linux"
+#: ... per machine: NVIDIA's ARM server (SBSA) installers use ``sbsa-linux`` for aarch64.
+TARGET_DIRS = {"x86_64": TARGET_DIR, "aarch64": "targets/sbsa-linux"}
 
 Say = Callable[[str], None]
 
@@ -105,6 +114,23 @@ PARTS = (
          "include/nvtx3/"),
 )
 
+#: The same parts' manylinux aarch64 wheels (sha256 from PyPI's simple index, JSON form); what
+#: each holds is what its x86_64 twin holds (cupti's aarch64 wheel is tagged manylinux_2_25).
+PARTS_AARCH64 = tuple(Part(p.name, p.version, sha, p.holds) for p, sha in zip(PARTS, (
+    "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f",   # nvidia-cuda-nvcc
+    "c4376a291d72d22a315d9d2f69bdae8f8cd83a627f75bad395cee49a0fe65dc1",   # nvidia-nvvm
+    "ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003",   # nvidia-cuda-crt
+    "ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55",   # nvidia-cuda-runtime
+    "6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c",   # nvidia-cuda-cccl
+    "0fbc37f8139bafb5d36e57a19d381b0722df18a65d9395eb697420f78cc21aad",   # nvidia-cuda-culibos
+    "796bd679890ee55fb14a94629b698b6db54bcfd833d391d5e94017dd9d7d3151",   # nvidia-cuda-cupti
+    "1c2f8f6624844a2596f3145118cf3ef7ad0990676c0e5ad8dd7b9b2e35b4a447",   # nvidia-cuda-cuxxfilt
+    "b307d61f574ab60666d0b2cb204738338dbd0e05a9fa609eaab198222f0a13c2",   # nvidia-cuda-profiler-api
+    "cb7780edb6b14107373c835bf8b72e7a178bac7367e23da7acb108f973f157a6",   # nvidia-nvtx
+), strict=True))
+#: The pins per machine.
+MACHINE_PARTS = {"x86_64": PARTS, "aarch64": PARTS_AARCH64}
+
 _VERSIONED_LIB = re.compile(r"^(lib[^/]+\.so)\.\d+$")
 
 
@@ -112,9 +138,20 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def toolkit_home(environ: Mapping[str, str] | None = None) -> Path:
-    """Where the toolkit from PyPI lives: ``cache_dir() / "cuda-13.0"``."""
-    return cache_dir(environ) / f"cuda-{CUDA}"
+def toolkit_home(environ: Mapping[str, str] | None = None, machine: str = MACHINE) -> Path:
+    """Where the toolkit from PyPI lives: ``cache_dir() / "cuda-13.0"`` (another machine's:
+    ``cuda-13.0-aarch64``)."""
+    return cache_dir(environ) / (f"cuda-{CUDA}" + ("" if machine == MACHINE else f"-{machine}"))
+
+
+def machine_parts(machine: str) -> tuple[Part, ...]:
+    """The pinned parts for ``machine`` (``x86_64``, ``aarch64``); ToolchainError for another."""
+    try:
+        return MACHINE_PARTS[machine]
+    except KeyError:
+        raise ToolchainError(f"no CUDA {CUDA} toolkit pins for {machine} "
+                             f"(tools/pipeline/cudakit.py has {', '.join(MACHINE_PARTS)})",
+                             hint="install NVIDIA's CUDA toolkit for that machine") from None
 
 
 def marker_text(parts: Iterable[Part] = PARTS) -> str:
@@ -145,9 +182,10 @@ def check_machine(machine: str | None = None, system: str | None = None) -> None
 
 
 def download(dest: Path, *, parts: Iterable[Part] = PARTS, wheels: Path | None = None,
-             python: str = sys.executable) -> list[Path]:
+             python: str = sys.executable, machine: str | None = None) -> list[Path]:
     """Download ``parts`` with pip into ``dest``, each checked against its sha256 (from PyPI,
-    or only from the folder ``wheels`` when given); returns the wheels. ToolchainError, quoting
+    or only from the folder ``wheels`` when given); ``machine``: another machine's wheels
+    (pip told that machine's manylinux tags); returns the wheels. ToolchainError, quoting
     pip, when one can't be had or its hash differs."""
     parts = list(parts)
     dest.mkdir(parents=True, exist_ok=True)
@@ -160,6 +198,11 @@ def download(dest: Path, *, parts: Iterable[Part] = PARTS, wheels: Path | None =
            "-r", str(requirements), "-d", str(dest)]
     if wheels is not None:
         cmd += ["--no-index", "--find-links", str(wheels)]
+    if machine is not None and machine != MACHINE:
+        # pip takes only this machine's tags unless told others; the parts are manylinux2014
+        # (cupti: manylinux_2_25) wheels.
+        cmd += [arg for glibc in ("2_17", "2_25", "2_28")
+                for arg in ("--platform", f"manylinux_{glibc}_{machine}")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     got = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or len(got) != len(parts):
@@ -196,7 +239,7 @@ def _member_path(wheel: Path, name: str) -> PurePosixPath | None:
     return None
 
 
-def assemble(wheels: Iterable[Path], dest: Path) -> Path:
+def assemble(wheels: Iterable[Path], dest: Path, target_dir: str = TARGET_DIR) -> Path:
     """Extract each wheel's ``nvidia/cu13/`` into ``dest`` (its ``.dist-info`` into
     ``dest/dist-info``) and add the links NVIDIA's installers make (module docstring);
     returns ``dest``. ToolchainError naming the wheel when one holds no toolkit files."""
@@ -224,8 +267,8 @@ def assemble(wheels: Iterable[Path], dest: Path) -> Path:
                                  hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
     _link(dest / "lib64", "lib")
     for sub in ("include", "lib"):
-        (dest / TARGET_DIR).mkdir(parents=True, exist_ok=True)
-        _link(dest / TARGET_DIR / sub, f"../../{sub}")
+        (dest / target_dir).mkdir(parents=True, exist_ok=True)
+        _link(dest / target_dir / sub, f"../../{sub}")
     for lib in sorted((dest / "lib").glob("lib*.so.*")):
         if found := _VERSIONED_LIB.match(lib.name):
             _link(lib.parent / found.group(1), lib.name)
@@ -248,8 +291,20 @@ def nvcc_release(nvcc: Path) -> str | None:
     return found.group(1) if proc.returncode == 0 and found else None
 
 
-def _check_assembled(home: Path) -> None:
-    release = nvcc_release(home / "bin" / "nvcc")
+def _check_assembled(home: Path, machine: str = MACHINE) -> None:
+    if machine != MACHINE:
+        # Another machine's nvcc doesn't run here: its ELF header says what it is for.
+        from tools.core.binarch import read_binary
+        nvcc = home / "bin" / "nvcc"
+        found = read_binary(nvcc.read_bytes()[:64]) if nvcc.is_file() else None
+        if found is None or found.arch != machine:
+            raise ToolchainError(f"the toolkit assembled in {home} has no {machine} nvcc "
+                                 f"(bin/nvcc: {found.describe() if found else 'missing'})",
+                                 hint="check the pins in tools/pipeline/cudakit.py "
+                                      "(PARTS_AARCH64)")
+        release = CUDA
+    else:
+        release = nvcc_release(home / "bin" / "nvcc")
     if release != CUDA:
         raise ToolchainError(f"the toolkit assembled in {home} has no working CUDA {CUDA} nvcc "
                              f"(bin/nvcc --version: release {release})",
@@ -260,17 +315,23 @@ def _check_assembled(home: Path) -> None:
 
 
 def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = "",
-                   say: Say = _stderr, parts: tuple[Part, ...] = PARTS) -> Path:
+                   say: Say = _stderr, parts: tuple[Part, ...] | None = None,
+                   machine: str | None = None) -> Path:
     """The toolkit root (for ``CUDA_HOME``), installed from PyPI the first time; later calls
     return it at once. ``reason`` starts the line said when it is installed (why it is needed).
+    ``machine``: another machine's toolkit (``aarch64``), assembled here for an image of that
+    machine, never run here; default: this machine's, which must be the x86_64 the pins are for.
 
     One install at a time: a second process waits on the lock, then finds it complete.
     """
     environ = os.environ if environ is None else environ
-    home = toolkit_home(environ)
+    foreign = machine is not None and machine != MACHINE
+    parts = parts if parts is not None else machine_parts(machine or MACHINE)
+    home = toolkit_home(environ, machine or MACHINE)
     if is_complete(home, parts):
         return home
-    check_machine()
+    if not foreign:
+        check_machine()
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(home.parent / f"{home.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -278,15 +339,16 @@ def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = ""
             return home
         wheels = environ.get(WHEELS_ENV)
         source = f"the wheels in {wheels}" if wheels else "PyPI"
-        say(f"{reason + ': ' if reason else ''}installing CUDA {CUDA} from {source} into "
+        say(f"{reason + ': ' if reason else ''}installing CUDA {CUDA}"
+            f"{' for ' + machine if foreign else ''} from {source} into "
             f"{home} (about 110 MB download, 315 MB on disk; once)")
         started = time.monotonic()
         scratch = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
         try:
             found = download(scratch / "wheels", parts=parts,
-                             wheels=Path(wheels) if wheels else None)
-            kit = assemble(found, scratch / "toolkit")
-            _check_assembled(kit)
+                             wheels=Path(wheels) if wheels else None, machine=machine)
+            kit = assemble(found, scratch / "toolkit", TARGET_DIRS[machine or MACHINE])
+            _check_assembled(kit, machine or MACHINE)
             (kit / MARKER).write_text(marker_text(parts))
             # what was there is an incomplete or differently pinned toolkit
             if home.is_symlink() or home.is_file():
