@@ -265,3 +265,54 @@ def test_container_shards_feed_container_cells(local_image, sdist, tmp_path, mon
         assert per_unit["units"] == {KERNELS[0]: kernel_hit, KERNELS[1]: kernel_hit,
                                      "csrc/tinyext.cpp": "miss"}, per_unit
     assert len(list(out.glob("*.whl"))) == 2
+
+
+@pytest.fixture(scope="module")
+def arm64_image() -> str:
+    """The arm64 stand-in image (``python -m tools.localimage --cuda 13.0 --arch arm64``), when
+    podman can start a container from it here (on x86_64: through qemu-user)."""
+    from tools.devtools import armimage
+    from tools.pipeline import cudakit
+    image = armimage.image_name(cudakit.CUDA)
+    ready = readiness("podman", image)
+    if not ready.ok or not ready.local:
+        pytest.skip(f"no container can be started from {image}: {ready.why} (python -m "
+                    f"tools.localimage --cuda {cudakit.CUDA} --arch arm64 builds it)")
+    return image
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_tinyext_for_aarch64_through_the_container_backend(arm64_image, sdist, tmp_path):
+    """A linux_aarch64 cell in the arm64 stand-in: cibuildwheel, nvcc, the finish step and the
+    import test all run as aarch64 programs (under qemu-user on an x86_64 machine: about half
+    an hour here, most of it the binding's compile and torch's install). The wheel is an
+    aarch64 manylinux wheel whose binary is aarch64 and holds sm_90 SASS."""
+    from tools.core.binarch import read_binary
+    from tools.devtools.armimage import PYTHON as ARM_PYTHON
+    data = _recipe(sdist)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    cuda = next(iter(data["cuda"]))
+    cell = f"tinyext-{ARM_PYTHON}-cu{cuda.replace('.', '')}-aarch64"
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    stream = io.StringIO()
+    planned = Planned.make(recipes)
+    result = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
+                        image=arm64_image, archs="90", sdist=sdist, out_dir=out,
+                        work_root=work, stream=stream)
+    report, said = result.report, stream.getvalue()
+    (work / "aarch64-build.log").write_text(said)
+    assert report["verdict"] == "passed", said[-4000:]
+    assert report["plat"] == "auto"
+    (wheel,) = out.glob("*.whl")
+    assert f"-cp{ARM_PYTHON.replace('.', '')}-" in wheel.name
+    assert wheel.name.endswith("_aarch64.whl") and "-manylinux_2_" in wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = read_manifest(zf)
+        (so,) = [n for n in zf.namelist() if n.endswith(".so")]
+        binary = read_binary(zf.read(so)[:64])
+    assert binary.arch == "aarch64", binary.describe()
+    assert manifest["backend"] == "container" and manifest["image"] == arm64_image
+    assert [v["sass"] for v in manifest["archs"]["found"].values()] == [["90"]]
+    log = (work / cell / "cibuildwheel.log").read_text()
+    assert "Testing wheel..." in log          # the import ran in the aarch64 container

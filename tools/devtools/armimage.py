@@ -59,8 +59,10 @@ MACHINE = "aarch64"
 #: bookworm's Python: the image's only interpreter.
 PYTHON = "3.11"
 #: What the x86_64 stand-in has, and Debian's Python with its headers (the binding includes
-#: Python.h) and ensurepip (the finish step makes its venv with ``-m venv``).
-PACKAGES = (*localimage.PACKAGES, "python3.11", "libpython3.11-dev", "python3.11-venv")
+#: Python.h) and ensurepip (the finish step makes its venv with ``-m venv``), with what
+#: python3.11-venv depends on named too (debootstrap's minbase leaves it unconfigured otherwise).
+PACKAGES = (*localimage.PACKAGES, "python3.11", "libpython3.11-dev", "python3.11-venv",
+            "python3-distutils")
 POLICY = "manylinux_2_36_aarch64"
 #: The pip put in the image's environments, pinned by hash (pure Python: no emulation to unpack).
 PIP = ("pip", "25.0.1", "c46efd13b6aa8279f33f2864459c8ce587ea6a1a59ee20de055868d8f7688f7f")
