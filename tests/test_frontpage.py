@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -294,3 +295,94 @@ def test_a_cell_is_published_only_by_a_wheel_of_its_platform(platform_tag, publi
     model = missing_cells(planned, table, place_variants([entry], table=table))
     said = next(r for r in model if r["package"] == cell.package)["published"]
     assert (cell.id in said) is published
+
+
+# --------------------------------------------------------------------------- platforms
+
+#: The small table with aarch64 and Windows (torch 2.10 built on both, CUDA 13.0).
+PLATFORMS = {
+    "linux_x86_64": {"tag": "manylinux_{manylinux}_x86_64", "build": "container", "source": "test"},
+    "linux_aarch64": {"tag": "manylinux_{manylinux}_aarch64", "build": "container",
+                      "images": {"13.0": "pytorch/manylinuxaarch64-builder:cuda13.0"},
+                      "source": "test"},
+    "win_amd64": {"tag": "win_amd64", "build": "native",
+                  "toolchain": "Visual Studio 2022 and CUDA", "source": "test"},
+}
+
+
+def test_the_coverage_matrix_and_what_is_missing_show_each_platform(tmp_path, write_recipe,
+                                                                     good_recipe):
+    """A site built from wheels of three platforms in one variant index (and two in none): the
+    matrix has a column per index and platform, Linux x86_64 unmarked and first whatever order
+    the files sort in, each with its own Python pills; "what is missing" gives each missing
+    cell's platform, its id (with the platform part) and its reason, a failed aarch64 build
+    linked to its report."""
+    write_recipe(good_recipe)  # demo_ext 1.0.0: CUDA 13.0 for torch 2.10 and 2.9, 12.9 for 2.8
+    table_data = copy.deepcopy(MINI_TABLE)
+    table_data["platforms"] = copy.deepcopy(PLATFORMS)
+    table_data["torch"]["2.10"]["platforms"] = {
+        "linux_aarch64": {"pypi_cuda": "13.0", "cuda": ["13.0"], "source": "test"},
+        "win_amd64": {"pypi_cuda": None, "cuda": ["13.0"], "source": "test"}}
+    recipes = tmp_path / "recipes"
+    (recipes / "table.yaml").write_text(yaml.safe_dump(table_data))
+    w = tmp_path / "wheels"
+    label = "cu130.torch2.10"
+    # aarch64's files sort before x86_64's: the columns are in the platforms' order all the same
+    make_wheel(w, "demo-ext", "1.0.0", local=label, tag="cp311-cp311-manylinux_2_28_aarch64")
+    make_wheel(w, "demo-ext", "1.0.0", local=label, tag="cp312-cp312-manylinux_2_28_aarch64")
+    make_wheel(w, "demo-ext", "1.0.0", local=label, tag="cp312-cp312-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "1.0.0", local=label, tag="cp312-cp312-win_amd64")
+    # no CUDA/torch identity: in no variant index, one simple/ only column per platform
+    make_wheel(w, "demo-ext", "0.5.0", tag="cp311-cp311-manylinux_2_28_aarch64")
+    make_wheel(w, "demo-ext", "0.5.0", tag="cp312-cp312-manylinux_2_28_x86_64")
+    reports = tmp_path / "build-cells"
+    (reports / "demo_ext-3.13-cu130-aarch64").mkdir(parents=True)
+    (reports / "demo_ext-3.13-cu130-aarch64" / "report.json").write_text(json.dumps(
+        {"cell": "demo_ext-3.13-cu130-aarch64", "error": {"kind": "compile", "message": "nvcc"}}))
+    build(tmp_path, recipes_dir=recipes, reports_dir=reports)
+    html = page(tmp_path / "site", "index.html")
+
+    coverage = html[html.index('<h2 id="coverage">'):html.index('<h2 id="missing">')]
+    assert ("a column per variant index and platform: <code>aarch64</code> Linux aarch64, "
+            "<code>win</code> Windows x86-64, unmarked Linux x86_64") in coverage
+    assert re.findall(r"<th><code>(.*?)</code></th>", coverage) == [
+        "cu130/torch2.10", "cu130/torch2.10 aarch64", "cu130/torch2.10 win", "simple/ only",
+        "simple/ only aarch64"]
+
+    def pills(cell):  # Python -> state of one matrix cell
+        return {py: state
+                for state, py in re.findall(r'<span class="py (\w+)"[^>]*>([\d.]+)</span>', cell)}
+
+    row = re.findall(r"<td>(.*?)</td>|<td class=\"none\">(—)</td>",
+                     re.search(r"<tr><td>1\.0\.0</td>(.*?)</tr>", coverage).group(1))
+    assert [pills(a) or b for a, b in row] == [
+        {"3.11": "no", "3.12": "yes"},     # x86_64
+        {"3.11": "yes", "3.12": "yes"},    # aarch64
+        {"3.11": "no", "3.12": "yes"},     # Windows
+        "—", "—"]
+    row = re.findall(r"<td>(.*?)</td>|<td class=\"none\">(—)</td>",
+                     re.search(r"<tr><td>0\.5\.0</td>(.*?)</tr>", coverage).group(1))
+    assert [pills(a) or b for a, b in row] == [
+        "—", "—", "—", {"3.11": "no", "3.12": "yes"}, {"3.11": "yes", "3.12": "no"}]
+
+    missing = html[html.index('<h2 id="missing">'):]
+    rows = re.findall(r'<tr class="(\w+)"><td>2\.10</td><td>13\.0</td><td>(\w+)</td><td>(.*?)</td>'
+                      r"<td>(.*?)</td></tr>", missing)
+    assert [(kind, platform, re.findall(r'title="([^"]+)"', cells), why)
+            for kind, platform, cells, why in rows] == [
+        ("todo", "linux_x86_64", ["demo_ext-3.10-cu130", "demo_ext-3.11-cu130",
+                                  "demo_ext-3.13-cu130", "demo_ext-3.14-cu130"], "not built yet"),
+        ("failed", "linux_aarch64", ["demo_ext-3.13-cu130-aarch64: compile error"],
+         "the build failed: see each cell&#39;s report"),
+        ("todo", "linux_aarch64", ["demo_ext-3.10-cu130-aarch64", "demo_ext-3.14-cu130-aarch64"],
+         "not built yet"),
+        ("todo", "win_amd64", ["demo_ext-3.10-cu130-win", "demo_ext-3.11-cu130-win",
+                               "demo_ext-3.13-cu130-win", "demo_ext-3.14-cu130-win"],
+         "not built yet")]
+    assert ('<a class="py failed" href="reports/demo_ext-3.13-cu130-aarch64.json" '
+            'title="demo_ext-3.13-cu130-aarch64: compile error">3.13</a>') in missing
+    # the published cells, one per platform's wheel, are not listed; 2.9 has no build but x86_64's
+    for published in ("demo_ext-3.12-cu130", "demo_ext-3.11-cu130-aarch64",
+                      "demo_ext-3.12-cu130-aarch64", "demo_ext-3.12-cu130-win"):
+        assert f'title="{published}"' not in missing
+    assert not re.search(r"<td>2\.9</td><td>13\.0</td><td>(linux_aarch64|win_amd64)</td>", missing)

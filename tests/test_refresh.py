@@ -123,18 +123,27 @@ def libshm(tmp_path_factory) -> dict[bool, bytes]:
     return out
 
 
-def torch_wheel(release: str, libshm: bytes, padding: bytes) -> bytes:
-    """A stand-in torch wheel: the recorded METADATA and version.py, libshm.so, 1 MiB of padding."""
+def torch_wheel(release: str, libshm: bytes, padding: bytes, version_py: str | None = None) -> bytes:
+    """A stand-in torch wheel: the recorded METADATA and version.py (``version_py``: another
+    platform's), libshm.so, 1 MiB of padding."""
     meta = "Metadata-Version: 2.4\nName: torch\nVersion: " + release + "\n" + "".join(
         f"Requires-Dist: {r}\n" for r in MEMBERS[release]["requires_dist"])
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("torch/lib/libtorch_cuda.so", padding)  # stored: reading it would show
-        zf.writestr("torch/version.py", MEMBERS[release]["version_py"])
+        zf.writestr("torch/version.py", version_py or MEMBERS[release]["version_py"])
         zf.writestr("torch/lib/libshm.so", libshm, compress_type=zipfile.ZIP_DEFLATED)
         zf.writestr(f"torch-{release}.dist-info/METADATA", meta)
         zf.writestr(f"torch-{release}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
     return buf.getvalue()
+
+
+def platform_of(filename: str) -> str | None:
+    """The table platform other than Linux x86_64 a recorded torch file is for (None: x86_64's
+    or a file never read)."""
+    if filename.endswith("_aarch64.whl"):
+        return "linux_aarch64"
+    return "win_amd64" if filename.endswith("-win_amd64.whl") else None
 
 
 @dataclass
@@ -230,9 +239,11 @@ def fake(libshm):
     padding = os.urandom(1 << 20)
     files = {}
     for release, entries in RECORDED["torch"]["releases"].items():
-        wheel = torch_wheel(release, libshm[True], padding)
+        wheels = {None: torch_wheel(release, libshm[True], padding)}
+        for platform, version_py in MEMBERS[release]["platforms"].items():
+            wheels[platform] = torch_wheel(release, libshm[True], padding, version_py)
         for f in entries:
-            files[f["filename"]] = wheel
+            files[f["filename"]] = wheels[platform_of(f["filename"])]
     for version in RECORDED["causal-conv1d"]["releases"]:
         files[f"causal_conv1d-{version}.tar.gz"] = sdist_bytes(version)
     files["mamba_ssm-2.3.2.post1.tar.gz"] = b"not read: the recipe builds the newest release"
@@ -411,6 +422,209 @@ def test_a_new_series_whose_cuda_the_table_lacks_is_left_out(repo, fake):
     assert proposal.new == {}
     assert any(n.startswith("new torch series 2.15 (2.15.0) is left out: cuda.13.2 (the table "
                             "has no entry") for n in proposal.notes)
+
+
+# --------------------------------------------------------------------------- other platforms of a new series
+
+#: recipes/table.yaml's platforms: section as the fixture table would have it (its CUDA versions).
+PLATFORMS = """platforms:
+  linux_x86_64:
+    tag: "manylinux_{manylinux}_x86_64"
+    build: container
+    source: "a test copy of recipes/table.yaml's"
+  linux_aarch64:
+    tag: "manylinux_{manylinux}_aarch64"
+    build: container
+    images: {IMAGES}
+    source: "a test copy of recipes/table.yaml's"
+  win_amd64:
+    tag: "win_amd64"
+    build: native
+    toolchain: "Visual Studio 2022 and NVIDIA's CUDA installer"
+    source: "a test copy of recipes/table.yaml's"
+
+"""
+#: The 2.14 row's platforms as recipes/table.yaml has them.
+ROW_214_PLATFORMS = """    platforms:
+      linux_aarch64: {pypi_cuda: "13.0", cuda: ["13.0"], source: "a test row"}
+      win_amd64: {pypi_cuda: null, cuda: ["12.6", "13.0", "13.2"], source: "a test row"}
+"""
+NOT_READ = "torch's own index, https://download.pytorch.org/whl/torch/, could not be read by the refresh"
+
+
+def with_platforms(repo: Path, images: tuple[str, ...] = ("13.0", "13.2")) -> Path:
+    """The fixture table with the three platforms of recipes/table.yaml (aarch64 builder images
+    for ``images``) and 2.14's platforms: block; its path."""
+    table = repo / "table.yaml"
+    text = table.read_text()
+    section = PLATFORMS.replace("{IMAGES}", "{" + ", ".join(
+        f'"{c}": "pytorch/manylinuxaarch64-builder:cuda{c}"' for c in images) + "}")
+    text = text.replace("\ncuda:\n", "\n" + section + "cuda:\n", 1)
+    table.write_text(text.rstrip("\n") + "\n" + ROW_214_PLATFORMS)
+    load_table(table)  # the loaders accept it
+    return table
+
+
+def new_platforms(proposal, table: Path) -> dict:
+    return yaml.safe_load(proposal.new[table])["torch"]["2.15"].get("platforms", {})
+
+
+def test_a_new_series_gets_its_platforms_block_from_its_aarch64_and_windows_wheels(repo, fake):
+    """The recorded 2.15.0: PyPI's aarch64 wheel is CUDA 13.2, its Windows wheel CPU-only (their
+    torch/version.py, read with range requests). torch's own index doesn't answer: aarch64 gets
+    PyPI's build only, Windows the series' Linux x86_64 list, each note saying so; the values
+    are those recipes/table.yaml has by hand for 2.15, and the table loads."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = with_platforms(repo)
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    new = proposal.new[table]
+    assert new.startswith(proposal.old[table])
+    arm, win = new_platforms(proposal, table).values()
+    assert arm == {
+        "pypi_cuda": "13.2", "cuda": ["13.2"],
+        "source": "PyPI JSON releases['2.15.0'] (torch-2.15.0-cp3XX-cp3XX-manylinux_2_28_aarch64"
+                  ".whl); torch/version.py of torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl "
+                  f"(2.15.0+cu132), read with HTTP range requests; by tools.refresh on {DATE}",
+        "note": "Only PyPI's build is recorded: the other CUDA variants on PyTorch's own index "
+                f"were not read ({NOT_READ})"}
+    assert win == {
+        "pypi_cuda": None, "cuda": ["13.2"],
+        "source": "PyPI JSON releases['2.15.0'] (torch-2.15.0-cp3XX-cp3XX-win_amd64.whl); "
+                  "torch/version.py of torch-2.15.0-cp312-cp312-win_amd64.whl (2.15.0+cpu, cuda "
+                  "None), read with HTTP range requests: PyPI's Windows wheel is CPU-only; by "
+                  f"tools.refresh on {DATE}",
+        "note": f"cuda: not read ({NOT_READ}); the series' Linux x86_64 CUDA list, because "
+                "PyTorch's binary build matrix (.github/scripts/generate_binary_build_matrix.py) "
+                "builds its Windows wheels from the same CUDA list as Linux x86_64 (aarch64 has a "
+                "list of its own). Check the cu<XYZ> folders of PyTorch's index before relying on "
+                "one"}
+    # the shape of the table's rows: one flow mapping per platform, after the row's note
+    assert ('not built here."\n    platforms:\n      linux_aarch64: {pypi_cuda: "13.2", cuda: '
+            '["13.2"], source: "PyPI JSON') in new
+    assert '\n      win_amd64: {pypi_cuda: null, cuda: ["13.2"], source: "PyPI JSON' in new
+    # what recipes/table.yaml says of 2.15 by hand, read from the same wheels
+    by_hand = load_table().torch["2.15"].platforms
+    assert {p: (e.pypi_cuda, list(e.cuda)) for p, e in by_hand.items()} == \
+        {"linux_aarch64": ("13.2", ["13.2"]), "win_amd64": (None, ["13.2"])}
+    loaded = parse_table(yaml.safe_load(new), table).torch["2.15"]  # tools.plan.table_platforms
+    assert (loaded.pypi_cuda_on("linux_aarch64"), loaded.cuda_on("win_amd64")) == ("13.2", ("13.2",))
+    assert "torch 2.15 on linux_aarch64: PyPI's wheel is CUDA 13.2; CUDA 13.2" in proposal.changes
+    assert "torch 2.15 on win_amd64: PyPI's wheel is CPU-only; CUDA 13.2" in proposal.changes
+    # one cp312 wheel per platform, read with range requests; 2.14's row has its block: not read
+    for name in ("torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl",
+                 "torch-2.15.0-cp312-cp312-win_amd64.whl"):
+        assert 0 < fake.sent[name] < len(fake.files[name]) // 4
+    assert sorted(n for n in fake.sent if platform_of(n)) == [
+        "torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64.whl", "torch-2.15.0-cp312-cp312-win_amd64.whl"]
+
+def test_the_platforms_cuda_lists_come_from_torchs_index_when_it_answers(repo, fake):
+    """torch's page lists 2.15.0's aarch64 and Windows +cuXYZ wheels too: each platform's list is
+    its own files' (PyPI's CUDA build with them), the source names the page, no rule is
+    applied; the written table plans the recipe's CUDA 13.0 cells on all three platforms."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = with_platforms(repo)
+    pairs = [("2.14.1", "cu126"), ("2.14.1", "cu130"), ("2.14.1", "cu132"), ("2.15.0", "cu130"),
+             ("2.15.0", "cu132")]
+    fake.variant_page = variant_page(pairs) + "".join(
+        f'<a href="/whl/{cu}/torch-2.15.0%2B{cu}-cp312-cp312-{tag}.whl">x</a>\n'
+        for cu, tag in [("cu130", "manylinux_2_28_aarch64"), ("cu126", "win_amd64"),
+                        ("cu130", "win_amd64"), ("cu132", "win_amd64")])
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    arm, win = new_platforms(proposal, table).values()
+    assert (arm["pypi_cuda"], arm["cuda"], win["pypi_cuda"], win["cuda"]) == \
+        ("13.2", ["13.0", "13.2"], None, ["12.6", "13.0", "13.2"])
+    assert arm["source"].endswith("; cuda: https://download.pytorch.org/whl/torch/ "
+                                  f"(torch-2.15.0+cuXYZ linux_aarch64 wheels); by tools.refresh on {DATE}")
+    assert "note" not in arm and "note" not in win
+    assert proposal.plan == ["torch 2.15: built with no recipe edit by causal_conv1d (CUDA 13.0: 5 "
+                             "cells, linux_aarch64 CUDA 13.0: 5 cells, win_amd64 CUDA 13.0: 5 cells)"]
+    write_all(proposal.new, proposal.old)
+    load_table.cache_clear()
+    written = load_table(table)
+    ids = [c.id for c in plan(load_all(repo, written), written) if c.torch == "2.15"]
+    assert "causal_conv1d-3.12-cu130-aarch64" in ids and "causal_conv1d-3.12-cu130-win" in ids
+
+
+@pytest.mark.parametrize("case", ["no-windows-file", "cpu-only-aarch64", "no-aarch64-image"])
+def test_a_platform_the_registry_has_no_cuda_build_of_plans_nothing(repo, fake, libshm, case):
+    """PyPI has no Windows file of 2.15.0 / its aarch64 wheel is CPU-only / the table has no
+    aarch64 builder image for its CUDA: the entry says so (or is left out, with a note), the
+    table loads, and the written table plans no cell of 2.15 there (the recipe builds CUDA 13.2,
+    2.15's, on the other two)."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = with_platforms(repo, ("13.0",) if case == "no-aarch64-image" else ("13.0", "13.2"))
+    recipe = repo / "causal_conv1d" / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("\n# a comment", '\n  "13.2": {torch_from: "2.14", '
+                                                 'reason: "torch 2.15\'s PyPI build is CUDA 13.2"}'
+                                                 "\n# a comment"))
+    files = fake.docs["torch"]["releases"]["2.15.0"]
+    if case == "no-windows-file":
+        files[:] = [f for f in files if platform_of(f["filename"]) != "win_amd64"]
+    if case == "cpu-only-aarch64":
+        cpu = MEMBERS["2.15.0"]["platforms"]["linux_aarch64"].replace("+cu132", "+cpu").replace(
+            "cuda: Optional[str] = '13.2'", "cuda: Optional[str] = None")
+        for f in files:
+            if platform_of(f["filename"]) == "linux_aarch64":
+                fake.files[f["filename"]] = torch_wheel("2.15.0", libshm[True], b"", cpu)
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    block = new_platforms(proposal, table)
+    if case == "no-windows-file":
+        missing = "win_amd64"
+        assert block["win_amd64"] == {
+            "pypi_cuda": None, "cuda": [],
+            "source": f"PyPI JSON releases['2.15.0'] (no file name ends in win_amd64.whl); by "
+                      f"tools.refresh on {DATE}",
+            "note": "PyPI has no win_amd64 file of torch 2.15.0, so no win_amd64 cell of 2.15 is "
+                    "planned"}
+        assert block["linux_aarch64"]["cuda"] == ["13.2"]
+        assert "torch 2.15 on win_amd64: PyPI has no win_amd64 file; no cell planned" in proposal.changes
+    elif case == "cpu-only-aarch64":
+        missing = "linux_aarch64"
+        assert block["linux_aarch64"] == {
+            "pypi_cuda": None, "cuda": [],
+            "source": "PyPI JSON releases['2.15.0'] (torch-2.15.0-cp3XX-cp3XX-manylinux_2_28_aarch64"
+                      ".whl); torch/version.py of torch-2.15.0-cp312-cp312-manylinux_2_28_aarch64"
+                      ".whl (2.15.0+cpu, cuda None), read with HTTP range requests: PyPI's aarch64 "
+                      f"wheel is CPU-only; by tools.refresh on {DATE}",
+            "note": "PyPI's aarch64 wheel is CPU-only; which aarch64 CUDA builds PyTorch's own "
+                    f"index holds for 2.15 was not read ({NOT_READ}), so no aarch64 cell of 2.15 "
+                    "is planned"}
+    else:
+        missing = "linux_aarch64"
+        assert "linux_aarch64" not in block
+        (note,) = [n for n in proposal.notes if "linux_aarch64 entry is left out" in n]
+        assert note == ("new torch series 2.15: its linux_aarch64 entry is left out, so no "
+                        "linux_aarch64 cell of it is planned: PyPI's aarch64 wheel is CUDA 13.2 "
+                        "(platforms.linux_aarch64.images has no builder image for it); add it, "
+                        "then platforms.linux_aarch64 to the row")
+    if case != "no-windows-file":  # Windows: the series' Linux x86_64 list
+        assert (block["win_amd64"]["pypi_cuda"], block["win_amd64"]["cuda"]) == (None, ["13.2"])
+    write_all(proposal.new, proposal.old)
+    load_table.cache_clear()
+    written = load_table(table)
+    cells = [c for c in plan(load_all(repo, written), written) if c.torch == "2.15"]
+    assert {c.platform for c in cells} == {"linux_x86_64", "linux_aarch64", "win_amd64"} - {missing}
+    assert {c.cuda for c in cells} == {"13.2"}
+
+
+def test_a_release_candidate_row_gets_its_platforms_block_when_the_final_is_out(repo, fake):
+    """A candidate row (written by --rc, no platforms: block) becomes the release row on release
+    day; the final's aarch64 and Windows wheels give its platforms: block."""
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = with_platforms(repo)
+    with table.open("a") as f:
+        f.write('\n  "2.15":\n    release: "2.15.0"\n    python: ["3.11", "3.12"]\n'
+                '    cuda: ["13.0", "13.2"]\n    pypi_cuda: "13.2"\n    manylinux: "2_28"\n'
+                '    cxx11_abi: true\n    candidate: {git: "' + recorded_git("2.15.0") + '", index: '
+                '"https://download.pytorch.org/whl/test/"}\n    source: "a test row"\n')
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert "torch 2.15: promoted from its release candidate (2.15.0)" in proposal.agreement
+    row = yaml.safe_load(proposal.new[table])["torch"]["2.15"]
+    assert "candidate" not in row
+    arm, win = row["platforms"].values()
+    assert (arm["pypi_cuda"], arm["cuda"], win["pypi_cuda"], win["cuda"]) == \
+        ("13.2", ["13.2"], None, ["13.0", "13.2"])
+    parse_table(yaml.safe_load(proposal.new[table]), table)
 
 
 # --------------------------------------------------------------------------- probes of a new series

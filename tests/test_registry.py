@@ -17,7 +17,7 @@ from tools.core.errors import RegistryError
 from tools.upstream.registry import (PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry,
                                      cuda_from_requires,
                                      elf_facts, manylinux_tag, newest_by_series, newest_release,
-                                     python_versions, read_variants)
+                                     platform_variants, python_versions, read_variants)
 
 
 def wheels(*names: str) -> list:
@@ -113,6 +113,22 @@ def test_variants_come_from_torchs_page_and_an_unreachable_page_is_said(tmp_path
     assert (found, why) == ({"2.9.1": {"12.8", "13.0"}, "2.6.0": {"11.8"}}, "")
     found, why = read_variants(Registry(variants=(tmp_path / "missing.html").as_uri()))
     assert found is None and "missing.html failed" in why
+
+
+def test_the_other_platforms_variants_come_from_the_same_page():
+    """The page lists every platform's +cuXYZ wheels: each table platform's by its tag pattern
+    (a compound tag counts when one of its tags matches); CPU builds are no variant."""
+    page = (
+        '<a href="/whl/cu128/torch-2.9.1%2Bcu128-cp312-cp312-manylinux_2_28_x86_64.whl">a</a>\n'
+        '<a href="/whl/cu128/torch-2.9.1%2Bcu128-cp312-cp312-manylinux_2_28_aarch64.whl">b</a>\n'
+        '<a href="/whl/cu130/torch-2.9.1%2Bcu130-cp313-cp313t-manylinux_2_17_aarch64.'
+        'manylinux2014_aarch64.whl">c</a>\n'
+        '<a href="/whl/cpu/torch-2.9.1%2Bcpu-cp312-cp312-manylinux_2_28_aarch64.whl">d</a>\n'
+        '<a href="/whl/cu126/torch-2.9.1%2Bcu126-cp312-cp312-win_amd64.whl">e</a>\n'
+        '<a href="/whl/cu130/torch-2.10.0+cu130-cp312-cp312-win_amd64.whl">f</a>\n')
+    assert platform_variants(page, "manylinux_{manylinux}_aarch64") == {"2.9.1": {"12.8", "13.0"}}
+    assert platform_variants(page, "win_amd64") == {"2.9.1": {"12.6"}, "2.10.0": {"13.0"}}
+    assert platform_variants(page, "manylinux_{manylinux}_x86_64") == {"2.9.1": {"12.8"}}
 
 
 # ---- where the client reads, and how much ------------------------------------------------------

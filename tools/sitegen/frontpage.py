@@ -84,34 +84,44 @@ def wheel_platform(tags: frozenset[Tag]) -> str:
 
 
 def _column(path: str, platform: str) -> str:
-    """A coverage column: a variant index, with the platform's id part where it isn't Linux
-    x86_64 (``cu130/torch2.14 aarch64``)."""
-    part = PLATFORM_PART.get(platform, platform)
+    """A coverage column: a variant index (or "simple/ only"), with the platform's id part where
+    it isn't Linux x86_64 (``cu130/torch2.14 aarch64``, ``simple/ only win``); a wheel for any
+    platform (``none-any``) is unlabelled too."""
+    part = "" if platform == "any" else PLATFORM_PART.get(platform, platform)
     return f"{path} {part}" if part else path
+
+
+def _platform_rank(platform: str) -> tuple[int, str]:
+    """The platforms of one index in the cell ids' order: Linux x86_64 (and ``any``) first, then
+    aarch64, Windows; a platform the project has no name for after them, by name."""
+    if platform == "any":
+        return (0, "")
+    order = list(PLATFORM_PART)
+    return (order.index(platform), "") if platform in order else (len(order), platform)
 
 
 def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
     """Per project: which Python versions exist for each (version, variant index, platform).
 
     Columns are the variant indexes the project appears in, one per wheel platform it has wheels
-    of there (``cu130/torch2.14`` for Linux x86_64, ``cu130/torch2.14 aarch64``, ``... win``),
-    then "simple/ only" for its wheels in no variant index (no CUDA/torch identity, or a C++ ABI
-    no official torch of that pair uses).
+    of there (``cu130/torch2.14`` for Linux x86_64, ``cu130/torch2.14 aarch64``, ``... win``, in
+    that order), then "simple/ only" for its wheels in no variant index (no CUDA/torch identity,
+    or a C++ ABI no official torch of that pair uses), split by platform the same way.
     """
     # Wheel tags per (project, public version, column) first, in one flat dict: the loop runs once
     # per placed file, the Python versions are worked out once per distinct tag.
     tags_in: dict[tuple[str, str, str], set[tuple[frozenset[Tag], bool]]] = defaultdict(set)
     in_variant: set[str] = set()
-    order: dict[str, int] = {}
-    paths: dict[str, str] = {}
+    # column -> (its index's path, its platform)
+    where: dict[str, tuple[str, str]] = {}
     for variant, placed_entries in placed.items():
         for e in placed_entries:
             in_variant.add(e.filename)
             f = views[e.filename]
             tags = wheel_tags(e.filename)
-            column = _column(variant.index_path, wheel_platform(tags))
-            paths[column] = variant.index_path
-            order.setdefault(column, len(order))
+            platform = wheel_platform(tags)
+            column = _column(variant.index_path, platform)
+            where[column] = (variant.index_path, platform)
             tags_in[(f.project, e.version.partition("+")[0], column)].add((tags, f.yanked is not None))
     names: dict[str, tuple] = {}
     for f in views.values():
@@ -120,8 +130,11 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
         if f.project not in names or f.sort_key > names[f.project][0]:
             names[f.project] = (f.sort_key, e.name)
         if e.filename not in in_variant:
-            key = (f.project, e.version.partition("+")[0], ONLY_COMBINED)
-            tags_in[key].add((wheel_tags(e.filename), f.yanked is not None))
+            tags = wheel_tags(e.filename)
+            platform = wheel_platform(tags)
+            column = _column(ONLY_COMBINED, platform)
+            where[column] = (ONLY_COMBINED, platform)
+            tags_in[(f.project, e.version.partition("+")[0], column)].add((tags, f.yanked is not None))
     # Per cell: Python version -> "yes", or "yanked" when every wheel for it there is yanked.
     cells: dict[str, dict[str, dict[str, dict[str, str]]]] = defaultdict(lambda: defaultdict(dict))
     for (project, public, column), tags in tags_in.items():
@@ -131,10 +144,11 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
                 if not yanked or state.get(python) != "yes":
                     state[python] = "yanked" if yanked else "yes"
         cells[project][public][column] = state
-    # Variant indexes in the order placed, each index's platforms in the order first seen.
+    # Variant indexes in the order placed, then simple/ only; each one's platforms in the cell
+    # ids' order (Linux x86_64 first), whatever order the files came in.
     index_order = {v.index_path: i for i, v in enumerate(placed)}
-    order = {c: (index_order[paths[c]], i) for c, i in order.items()}
-    order[ONLY_COMBINED] = (len(index_order), 0)
+    index_order[ONLY_COMBINED] = len(index_order)
+    order = {c: (index_order[path], _platform_rank(platform)) for c, (path, platform) in where.items()}
     matrix = []
     for project in sorted(cells):
         rows = cells[project]
@@ -144,7 +158,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
         matrix.append({
             "name": names[project][1],
             "normalized": project,
-            "columns": [{"path": paths.get(c, c), "label": c} for c in columns],
+            "columns": [{"path": where[c][0], "label": c} for c in columns],
             "pythons": pythons,
             "rows": [
                 {

@@ -3,7 +3,9 @@
     python -m tools.refresh [--write] [--summary FILE]
 
 Reads the registry through ``tools.upstream.registry`` (PyPI's JSON API, one torch wheel per series read
-with HTTP range requests, torch's own index of CUDA variants where it answers), compares every
+with HTTP range requests, torch's own index of CUDA variants where it answers; for a new series
+also one wheel per other platform of the table, whose ``torch/version.py`` gives the row's
+``platforms:`` block, ``tools.upstream.platforms``), compares every
 torch series with its row in ``recipes/table.yaml`` (the agreement: a row that differs is named
 with the value and the reason), proposes rows for new series and the newest release of each
 recipe's package, once its sdist is downloaded, its sha256 checked and the recipe's patches
@@ -39,14 +41,17 @@ from tools import RECIPES_DIR
 from tools.core.digest import sha256_file
 from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryError, SourceError,
                                TableError)
+from tools.core.variant import DEFAULT_PLATFORM
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .candidates import promote, refresh_candidates
 from .exclusions import add_exclusion, check, note_refused
 from .yamltext import dump as _dump, flow as _flow, like as _like, quoted as _q, show as _show
 from .yamltext import source as _source, yaml_rt as _yaml
+from .platforms import platforms_block
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
-                       read_torch, read_variants)
+                       parse_variants, platform_variants, read_platform, read_torch,
+                       read_variant_page)
 from .verdicts import (Target, Verdict, added_pairs, judge, probe_targets, read_reports,
                        verdict_lines)
 from tools.pipeline.source import apply_patches, extract_sdist
@@ -85,8 +90,11 @@ class Proposal:
 
 def refresh_torch(doc: CommentedMap, table: Table, facts_by_series: dict[str, TorchFacts],
                   variants: dict[str, set[str]] | None, why_no_variants: str, date: str,
-                  proposal: Proposal) -> None:
-    """Compare each series with the table row (agreement) and propose rows for new series."""
+                  proposal: Proposal,
+                  on_platforms: dict[str, dict[str, set[str]]] | None = None) -> None:
+    """Compare each series with the table row (agreement) and propose rows for new series.
+    ``on_platforms``: per platform other than Linux x86_64, release -> the CUDA versions of its
+    ``+cuXYZ`` wheels on torch's own index (None: that page was not read)."""
     rows = doc["torch"]
     newest = max(table.torch, key=version_key)
     for series, facts in facts_by_series.items():
@@ -101,10 +109,14 @@ def refresh_torch(doc: CommentedMap, table: Table, facts_by_series: dict[str, To
             facts.how["cuda"] = f"{TORCH_VARIANTS} (torch-{facts.release}+cuXYZ x86_64 wheels)"
         if series in table.torch and table.torch[series].candidate is not None:
             promote(rows[series], table.torch[series], facts, date, proposal)
+            if "candidate" not in rows[series] and "platforms" not in rows[series]:
+                # the final is on PyPI: its other platforms are read as a new series' are
+                _add_platforms(rows[series], table, facts, list(rows[series]["cuda"]),
+                               on_platforms, date, proposal)
         elif series in table.torch:
             _agree(rows[series], table.torch[series], facts, date, proposal)
         elif version_key(series) > version_key(newest):
-            _new_row(rows, table, facts, date, proposal)
+            _new_row(rows, table, facts, date, proposal, on_platforms)
     if variants is None:
         proposal.notes.append(f"torch's own index could not be read ({why_no_variants}): the "
                               "table's `cuda:` lists (variants beyond the PyPI build) were not "
@@ -151,8 +163,21 @@ def _agree(row: CommentedMap, entry: Any, facts: TorchFacts, date: str,
         proposal.notes.append(note)
 
 
+def _add_platforms(row: CommentedMap, table: Table, facts: TorchFacts, cuda: list[str],
+                   on_platforms: dict[str, dict[str, set[str]]] | None, date: str,
+                   proposal: Proposal) -> None:
+    """The row's ``platforms:`` block from what was read of the table's other platforms
+    (``tools.upstream.platforms``), with its changes and notes."""
+    block, changes, notes = platforms_block(facts, cuda, table, on_platforms, date)
+    if block is not None:
+        row["platforms"] = block
+    proposal.changes.extend(changes)
+    proposal.notes.extend(notes)
+
+
 def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
-             proposal: Proposal) -> None:
+             proposal: Proposal,
+             on_platforms: dict[str, dict[str, set[str]]] | None = None) -> None:
     missing = [k for k in ("pypi_cuda", "manylinux", "cxx11_abi")
                if getattr(facts, k) is None] + ([] if facts.python else ["python"])
     if facts.pypi_cuda and facts.pypi_cuda not in table.cuda:
@@ -188,6 +213,7 @@ def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
                             f"{', '.join(facts.python)}, CUDA {', '.join(cuda)}, manylinux "
                             f"{facts.manylinux}, C++11 ABI {_show(facts.cxx11_abi)})")
     proposal.notes.extend(facts.notes)
+    _add_platforms(row, table, facts, cuda, on_platforms, date, proposal)
 
 
 # --------------------------------------------------------------------------- recipes
@@ -293,13 +319,29 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
     oldest = min(table.torch, key=version_key)
     releases = {s: r for s, r in newest_by_series(torch_doc).items()
                 if version_key(s) >= version_key(oldest)}
-    # One wheel per series, each a few range requests: read side by side.
+    # One wheel per series, each a few range requests: read side by side; for a series new to
+    # the table (or a release candidate row whose final is out), one wheel per other platform.
+    newest = max(table.torch, key=version_key)
+    fresh = [s for s in releases
+             if (s not in table.torch and version_key(s) > version_key(newest))
+             or (s in table.torch and table.torch[s].candidate is not None
+                 and not table.torch[s].platforms)]
+    others = [(s, name, p.tag) for s in fresh for name, p in table.platforms.items()
+              if name != DEFAULT_PLATFORM]
     with ThreadPoolExecutor(max_workers=4) as pool:
         read = pool.map(lambda r: read_torch(registry, torch_doc, torch_url, r), releases.values())
+        on = pool.map(lambda o: read_platform(registry, torch_doc, torch_url, releases[o[0]],
+                                              o[1], o[2]), others)
         facts = dict(zip(releases, read))
+        for (series, name, _tag), got in zip(others, on):
+            facts[series].platforms[name] = got
     proposal.torch = list(facts.values())
-    variants, why = read_variants(registry)
-    refresh_torch(table_doc, table, facts, variants, why, date, proposal)
+    page, why = read_variant_page(registry)
+    variants, why = parse_variants(page, registry) if page is not None else (None, why)
+    on_platforms = None if variants is None else {
+        name: platform_variants(page, p.tag) for name, p in table.platforms.items()
+        if name != DEFAULT_PLATFORM}
+    refresh_torch(table_doc, table, facts, variants, why, date, proposal, on_platforms)
     if rc:
         refresh_candidates(registry, table_doc, table, table_path, releases, date, proposal)
     else:
@@ -384,10 +426,14 @@ def planned_for(added: list[str], table: Table, recipes: list[Recipe]) -> list[s
             cells = [c for c in cells_for(recipe, table)
                      if series in (c.serves_torch or (c.torch,))]
             if cells:
-                per_cuda = {c.cuda: sum(x.cuda == c.cuda for x in cells) for c in cells}
-                built.append(f"{recipe.package} ("
-                             + ", ".join(f"CUDA {cuda}: {n} cell{'s' if n > 1 else ''}"
-                                         for cuda, n in per_cuda.items()) + ")")
+                # per platform (Linux x86_64 unnamed, as in the cell ids) and CUDA version
+                per: dict[tuple[str, str], int] = {}
+                for c in cells:
+                    per[(c.platform, c.cuda)] = per.get((c.platform, c.cuda), 0) + 1
+                built.append(f"{recipe.package} (" + ", ".join(
+                    ("" if platform == DEFAULT_PLATFORM else f"{platform} ")
+                    + f"CUDA {cuda}: {n} cell{'s' if n > 1 else ''}"
+                    for (platform, cuda), n in per.items()) + ")")
                 continue
             why = dict.fromkeys(recipe.why_not(series, cuda, table)
                                 for cuda in table.torch[series].cuda)

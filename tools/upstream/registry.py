@@ -4,8 +4,10 @@ torch's own index of CUDA variants. What ``tools.refresh`` compares with the tab
 The reads follow the table's ``source:`` entries: the project URL
 (``https://pypi.org/pypi/<name>/json``; the per-version URL answers 404 from some networks), then,
 per torch release, one x86_64 Linux wheel's ``METADATA``, ``torch/version.py`` and
-``torch/lib/libshm.so`` (about 1.3 MB of a 500-900 MB wheel). Values that cannot be read are
-``None`` with a note; nothing is guessed.
+``torch/lib/libshm.so`` (about 1.3 MB of a 500-900 MB wheel), and for a series new to the table,
+the ``torch/version.py`` of one wheel per other platform of the table (``manylinux_*_aarch64``,
+``win_amd64``: :func:`read_platform`). Values that cannot be read are ``None`` with a note;
+nothing is guessed.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ _PIN_RES = (  # which pin names the CUDA build: cuda-toolkit from 2.11, nvidia-*
 )
 _VERSION_PY_RE = re.compile(r"^__version__\s*=\s*'([^']+)'", re.M)
 _CUDA_PY_RE = re.compile(r"^cuda(?::\s*Optional\[str\])?\s*=\s*'(\d+)\.(\d+)'", re.M)
+#: A CPU-only build's ``torch/version.py`` (``cuda: Optional[str] = None``).
+_NO_CUDA_PY_RE = re.compile(r"^cuda(?::\s*Optional\[str\])?\s*=\s*None\s*$", re.M)
+#: A ``+cuXYZ`` wheel on torch's page, any platform: (release, CUDA major, minor, platform tag).
+_ANY_VARIANT_RE = re.compile(r"torch-(\d+\.\d+\.\d+)(?:%2B|\+)cu(\d+)(\d)-cp\d+-cp\d+t?-"
+                             r"([\w.]+)\.whl")
 _GIT_PY_RE = re.compile(r"^git_version\s*=\s*'([0-9a-f]{7,40})'", re.M)
 _LEGACY_MANYLINUX = ("manylinux1_", "manylinux2010_", "manylinux2014_", "linux_")
 
@@ -153,6 +160,38 @@ class TorchFacts:
     #: How each value was read, for the row's ``source:``.
     how: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Platform -> what PyPI has of the release there (:func:`read_platform`); read for a
+    #: series new to the table only, for the table's platforms other than Linux x86_64.
+    platforms: dict[str, PlatformFacts] = field(default_factory=dict)
+
+
+@dataclass
+class PlatformFacts:
+    """What PyPI has of one torch release for a platform other than Linux x86_64: its files and
+    the CUDA version of one wheel's ``torch/version.py``."""
+
+    platform: str
+    release: str
+    #: The wheel platform tags of its files (``manylinux_2_28_aarch64``); empty: PyPI has none.
+    tags: list[str] = field(default_factory=list)
+    #: The wheel whose ``torch/version.py`` was read, its ``__version__`` and CUDA version.
+    wheel: str | None = None
+    local: str | None = None
+    cuda: str | None = None
+    #: True when that ``torch/version.py`` says ``cuda = None``: PyPI's wheel is CPU-only.
+    cpu_only: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> str:
+        """The file names as a row's ``source:`` names them:
+        ``torch-2.15.0-cp3XX-cp3XX-manylinux_2_28_aarch64.whl``."""
+        return ", ".join(f"torch-{self.release}-cp3XX-cp3XX-{t}.whl" for t in self.tags)
+
+    @property
+    def known(self) -> bool:
+        """Whether the CUDA build of PyPI's wheel was read (a CUDA version, or CPU-only)."""
+        return self.cuda is not None or self.cpu_only
 
 
 def _linux_wheels(files: list[dict]) -> list[tuple[dict, Any]]:
@@ -319,18 +358,99 @@ def read_torch(registry: Registry, doc: dict, json_url: str, release: str, *,
     return facts
 
 
-def read_variants(registry: Registry) -> tuple[dict[str, set[str]] | None, str]:
-    """release -> CUDA versions on torch's own index, or None and why it could not be read."""
+def platform_tag_re(tag: str) -> re.Pattern[str]:
+    """A table platform's tag pattern (``manylinux_{manylinux}_aarch64``, ``win_amd64``) as a
+    regular expression matching the wheel platform tags of its files, any glibc baseline."""
+    return re.compile(re.escape(tag).replace(re.escape("{manylinux}"), r"\d+_\d+"))
+
+
+def read_platform(registry: Registry, doc: dict, json_url: str, release: str, platform: str,
+                  tag: str) -> PlatformFacts:
+    """What PyPI has of ``release`` for ``platform`` (``tag``: the table's tag pattern of it):
+    its files' platform tags from the JSON, then one wheel's ``torch/version.py`` read with HTTP
+    range requests (the preferred Python's, the highest build tag), which says the CUDA version
+    of PyPI's build there, or ``None`` for a CPU-only build. Nothing found: no tags, a note."""
+    facts = PlatformFacts(platform, release)
+    pattern = platform_tag_re(tag)
+    wheels = []
+    for f in doc["releases"].get(release, []):
+        if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
+            continue
+        try:
+            _, _, build, tags = parse_wheel_filename(f["filename"])
+        except InvalidWheelFilename:
+            continue
+        matching = sorted({t.platform for t in tags if pattern.fullmatch(t.platform)})
+        if matching:
+            wheels.append((f, build, tags))
+            facts.tags += [t for t in matching if t not in facts.tags]
+    if not wheels:
+        facts.notes.append(f"torch {release}: PyPI has no {platform} file ({tag})")
+        return facts
+    pick = None
+    for py in PREFERRED_PYTHON:
+        hits = sorted((w for w in wheels if any(t.interpreter == py and t.abi == py
+                                                for t in w[2])), key=lambda w: w[1])
+        if hits:
+            pick = hits[-1][0]
+            break
+    if pick is None:
+        facts.notes.append(f"torch {release}: no CPython {platform} wheel of "
+                           f"{', '.join(PREFERRED_PYTHON)} to read; check its CUDA build by hand")
+        return facts
+    facts.wheel = pick["filename"]
+    url = urllib.parse.urljoin(json_url, pick["url"])
+    got = registry.members(url, int(pick["size"]) if pick.get("size") is not None else None,
+                           ["torch/version.py"])
+    vpy = got.get("torch/version.py", b"").decode("utf-8", "replace")
+    local = _VERSION_PY_RE.search(vpy)
+    facts.local = local[1] if local else None
+    if cuda := _CUDA_PY_RE.search(vpy):
+        facts.cuda = f"{cuda[1]}.{cuda[2]}"
+    elif _NO_CUDA_PY_RE.search(vpy):
+        facts.cpu_only = True
+    else:
+        facts.notes.append(f"torch {release}: "
+                           + (f"{facts.wheel}'s torch/version.py names no CUDA version"
+                              if vpy else f"{facts.wheel} has no torch/version.py")
+                           + f"; check whether PyPI's {platform} wheel is a CUDA build")
+    return facts
+
+
+def read_variant_page(registry: Registry) -> tuple[str | None, str]:
+    """torch's page listing every variant's files, or None and why it could not be read."""
     try:
-        page = registry.variant_page()
+        return registry.variant_page(), ""
     except RegistryError as exc:
         return None, exc.message
+
+
+def parse_variants(page: str, registry: Registry) -> tuple[dict[str, set[str]] | None, str]:
+    """release -> CUDA versions of the x86_64 Linux ``+cuXYZ`` wheels on torch's page, or None
+    and why when it lists none."""
     found: dict[str, set[str]] = {}
     for release, major, minor in _VARIANT_RE.findall(page):
         found.setdefault(release, set()).add(f"{major}.{minor}")
     if not found:
         return None, f"{registry.variants} lists no torch+cuXYZ x86_64 wheel"
     return found, ""
+
+
+def platform_variants(page: str, tag: str) -> dict[str, set[str]]:
+    """release -> CUDA versions of the ``+cuXYZ`` wheels on torch's page whose platform tag
+    matches a table platform's pattern (``tag``)."""
+    pattern = platform_tag_re(tag)
+    found: dict[str, set[str]] = {}
+    for release, major, minor, tags in _ANY_VARIANT_RE.findall(page):
+        if any(pattern.fullmatch(t) for t in tags.split(".")):
+            found.setdefault(release, set()).add(f"{major}.{minor}")
+    return found
+
+
+def read_variants(registry: Registry) -> tuple[dict[str, set[str]] | None, str]:
+    """release -> CUDA versions on torch's own index, or None and why it could not be read."""
+    page, why = read_variant_page(registry)
+    return parse_variants(page, registry) if page is not None else (None, why)
 
 
 def newest_release(doc: dict[str, Any]) -> str | None:
