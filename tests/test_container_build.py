@@ -283,6 +283,7 @@ def arm64_image() -> str:
 
 @pytest.mark.slow
 @pytest.mark.network
+@pytest.mark.timeout(3 * 3600)
 def test_tinyext_for_aarch64_through_the_container_backend(arm64_image, sdist, tmp_path):
     """A linux_aarch64 cell in the arm64 stand-in: cibuildwheel, nvcc, the finish step and the
     import test all run as aarch64 programs (under qemu-user on an x86_64 machine: about half
