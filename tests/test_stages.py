@@ -250,6 +250,21 @@ def test_the_repositorys_release_fits_githubs_standard_runner():
                 for j in matrices[name + suffix]["include"]]
         assert mine and {j["runner"] for j in mine} == {label}, suffix
         assert len({j["platform"] for j in mine}) == 1
+    # the compiler cache's key prefix: Linux x86_64's as CI always made it, the platform
+    # after ccache- on the others, so that no platform's key starts like another's
+    by_platform: dict[str, set[str]] = {}
+    for job in release.cell_jobs():
+        prefix = job["ccache_prefix"]
+        old = f"ccache-{job['package']}-cu{job['cuda']}-torch{job['torch']}"
+        if job["platform"] == "linux_x86_64":
+            assert prefix == old
+        else:
+            assert prefix == old.replace("ccache-", f"ccache-{job['platform']}-", 1)
+        by_platform.setdefault(job["platform"], set()).add(prefix + "-")
+    assert set(by_platform) == {"linux_x86_64", "linux_aarch64", "win_amd64"}
+    for platform, prefixes in by_platform.items():
+        others = set().union(*(p for k, p in by_platform.items() if k != platform))
+        assert not any(o.startswith(p) for p in prefixes for o in others), platform
     # flash_attn can't build in one job there: its groups are sharded
     flash = [g for g in release.groups if g.group.package == "flash_attn"]
     assert flash and all(g.whole_hours > 5 and len(g.shards) >= 2 for g in flash)

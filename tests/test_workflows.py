@@ -11,6 +11,7 @@ rule against a workflow token changing .github/workflows/.
 
 from __future__ import annotations
 
+import copy
 import functools
 import http.server
 import json
@@ -113,9 +114,12 @@ def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflo
         cond = " ".join(str(job.get("if", "")).split())
         for guard in WRITE_GUARDS:
             assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
+    attest = ["attestations", "id-token"]
     assert writers == [("refresh.yml:refresh", ["actions", "contents", "pull-requests"]),
-                       ("wheels.yml:attest1", ["attestations", "id-token"]),
-                       ("wheels.yml:attest2", ["attestations", "id-token"]),
+                       ("wheels.yml:attest1", attest), ("wheels.yml:attest2", attest),
+                       ("wheels.yml:attest1_aarch64", attest),
+                       ("wheels.yml:attest2_aarch64", attest),
+                       ("wheels.yml:attest1_win", attest), ("wheels.yml:attest2_win", attest),
                        ("wheels.yml:release", ["contents"]),
                        ("wheels.yml:publish", ["id-token", "pages"])]
 
@@ -131,7 +135,10 @@ def test_actions_pinned_to_full_commit_shas(workflows):
     assert all(len(shas) == 1 for shas in pins.values()), pins  # one version of each action
     for path in WORKFLOWS.glob("*.yml"):
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"\s*(- )?uses:", line):
+            if local := re.fullmatch(r"\s*uses: \./\.github/workflows/([\w.-]+\.yml)", line):
+                # a reusable workflow of this repository, at this commit: nothing to pin
+                assert (WORKFLOWS / local.group(1)).is_file(), f"{path.name}:{n}"
+            elif re.match(r"\s*(- )?uses:", line):
                 assert VERSION_COMMENT.search(line), f"{path.name}:{n}: add a `# vX.Y.Z` comment"
 
 
@@ -158,37 +165,129 @@ def test_no_secrets_and_the_token_only_where_publishing(workflows):
 
 def test_every_job_has_a_timeout(workflows):
     for where, job in _jobs(workflows):
+        if "uses" in job:
+            # GitHub allows no timeout on a job that calls a reusable workflow: the called
+            # workflow's jobs have theirs (checked here too, as jobs of their own file)
+            assert "timeout-minutes" not in job and job["uses"].startswith("./"), where
+            continue
         assert isinstance(job.get("timeout-minutes"), int), where
 
 
-CELL_JOBS = ("cells1", "cells2")
+#: Each platform's stage suffix (tools.plan.stages.matrix_key, tools.core.variant.PLATFORM_PART)
+#: and the reusable workflows its shard and cell jobs call.
+PLATFORM_JOBS = {
+    "": ("wheels-linux-shard.yml", "wheels-linux-cell.yml"),
+    "_aarch64": ("wheels-linux-shard.yml", "wheels-linux-cell.yml"),
+    "_win": ("wheels-windows-shard.yml", "wheels-windows-cell.yml"),
+}
+CELL_FILES = ("wheels-linux-cell.yml", "wheels-windows-cell.yml")
+SHARD_FILES = ("wheels-linux-shard.yml", "wheels-windows-shard.yml")
 
 
-def test_the_two_cell_jobs_are_one_job_with_two_matrices(workflows):
+def _entry(field: str) -> str:
+    """How a called job reads a field of its matrix entry (the input `job`, the entry as JSON)."""
+    return f"${{{{ fromJSON(inputs.job).{field} }}}}"
+
+
+def _called(workflows: dict, job: dict) -> tuple[str, dict]:
+    """The file a calling job's `uses:` names, and that reusable workflow's one job."""
+    name = job["uses"].removeprefix("./.github/workflows/")
+    (called,) = workflows[name]["jobs"].values()
+    return name, called
+
+
+def _stage_keys() -> list[str]:
+    """Every matrix the planner prints (``--format github``), by the planner's own naming."""
+    from tools.core.variant import PLATFORM_PART
+    from tools.plan.stages import CELL_MATRICES, matrix_key
+    names = ["shards"] + [f"cells{i}" for i in range(1, CELL_MATRICES + 1)]
+    return [matrix_key(n, p) for p in PLATFORM_PART for n in names]
+
+
+def test_every_stage_the_planner_prints_is_built_by_a_job_of_its_platform(workflows):
+    """Each of the planner's matrices is a plan output (with its count) and the matrix of exactly
+    one build job, which calls its platform's reusable workflow with the entry; each cell
+    matrix also has its attest job."""
+    wheels = workflows["wheels.yml"]
+    jobs, outputs = wheels["jobs"], wheels["jobs"]["plan"]["outputs"]
+    keys = _stage_keys()
+    assert keys == [k + s for s in PLATFORM_JOBS for k in ("shards", "cells1", "cells2")]
+    assert set(outputs) == {"count"} | set(keys) | {f"{k}_count" for k in keys}
+    for key in keys:
+        assert outputs[key] == f"${{{{ steps.plan.outputs.{key} }}}}"
+        assert outputs[f"{key}_count"] == f"${{{{ steps.plan.outputs.{key}_count }}}}"
+        matrix = f"${{{{ fromJSON(needs.plan.outputs.{key}) }}}}"
+        users = {name for name, job in jobs.items()
+                 if job.get("strategy", {}).get("matrix") == matrix}
+        suffix = key[key.index("_"):] if "_" in key else ""
+        shard_file, cell_file = PLATFORM_JOBS[suffix]
+        build = key  # the build job is named after its stage
+        assert build in users, key
+        assert users - {build} == ({f"attest{key[5]}{suffix}"} if key.startswith("cells")
+                                   else set()), key
+        job = jobs[build]
+        assert job["uses"] == "./.github/workflows/" + (
+            shard_file if key.startswith("shards") else cell_file)
+        assert job["with"] == {"job": "${{ toJSON(matrix) }}"}    # the whole entry, as JSON
+        assert f"needs.plan.outputs.{key}_count != '0'" in job["if"]  # none planned: skipped
+        assert job["strategy"]["fail-fast"] is False and job["strategy"]["max-parallel"] >= 1
+        assert job["permissions"] == {"contents": "read"}
+        assert job["name"] == ("${{ matrix.id }}" if key.startswith("shards")
+                               else "build-${{ matrix.id }}")  # the nox session, for a cell
+
+
+def test_reusable_workflows_are_called_only_by_wheels_yml(workflows):
+    called = {n for n, wf in workflows.items() if "workflow_call" in (wf["on"] or {})}
+    assert called == set(SHARD_FILES) | set(CELL_FILES)
+    for name in called:
+        wf = workflows[name]
+        assert set(wf["on"]) == {"workflow_call"}        # never run on their own
+        assert wf["on"]["workflow_call"]["inputs"] == {"job": {
+            "description": wf["on"]["workflow_call"]["inputs"]["job"]["description"],
+            "type": "string", "required": True}}
+        (job,) = wf["jobs"].values()
+        assert job["runs-on"] == _entry("runner")         # the runner the plan was made for
+        assert job["permissions"] == {"contents": "read"}
+        # the caller's env doesn't reach a called workflow: the same Python as wheels.yml's
+        assert wf["env"]["PYTHON_VERSION"] == workflows["wheels.yml"]["env"]["PYTHON_VERSION"]
+        assert wf["defaults"] == {"run": {"shell": "bash"}}
+    callers = {(name, job["uses"]) for name, wf in workflows.items()
+               for job in wf["jobs"].values() if "uses" in job}
+    assert {name for name, _ in callers} == {"wheels.yml"}
+    assert {uses for _, uses in callers} == {f"./.github/workflows/{n}" for n in called}
+
+
+@pytest.mark.parametrize("suffix", PLATFORM_JOBS)
+def test_the_two_cell_jobs_are_one_job_with_two_matrices(workflows, suffix):
     jobs = workflows["wheels.yml"]["jobs"]
-    one, two = (jobs[name] for name in CELL_JOBS)
-    # cells1: the cells that read no shard, at once; cells2: the others, after every shard
-    assert one["needs"] == "plan" and one["if"] == "needs.plan.outputs.cells1_count != '0'"
-    assert two["needs"] == ["plan", "shards"]
+    one, two = jobs[f"cells1{suffix}"], jobs[f"cells2{suffix}"]
+    # cells1: the cells that read no shard, at once; cells2: the others, after every shard of
+    # the platform
+    assert one["needs"] == "plan" and one["if"] == f"needs.plan.outputs.cells1{suffix}_count != '0'"
+    assert two["needs"] == ["plan", f"shards{suffix}"]
     # whether the shards passed or not (a cell compiles what no shard cache holds), never when
     # the run was cancelled or the plan failed; no cells: skipped, not failed
     assert " ".join(two["if"].split()) == ("!cancelled() && needs.plan.result == 'success' "
-                                           "&& needs.plan.outputs.cells2_count != '0'")
-    for i, job in enumerate((one, two), 1):
-        assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.cells{i}) }}}}"
+                                           f"&& needs.plan.outputs.cells2{suffix}_count != '0'")
     same = {k: v for k, v in one.items() if k not in ("needs", "if")}
-    assert yaml.safe_dump(same).replace("cells1", "cells2") == \
+    assert yaml.safe_dump(same).replace(f"cells1{suffix}", f"cells2{suffix}") == \
         yaml.safe_dump({k: v for k, v in two.items() if k not in ("needs", "if")})
+    # the platforms' jobs differ only in their stages and the kind of job they call
+    x86, mine = ({k: copy.deepcopy(v) for k, v in job.items() if k not in ("needs", "if", "uses")}
+                 for job in (jobs["cells1"], one))
+    del x86["strategy"]["max-parallel"], mine["strategy"]["max-parallel"]
+    assert yaml.safe_dump(x86).replace("cells1", f"cells1{suffix}") == yaml.safe_dump(mine)
 
 
-@pytest.mark.parametrize("name", CELL_JOBS)
-def test_cell_jobs_run_the_local_nox_session(workflows, name):
-    job = workflows["wheels.yml"]["jobs"][name]
-    assert job["name"] == "build-${{ matrix.id }}"          # the nox session name
-    assert job["runs-on"] == "${{ matrix.runner }}"        # the runner the plan was made for
-    assert job["strategy"]["fail-fast"] is False
-    assert job["strategy"]["max-parallel"] >= 1
-    names = [s.get("name", "") for s in job["steps"]]
+def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows):
+    """x86_64 and aarch64 cells alike: the entry's runner and image, the container backend."""
+    jobs = workflows["wheels.yml"]["jobs"]
+    assert {jobs[k]["uses"] for k in ("cells1", "cells2", "cells1_aarch64", "cells2_aarch64")} \
+        == {"./.github/workflows/wheels-linux-cell.yml"}
+    job = workflows["wheels-linux-cell.yml"]["jobs"]["build"]
+    assert job["env"]["CELL_ID"] == _entry("id") and job["env"]["IMAGE"] == _entry("image")
+    assert job["env"]["BUDGET_MINUTES"] == _entry("budget_minutes")
+    assert job["env"]["SHARDS"] == "${{ join(fromJSON(inputs.job).shards, ' ') }}"
     start, start_step = _step(job, "Record the job's start")
     free, _ = _step(job, "Free disk space")
     pull, pull_step = _step(job, "Pull the builder image")
@@ -196,14 +295,14 @@ def test_cell_jobs_run_the_local_nox_session(workflows, name):
     build, build_step = _step(job, "Build the cell")
     assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
     assert free < pull < shards < build
-    assert pull_step["env"]["IMAGE"] == "${{ matrix.image }}"
     assert "for attempt in" in pull_step["run"]
     assert 'docker pull --quiet "$IMAGE"' in pull_step["run"]
     # every shard cache of the cell's group (its artifacts are named after the shards), never a
     # failure when one is missing; none for a cell that reads no shard
-    assert shards_step["with"] == {"pattern": "${{ matrix.group }}-shard*", "path": "shard-caches"}
+    assert job["env"]["GROUP"] == _entry("group")
+    assert shards_step["with"] == {"pattern": "${{ env.GROUP }}-shard*", "path": "shard-caches"}
     assert shards_step["continue-on-error"] is True
-    assert shards_step["if"] == "join(matrix.shards, ' ') != ''"
+    assert shards_step["if"] == "env.SHARDS != ''"
     # What the step runs, not how it is spelled: nox's session for the cell, on the container
     # backend with docker (what the runner has), reading the shard caches, and nothing else.
     (line,) = [ln for ln in build_step["run"].splitlines() if "nox" in ln]
@@ -212,36 +311,206 @@ def test_cell_jobs_run_the_local_nox_session(workflows, name):
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
     argv = argv[3:]
     assert Path(argv[0]).name == "nox"
-    assert argv[1:3] == ["-s", "build-$CELL_ID"] and build_step["env"]["CELL_ID"] == "${{ matrix.id }}"
+    assert argv[1:3] == ["-s", "build-$CELL_ID"]
     posargs = argv[argv.index("--") + 1:]
     options = dict(zip(posargs[::2], posargs[1::2]))
     assert options == {"--backend": "container", "--engine": "docker",
                        "--shard-caches": shards_step["with"]["path"]}
-    assert build_step["env"]["BUDGET_MINUTES"] == "${{ matrix.budget_minutes }}"
     assert build_step["timeout-minutes"] < job["timeout-minutes"]  # the report still uploads
-    uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
-    assert {u["with"]["name"] for u in uploads} == {"report-${{ matrix.id }}",
-                                                    "wheels-${{ matrix.id }}"}
-    assert names.index("Upload the build report") > build
-    assert next(u for u in uploads if "report" in u["with"]["name"])["if"] == "always()"
-    # a re-run's upload replaces the earlier attempt's artifact of the same name
-    assert all(u["with"]["overwrite"] is True for u in uploads)
+    _check_cell_uploads(job, build)
     disk, disk_step = _step(job, "Disk used by this job")
     assert disk == len(job["steps"]) - 1 and disk_step["if"] == "always()"
+    assert _step(job, "Stop the builder container")[0] > build
+    # a Linux shard sets up the same way, in the same builder image
+    shard = workflows["wheels-linux-shard.yml"]["jobs"]["compile"]
+    for name in ("Record the job's start", "Free disk space", "Check out", "Set up Python",
+                 "Install the project's tools", "Pull the builder image"):
+        assert _step(shard, name)[1] == _step(job, name)[1], name
+
+
+def _check_cell_uploads(job: dict, build: int) -> None:
+    """A cell's report (also after a failed build) and wheel, named by its cell id as the release
+    and publish jobs look for them (report-*, wheels-*)."""
+    uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert {u["with"]["name"] for u in uploads} == {"report-${{ env.CELL_ID }}",
+                                                    "wheels-${{ env.CELL_ID }}"}
+    assert job["env"]["CELL_ID"] == _entry("id")
+    report, report_step = _step(job, "Upload the build report")
+    assert report > build and report_step["if"] == "always()"
+    assert report_step["with"]["path"] == "build-cells/${{ env.CELL_ID }}/report.json"
+    assert _step(job, "Upload the wheel")[1]["with"]["path"] == "wheelhouse/*.whl"
+    # a re-run's upload replaces the earlier attempt's artifact of the same name
+    assert all(u["with"]["overwrite"] is True for u in uploads)
+
+
+WINDOWS_SETUP = ("Record the job's start", "Check out", "Set up Python",
+                 "Keep Git's link from shadowing MSVC's link.exe", "Set up MSVC",
+                 "Install the CUDA toolkit", "Install the project's tools")
+
+
+def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
+    jobs = workflows["wheels.yml"]["jobs"]
+    assert {jobs[k]["uses"] for k in ("cells1_win", "cells2_win")} == \
+        {"./.github/workflows/wheels-windows-cell.yml"}
+    assert jobs["shards_win"]["uses"] == "./.github/workflows/wheels-windows-shard.yml"
+    cell = workflows["wheels-windows-cell.yml"]["jobs"]["build"]
+    shard = workflows["wheels-windows-shard.yml"]["jobs"]["compile"]
+    for job in (cell, shard):
+        # no container: nothing runs docker, no job container, no builder image
+        assert "container" not in job and "IMAGE" not in job["env"]
+        assert not any("docker" in s.get("run", "") for s in job["steps"])
+        assert job["env"]["CELL_CUDA"] == _entry("cuda")
+        # the same setup in both, in this order, before anything is built
+        assert [s["name"].split(" (")[0] for s in job["steps"][:len(WINDOWS_SETUP)]] == \
+            list(WINDOWS_SETUP)
+    assert cell["steps"][:len(WINDOWS_SETUP)] == shard["steps"][:len(WINDOWS_SETUP)]
+    msvc, msvc_step = _step(cell, "Set up MSVC")
+    cuda, cuda_step = _step(cell, "Install the CUDA toolkit")
+    build, build_step = _step(cell, "Build the cell")
+    assert msvc < cuda < build and "vcvars64.bat" in msvc_step["run"]
+    assert "network_installers" in cuda_step["run"] and ">> \"$GITHUB_PATH\"" in cuda_step["run"]
+    _, link = _step(cell, "Keep Git's link")
+    assert link["run"] == "rm -f /usr/bin/link.exe"
+    # the command the cell's nox session runs, on the host backend, reading the shard caches
+    (line,) = [ln for ln in build_step["run"].splitlines() if "tools.build" in ln]
+    argv = shlex.split(line.split("||")[0])
+    assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
+    _, shards_step = _step(cell, "Download the group's shard caches")
+    assert argv[3:] == [".venv/Scripts/python", "-m", "tools.build", "$CELL_ID", "--backend",
+                        "host", "--shard-caches", shards_step["with"]["path"]]
+    assert shards_step["if"] == "env.SHARDS != ''" and shards_step["continue-on-error"] is True
+    _check_cell_uploads(cell, build)
+    # the steps a Windows cell shares with a Linux one are the same steps
+    linux = workflows["wheels-linux-cell.yml"]["jobs"]["build"]
+    for name in ("Download the group's shard caches", "Restore the compiler cache",
+                 "Save the compiler cache", "Upload the build report", "Upload the wheel"):
+        assert _step(cell, name)[1] == _step(linux, name)[1], name
+
+
+def test_the_windows_cuda_installer_knows_every_cuda_the_table_has_for_windows(workflows):
+    from tools.plan.table import load_table
+    table = load_table()
+    wanted = {c for row in table.torch.values() for p, on in row.platforms.items()
+              if p == "win_amd64" for c in on.cuda}
+    _, step = _step(workflows["wheels-windows-cell.yml"]["jobs"]["build"], "Install the CUDA toolkit")
+    known = dict(re.findall(r"^\s*(\d+\.\d+)\) full=(\d+\.\d+\.\d+) ;;$", step["run"], re.M))
+    assert wanted and wanted <= set(known), wanted - set(known)
+    assert all(full.startswith(cuda + ".") for cuda, full in known.items())
+
+
+def test_windows_stays_opt_in_while_the_build_tools_cannot_import_there(workflows):
+    """wheels.yml plans win_amd64 only when a dispatch names it, because tools.build and
+    tools.shard don't import where fcntl is missing, as on Windows. When they do, this test
+    fails: take win_amd64 out of OPT_IN_PLATFORMS (and say so in README)."""
+    assert workflows["wheels.yml"]["env"]["OPT_IN_PLATFORMS"] == "win_amd64"
+    for module in ("tools.build", "tools.shard"):
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import sys; sys.modules['fcntl'] = None; import {module}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "fcntl" in proc.stderr, module
+
+
+FAKE_VSWHERE = """#!/bin/bash
+printf '%s\\r\\n' "$FAKE_VS"
+"""
+#: Stands in for cmd.exe running the step's batch file: the environment before and after
+#: vcvars64.bat (a variable changed, one added, one the same, PATH-like ones with repeats).
+FAKE_CMD = r"""#!/bin/bash
+bat="$3"
+grep -o '@call "[^"]*"' "$bat" | sed 's/^@call //; s/"//g' > "$VCVARS_SEEN"
+if [[ -n "$VCVARS_FAILS" ]]; then exit 1; fi
+printf 'HOME=C:\\Users\\r\r\nPath=C:\\Windows;C:\\Git\\usr\\bin\r\nLIB=\r\n'
+printf -- '--vcvars--\r\n--vcvars--\r\n'
+printf 'HOME=C:\\Users\\r\r\nPath=C:\\VS\\bin;C:\\Windows;C:\\Git\\usr\\bin;C:\\VS\\bin\r\n'
+printf 'LIB=C:\\VS\\lib;C:\\SDK\\lib;C:\\VS\\lib\r\nVCToolsInstallDir=C:\\VS\\Tools\\\r\n'
+"""
+
+
+@pytest.mark.parametrize("fails", (False, True))
+def test_the_msvc_step_exports_what_vcvars64_set(tmp_path, workflows, fails):
+    bin_dir = tmp_path / "bin"
+    _executable(bin_dir / "vswhere", FAKE_VSWHERE)
+    _executable(bin_dir / "cmd.exe", FAKE_CMD)
+    _executable(bin_dir / "cygpath", '#!/bin/bash\necho "$2"\n')
+    env_file = tmp_path / "github-env"
+    env_file.write_text("")
+    rc, log, _ = run_step(workflows, "build", "Set up MSVC", tmp_path, bin_dir,
+                          workflow="wheels-windows-cell.yml", VSWHERE=str(bin_dir / "vswhere"),
+                          FAKE_VS=r"C:\VS 2022", VCVARS_SEEN=str(tmp_path / "seen"),
+                          VCVARS_FAILS="1" if fails else "", GITHUB_ENV=str(env_file))
+    assert (tmp_path / "seen").read_text().strip() == \
+        r"C:\VS 2022\VC\Auxiliary\Build\vcvars64.bat"
+    if fails:
+        assert rc != 0 and env_file.read_text() == ""
+        return
+    assert rc == 0, log
+    # what changed, without repeated entries; nothing vcvars left as it was
+    assert env_file.read_text().splitlines() == [
+        r"Path=C:\VS\bin;C:\Windows;C:\Git\usr\bin", r"LIB=C:\VS\lib;C:\SDK\lib",
+        "VCToolsInstallDir=C:\\VS\\Tools\\"]
+
+
+def test_the_msvc_step_stops_without_visual_studio(tmp_path, workflows):
+    bin_dir = tmp_path / "bin"
+    _executable(bin_dir / "vswhere", "#!/bin/bash\n")
+    rc, log, _ = run_step(workflows, "build", "Set up MSVC", tmp_path, bin_dir,
+                          workflow="wheels-windows-cell.yml", VSWHERE=str(bin_dir / "vswhere"))
+    assert rc == 1
+    assert "::error title=msvc::vswhere found no Visual Studio with the x64 C++ tools" in log
+
+
+FAKE_CURL = """#!/bin/bash
+while [[ $# -gt 0 ]]; do
+  case "$1" in --output) out="$2"; shift 2 ;; --retry|--retry-delay) shift 2 ;; -*) shift ;;
+    *) echo "$1" > "$CURL_SEEN"; shift ;; esac
+done
+printf '#!/bin/bash\\necho "$*" > "$INSTALLER_SEEN"\\nmkdir -p "$CUDA_ROOT/bin"\\n' > "$out"
+printf 'printf "#!/bin/bash\\\\necho nvcc 12.8\\\\n" > "$CUDA_ROOT/bin/nvcc.exe"\\n' >> "$out"
+printf 'chmod +x "$CUDA_ROOT/bin/nvcc.exe"\\n' >> "$out"
+chmod +x "$out"
+"""
+
+
+def test_the_cuda_step_installs_the_cells_toolkit_and_puts_it_on_path(tmp_path, workflows):
+    bin_dir = tmp_path / "bin"
+    _executable(bin_dir / "curl", FAKE_CURL)
+    _executable(bin_dir / "cygpath", '#!/bin/bash\necho "$CUDA_ROOT"\n')
+    env_file, path_file = tmp_path / "github-env", tmp_path / "github-path"
+    env_file.write_text("")
+    path_file.write_text("")
+    seen = {k: tmp_path / k for k in ("CURL_SEEN", "INSTALLER_SEEN")}
+    rc, log, _ = run_step(workflows, "build", "Install the CUDA toolkit", tmp_path, bin_dir,
+                          workflow="wheels-windows-cell.yml", CELL_CUDA="12.8",
+                          CUDA_ROOT=str(tmp_path / "cuda"), GITHUB_ENV=str(env_file),
+                          GITHUB_PATH=str(path_file), **{k: str(v) for k, v in seen.items()})
+    assert rc == 0, log
+    assert seen["CURL_SEEN"].read_text().strip() == (
+        "https://developer.download.nvidia.com/compute/cuda/12.8.1/network_installers/"
+        "cuda_12.8.1_windows_network.exe")
+    assert seen["INSTALLER_SEEN"].read_text().strip() == "-s"
+    home = r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v12.8"
+    assert env_file.read_text().splitlines() == [f"CUDA_PATH={home}", f"CUDA_HOME={home}"]
+    assert path_file.read_text().splitlines() == [home + "\\bin"]
+    # a CUDA the step has no installer for stops it, saying where to add it
+    rc, log, _ = run_step(workflows, "build", "Install the CUDA toolkit", tmp_path, bin_dir,
+                          workflow="wheels-windows-cell.yml", CELL_CUDA="10.2")
+    assert rc == 1 and "no installer version is known for CUDA 10.2" in log
 
 
 CACHE_KEY = ("ccache-${{ matrix.package }}-cu${{ matrix.cuda }}-torch${{ matrix.torch }}"
              "-py${{ matrix.python }}-")
 
 
-@pytest.mark.parametrize("name", CELL_JOBS)
-def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, name):
-    job = workflows["wheels.yml"]["jobs"][name]
+@pytest.mark.parametrize("workflow", CELL_FILES)
+def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, workflow):
+    job = workflows[workflow]["jobs"]["build"]
     restore, restore_step = _step(job, "Restore the compiler cache")
     build, build_step = _step(job, "Build the cell")
-    stop, stop_step = _step(job, "Stop the builder container")
     save, save_step = _step(job, "Save the compiler cache")
-    assert restore < build < stop < save
+    assert restore < build < save
+    if workflow == "wheels-linux-cell.yml":
+        stop, stop_step = _step(job, "Stop the builder container")
+        assert build < stop < save and stop_step["if"] == "always()"
     assert restore_step["uses"].startswith("actions/cache/restore@")
     assert save_step["uses"].startswith("actions/cache/save@")
     assert restore_step["uses"].split("@")[1] == save_step["uses"].split("@")[1]
@@ -250,16 +519,18 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, n
     # a cell that reads shards doesn't: its kernels are the shards' objects
     assert save_step["if"].startswith("always() && ")
     assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
-    assert save_step["if"].endswith("&& join(matrix.shards, ' ') == ''")
-    assert stop_step["if"] == "always()"
+    assert save_step["if"].endswith("&& env.SHARDS == ''")
     # the directory tools.pipeline.ccache uses by default (the container backend mounts it)
     from tools.pipeline.ccache import cache_dir
     path = restore_step["with"]["path"]
     assert path == save_step["with"]["path"] and Path(path).expanduser() == cache_dir({})
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
+    # (and platform): the planner's prefix (tools.plan.stages ccache_prefix)
+    assert job["env"]["CCACHE_PREFIX"] == _entry("ccache_prefix")
+    assert job["env"]["CELL_PYTHON"] == _entry("python")
     keys = restore_step["with"]["restore-keys"].strip().splitlines()
-    assert keys == [CACHE_KEY, CACHE_KEY.rsplit("-py", 1)[0] + "-"]
-    run_key = CACHE_KEY + "${{ github.run_id }}-${{ github.run_attempt }}"
+    assert keys == [_cell_key(), "${{ env.CCACHE_PREFIX }}-"]
+    run_key = _cell_key() + "${{ github.run_id }}-${{ github.run_attempt }}"
     assert restore_step["with"]["key"] == save_step["with"]["key"] == run_key
     # the budget of the runner file's runners ends the build well before the step's backstop,
     # which ends before the job's limit, which is inside the runners' own
@@ -269,13 +540,26 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, n
     assert job["timeout-minutes"] <= runner.job_limit_hours * 60
 
 
-def _run_budget_step(tmp_path, job_name: str, step_name: str, program: str, script: str,
+def _cell_key() -> str:
+    return "${{ env.CCACHE_PREFIX }}-py${{ env.CELL_PYTHON }}-"
+
+
+def _render_key(entry: dict) -> str:
+    """A cell job's compiler cache key (before the run id) for a matrix entry, as Actions
+    expands the called job's env into the template."""
+    return _cell_key().replace("${{ env.CCACHE_PREFIX }}", entry["ccache_prefix"]) \
+        .replace("${{ env.CELL_PYTHON }}", entry["python"])
+
+
+def _run_budget_step(tmp_path, workflow: str, step_name: str, program: str, script: str,
                      used_s: int, budget_min: int, **env: str) -> subprocess.CompletedProcess:
-    """A step that runs within the job's budget, with a stand-in ``program`` (under .venv/bin),
-    as if the job had started ``used_s`` seconds ago with a budget of ``budget_min`` minutes."""
-    job = _load(WORKFLOWS / "wheels.yml")["jobs"][job_name]
+    """A step of a reusable workflow's job that runs within the job's budget, with a stand-in
+    ``program`` (under .venv/bin, or .venv/Scripts on Windows), as if the job had started
+    ``used_s`` seconds ago with a budget of ``budget_min`` minutes."""
+    (job,) = _load(WORKFLOWS / workflow)["jobs"].values()
     _, step = _step(job, step_name)
-    stand_in = tmp_path / ".venv" / "bin" / program
+    where = "Scripts" if "windows" in workflow else "bin"
+    stand_in = tmp_path / ".venv" / where / program
     stand_in.parent.mkdir(parents=True, exist_ok=True)
     stand_in.write_text("#!/bin/sh\n" + script)
     stand_in.chmod(0o755)
@@ -285,17 +569,25 @@ def _run_budget_step(tmp_path, job_name: str, step_name: str, program: str, scri
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("nox_script,used_s,code,out_of_time", [
+@pytest.mark.parametrize("workflow,program,passes", [
+    ("wheels-linux-cell.yml", "nox",
+     'test "$2" = build-demo_ext-3.12-cu130 && test -d shard-caches\n'),
+    ("wheels-windows-cell.yml", "python",
+     'test "$*" = "-m tools.build demo_ext-3.12-cu130 --backend host --shard-caches shard-caches"'
+     ' && test -d shard-caches\n'),
+])
+@pytest.mark.parametrize("script,used_s,code,out_of_time", [
     # a build past its budget: stopped, and the message says how to continue
     ("sleep 30\n", 59, 124, True),
     # a build that fails by itself keeps its own exit status, without that message
     ("exit 7\n", 0, 7, False),
     # a build that passes, with the shard caches' directory there for it
-    ('test "$2" = build-demo_ext-3.12-cu130 && test -d shard-caches\n', 0, 0, False),
+    (None, 0, 0, False),
 ])
-def test_build_step_stops_itself_at_the_budget(tmp_path, nox_script, used_s, code, out_of_time):
-    proc = _run_budget_step(tmp_path, "cells1", "Build the cell", "nox", nox_script, used_s, 1,
-                            CELL_ID="demo_ext-3.12-cu130")
+def test_build_step_stops_itself_at_the_budget(tmp_path, workflow, program, passes, script,
+                                               used_s, code, out_of_time):
+    proc = _run_budget_step(tmp_path, workflow, "Build the cell", program, script or passes,
+                            used_s, 1, CELL_ID="demo_ext-3.12-cu130")
     assert proc.returncode == code, proc.stderr
     message = ("::error title=out of time::demo_ext-3.12-cu130 stopped at its 1-minute budget "
                "(counted from the job's start); re-run this job to continue from what was kept: "
@@ -303,10 +595,12 @@ def test_build_step_stops_itself_at_the_budget(tmp_path, nox_script, used_s, cod
     assert (message in proc.stdout) is out_of_time
 
 
-def test_the_budget_counts_from_the_jobs_start(tmp_path):
+@pytest.mark.parametrize("workflow,program", [("wheels-linux-cell.yml", "nox"),
+                                              ("wheels-windows-cell.yml", "python")])
+def test_the_budget_counts_from_the_jobs_start(tmp_path, workflow, program):
     # the setup (the image pull, the tools) used it all: the build doesn't start
-    proc = _run_budget_step(tmp_path, "cells1", "Build the cell", "nox", "touch started\n", 61, 1,
-                            CELL_ID="demo_ext-3.12-cu130")
+    proc = _run_budget_step(tmp_path, workflow, "Build the cell", program, "touch started\n",
+                            61, 1, CELL_ID="demo_ext-3.12-cu130")
     assert proc.returncode == 124
     assert ("::error title=out of time::demo_ext-3.12-cu130: the setup used the whole 1-minute "
             "budget") in proc.stdout
@@ -316,39 +610,52 @@ def test_the_budget_counts_from_the_jobs_start(tmp_path):
 # --------------------------------------------------------------------------- the shards
 
 
-def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows):
-    job = workflows["wheels.yml"]["jobs"]["shards"]
-    assert job["name"] == "${{ matrix.id }}" and job["needs"] == "plan"
-    assert job["if"] == "needs.plan.outputs.shards_count != '0'"
-    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.shards) }}"
-    assert job["runs-on"] == "${{ matrix.runner }}" and job["strategy"]["fail-fast"] is False
+@pytest.mark.parametrize("suffix", PLATFORM_JOBS)
+def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows, suffix):
+    caller = workflows["wheels.yml"]["jobs"][f"shards{suffix}"]
+    assert caller["name"] == "${{ matrix.id }}" and caller["needs"] == "plan"
+    assert caller["if"] == f"needs.plan.outputs.shards{suffix}_count != '0'"
+    assert caller["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.shards{suffix}) }}}}"
+    assert caller["strategy"]["fail-fast"] is False
+    workflow, job = _called(workflows, caller)
+    assert workflow == PLATFORM_JOBS[suffix][0]
+    assert job["env"] == {"SHARD_ID": _entry("id"), "GROUP": _entry("group"),
+                          "SHARD": _entry("shard"), "OF": _entry("of"),
+                          "CACHE_KEY": _entry("cache_key"),
+                          "BUDGET_MINUTES": _entry("budget_minutes"),
+                          **({"CELL_CUDA": _entry("cuda")} if suffix == "_win"
+                             else {"IMAGE": _entry("image")})}
     start, start_step = _step(job, "Record the job's start")
     restore, restore_step = _step(job, "Restore the shard's cache")
-    run, run_step = _step(job, "Compile the shard")
+    run, run_step_ = _step(job, "Compile the shard")
     save, save_step = _step(job, "Save the shard's cache")
     upload, upload_step = _step(job, "Upload the shard's cache for the cells")
     report, report_step = _step(job, "Upload the shard's report")
     assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
     assert start < restore < run < save < upload < report
-    (line,) = [ln for ln in run_step["run"].splitlines() if "tools.shard" in ln]
+    (line,) = [ln for ln in run_step_["run"].splitlines() if "tools.shard" in ln]
     argv = shlex.split(line.split("||")[0])
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
-    # in the cells' builder image, so the shard's command lines are the cells'
-    assert argv[3:] == [".venv/bin/python", "-m", "tools.shard", "run", "$GROUP", "--shard",
-                        "$SHARD/$OF", "--backend", "container", "--engine", "docker", "--cache",
-                        "shard-caches", "--work", "build-cells"]
-    pull, pull_step = _step(job, "Pull the builder image")
-    disk, _ = _step(job, "Free disk space")
-    assert start < disk < pull < run and pull_step["env"] == {"IMAGE": "${{ matrix.image }}"}
-    assert run_step["env"] == {"SHARD_ID": "${{ matrix.id }}", "GROUP": "${{ matrix.group }}",
-                               "SHARD": "${{ matrix.shard }}", "OF": "${{ matrix.of }}",
-                               "BUDGET_MINUTES": "${{ matrix.budget_minutes }}"}
+    if suffix == "_win":
+        # natively: the host backend (the container backend builds Linux cells only)
+        assert argv[3:] == [".venv/Scripts/python", "-m", "tools.shard", "run", "$GROUP",
+                            "--shard", "$SHARD/$OF", "--backend", "host", "--cache",
+                            "shard-caches", "--work", "build-cells"]
+        assert _step(job, "Set up MSVC")[0] < _step(job, "Install the CUDA toolkit")[0] < run
+    else:
+        # in the cells' builder image, so the shard's command lines are the cells'
+        assert argv[3:] == [".venv/bin/python", "-m", "tools.shard", "run", "$GROUP", "--shard",
+                            "$SHARD/$OF", "--backend", "container", "--engine", "docker",
+                            "--cache", "shard-caches", "--work", "build-cells"]
+        pull, pull_step = _step(job, "Pull the builder image")
+        disk, _ = _step(job, "Free disk space")
+        assert start < disk < pull < run and 'docker pull --quiet "$IMAGE"' in pull_step["run"]
     # the cache: per group key and shard (the plan's cache_key), restored for every run, saved
     # only from main and only by this shard, also after a failed or stopped shard
-    cache = "shard-caches/${{ matrix.id }}"
-    key = "${{ matrix.cache_key }}-${{ github.run_id }}-${{ github.run_attempt }}"
+    cache = "shard-caches/${{ env.SHARD_ID }}"
+    key = "${{ env.CACHE_KEY }}-${{ github.run_id }}-${{ github.run_attempt }}"
     assert restore_step["with"] == {"path": cache, "key": key,
-                                    "restore-keys": "${{ matrix.cache_key }}-\n"}
+                                    "restore-keys": "${{ env.CACHE_KEY }}-\n"}
     assert "if" not in restore_step
     assert save_step["with"] == {"path": cache, "key": key}
     assert save_step["if"] == ("always() && github.event_name != 'pull_request' && "
@@ -356,9 +663,14 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows):
     # handed to the cells as an artifact named after the shard: the cells' download pattern
     # <group>-shard* takes every shard of their group and no other group's
     assert upload_step["if"] == "always()"
-    assert upload_step["with"]["name"] == "${{ matrix.id }}"
+    assert upload_step["with"]["name"] == "${{ env.SHARD_ID }}"
     assert upload_step["with"]["path"] == cache
-    assert report_step["with"]["name"] == "shard-report-${{ matrix.id }}"  # not a cell's report-*
+    assert report_step["with"]["name"] == "shard-report-${{ env.SHARD_ID }}"  # not report-*
+    # the same hand-off on every platform
+    linux = workflows["wheels-linux-shard.yml"]["jobs"]["compile"]
+    for name in ("Restore the shard's cache", "Save the shard's cache",
+                 "Upload the shard's cache for the cells", "Upload the shard's report"):
+        assert _step(job, name)[1] == _step(linux, name)[1], name
 
 
 def test_the_cells_download_pattern_takes_their_groups_shards_only():
@@ -367,21 +679,28 @@ def test_the_cells_download_pattern_takes_their_groups_shards_only():
     pattern = "flash_attn-cu130-shard*"
     assert fnmatchcase(shard_id("flash_attn-cu130", 3), pattern)
     assert not fnmatchcase(shard_id("flash_attn-cu130-torch2.13", 1), pattern)
+    assert not fnmatchcase(shard_id("flash_attn-cu130-aarch64", 1), pattern)  # another platform
     assert not fnmatchcase("report-flash_attn-3.12-cu130", pattern)
 
 
-@pytest.mark.parametrize("python_script,used_s,code,message", [
+@pytest.mark.parametrize("workflow,backend", [
+    ("wheels-linux-shard.yml", "container --engine docker"),
+    ("wheels-windows-shard.yml", "host"),
+])
+@pytest.mark.parametrize("script,used_s,code,message", [
     # the shard runs the plan's group and shard, into the caches' folder
-    ('test "$4 $5 $6 $7 $8 $9 ${10}" = "flash_attn-cu130 --shard 2/3 --backend container --engine '
-     'docker" && test "${12}" = shard-caches\n', 0, 0, None),
+    (None, 0, 0, None),
     ("sleep 30\n", 59, 124,
      "::error title=out of time::flash_attn-cu130-shard2 stopped at its 1-minute budget (counted "
      "from the job's start); the cells compile the units it did not"),
     ("touch started\n", 61, 124,
      "::error title=out of time::flash_attn-cu130-shard2: the setup used the whole 1-minute budget"),
 ])
-def test_shard_step_runs_within_the_budget(tmp_path, python_script, used_s, code, message):
-    proc = _run_budget_step(tmp_path, "shards", "Compile the shard", "python", python_script,
+def test_shard_step_runs_within_the_budget(tmp_path, workflow, backend, script, used_s, code,
+                                           message):
+    passes = (f'test "$*" = "-m tools.shard run flash_attn-cu130 --shard 2/3 --backend {backend} '
+              f'--cache shard-caches --work build-cells"\n')
+    proc = _run_budget_step(tmp_path, workflow, "Compile the shard", "python", script or passes,
                             used_s, 1, SHARD_ID="flash_attn-cu130-shard2",
                             GROUP="flash_attn-cu130", SHARD="2", OF="3")
     assert proc.returncode == code, proc.stdout + proc.stderr
@@ -393,13 +712,23 @@ def test_shard_step_runs_within_the_budget(tmp_path, python_script, used_s, code
 # --------------------------------------------------------------------------- publishing
 
 
-@pytest.mark.parametrize("n", ("1", "2"))
-def test_one_attestation_per_wheel_that_built(workflows, n):
-    job = workflows["wheels.yml"]["jobs"][f"attest{n}"]
-    assert job["needs"] == ["plan", f"cells{n}"]
-    assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.cells{n}) }}}}"
+ATTEST_JOBS = [f"attest{n}{suffix}" for suffix in PLATFORM_JOBS for n in ("1", "2")]
+
+
+@pytest.mark.parametrize("name", ATTEST_JOBS)
+def test_one_attestation_per_wheel_that_built(workflows, name):
+    jobs = workflows["wheels.yml"]["jobs"]
+    job = jobs[name]
+    cells = name.replace("attest", "cells")
+    assert job["needs"] == ["plan", cells]
+    assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{cells}) }}}}"
     # after failed cells too: what built is attested
     assert " ".join(job["if"].split()).startswith("!cancelled() && needs.plan.result == 'success'")
+    assert f"needs.plan.outputs.{cells}_count != '0'" in job["if"]
+    # every platform's wheels the same way, on Linux (the wheel is only read), by this workflow
+    assert job["runs-on"] == "ubuntu-24.04" and job["steps"] == jobs["attest1"]["steps"]
+    same = {k: v for k, v in job.items() if k not in ("needs", "if", "strategy")}
+    assert same == {k: v for k, v in jobs["attest1"].items() if k not in ("needs", "if", "strategy")}
     attests = [s for s in job["steps"]
                if s.get("uses", "").startswith("actions/attest-build-provenance@")]
     assert len(attests) == 1
@@ -440,9 +769,18 @@ def test_the_attest_job_finds_its_wheel(tmp_path, workflows, wheels, downloaded,
 def test_release_and_publish(workflows):
     jobs = workflows["wheels.yml"]["jobs"]
     release, publish = jobs["release"], jobs["publish"]
-    # what built is released and published, whatever failed beside it
-    assert release["needs"] == ["plan", "attest1", "attest2"]
+    # what built is released and published, whatever failed beside it, on any platform
+    assert release["needs"] == ["plan", *ATTEST_JOBS]
     assert publish["needs"] == ["plan", "release"]
+    jobs = workflows["wheels.yml"]["jobs"]
+
+    def before(name: str) -> set[str]:
+        needs = jobs[name].get("needs", [])
+        needs = [needs] if isinstance(needs, str) else needs
+        return set(needs).union(*(before(n) for n in needs))
+    builds = {k for k in jobs if k.startswith(("cells", "shards"))}
+    assert builds == {k + s for s in PLATFORM_JOBS for k in ("shards", "cells1", "cells2")}
+    assert before("publish") >= before("release") >= builds
     for job in (release, publish):
         assert " ".join(job["if"].split()).startswith(
             "!cancelled() && needs.plan.result == 'success'")
@@ -561,12 +899,12 @@ def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, s
     out, summary = runner_temp / "output", runner_temp / "summary"
     out.write_text("")
     summary.write_text("")
-    full_env = {**os.environ, **GIT_ENV, "RUNNER_TEMP": str(runner_temp),
+    static = {k: str(v) for k, v in workflows["wheels.yml"]["env"].items() if "${{" not in str(v)}
+    full_env = {**os.environ, **GIT_ENV, **static, "RUNNER_TEMP": str(runner_temp),
                 "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
-                "PR_CELL_CAP": str(workflows["wheels.yml"]["env"]["PR_CELL_CAP"]),
                 "RUNNERS_FILE": "recipes/runners.yaml",
                 "PY": sys.executable, "PUSH_BEFORE": "", "IN_PACKAGE": "", "IN_PYTHON": "",
-                "IN_CUDA": "", "IN_TORCH": "", "IN_CAP": "", **env}
+                "IN_CUDA": "", "IN_TORCH": "", "IN_PLATFORM": "", "IN_CAP": "", **env}
     # `shell: bash` runs a step as `bash --noprofile --norc -eo pipefail {0}`.
     script = runner_temp / "plan.sh"
     script.write_text(step["run"])
@@ -661,8 +999,10 @@ def test_plan_step_dispatch_filters(scratch_repo, workflows):
 
 
 @pytest.mark.parametrize("env,message", [
-    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 512"),           # below the range
-    ({"IN_CAP": "600"}, "cap must be a whole number from 1 to 512"),         # two matrices of 256
+    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 1536"),          # below the range
+    # two matrices of 256 per platform, three platforms
+    ({"IN_CAP": "1537"}, "cap must be a whole number from 1 to 1536"),
+    ({"IN_PLATFORM": "win_arm64"}, "unknown platform(s): win_arm64"),
     ({"IN_PACKAGE": "$(touch pwned)"}, "unknown package(s): $(touch pwned)"),  # stays a string
 ])
 def test_plan_step_dispatch_rejects_bad_inputs(scratch_repo, workflows, env, message):
@@ -673,6 +1013,89 @@ def test_plan_step_dispatch_rejects_bad_inputs(scratch_repo, workflows, env, mes
     assert message in log
     assert "cells1" not in outputs and "shards" not in outputs
     assert not (repo / "pwned").exists()
+
+
+#: The test table with the three platforms: demo_ext's (CUDA, torch) pairs exist on each.
+PLATFORM_TABLE = copy.deepcopy(MINI_TABLE)
+PLATFORM_TABLE["platforms"] = {
+    "linux_x86_64": {"tag": "manylinux_{manylinux}_x86_64", "build": "container",
+                     "source": "test"},
+    "linux_aarch64": {"tag": "manylinux_{manylinux}_aarch64", "build": "container",
+                      "source": "test",
+                      "images": {"12.9": "pytorch/manylinuxaarch64-builder:cuda12.9",
+                                 "13.0": "pytorch/manylinuxaarch64-builder:cuda13.0"}},
+    "win_amd64": {"tag": "win_amd64", "build": "native", "source": "test",
+                  "toolchain": "Visual Studio 2022 and NVIDIA's CUDA installer"},
+}
+for _series, _cudas in (("2.8", ["12.9"]), ("2.9", ["13.0"]), ("2.10", ["13.0"])):
+    PLATFORM_TABLE["torch"][_series]["platforms"] = {
+        p: {"pypi_cuda": None, "cuda": list(_cudas), "source": "test"}
+        for p in ("linux_aarch64", "win_amd64")}
+
+
+@pytest.fixture
+def platform_repo(scratch_repo):
+    """The scratch repository with the three-platform table."""
+    repo, add_recipe = scratch_repo
+    (repo / "recipes" / "table.yaml").write_text(yaml.safe_dump(PLATFORM_TABLE, sort_keys=False))
+    commit(repo, "three platforms")
+    return repo, add_recipe
+
+
+def _stage(outputs: dict, key: str) -> list[dict]:
+    jobs = json.loads(outputs[key])["include"]
+    assert outputs[f"{key}_count"] == str(len(jobs))
+    return jobs
+
+
+def test_plan_step_outputs_every_platforms_stages_but_windows(platform_repo, workflows):
+    repo, add_recipe = platform_repo
+    before = git(repo, "rev-parse", "HEAD")
+    add_recipe()
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    assert outputs["rc"] == 0, log
+    # the step writes every output the plan job declares, and nothing else
+    assert set(outputs) - {"rc"} == set(workflows["wheels.yml"]["jobs"]["plan"]["outputs"])
+    x86, arm = _stage(outputs, "cells1"), _stage(outputs, "cells1_aarch64")
+    assert len(x86) == len(arm) == 14 and outputs["count"] == "28"
+    assert {(c["platform"], c["runner"]) for c in x86} == {("linux_x86_64", "ubuntu-24.04")}
+    assert {(c["platform"], c["runner"]) for c in arm} == {("linux_aarch64", "ubuntu-24.04-arm")}
+    assert {c["image"] for c in arm} == {"pytorch/manylinuxaarch64-builder:cuda12.9",
+                                         "pytorch/manylinuxaarch64-builder:cuda13.0"}
+    assert all(c["id"].endswith("-aarch64") for c in arm)
+    # Windows is planned only when a dispatch names it: its stages are empty, and said so
+    for key in ("shards_win", "cells1_win", "cells2_win"):
+        assert _stage(outputs, key) == []
+    assert "Not planned: win_amd64" in summary
+    assert "| `cells1_aarch64` | linux_aarch64 | ubuntu-24.04-arm | 14 |" in summary
+    assert "`demo_ext-3.12-cu130-aarch64`" in summary
+    # the compiler cache: Linux x86_64's keys are the ones CI always used (the old template,
+    # with the matrix values), and no key of another platform starts like one of them
+    old = [re.sub(r"\$\{\{ matrix\.(\w+) \}\}", lambda m, c=c: c[m.group(1)], CACHE_KEY)
+           for c in x86]
+    assert [_render_key(c) for c in x86] == old
+    x86_prefixes = {_render_key(c) for c in x86} | {c["ccache_prefix"] + "-" for c in x86}
+    for cell in arm:
+        assert cell["ccache_prefix"].startswith("ccache-linux_aarch64-")
+        assert not any(_render_key(cell).startswith(p) for p in x86_prefixes), cell["id"]
+
+
+def test_plan_step_plans_windows_when_a_dispatch_names_it(platform_repo, workflows):
+    repo, add_recipe = platform_repo
+    add_recipe()
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
+                                          IN_PLATFORM="win_amd64")
+    assert outputs["rc"] == 0, log
+    win = _stage(outputs, "cells1_win")
+    assert len(win) == 14 and outputs["count"] == "14"
+    # natively on the Windows runner: no builder image
+    assert {(c["platform_tag"], c["runner"], c["image"]) for c in win} == \
+        {("win_amd64", "windows-2022", "")}
+    assert all(c["ccache_prefix"].startswith("ccache-win_amd64-") for c in win)
+    for key in _stage_keys():
+        if key != "cells1_win":
+            assert _stage(outputs, key) == [], key
+    assert "Not planned" not in summary
 
 
 # --------------------------------------------------------------------------- the ledger step
@@ -793,17 +1216,19 @@ def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_pa
 
 
 def run_step(workflows: dict, job: str, name: str, workdir: Path, bin_dir: Path | None = None,
-             **env: str) -> tuple[int, str, dict[str, str]]:
-    """Run one step of wheels.yml as Actions does, with the workflow's and the step's env (``env``
-    overrides them) and ``bin_dir`` first on PATH; returns (exit status, log, its outputs)."""
-    wf = workflows["wheels.yml"]
+             workflow: str = "wheels.yml", **env: str) -> tuple[int, str, dict[str, str]]:
+    """Run one step of ``workflow`` as Actions does, with the workflow's, the job's and the step's
+    env where it holds no expression (``env`` overrides them) and ``bin_dir`` first on PATH;
+    returns (exit status, log, its outputs)."""
+    wf = workflows[workflow]
     _, step = _step(wf["jobs"][job], name)
     runner_temp = workdir / ".runner-temp"
     runner_temp.mkdir(exist_ok=True)
     script, output = runner_temp / "step.sh", runner_temp / "output"
     script.write_text(step["run"])
     output.write_text("")
-    static = {k: str(v) for k, v in {**wf["env"], **step.get("env", {})}.items()
+    static = {k: str(v) for k, v in {**wf["env"], **wf["jobs"][job].get("env", {}),
+                                      **step.get("env", {})}.items()
               if "${{" not in str(v)}
     path = f"{bin_dir}:{os.environ['PATH']}" if bin_dir else os.environ["PATH"]
     full_env = {**os.environ, **static, "RUNNER_TEMP": str(runner_temp),
@@ -1267,8 +1692,9 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
     bin_dir, env, sudo_log = disk_stand_ins
     large = env["LARGE_DISK"]
     (tmp_path / "home" / ".cache" / "cuwheels").mkdir(parents=True)
-    rc, log, _ = run_step(workflows, "cells1", "Free disk space", tmp_path, bin_dir,
-                          ROOT_KB="14000000", LARGE_KB="70000000", **env)
+    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+                          workflow="wheels-linux-cell.yml", ROOT_KB="14000000",
+                          LARGE_KB="70000000", **env)
     assert rc == 0, log
     units = "docker.socket docker.service containerd.service"
     calls = sudo_log()
@@ -1282,7 +1708,7 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
     assert order == sorted(order)
     assert calls[0].startswith("sudo rm -rf /usr/share/dotnet ")
     # the compiler cache the cache steps restore and save lands on the larger disk
-    job = workflows["wheels.yml"]["jobs"]["cells1"]
+    job = workflows["wheels-linux-cell.yml"]["jobs"]["build"]
     _, restore = _step(job, "Restore the compiler cache")
     ccache = Path(restore["with"]["path"].replace("~", env["HOME"], 1))
     assert ccache.parent.is_symlink()
@@ -1293,8 +1719,9 @@ def test_build_job_moves_the_image_and_the_caches_to_the_larger_disk(tmp_path, w
 def test_build_job_stays_on_the_root_disk_when_it_has_more_room(tmp_path, workflows,
                                                                 disk_stand_ins):
     bin_dir, env, sudo_log = disk_stand_ins
-    rc, log, _ = run_step(workflows, "cells1", "Free disk space", tmp_path, bin_dir,
-                          ROOT_KB="70000000", LARGE_KB="14000000", **env)
+    rc, log, _ = run_step(workflows, "build", "Free disk space", tmp_path, bin_dir,
+                          workflow="wheels-linux-cell.yml", ROOT_KB="70000000",
+                          LARGE_KB="14000000", **env)
     assert rc == 0, log
     assert not any("systemctl" in c or "mount" in c for c in sudo_log())
     assert not (tmp_path / "home" / ".cache" / "cuwheels").exists()

@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass
 
 from tools.core.errors import PlanError
-from tools.core.variant import PLATFORM_PART, group_id
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART, group_id
 from .groups import Group, UnitList, groups, read_units, shard_id, split
 from .matrix import Cell
 from .recipe import Recipe
@@ -227,8 +227,8 @@ class Release:
         return out
 
     def cell_jobs(self) -> list[dict]:
-        """One matrix entry per cell: the cell's fields, its group, the shards it reads and its
-        estimate."""
+        """One matrix entry per cell: the cell's fields, its group, the shards it reads, its
+        estimate and its compiler cache's key prefix (:func:`ccache_prefix`)."""
         of = self.group_of()
         out = []
         for cell in self.cells:
@@ -236,7 +236,8 @@ class Release:
             out.append({**cell.to_json(), "group": g.group.id,
                         "shards": [shard_id(g.group.id, k) for k in range(1, len(g.shards) + 1)],
                         "runner": g.runner.label, "estimate_hours": round(g.cell_hours, 2),
-                        "budget_minutes": round(g.runner.budget_hours * 60)})
+                        "budget_minutes": round(g.runner.budget_hours * 60),
+                        "ccache_prefix": ccache_prefix(cell)})
         return out
 
     def matrices(self) -> dict[str, dict]:
@@ -256,6 +257,17 @@ class Release:
     def hours(self) -> tuple[float, float]:
         """The estimated runner-hours of the release as planned, and with one job per cell."""
         return (sum(g.hours for g in self.groups), sum(g.per_cell_hours for g in self.groups))
+
+
+def ccache_prefix(cell: Cell) -> str:
+    """The key prefix of a cell's compiler cache in CI (wheels.yml's cell jobs add
+    ``-py<python>-<run>-<attempt>``, and restore another Python's cache by this prefix): the
+    package, CUDA and torch series, ``ccache-flash_attn-cu12.8-torch2.10`` on Linux x86_64 (the
+    keys CI has always used), with the platform after ``ccache-`` on the others
+    (``ccache-linux_aarch64-flash_attn-...``), so that no platform's prefix is the start of
+    another platform's key: an aarch64 or Windows build never restores x86_64 objects."""
+    where = "" if cell.platform == DEFAULT_PLATFORM else f"{cell.platform}-"
+    return f"ccache-{where}{cell.package}-cu{cell.cuda}-torch{cell.torch}"
 
 
 def matrix_key(name: str, platform: str) -> str:
