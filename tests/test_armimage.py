@@ -28,6 +28,7 @@ def test_the_name_and_labels_say_arm64():
         "pytorch/manylinuxaarch64-builder:cuda13.0"
     assert found["org.cuwheels.builder.manylinux"] == "manylinux_2_36_aarch64"
     assert found["org.cuwheels.builder.pythons"] == "cp311-cp311,cp39-cp39"
+    assert found["org.cuwheels.builder.cuobjdump"] == armimage.CUOBJDUMP[1] == "13.4.49"
     assert "cp39-cp39 is Python 3.11 too" in found["org.opencontainers.image.description"]
 
 
@@ -94,8 +95,11 @@ def test_the_image_file_system(tmp_path):
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
     (cuda / "bin" / "nvcc").write_bytes(b"\x7fELF")
+    cuobjdump = tmp_path / "nvidia_cuda_cuobjdump-13.4.49-py3-none-manylinux_2_17_aarch64.whl"
+    with zipfile.ZipFile(cuobjdump, "w") as zf:
+        zf.writestr("nvidia/cu13/bin/cuobjdump", b"\x7fELF cuobjdump")
     out = io.BytesIO()
-    write_image_tar(out, rootfs, cuda, "13.0", fake_pip(tmp_path))
+    write_image_tar(out, rootfs, cuda, "13.0", fake_pip(tmp_path), cuobjdump)
     out.seek(0)
     with tarfile.open(fileobj=out) as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -110,6 +114,8 @@ def test_the_image_file_system(tmp_path):
     assert pip.startswith("#!/opt/python/cp39-cp39/bin/python\n")
     assert members["./opt/python/cp39-cp39/bin/pip"].mode == 0o755
     assert "./usr/local/cuda-13.0/bin/nvcc" in members
+    # the toolkit's cuobjdump, from its wheel (the finish step's SASS check finds it on PATH)
+    assert members["./usr/local/cuda-13.0/bin/cuobjdump"].mode == 0o755
     assert members["./usr/local/cuda"].linkname == "/usr/local/cuda-13.0"
     names = [m for m in members]
     assert len(names) == len(set(names))     # the engine refuses a layer naming a path twice

@@ -17,7 +17,8 @@ an x86_64 machine"). It holds:
   such environment of the same 3.11 (the label says so), and the finish step's Python is the
   3.11 one too (the ``tools-python`` label tells the backend);
 - the CUDA toolkit for aarch64 assembled from PyPI's aarch64 nvidia wheels
-  (``tools.pipeline.cudakit``, ``targets/sbsa-linux``) at ``/usr/local/cuda-X.Y``.
+  (``tools.pipeline.cudakit``, ``targets/sbsa-linux``) at ``/usr/local/cuda-X.Y``, with
+  cuobjdump from its aarch64 wheel (:data:`CUOBJDUMP`).
 
 Its glibc is 2.36, so its wheels repair to ``manylinux_2_3x_aarch64`` at best, never the real
 image's ``manylinux_2_28_aarch64``; the labels say so, as the x86_64 stand-in's do.
@@ -66,9 +67,16 @@ PACKAGES = (*localimage.PACKAGES, "python3.11", "libpython3.11-dev", "python3.11
 POLICY = "manylinux_2_36_aarch64"
 #: The pip put in the image's environments, pinned by hash (pure Python: no emulation to unpack).
 PIP = ("pip", "25.0.1", "c46efd13b6aa8279f33f2864459c8ce587ea6a1a59ee20de055868d8f7688f7f")
+#: cuobjdump for the image's toolkit (the finish step's SASS check): the real images' toolkits
+#: carry one, PyPI's aarch64 nvcc wheel doesn't, and the finish step would pip-install the
+#: project's pin, whose aarch64 build (13.5.37, tagged manylinux_2_17) needs GLIBC_2.38, above
+#: bookworm's 2.36. 13.4.49's needs GLIBC_2.17 (its dynamic symbols, read with objdump -T).
+CUOBJDUMP = ("nvidia-cuda-cuobjdump", "13.4.49",
+             "8f6721a01310998ee08e25d2e78e4cebf9c69e83bafacd97570aba2295ed8943")
 #: The environments at /opt/python: the cell's Python and cibuildwheel's helper, both 3.11.
 VENVS = (python_tag(PYTHON), python_tag(localimage.HELPER_PYTHON))
 TOOLS_PYTHON = f"/opt/python/{python_tag(PYTHON)}/bin/python"
+CUOBJDUMP_LABEL = f"{LABEL_PREFIX}.cuobjdump"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 def image_name(cuda: str, suite: str = SUITE) -> str:
@@ -107,6 +115,7 @@ def labels(cuda: str, suite: str = SUITE) -> dict[str, str]:
         f"{LABEL_PREFIX}.pythons": ",".join(VENVS),
         MACHINE_LABEL: MACHINE,
         TOOLS_PYTHON_LABEL: TOOLS_PYTHON,
+        CUOBJDUMP_LABEL: CUOBJDUMP[1],
         "org.opencontainers.image.description":
             f"cuwheels local aarch64 builder (Debian {suite} arm64, glibc {GLIBC}, CUDA {cuda} "
             f"from PyPI's aarch64 wheels, Python {PYTHON}; {python_tag(localimage.HELPER_PYTHON)} "
@@ -115,11 +124,14 @@ def labels(cuda: str, suite: str = SUITE) -> dict[str, str]:
     }
 
 
-def pip_wheel(cache: Path | None = None) -> Path:
-    """The pinned pip wheel, downloaded once into the cache (hash-checked by pip)."""
-    name, version, sha = PIP
+def pip_wheel(cache: Path | None = None, pin: tuple[str, str, str] = PIP,
+              platform_tag: str | None = None) -> Path:
+    """A pinned wheel (default: pip's), downloaded once into the cache (hash-checked by pip);
+    ``platform_tag``: another machine's wheel (``manylinux_2_17_aarch64``)."""
+    name, version, sha = pin
     dest = (cache or cache_dir()) / "wheels"
-    found = sorted(dest.glob(f"{name}-{version}-py3-none-any.whl"))
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    found = sorted(dest.glob(pattern))
     if found:
         return found[0]
     dest.mkdir(parents=True, exist_ok=True)
@@ -128,8 +140,9 @@ def pip_wheel(cache: Path | None = None) -> Path:
         req.flush()
         proc = subprocess.run(["python3", "-m", "pip", "download", "--isolated", "--no-deps",
                                "--only-binary", ":all:", "--require-hashes", "-r", req.name,
+                               *(["--platform", platform_tag] if platform_tag else []),
                                "-d", str(dest)], capture_output=True, text=True, timeout=600)
-    found = sorted(dest.glob(f"{name}-{version}-py3-none-any.whl"))
+    found = sorted(dest.glob(pattern))
     if proc.returncode != 0 or not found:
         raise ToolchainError(f"downloading {name}=={version} for the arm64 image failed: "
                              f"{(proc.stderr or proc.stdout).strip()[-600:]}",
@@ -181,9 +194,11 @@ def add_venv(tar: tarfile.TarFile, tag: str, pip: Path) -> None:
             _file(tar, f"{site}/{info.filename}", zf.read(info))
 
 
-def write_image_tar(out, rootfs: Path, cuda_home: Path, cuda: str, pip: Path) -> None:
+def write_image_tar(out, rootfs: Path, cuda_home: Path, cuda: str, pip: Path,
+                    cuobjdump: Path | None = None) -> None:
     """Stream the image's file system as a tar to ``out``: the arm64 rootfs, the environments
-    at ``/opt/python`` and the aarch64 toolkit at ``/usr/local/cuda-X.Y``."""
+    at ``/opt/python`` and the aarch64 toolkit at ``/usr/local/cuda-X.Y`` (with the
+    ``cuobjdump`` of that wheel in its ``bin``)."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         tar.add(rootfs, arcname=".", filter=_skip_rootfs_member)
         added: set[PurePosixPath] = set()
@@ -191,6 +206,10 @@ def write_image_tar(out, rootfs: Path, cuda_home: Path, cuda: str, pip: Path) ->
         for tag in VENVS:
             add_venv(tar, tag, pip)
         tar.add(cuda_home, arcname=f"./usr/local/cuda-{cuda}")
+        if cuobjdump is not None:
+            with zipfile.ZipFile(cuobjdump) as zf:
+                _file(tar, f"./usr/local/cuda-{cuda}/bin/cuobjdump",
+                      zf.read("nvidia/cu13/bin/cuobjdump"), 0o755)
         _link(tar, "./usr/local/cuda", f"/usr/local/cuda-{cuda}")
 
 
@@ -209,13 +228,16 @@ def build_image(cuda: str, *, name: str | None = None, engine: str = "podman",
     check_emulation()
     found = None if rebuild else image_labels(engine, name)
     if found is not None:
-        if found.get(f"{LABEL_PREFIX}.cuda") == cuda and found.get(MACHINE_LABEL) == MACHINE:
+        if (found.get(f"{LABEL_PREFIX}.cuda") == cuda and found.get(MACHINE_LABEL) == MACHINE
+                and found.get(CUOBJDUMP_LABEL) == CUOBJDUMP[1]):
             print(f"reusing {name} (--rebuild to build it again)")
             return _start_checked(engine, name, check_start)
-        print(f"{name} exists but is not an aarch64 CUDA {cuda} stand-in: rebuilding")
+        print(f"{name} exists but is not this version's aarch64 CUDA {cuda} stand-in (its "
+              "labels: CUDA, machine, cuobjdump): rebuilding")
     cuda_home = cudakit.ensure_toolkit(machine=MACHINE, reason="the arm64 image's toolkit",
                                        say=print)
     pip = pip_wheel(cache)
+    cuobjdump = pip_wheel(cache, CUOBJDUMP, f"manylinux_2_17_{MACHINE}")
     rootfs = debootstrap(rootfs_dir(PACKAGES, cache=cache, arch=ARCH), packages=PACKAGES,
                          mirror=mirror, arch=ARCH)
     changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels(cuda).items()]
@@ -226,7 +248,7 @@ def build_image(cuda: str, *, name: str | None = None, engine: str = "podman",
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=err)
         try:
-            write_image_tar(proc.stdin, rootfs, cuda_home, cuda, pip)
+            write_image_tar(proc.stdin, rootfs, cuda_home, cuda, pip, cuobjdump)
         except BrokenPipeError:
             pass   # the engine stopped reading; its own error is reported below
         finally:
