@@ -66,7 +66,9 @@ def test_github_holds_every_stages_matrices_on_one_compact_line(planned):
     for job, cell in zip(jobs, cells):
         assert {k: job[k] for k in cell.to_json()} == cell.to_json()
         assert set(job) - set(cell.to_json()) == {"group", "shards", "runner", "estimate_hours",
-                                                  "budget_minutes"}
+                                                  "budget_minutes", "ccache_prefix"}
+        # the compiler cache's key prefix: Linux x86_64's as before platforms, others name theirs
+        assert job["ccache_prefix"].startswith("ccache-")
     assert as_json(cells[:1]).startswith('[\n  {\n    "id": ')
     empty = json.loads(as_github(plan_release([], [], RUNNERS)))
     # every platform's matrices, each empty: the workflow skips a job whose matrix is
