@@ -51,6 +51,7 @@ from tools.core.paths import cache_dir
 from tools.devtools import localimage
 from tools.devtools.localimage import (GLIBC, LABEL_PREFIX, SUITE, _dirs, _link,
                                        _skip_rootfs_member, _start_checked, check_engine,
+                                       import_image,
                                        debootstrap, python_tag, rootfs_dir)
 from tools.pipeline import cudakit
 
@@ -244,21 +245,8 @@ def build_image(cuda: str, *, name: str | None = None, engine: str = "podman",
     changes += localimage.ENV_CHANGES
     argv = [engine, "import", "--arch", ARCH, *(arg for c in changes for arg in ("--change", c)),
             "-", name]
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=err)
-        try:
-            write_image_tar(proc.stdin, rootfs, cuda_home, cuda, pip, cuobjdump)
-        except BrokenPipeError:
-            pass   # the engine stopped reading; its own error is reported below
-        finally:
-            proc.stdin.close()
-        code = proc.wait()
-        err.seek(0)
-        said = err.read().decode(errors="replace").strip()
-    if code != 0:
-        raise ToolchainError(f"`{engine} import ... {name}` failed (exit {code}): {said}",
-                             hint=f"check `{engine} info` and the free space of its storage")
+    import_image(engine, argv, name, lambda out: write_image_tar(
+        out, rootfs, cuda_home, cuda, pip, cuobjdump))
     print(f"built {name} in {time.monotonic() - started:.0f} s: Debian {SUITE} arm64 (glibc "
           f"{GLIBC}), Python {PYTHON} as {', '.join(VENVS)}, CUDA {cuda} for aarch64 from "
           f"{cuda_home}; wheels repair to {POLICY} or lower, not manylinux_2_28")

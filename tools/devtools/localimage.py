@@ -296,6 +296,28 @@ def holds(found: dict[str, str], cuda: str, pythons: Iterable[str]) -> bool:
         {python_tag(v) for v in pythons} <= have
 
 
+def import_image(engine: str, argv: Sequence[str], name: str, write: Callable) -> None:
+    """Run ``<engine> import ... - name`` (``argv``), streaming the image's tar to it with
+    ``write(stdin)``; ToolchainError quoting the engine when the import fails."""
+    # stderr goes to a file, not a pipe: a pipe nobody reads while the tar streams could fill
+    # and stall the engine.
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        try:
+            write(proc.stdin)
+        except BrokenPipeError:
+            pass   # the engine stopped reading; its own error is reported below
+        finally:
+            proc.stdin.close()
+        code = proc.wait()
+        err.seek(0)
+        said = err.read().decode(errors="replace").strip()
+    if code != 0:
+        raise ToolchainError(f"`{engine} import ... {name}` failed (exit {code}): {said}",
+                             hint=f"check `{engine} info` and the free space of its storage")
+
+
 def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: str | None = None,
                 engine: str = "podman", rebuild: bool = False, mirror: str | None = None,
                 cache: Path | None = None, check_start: bool = True) -> str:
@@ -319,23 +341,8 @@ def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: st
     rootfs = debootstrap(rootfs_dir(cache=cache), mirror=mirror)
     argv = [engine, "import", *(arg for c in image_changes(cuda, wanted)
                                  for arg in ("--change", c)), "-", name]
-    # stderr goes to a file, not a pipe: a pipe nobody reads while the tar streams could fill
-    # and stall the engine.
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=err)
-        try:
-            write_image_tar(proc.stdin, rootfs, local, cuda_home, cuda)
-        except BrokenPipeError:
-            pass   # the engine stopped reading; its own error is reported below
-        finally:
-            proc.stdin.close()
-        code = proc.wait()
-        err.seek(0)
-        said = err.read().decode(errors="replace").strip()
-    if code != 0:
-        raise ToolchainError(f"`{engine} import ... {name}` failed (exit {code}): {said}",
-                             hint=f"check `{engine} info` and the free space of its storage")
+    import_image(engine, argv, name,
+                 lambda out: write_image_tar(out, rootfs, local, cuda_home, cuda))
     took = time.monotonic() - started
     print(f"built {name} in {took:.0f} s: Debian {SUITE} (glibc {GLIBC}), "
           f"{', '.join(python_tag(p.version) + ' from ' + str(p.prefix) for p in local)}, "
