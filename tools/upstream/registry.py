@@ -17,7 +17,7 @@ import json
 import re
 import urllib.parse
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,9 +194,8 @@ class PlatformFacts:
         return self.cuda is not None or self.cpu_only
 
 
-def _linux_wheels(files: list[dict]) -> list[tuple[dict, Any]]:
-    """(file, its tags) for every non-yanked x86_64 Linux wheel of a release."""
-    out = []
+def release_wheels(files: list[dict]) -> Iterator[tuple[dict, Any, Any]]:
+    """(file, build tag, tags) for every non-yanked wheel of a release whose name parses."""
     for f in files:
         if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
             continue
@@ -204,6 +203,13 @@ def _linux_wheels(files: list[dict]) -> list[tuple[dict, Any]]:
             _, _, build, tags = parse_wheel_filename(f["filename"])
         except InvalidWheelFilename:
             continue
+        yield f, build, tags
+
+
+def _linux_wheels(files: list[dict]) -> list[tuple[dict, Any]]:
+    """(file, its tags) for every non-yanked x86_64 Linux wheel of a release."""
+    out = []
+    for f, build, tags in release_wheels(files):
         if any(t.platform.endswith("x86_64") and "linux" in t.platform for t in tags):
             out.append((f, build, tags))
     return out
@@ -373,13 +379,7 @@ def read_platform(registry: Registry, doc: dict, json_url: str, release: str, pl
     facts = PlatformFacts(platform, release)
     pattern = platform_tag_re(tag)
     wheels = []
-    for f in doc["releases"].get(release, []):
-        if f.get("packagetype") != "bdist_wheel" or f.get("yanked"):
-            continue
-        try:
-            _, _, build, tags = parse_wheel_filename(f["filename"])
-        except InvalidWheelFilename:
-            continue
+    for f, build, tags in release_wheels(doc["releases"].get(release, [])):
         matching = sorted({t.platform for t in tags if pattern.fullmatch(t.platform)})
         if matching:
             wheels.append((f, build, tags))
