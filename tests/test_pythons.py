@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tools.core.errors import ToolchainError
-from tools.pipeline.pythons import OPT_PYTHON, ask, find_cpython
+from tools.pipeline.pythons import OPT_PYTHON, _on_path as on_path, ask, find_cpython
 from tools.pipeline.venvs import uv_bin
 
 #: This interpreter's version, and the real (non-venv) interpreter of it the fakes link to.
@@ -123,6 +123,16 @@ def test_found_where_it_is_kept(tmp_path, layout, place):
     assert Path(found.executable).resolve() == REAL.resolve()
     if place != "uv's managed Pythons":
         assert found.executable == str(expected)
+
+
+def test_on_windows_path_holds_python_exe(tmp_path):
+    """A Windows PATH holds python.exe (setup-python's, python.org's); the same names without
+    .exe are what POSIX has."""
+    for name in ("python.exe", "python3"):
+        (tmp_path / name).write_text("")
+        (tmp_path / name).chmod(0o755)
+    assert on_path(HERE, str(tmp_path), windows=True) == [tmp_path / "python.exe"]
+    assert on_path(HERE, str(tmp_path), windows=False) == [tmp_path / "python3"]
 
 
 def test_the_default_manylinux_root():

@@ -110,6 +110,22 @@ def test_find_nvcc_takes_the_toolkit_root_not_a_wrapper_s_folder(tmp_path, monke
     assert find_nvcc({"PATH": str(wrapper.parent)}) == Nvcc(str(wrapper), "12.9", str(toolkit))
 
 
+def test_find_nvcc_takes_nvcc_exe_on_windows(tmp_path, monkeypatch):
+    """A Windows toolkit's compiler is bin/nvcc.exe (run here as the script it is)."""
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    home = tmp_path / "CUDA" / "v13.0"
+    (home / "include").mkdir(parents=True)
+    (home / "include" / "cuda_runtime.h").write_text("")
+    (home / "bin").mkdir()
+    nvcc = home / "bin" / "nvcc.exe"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    environ = {"CUDA_HOME": str(home), "PATH": str(tmp_path / "empty")}
+    assert find_nvcc(environ, pypi=False, windows=True) == Nvcc(str(nvcc), "13.0", str(home))
+    with pytest.raises(ToolchainError, match="nvcc was not found"):
+        find_nvcc(environ, pypi=False, windows=False)   # Linux's bin/nvcc is not there
+
+
 @pytest.fixture
 def cells(write_recipe, good_recipe, mini_table):
     return {c.id: c for c in cells_for(load_recipe(write_recipe(good_recipe), mini_table),

@@ -262,6 +262,17 @@ def test_cuobjdump_is_found():
     assert Path(cuobjdump()).name == "cuobjdump"
 
 
+def test_cuobjdump_exe_is_found_in_the_windows_wheels_layout(tmp_path, monkeypatch):
+    """nvidia-cuda-cuobjdump's win_amd64 wheel holds nvidia/cu13/bin/cuobjdump.exe."""
+    exe = tmp_path / "nvidia" / "cu13" / "bin" / "cuobjdump.exe"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("")
+    exe.chmod(0o755)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cuobjdump(windows=True) == str(exe)
+    assert Path(cuobjdump(windows=False)).name == "cuobjdump"
+
+
 def test_cuda_archs_without_device_code(sos):
     assert cuda_archs(sos["ext"]) == ArchReport((), ())
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
+from tools.core.hostos import WINDOWS, exe_name
 from tools.plan.matrix import Cell
 from tools.plan.table import Table
 from . import cudakit
@@ -63,19 +64,22 @@ def _nvcc_with_toolkit(nvcc: Path) -> Nvcc | None:
     return None
 
 
-def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True) -> Nvcc:
+def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True,
+              windows: bool = WINDOWS) -> Nvcc:
     """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; else (``pypi``) the CUDA 13.0
     toolkit from PyPI's nvidia packages in the cache, installed the first time, saying so
-    (``tools.pipeline.cudakit``); ToolchainError if none.
+    (``tools.pipeline.cudakit``); ToolchainError if none. ``windows``: the toolkit's compiler
+    is ``bin/nvcc.exe`` (default: this machine's).
 
     The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
     ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
     """
     env = env if env is not None else dict(os.environ)
+    nvcc_name = exe_name("nvcc", windows)
     candidates = []
     if env.get("CUDA_HOME"):
-        candidates.append(Path(env["CUDA_HOME"]) / "bin" / "nvcc")
-    candidates.append(DEFAULT_CUDA_HOME / "bin" / "nvcc")
+        candidates.append(Path(env["CUDA_HOME"]) / "bin" / nvcc_name)
+    candidates.append(DEFAULT_CUDA_HOME / "bin" / nvcc_name)
     if found := shutil.which("nvcc", path=env.get("PATH")):
         candidates.append(Path(found))
     for nvcc in candidates:
@@ -103,6 +107,7 @@ def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True) -> Nvcc:
                                 f"be installed: {exc.message}", hint=f"{exc.hint}; or {hint}")
         _UNAVAILABLE[cudakit.toolkit_home(env)] = failed
         raise failed from None
+    # the toolkit from PyPI is Linux's (cudakit.check_machine refuses another machine)
     if (found := _nvcc_with_toolkit(home / "bin" / "nvcc")) is None:
         raise ToolchainError(f"the CUDA {cudakit.CUDA} toolkit from PyPI in {home} has no "
                              "working nvcc", hint=f"delete {home} to install it again")
