@@ -220,6 +220,24 @@ def test_environment_python_makes_a_relative_path_absolute_without_resolving_lin
     assert environment_python(Path("env/bin/python")).is_absolute()
 
 
+def test_environment_python_on_windows_takes_backslashes_and_names_scripts(tmp_path,
+                                                                          monkeypatch):
+    """On Windows a path may be written with \\ and a venv's interpreter is
+    Scripts\\python.exe, which the hints name."""
+    (tmp_path / "venv").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VerifyError) as info:
+        environment_python("venv\\Scripts\\python.exe", windows=True)
+    assert "was not found (relative to the current directory" in str(info.value)
+    with pytest.raises(VerifyError) as info:        # a bare name: looked up on PATH
+        environment_python("venv", windows=True)
+    assert info.value.hint.endswith("write ./venv/Scripts/python.exe")
+    with pytest.raises(VerifyError) as info:
+        environment_python("./venv", windows=True)
+    assert info.value.hint == f"give the interpreter inside it, e.g. " \
+                              f"{tmp_path / 'venv' / 'Scripts' / 'python.exe'}"
+
+
 @pytest.mark.parametrize("given, message, fix", [
     ("./venv", "Python interpreter ./venv (--python) is a directory (relative to the current "
                "directory {cwd})", "give the interpreter inside it, e.g. {cwd}/venv/bin/python"),

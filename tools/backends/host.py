@@ -36,7 +36,7 @@ from tools.pipeline.wheelhouse import publish
 from tools.pipeline.source import prepare_source
 from tools.pipeline.toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command, torch_info)
-from tools.pipeline.venvs import prepare_python
+from tools.pipeline.venvs import prepare_python, venv_python
 from tools.plan.groups import group_key, read_units
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
@@ -439,7 +439,7 @@ class HostBackend:
                                  extra_wheels=options.needed)
             step.detail.update(smoke_test="passed", imports=list(recipe.imports),
                                seconds=seconds)
-            return smoke_venv(work / "smoke") / "bin" / "python", ()
+            return venv_python(smoke_venv(work / "smoke")), ()
 
         check_python, check_path = progress.run("verify", verify)
 

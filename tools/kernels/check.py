@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import VerifyError
+from tools.core.hostos import WINDOWS
+from tools.pipeline.venvs import venv_python
 from tools.plan.recipe import load_recipe
 
 #: The harness file copied next to the environment under test.
@@ -64,23 +66,27 @@ def _child_env(pythonpath: tuple[Path, ...]) -> dict[str, str]:
     return env
 
 
-def environment_python(python: Path | str) -> Path:
+def environment_python(python: Path | str, *, windows: bool = WINDOWS) -> Path:
     """The interpreter ``python`` names, as a path that works from any working directory.
 
-    A path with a separator is taken relative to the current directory and made absolute (not
-    resolved: a venv's ``bin/python`` is a link whose target lies outside the venv); a bare name
-    is looked up on ``PATH``. VerifyError, naming the path and where it was looked for, when it
-    is missing, a directory or not executable.
+    A path with a separator (``/``; on Windows, ``windows``, also ``\\``) is taken relative to
+    the current directory and made absolute (not resolved: a venv's ``bin/python`` is a link
+    whose target lies outside the venv); a bare name is looked up on ``PATH``. VerifyError,
+    naming the path and where it was looked for, when it is missing, a directory or not
+    executable.
     """
     text = str(python)
+    example = venv_python(Path("/path/to/venv"), windows=windows)
     fix = ("give the interpreter of the environment holding torch and the wheel as an absolute "
-           "path (e.g. /path/to/venv/bin/python), or a relative path that exists from the "
+           f"path (e.g. {example.as_posix()}), or a relative path that exists from the "
            "current directory")
-    if os.sep not in text:
+    separators = ("/", "\\") if windows else ("/",)
+    if not any(sep in text for sep in separators):
         found = shutil.which(text)
         if found is None:
             here = Path(text).absolute()
-            inside = "/bin/python" if here.is_dir() else ""
+            inside = ("/" + venv_python(Path(), windows=windows).as_posix()
+                      if here.is_dir() else "")
             raise VerifyError(f"Python interpreter {text!r} (--python) is no command on PATH",
                               hint=f"a bare name is looked up on PATH; for {here} write "
                                    f"./{text}{inside}" if here.exists() else fix)
@@ -89,7 +95,8 @@ def environment_python(python: Path | str) -> Path:
     where = "" if Path(text).is_absolute() else f" (relative to the current directory {Path.cwd()})"
     if path.is_dir():
         raise VerifyError(f"Python interpreter {text} (--python) is a directory{where}",
-                          hint=f"give the interpreter inside it, e.g. {path / 'bin' / 'python'}")
+                          hint=f"give the interpreter inside it, e.g. "
+                               f"{venv_python(path, windows=windows)}")
     if not path.is_file():
         raise VerifyError(f"Python interpreter {text} (--python) was not found{where}", hint=fix)
     if not os.access(path, os.X_OK):

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
+from tools.core.hostos import WINDOWS
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table
@@ -52,6 +53,13 @@ def find_python(version: str, *, install: bool = True) -> str:
     return find_cpython(version, uv_bin(), install=install).executable
 
 
+def venv_python(venv: Path, *, windows: bool = WINDOWS) -> Path:
+    """The interpreter of the virtual environment at ``venv`` on this machine's layout:
+    ``Scripts/python.exe`` on Windows, ``bin/python`` elsewhere. Every venv the host side makes
+    (build, smoke test) is reached through this; the Linux images' venvs are Linux paths."""
+    return venv / "Scripts" / "python.exe" if windows else venv / "bin" / "python"
+
+
 def create_venv(path: Path, python: str, *, seed: bool = False, install: bool = True) -> Path:
     """Create a fresh venv at ``path`` for Python ``python`` and return its interpreter.
 
@@ -68,7 +76,7 @@ def create_venv(path: Path, python: str, *, seed: bool = False, install: bool = 
     if proc.returncode != 0:
         raise ToolchainError(f"could not create a Python {python} venv at {path}: "
                              f"{proc.stderr.strip()}")
-    return path / "bin" / "python"
+    return venv_python(path)
 
 
 def install(python: Path, requirements: list[str], *, index_url: str | None = None,
