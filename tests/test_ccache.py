@@ -94,6 +94,38 @@ def test_prepare_links_and_variables(tmp_path):
         **env, "PYTORCH_NVCC": shlex.join([setup.ccache, "/usr/local/cuda/bin/nvcc"])}
 
 
+def test_find_ccache_takes_ccache_exe_beside_a_windows_venvs_python(tmp_path, monkeypatch):
+    scripts = tmp_path / "Scripts"
+    scripts.mkdir()
+    (scripts / "ccache.exe").write_text("")
+    (scripts / "ccache.exe").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(scripts / "python.exe"))
+    assert ccache.find_ccache({"PATH": ""}, windows=True) == str(scripts / "ccache.exe")
+    with pytest.raises(ToolchainError, match="ccache was not found"):
+        ccache.find_ccache({"PATH": ""}, windows=False)
+
+
+def test_prepare_on_windows_quotes_for_windows_and_wraps_nvcc_only(tmp_path):
+    """Windows: PYTORCH_NVCC in double quotes (a toolkit under C:\\Program Files), nvcc.exe,
+    and no c++ link (torch's Windows build runs cl); the torch root is a directory link."""
+    work, site = tmp_path / "cell", tmp_path / "venv" / "Lib" / "site-packages"
+    site.mkdir(parents=True)
+    work.mkdir()
+    home = r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.0"
+    setup = ccache.prepare(work, site=site, cuda_home=home, directory=tmp_path / "c",
+                           windows=True)
+    nvcc = str(Path(home) / "bin" / "nvcc.exe")
+    assert setup.env["PYTORCH_NVCC"] == subprocess.list2cmdline([setup.ccache, nvcc])
+    assert f'"{nvcc}"' in setup.env["PYTORCH_NVCC"]
+    assert list((work / "ccache-bin").iterdir()) == []
+    assert (work / "torch-root").is_symlink() and (work / "torch-root").resolve() == site.resolve()
+    # the same call for Linux is what it always was
+    linux = ccache.prepare(work, site=site, cuda_home="/opt/cuda 13", directory=tmp_path / "c",
+                           windows=False)
+    assert shlex.split(linux.env["PYTORCH_NVCC"]) == [linux.ccache, "/opt/cuda 13/bin/nvcc"]
+    assert (work / "ccache-bin" / "c++").resolve() == Path(linux.ccache).resolve()
+
+
 def test_prepare_refuses_an_unwritable_cache_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

