@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tools.pipeline import buildenv
 from tools.pipeline.buildenv import available_memory_gib, build_env, format_archs, size_for, size_jobs
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import load_recipe
@@ -18,6 +19,16 @@ def test_cgroup_limit_caps_available_memory(tmp_path):
     assert available_memory_gib(meminfo, cgroup) == pytest.approx(8.0)
     cgroup.write_text("max\n")
     assert available_memory_gib(meminfo, cgroup) == pytest.approx(24.0)
+
+
+def test_windows_memory_comes_from_windows_not_proc(tmp_path, monkeypatch):
+    """Windows has no /proc/meminfo, no cgroup and no os.sysconf: its available physical memory
+    is GlobalMemoryStatusEx's (here stood in for; Linux has no kernel32 to call)."""
+    monkeypatch.setattr(buildenv, "windows_available_memory", lambda: 12 * 2**30)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable: 25165824 kB\n")
+    assert available_memory_gib(meminfo, tmp_path / "none", windows=True) == pytest.approx(12.0)
+    assert available_memory_gib(meminfo, tmp_path / "none", windows=False) == pytest.approx(24.0)
 
 
 def test_format_archs():

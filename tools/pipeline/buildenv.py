@@ -7,9 +7,11 @@ not OOM-killed (exit 137) yet doesn't crawl at one job when the machine can take
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
+from tools.core.hostos import WINDOWS
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 # The sizing arithmetic is the plan's: it sizes the jobs of the runner a release is planned for
@@ -20,9 +22,30 @@ from tools.plan.sizing import MEMORY_HEADROOM, Sizing, size_jobs  # noqa: F401
 DEFAULT_SOURCE_DATE_EPOCH = 1577750400
 
 
+def windows_available_memory() -> int:
+    """Bytes of physical memory available now, as Windows' ``GlobalMemoryStatusEx`` says
+    (``ullAvailPhys``); only on Windows."""
+    class MemoryStatusEx(ctypes.Structure):
+        _fields_ = [("dwLength", ctypes.c_uint32), ("dwMemoryLoad", ctypes.c_uint32),
+                    *((name, ctypes.c_uint64) for name in (
+                        "ullTotalPhys", "ullAvailPhys", "ullTotalPageFile", "ullAvailPageFile",
+                        "ullTotalVirtual", "ullAvailVirtual", "ullAvailExtendedVirtual"))]
+
+    status = MemoryStatusEx()
+    status.dwLength = ctypes.sizeof(MemoryStatusEx)
+    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+        raise ctypes.WinError()  # type: ignore[attr-defined]
+    return status.ullAvailPhys
+
+
 def available_memory_gib(meminfo: Path = Path("/proc/meminfo"),
-                         cgroup: Path = Path("/sys/fs/cgroup/memory.max")) -> float:
-    """MemAvailable, capped by a cgroup v2 memory limit when one is set (containers)."""
+                         cgroup: Path = Path("/sys/fs/cgroup/memory.max"), *,
+                         windows: bool = WINDOWS) -> float:
+    """MemAvailable, capped by a cgroup v2 memory limit when one is set (containers); on
+    Windows (``windows``, default: this machine's) the available physical memory
+    (:func:`windows_available_memory`)."""
+    if windows:
+        return windows_available_memory() / 2**30
     avail = None
     try:
         for line in meminfo.read_text().splitlines():
