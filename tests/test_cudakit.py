@@ -174,6 +174,27 @@ def test_ensure_installs_once_and_says_so(fake_kit):
     assert ensure_toolkit(environ, say=said.append, parts=parts) == home and said == []
 
 
+def test_a_second_install_waits_for_the_first_ones_lock(fake_kit):
+    """The install lock is filelock's (fcntl is POSIX-only): while another holder has it, an
+    install waits, then finds the toolkit complete or installs it."""
+    import threading
+
+    from filelock import FileLock
+
+    environ, parts = fake_kit
+    home = toolkit_home(environ)
+    home.parent.mkdir(parents=True)
+    said: list[str] = []
+    with FileLock(home.parent / "cuda-13.0.lock"):
+        waiting = threading.Thread(target=ensure_toolkit, args=(environ,),
+                                   kwargs={"say": said.append, "parts": parts})
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and said == [] and not home.exists()
+    waiting.join(120)
+    assert not waiting.is_alive() and is_complete(home, parts)
+
+
 def test_an_interrupted_install_is_not_taken_for_a_toolkit(fake_kit):
     """A toolkit without its marker (the process was killed, or someone copied half of one)
     is installed again, over what was there."""

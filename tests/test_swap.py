@@ -97,6 +97,20 @@ def test_a_second_concurrent_build_is_refused(tmp_path):
             build(tmp_path)
 
 
+def test_the_site_lock_is_held_once_however_it_is_taken(tmp_path):
+    """locked() (filelock: flock on POSIX, msvcrt's lock on Windows) refuses a second holder
+    while the first holds it, and lets the next one in after."""
+    from tools.sitegen.swap import locked
+
+    lock = tmp_path / ".site.lock"
+    with locked(lock):
+        with pytest.raises(IndexBuildError, match="another index build holds"):
+            with locked(lock):
+                pass
+    with locked(lock):
+        pass
+
+
 def test_site_survives_being_killed_at_any_moment(tmp_path):
     """SIGKILL a real build at several moments: the site is always the old one or the new one."""
     w = tmp_path / "wheels"

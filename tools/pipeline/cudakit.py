@@ -26,7 +26,6 @@ wheels, for machines that can't reach PyPI.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
@@ -40,6 +39,8 @@ import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from filelock import FileLock
 
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
@@ -333,8 +334,7 @@ def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = ""
     if not foreign:
         check_machine()
     home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f"{home.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(home.parent / f"{home.name}.lock"):
         if is_complete(home, parts):
             return home
         wheels = environ.get(WHEELS_ENV)

@@ -156,16 +156,20 @@ def check_replaceable(output_dir: Path) -> None:
 @contextmanager
 def locked(lock_path: Path) -> Iterator[None]:
     """Hold the lock file ``lock_path`` (a site's or a ledger's), or raise IndexBuildError when
-    another build holds it."""
-    import fcntl
+    another build holds it (``filelock``: ``flock`` on POSIX, as before it, ``msvcrt.locking``
+    on Windows)."""
+    from filelock import FileLock, Timeout
 
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IndexBuildError(f"another index build holds {lock_path}", hint="wait for it to finish") from None
+    lock = FileLock(lock_path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise IndexBuildError(f"another index build holds {lock_path}", hint="wait for it to finish") from None
+    try:
         yield
+    finally:
+        lock.release()
 
 
 def reuser(output_dir: Path, staging: Path) -> Reuse:
