@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from tools.probing.compdb import STOP_STATUS, read_units, stand_in_object, write_shim
@@ -113,3 +114,63 @@ def test_stand_in_object_needs_a_c_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))      # no cc, no gcc
     assert stand_in_object(tmp_path / "o.o") is None
     assert os.listdir(tmp_path) == []
+
+
+def test_the_windows_stand_in_is_a_ninja_exe_launcher_that_runs_the_same_script(tmp_path):
+    """On Windows the stand-in is ninja.exe: distlib's console launcher (a PE file), this
+    Python's path as its shebang, the script as a zip after it. Python runs such a file as the
+    launcher has it run (``python ninja.exe ARGS``), so its Windows path runs here: a version
+    check goes to the real ninja through a child process (Windows has no exec), a build is
+    recorded as on POSIX."""
+    build = tmp_path / "build" / "temp"
+    build.mkdir(parents=True)
+    calls = tmp_path / "calls.jsonl"
+    real = tmp_path / "real" / "ninja"
+    real.parent.mkdir()
+    real.write_text(FAKE_NINJA.format(python=sys.executable, calls=str(calls),
+                                      db=_compdb(build)))
+    real.chmod(0o755)
+    record = tmp_path / "record"
+    shim = write_shim(tmp_path / "shim", str(real), record, None, windows=True)
+    assert shim == tmp_path / "shim" / "ninja.exe" and os.listdir(shim.parent) == ["ninja.exe"]
+    data = shim.read_bytes()
+    assert data[:2] == b"MZ"
+    assert f"#!{sys.executable}\n".encode() in data
+    with zipfile.ZipFile(shim) as zf:
+        script = zf.read("__main__.py").decode()
+    assert "WINDOWS = " in script and ", True\n" in script.split("WINDOWS = ")[1].split("args")[0]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(shim), *args], cwd=build,
+                              capture_output=True, text=True, timeout=60)
+
+    assert run("--version").stdout.strip() == "1.13.0"
+    assert run("-v").returncode == STOP_STATUS
+    assert (record / "compdb-0.json").is_file()
+
+
+def test_the_posix_stand_in_is_an_executable_script_of_this_python(tmp_path):
+    shim = write_shim(tmp_path / "shim", "/usr/bin/ninja", tmp_path / "record", None,
+                      windows=False)
+    assert shim == tmp_path / "shim" / "ninja" and os.access(shim, os.X_OK)
+    first, *rest = shim.read_text().splitlines()
+    assert first == f"#!{sys.executable}" and "REAL, OUT, STUB, WINDOWS = " in "\n".join(rest)
+
+
+def test_stand_in_object_on_windows_compiles_an_empty_file_with_cl(tmp_path, monkeypatch):
+    """MSVC's cl (a stand-in here that writes what /Fo names): /c of an empty .c file beside
+    the object, which is gone after."""
+    fake = tmp_path / "bin" / "cl"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    f"open({str(tmp_path / 'cl-args.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+                    "out = [a[3:] for a in sys.argv if a.startswith('/Fo')][0]\n"
+                    "open(out, 'wb').write(b'\\x64\\x86')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    obj = tmp_path / "shim" / "stand-in.obj"
+    assert stand_in_object(obj, windows=True) == obj and obj.read_bytes() == b"\x64\x86"
+    args = json.loads((tmp_path / "cl-args.json").read_text())
+    assert args == ["/nologo", "/c", str(obj.with_suffix(".c")), f"/Fo{obj}"]
+    assert os.listdir(obj.parent) == ["stand-in.obj"]
+    assert stand_in_object(tmp_path / "o.o", windows=False) is None   # no cc on that PATH
