@@ -9,6 +9,7 @@ nvcc's CUDA version (one arch, sm_90): what the README's probe table reports.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -161,6 +162,35 @@ def test_measure_kills_a_unit_past_its_timeout(tmp_path):
     status, seconds, _, _ = measure("sleep 30", cwd=tmp_path, env={}, log=tmp_path / "m.log",
                                     timeout=0.5)
     assert status == -9 and seconds < 10
+
+
+def test_measure_on_windows_runs_the_line_in_the_shell_and_measures_no_memory(tmp_path):
+    """Windows' path (shell=True: cmd.exe there, /bin/sh here): the status and the seconds,
+    the output in the log, both peaks 0."""
+    status, seconds, tree, single = measure("echo compiled && exit 3", cwd=tmp_path,
+                                            env=dict(os.environ), log=tmp_path / "m.log",
+                                            windows=True)
+    assert (status, tree, single) == (3, 0, 0) and seconds < 10
+    assert (tmp_path / "m.log").read_text() == \
+        f"$ cd {tmp_path} && echo compiled && exit 3\ncompiled\n"
+
+
+def test_measure_on_windows_kills_the_tree_with_taskkill_past_the_timeout(tmp_path,
+                                                                         monkeypatch):
+    """Past its time the unit's process tree is killed with `taskkill /T /F /PID` (a stand-in
+    here that records its arguments and kills the process), and the status is -9 as on POSIX."""
+    fake = tmp_path / "bin" / "taskkill"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport json, os, signal, sys\n"
+                    f"open({str(tmp_path / 'taskkill.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+                    "os.kill(int(sys.argv[-1]), signal.SIGKILL)\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    status, seconds, _, _ = measure("sleep 30", cwd=tmp_path, env=dict(os.environ),
+                                    log=tmp_path / "m.log", timeout=0.5, windows=True)
+    assert status == -9 and seconds < 10
+    args = json.loads((tmp_path / "taskkill.json").read_text())
+    assert args[:4] == ["/T", "/F", "/PID", args[3]] and args[3].isdigit()
 
 
 def test_a_terminated_probe_stops_its_compiler(tmp_path):

@@ -39,6 +39,7 @@ from typing import Any
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
 from tools.core.errors import CompileError, ProbeError
+from tools.core.hostos import WINDOWS
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, reporting
@@ -233,14 +234,57 @@ def _kill_session(leader: int) -> None:
         os.killpg(leader, signal.SIGKILL)
 
 
+def _kill_tree_windows(proc: subprocess.Popen) -> None:
+    """Stop ``proc`` and every process it started (``taskkill /T /F``); ``proc`` alone when
+    taskkill can't."""
+    try:
+        done = subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)],
+                              capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        done = False
+    if not done and proc.poll() is None:
+        proc.kill()
+
+
+def _measure_windows(command: str, *, cwd: Path, env: dict[str, str], log: Path,
+                     timeout: float) -> tuple[int, float, int, int]:
+    """:func:`measure` on Windows: the command line under ``cmd.exe`` (``shell=True``), polled
+    every SAMPLE_SECONDS; memory is not measured (both peaks 0)."""
+    start = time.monotonic()
+    with log.open("w") as fh:
+        fh.write(f"$ cd {cwd} && {command}\n")
+        fh.flush()
+        proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+    deadline, killed = start + timeout, False
+    try:
+        while proc.poll() is None:
+            if not killed and time.monotonic() > deadline:
+                _kill_tree_windows(proc)
+                killed = True
+            time.sleep(SAMPLE_SECONDS)
+    except BaseException:
+        # stopping the shard must stop the compiler it started
+        _kill_tree_windows(proc)
+        proc.wait()
+        raise
+    return -9 if killed else proc.returncode, time.monotonic() - start, 0, 0
+
+
 def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
-            timeout: float = UNIT_TIMEOUT) -> tuple[int, float, int, int]:
+            timeout: float = UNIT_TIMEOUT, windows: bool = WINDOWS) -> tuple[int, float, int, int]:
     """Run one shell command line in its own session and measure it.
 
     Returns (exit status, wall seconds, peak summed RSS of the session's processes sampled every
     SAMPLE_SECONDS, largest single process's max RSS from wait4, which covers every descendant
     that was waited for). A command past ``timeout`` is killed (status -9).
+
+    On Windows (``windows``, default: this machine's) there is no /proc, wait4 or session: the
+    command runs under ``cmd.exe``, a command past ``timeout`` has its process tree killed
+    (``taskkill /T /F``, status -9 all the same), and memory is not measured: both peaks are 0.
     """
+    if windows:
+        return _measure_windows(command, cwd=cwd, env=env, log=log, timeout=timeout)
     page = os.sysconf("SC_PAGE_SIZE")
     start = time.monotonic()
     with log.open("w") as fh:
