@@ -108,10 +108,11 @@ def _dev(name):
     (_link("demo/hard", "/etc/passwd", tarfile.LNKTYPE), "points outside"),  # hardlink out
     (_dev("demo/null"), "device or FIFO"),                                  # device node
 ])
-def test_hostile_archives_are_refused_before_writing(tmp_path, member, expect):
+@pytest.mark.parametrize("windows", [False, True], ids=["posix", "windows"])
+def test_hostile_archives_are_refused_before_writing(tmp_path, member, expect, windows):
     archive = _tar(tmp_path / "bad.tar.gz", [_file("demo/ok.txt", b"fine"), member])
     with pytest.raises(SourceError, match=expect):
-        extract_sdist(archive, tmp_path / "out")
+        extract_sdist(archive, tmp_path / "out", windows=windows)
     assert not (tmp_path / "out" / "demo" / "ok.txt").exists()  # checked before any write
 
 
@@ -151,9 +152,11 @@ def test_real_sdist_hash_and_patches(recipe, tmp_path):
 
 # ---- extraction that cannot leave its folder, within caps -------------------------------------
 
-def test_members_are_written_as_tarfiles_data_filter_would(tmp_path):
+@pytest.mark.parametrize("windows", [False, True], ids=["posix", "windows"])
+def test_members_are_written_as_tarfiles_data_filter_would(tmp_path, windows):
     """Modes lose set-id and group/other write bits, times are kept, ``./`` is the top, hard
-    links inside the tree are links, symbolic links inside the tree work."""
+    links inside the tree are links, symbolic links inside the tree work; the same through
+    Windows' way of writing (by path: Windows has no dir_fd), run here."""
     folder = tarfile.TarInfo("./demo")
     folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o775, 1_600_000_000
     run, plain = _file("./demo/run.sh", b"#!/bin/sh\n"), _file("demo/data.txt", b"data")
@@ -162,7 +165,7 @@ def test_members_are_written_as_tarfiles_data_filter_would(tmp_path):
     hard = _link("demo/again.txt", "demo/data.txt", tarfile.LNKTYPE)
     archive = _tar(tmp_path / "ok.tar.gz", [(folder, None), run, plain, hard,
                                             _link("demo/alias.txt", "data.txt")])
-    tree = extract_sdist(archive, tmp_path / "out")
+    tree = extract_sdist(archive, tmp_path / "out", windows=windows)
     assert tree == tmp_path / "out" / "demo"
     assert stat.S_IMODE((tree / "run.sh").stat().st_mode) == 0o755
     assert stat.S_IMODE((tree / "data.txt").stat().st_mode) == 0o644
@@ -181,13 +184,15 @@ def _chain(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "chain.tar.gz", outside
 
 
-def test_the_path_max_link_chain_is_refused_by_the_link_rules_alone(tmp_path, monkeypatch):
+@pytest.mark.parametrize("windows", [False, True], ids=["posix", "windows"])
+def test_the_path_max_link_chain_is_refused_by_the_link_rules_alone(tmp_path, monkeypatch,
+                                                                   windows):
     """Its member names pass the length cap here, lifted: the links still cannot be followed."""
     monkeypatch.setattr(source, "MAX_PATH_CHARS", 1 << 20)
     archive, outside = _chain(tmp_path)
     with pytest.raises(SourceError, match="lies below 'a', a symbolic link: nothing is written "
                                           "through a link"):
-        extract_sdist(archive, tmp_path / "src")
+        extract_sdist(archive, tmp_path / "src", windows=windows)
     assert outside.read_text() == "must never change\n"
     assert not (tmp_path / "src").exists()  # nothing half-written is left
 

@@ -14,7 +14,9 @@ member that is absolute, has ``..``, is a device or FIFO or lies below a link, a
 that leaves the tree, goes through another link or is not an earlier file (hard links). The
 second pass writes: every folder is opened below the one before with ``O_NOFOLLOW``, every file
 is created with ``O_EXCL`` and symbolic links are made last, so that no write can follow a link
-whatever the archive holds.
+whatever the archive holds. Windows has neither ``dir_fd`` nor ``O_NOFOLLOW``: there each member
+is written by its path under the new, empty extraction folder, which the same rules keep safe
+(no member below a link, links made last).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 from tools.core.digest import sha256_file
 from tools.core.download import PYPI_FILES, download
 from tools.core.errors import PatchError, SourceError
+from tools.core.hostos import WINDOWS
 from tools.plan.recipe import Patch, Recipe
 
 #: The largest sdist taken, downloaded or local (flash-attn 2.8.3's, the largest a recipe
@@ -317,7 +320,9 @@ def _plan(tar: tarfile.TarFile, archive: Path) -> tuple[list[_Entry], str]:
     return entries, tops[0]
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+def _dir_flags() -> int:
+    """How each folder is opened (POSIX only: Windows' os has none of these flags)."""
+    return os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _folder(root: int, parts: tuple[str, ...]) -> int:
@@ -327,10 +332,10 @@ def _folder(root: int, parts: tuple[str, ...]) -> int:
     try:
         for part in parts:
             try:
-                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                below = os.open(part, _dir_flags(), dir_fd=fd)
             except FileNotFoundError:
                 os.mkdir(part, 0o777, dir_fd=fd)
-                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                below = os.open(part, _dir_flags(), dir_fd=fd)
             os.close(fd)
             fd = below
     except BaseException:
@@ -393,11 +398,45 @@ def _write(tar: tarfile.TarFile, entries: list[_Entry], root: int) -> None:
                 os.close(parent)
 
 
-def extract_sdist(archive: Path, dest: Path) -> Path:
+def _write_by_path(tar: tarfile.TarFile, entries: list[_Entry], dest: Path) -> None:
+    """:func:`_write` on Windows, which has no ``dir_fd`` and no ``O_NOFOLLOW``: each member by
+    its path under ``dest``, in the same order (files, folders and hard links, then symbolic
+    links, then the folders' times). No write can go through a link all the same: ``dest`` was
+    made empty, the plan refused every member below a link and every link leaving the tree,
+    and links are made after every other write."""
+    for entry in entries:
+        if entry.kind == _SYMLINK:
+            continue
+        target = dest.joinpath(*entry.parts)
+        if entry.kind == _DIR:
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if entry.kind == _HARDLINK:
+            os.link(dest.joinpath(*entry.source), target)
+            continue
+        with open(target, "xb") as out, tar.extractfile(entry.member) as data:
+            shutil.copyfileobj(data, out, _COPY)
+        os.chmod(target, _file_mode(entry.member.mode))  # Windows keeps only the read-only bit
+        os.utime(target, (entry.member.mtime, entry.member.mtime))
+    for entry in entries:
+        if entry.kind == _SYMLINK:
+            target = dest.joinpath(*entry.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            linkname = entry.member.linkname.replace("/", os.sep)
+            os.symlink(linkname, target,
+                       target_is_directory=(target.parent / linkname).is_dir())
+    for entry in reversed(entries):
+        if entry.kind == _DIR:
+            os.utime(dest.joinpath(*entry.parts), (entry.member.mtime, entry.member.mtime))
+
+
+def extract_sdist(archive: Path, dest: Path, *, windows: bool = WINDOWS) -> Path:
     """Extract a .tar.gz safely into ``dest`` and return its single top-level directory.
 
     Every rule of the module's docstring is checked before anything is written; whatever fails,
-    ``dest`` is left absent rather than half-written.
+    ``dest`` is left absent rather than half-written. ``windows`` (default: this machine's)
+    writes by path (:func:`_write_by_path`).
     """
     if dest.exists():
         shutil.rmtree(dest)
@@ -408,14 +447,18 @@ def extract_sdist(archive: Path, dest: Path) -> Path:
             with tarfile.open(fileobj=stream, mode="r:") as tar:
                 entries, top = _plan(tar, archive)
                 stream.budget = None  # the sizes were checked; now the data is read
-                root = os.open(dest, _DIR_FLAGS)
+                root = None if windows else os.open(dest, _dir_flags())
                 try:
-                    _write(tar, entries, root)
+                    if root is None:
+                        _write_by_path(tar, entries, dest)
+                    else:
+                        _write(tar, entries, root)
                 except OSError as exc:
                     raise SourceError(f"{archive.name}: extracting into {dest} failed: "
                                       f"{exc.strerror}") from None
                 finally:
-                    os.close(root)
+                    if root is not None:
+                        os.close(root)
     except SourceError:
         shutil.rmtree(dest, ignore_errors=True)
         raise
