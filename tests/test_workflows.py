@@ -398,16 +398,49 @@ def test_the_windows_cuda_installer_knows_every_cuda_the_table_has_for_windows(w
     assert all(full.startswith(cuda + ".") for cuda, full in known.items())
 
 
-def test_windows_stays_opt_in_while_the_build_tools_cannot_import_there(workflows):
-    """wheels.yml plans win_amd64 only when a dispatch names it, because tools.build and
-    tools.shard don't import where fcntl is missing, as on Windows. When they do, this test
-    fails: take win_amd64 out of OPT_IN_PLATFORMS (and say so in README)."""
-    assert workflows["wheels.yml"]["env"]["OPT_IN_PLATFORMS"] == "win_amd64"
-    for module in ("tools.build", "tools.shard"):
-        proc = subprocess.run(
-            [sys.executable, "-c", f"import sys; sys.modules['fcntl'] = None; import {module}"],
-            cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert proc.returncode != 0 and "fcntl" in proc.stderr, module
+#: The standard library's POSIX-only modules: a Windows Python has none of them.
+POSIX_ONLY = ("fcntl", "resource", "pwd", "grp", "termios", "pty", "tty")
+#: Attributes of os and signal that a Windows Python lacks, which a module could read at import
+#: (os.O_DIRECTORY did, in tools.pipeline.source).
+POSIX_ONLY_OS = ("O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC", "O_NONBLOCK", "wait4", "killpg",
+                 "getloadavg", "sysconf", "sched_getaffinity", "fork", "getuid", "geteuid",
+                 "setsid", "WNOHANG", "getpgid", "fchown", "lchown", "uname", "mkfifo")
+POSIX_ONLY_SIGNALS = ("SIGKILL", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGCHLD", "SIGUSR1")
+#: Run with a module's name: blocks the POSIX-only modules, takes the POSIX-only attributes away
+#: once the standard library modules that read them at import are in (as a Windows Python has
+#: them), then imports the module.
+AS_ON_WINDOWS = f"""
+import importlib, sys
+for name in {POSIX_ONLY!r}:
+    sys.modules[name] = None
+import asyncio, concurrent.futures, ctypes, os, multiprocessing, shutil, signal, subprocess
+import tempfile, threading
+for name in {POSIX_ONLY_OS!r}:
+    if hasattr(os, name):
+        delattr(os, name)
+for name in {POSIX_ONLY_SIGNALS!r}:
+    if hasattr(signal, name):
+        delattr(signal, name)
+importlib.import_module(sys.argv[1])
+"""
+
+
+def test_the_tools_windows_jobs_run_import_without_posix_only_modules(workflows):
+    """What the Windows jobs run (tools.build, tools.shard, the kernel check) and the plan and
+    index tools import where the POSIX-only modules and os functions are missing, as on
+    Windows, so wheels.yml plans win_amd64 like every platform: no opt-in list is left."""
+    assert "OPT_IN_PLATFORMS" not in workflows["wheels.yml"]["env"]
+    for module in ("tools.build", "tools.shard", "tools.kernelcheck", "tools.index",
+                   "tools.matrix"):
+        proc = subprocess.run([sys.executable, "-c", AS_ON_WINDOWS, module], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (module, proc.stderr[-2000:])
+    # the check holds: what it blocks fails to import, what it takes away is gone
+    for line, missing in (("import fcntl", "fcntl"), ("os.O_DIRECTORY", "O_DIRECTORY")):
+        code = AS_ON_WINDOWS.replace("importlib.import_module(sys.argv[1])", line)
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode != 0 and missing in proc.stderr, line
 
 
 FAKE_VSWHERE = """#!/bin/bash
@@ -1048,7 +1081,7 @@ def _stage(outputs: dict, key: str) -> list[dict]:
     return jobs
 
 
-def test_plan_step_outputs_every_platforms_stages_but_windows(platform_repo, workflows):
+def test_plan_step_outputs_every_platforms_stages(platform_repo, workflows):
     repo, add_recipe = platform_repo
     before = git(repo, "rev-parse", "HEAD")
     add_recipe()
@@ -1057,16 +1090,18 @@ def test_plan_step_outputs_every_platforms_stages_but_windows(platform_repo, wor
     # the step writes every output the plan job declares, and nothing else
     assert set(outputs) - {"rc"} == set(workflows["wheels.yml"]["jobs"]["plan"]["outputs"])
     x86, arm = _stage(outputs, "cells1"), _stage(outputs, "cells1_aarch64")
-    assert len(x86) == len(arm) == 14 and outputs["count"] == "28"
+    win = _stage(outputs, "cells1_win")
+    assert len(x86) == len(arm) == len(win) == 14 and outputs["count"] == "42"
     assert {(c["platform"], c["runner"]) for c in x86} == {("linux_x86_64", "ubuntu-24.04")}
     assert {(c["platform"], c["runner"]) for c in arm} == {("linux_aarch64", "ubuntu-24.04-arm")}
     assert {c["image"] for c in arm} == {"pytorch/manylinuxaarch64-builder:cuda12.9",
                                          "pytorch/manylinuxaarch64-builder:cuda13.0"}
     assert all(c["id"].endswith("-aarch64") for c in arm)
-    # Windows is planned only when a dispatch names it: its stages are empty, and said so
-    for key in ("shards_win", "cells1_win", "cells2_win"):
-        assert _stage(outputs, key) == []
-    assert "Not planned: win_amd64" in summary
+    # Windows is planned as the others are, natively on its runner
+    assert {(c["platform"], c["runner"], c["image"]) for c in win} == \
+        {("win_amd64", "windows-2022", "")}
+    assert "| `cells1_win` | win_amd64 | windows-2022 | 14 |" in summary
+    assert "Not planned" not in summary
     assert "| `cells1_aarch64` | linux_aarch64 | ubuntu-24.04-arm | 14 |" in summary
     assert "`demo_ext-3.12-cu130-aarch64`" in summary
     # the compiler cache: Linux x86_64's keys are the ones CI always used (the old template,
@@ -1075,12 +1110,12 @@ def test_plan_step_outputs_every_platforms_stages_but_windows(platform_repo, wor
            for c in x86]
     assert [_render_key(c) for c in x86] == old
     x86_prefixes = {_render_key(c) for c in x86} | {c["ccache_prefix"] + "-" for c in x86}
-    for cell in arm:
-        assert cell["ccache_prefix"].startswith("ccache-linux_aarch64-")
+    for cell, platform in [*((c, "linux_aarch64") for c in arm), *((c, "win_amd64") for c in win)]:
+        assert cell["ccache_prefix"].startswith(f"ccache-{platform}-")
         assert not any(_render_key(cell).startswith(p) for p in x86_prefixes), cell["id"]
 
 
-def test_plan_step_plans_windows_when_a_dispatch_names_it(platform_repo, workflows):
+def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, workflows):
     repo, add_recipe = platform_repo
     add_recipe()
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
