@@ -3,12 +3,16 @@ job sizing arithmetic is tools.plan.sizing's, tests/test_sizing.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tools.pipeline import buildenv
-from tools.pipeline.buildenv import available_memory_gib, build_env, format_archs, size_for, size_jobs
+from tools.pipeline.buildenv import (MSVC_CXX20, available_memory_gib, build_env, format_archs,
+                                     size_for, size_jobs)
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import load_recipe
+from tools.plan.recipe_env import EnvVar
 
 
 def test_cgroup_limit_caps_available_memory(tmp_path):
@@ -55,3 +59,62 @@ def test_fixed_threads_are_not_exported(write_recipe, good_recipe, mini_table):
     env = build_env(recipe, cells_for(recipe, mini_table)[0], sizing, archs=("80", "90"),
                     cuda_home=None)
     assert "NVCC_THREADS" not in env and sizing.nvcc_threads == 4
+
+
+def _win_cell(recipe, table, torch):
+    """The recipe's first cell as a Windows cell of torch series ``torch``."""
+    return dataclasses.replace(cells_for(recipe, table)[0], platform="win_amd64",
+                               platform_tag="win_amd64", torch=torch)
+
+
+def _env(recipe, cell):
+    sizing = size_for(recipe, ("90",), cores=2, available_gib=24)
+    return build_env(recipe, cell, sizing, archs=("90",), cuda_home=None)
+
+
+def test_windows_cell_from_torch_2_13_gets_msvc_and_cxx20(write_recipe, good_recipe, mini_table):
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+    for torch in ("2.13", "2.15"):
+        env = _env(recipe, _win_cell(recipe, mini_table, torch))
+        assert env["DISTUTILS_USE_SDK"] == "1"
+        assert env["CXXFLAGS"] == MSVC_CXX20 == "/permissive- /std:c++20"
+        assert env["DEMO_FORCE_BUILD"] == "TRUE" and env["TORCH_CUDA_ARCH_LIST"] == "9.0"
+
+
+def test_windows_cell_before_torch_2_13_gets_msvc_only(write_recipe, good_recipe, mini_table):
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+    for torch in ("2.12", "2.8"):
+        env = _env(recipe, _win_cell(recipe, mini_table, torch))
+        assert env["DISTUTILS_USE_SDK"] == "1" and "CXXFLAGS" not in env
+
+
+def test_linux_cells_get_no_msvc_variables(write_recipe, good_recipe, mini_table):
+    """Linux x86_64 and aarch64 cells' variables are what they were: none of Windows'."""
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+    linux = cells_for(recipe, mini_table)[0]
+    for platform in ("linux_x86_64", "linux_aarch64"):
+        cell = dataclasses.replace(linux, platform=platform, torch="2.13")
+        env = _env(recipe, cell)
+        assert not {"DISTUTILS_USE_SDK", "CXXFLAGS"} & set(env)
+        assert set(env) == {"DEMO_CUDA_ARCHS", "DEMO_FORCE_BUILD", "TORCH_CUDA_ARCH_LIST",
+                            "MAX_JOBS", "SOURCE_DATE_EPOCH"}
+
+
+def test_recipe_cxxflags_are_kept_after_the_cxx20_flags(write_recipe, good_recipe, mini_table):
+    """A CXXFLAGS of the recipe's own (the loader refuses the name today; build_env still must
+    drop neither) keeps its flags, after ours so that cl.exe lets them win where they differ
+    (a ``/std:``); ours are not repeated when they are all there. A Linux cell keeps it as it is."""
+    recipe = load_recipe(write_recipe(good_recipe), mini_table)
+
+    def with_flags(value):
+        return dataclasses.replace(recipe, env=(*recipe.env,
+                                                EnvVar("CXXFLAGS", value, "a test flag")))
+
+    env = _env(with_flags("/O2 /std:c++17"), _win_cell(recipe, mini_table, "2.13"))
+    assert env["CXXFLAGS"] == "/permissive- /std:c++20 /O2 /std:c++17"
+    env = _env(with_flags("/std:c++20 /permissive- /O2"), _win_cell(recipe, mini_table, "2.14"))
+    assert env["CXXFLAGS"] == "/std:c++20 /permissive- /O2"
+    env = _env(with_flags("/O2"), _win_cell(recipe, mini_table, "2.12"))
+    assert env["CXXFLAGS"] == "/O2" and env["DISTUTILS_USE_SDK"] == "1"
+    linux = dataclasses.replace(cells_for(recipe, mini_table)[0], torch="2.13")
+    assert _env(with_flags("-O2"), linux)["CXXFLAGS"] == "-O2"

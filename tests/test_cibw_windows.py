@@ -8,11 +8,11 @@ from cibuildwheel.environment import parse_environment
 
 from tools import ROOT
 from tools.backends import cibw
-from tools.backends.cibw_windows import (MSVC_CXX20, check_windows_options,
-                                        delvewheel_repair_command, windows_identifier,
-                                        windows_options)
+from tools.backends.cibw_windows import (check_windows_options, delvewheel_repair_command,
+                                        windows_identifier, windows_options)
 from tools.core.errors import ToolchainError
 from tools.finish.winrepair import TORCH_DLL_EXCLUDES
+from tools.pipeline.buildenv import MSVC_CXX20
 from tools.plan.matrix import plan
 from tools.plan.recipe import load_all
 from tools.plan.table import load_table, version_key
@@ -23,13 +23,14 @@ LIMITS = cibw.Limits(14, 4)
 
 
 def _cells():
+    """The table, the recipes and the plan's Windows cells."""
     recipes = {r.package: r for r in load_all()}
-    return load_table(), recipes, plan()
+    return load_table(), recipes, [c for c in plan() if c.platform == "win_amd64"]
 
 
-def test_every_cell_of_every_recipe_is_accepted_for_windows(tmp_path):
+def test_every_windows_cell_of_every_recipe_is_accepted(tmp_path):
     table, recipes, cells = _cells()
-    assert cells
+    assert {version_key(c.torch) >= version_key("2.13") for c in cells} == {True, False}
     for cell in cells:
         options = windows_options(cell, recipes[cell.package], table, archs=cell.archs, limits=LIMITS)
         build = check_windows_options(options, PACKAGE, tmp_path / "out", windows_identifier(cell))
@@ -40,6 +41,13 @@ def test_every_cell_of_every_recipe_is_accepted_for_windows(tmp_path):
         cxx20 = version_key(cell.torch) >= version_key("2.13")
         assert (env.get("CXXFLAGS") == MSVC_CXX20) is cxx20, cell.id
         assert build.repair_command.startswith("delvewheel repair -w {dest_dir} --exclude c10.dll"), cell.id
+
+
+def test_a_linux_cell_has_no_windows_options():
+    table, recipes, _ = _cells()
+    cell = next(c for c in plan() if c.platform == "linux_x86_64")
+    with pytest.raises(ToolchainError, match="not a Windows one"):
+        windows_options(cell, recipes[cell.package], table, archs=cell.archs, limits=LIMITS)
 
 
 def test_the_repair_excludes_every_torch_dll():

@@ -5,14 +5,9 @@ Windows builds run on a Windows runner with Visual Studio and the CUDA toolkit i
 container: PyTorch builds its own Windows CUDA wheels that way), so the options differ from the
 Linux ones (tools.backends.cibw) where Windows differs:
 
-- ``DISTUTILS_USE_SDK=1``: setuptools uses the MSVC environment the runner's developer prompt
-  set up instead of looking for its own (torch's cpp_extension warns without it).
-- torch 2.13's headers need C++20 and MSVC's conformance mode in host code: ``/permissive-
-  /std:c++20`` in ``CXXFLAGS``, which reach cl.exe for the ``.cpp`` files only. They must not
-  reach the cl.exe that nvcc runs (cudafe++ crashes): a package whose setup.py hard-codes
-  ``/std:c++17`` still needs a recipe patch. Both from mjun0812/flash-attention-prebuild-wheels
-  (``build_windows.ps1``, ``.github/workflows/_build_windows.yml``), whose workflow builds
-  flash-attn on ``windows-2022`` runners.
+- the build's variables are tools.pipeline.buildenv.build_env's, as for every backend: for a
+  Windows cell these hold ``DISTUTILS_USE_SDK=1`` and, from torch 2.13, ``/permissive-
+  /std:c++20`` in ``CXXFLAGS`` (the reasons and sources are in that module's docstring);
 - the repair is delvewheel with torch's DLLs excluded (tools.finish.winrepair), the same command
   the finish step runs; the checks of the finish step then run on the repaired wheel.
 
@@ -25,18 +20,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tools.core.errors import ToolchainError
 from tools.finish.winrepair import TORCH_DLL_EXCLUDES
-from tools.pipeline.buildenv import build_env
+from tools.pipeline.buildenv import build_env, windows_cell
 from tools.plan.matrix import Cell, torch_index
 from tools.plan.recipe import Recipe
-from tools.plan.table import Table, version_key
+from tools.plan.table import Table
 from tools.pipeline.venvs import PYPI_SIMPLE
 from .cibw import Limits, _q, _sh, cell_sizing, check_options, environment, smoke_command
-
-#: The first torch series whose headers MSVC compiles only as C++20 in conformance mode.
-CXX20_FROM = "2.13"
-#: The host-only C++ flags for those (see the module docstring).
-MSVC_CXX20 = "/permissive- /std:c++20"
 
 
 def windows_identifier(cell: Cell) -> str:
@@ -46,14 +37,16 @@ def windows_identifier(cell: Cell) -> str:
 
 def windows_env(cell: Cell, recipe: Recipe, *, archs: tuple[str, ...], limits: Limits
                 ) -> dict[str, str]:
-    """The build's variables on Windows: the recipe's and the arch list as on Linux, the CUDA
-    toolkit where the runner put it (``CUDA_PATH``, not overridden), ``DISTUTILS_USE_SDK=1`` and,
-    from torch 2.13, C++20 for host code."""
-    env = build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs, cuda_home=None)
-    env["DISTUTILS_USE_SDK"] = "1"
-    if version_key(cell.torch) >= version_key(CXX20_FROM):
-        env["CXXFLAGS"] = MSVC_CXX20
-    return env
+    """The build's variables on Windows: build_env's, which for a Windows cell hold the MSVC
+    ones (``DISTUTILS_USE_SDK=1`` and, from torch 2.13, C++20 for host code), with the CUDA
+    toolkit where the runner put it (``CUDA_PATH``, not overridden). ToolchainError for a cell
+    of another platform, whose variables have none of them."""
+    if not windows_cell(cell):
+        raise ToolchainError(f"{cell.id} is a {cell.platform} cell, not a Windows one: it has "
+                             "no Windows cibuildwheel options",
+                             hint="use the options of tools.backends.cibw for it")
+    return build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs,
+                     cuda_home=None)
 
 
 def delvewheel_repair_command() -> str:
