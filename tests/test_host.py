@@ -1,10 +1,12 @@
 """Host backend pieces that need no compile: the checks of an existing interpreter
 (``--python``) against real environments (a CUDA torch, a CPU torch, one without a build
-requirement), whose errors name the planned cell that would fit, and the kernels step on a real
-tinyext wheel. (nvcc discovery and checks: tests/test_toolchain.py.)"""
+requirement), whose errors name the planned cell that would fit, the kernels step on a real
+tinyext wheel, and the variables the compile of a Windows and a Linux cell gets. (nvcc discovery
+and checks: tests/test_toolchain.py.)"""
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import zipfile
@@ -15,11 +17,16 @@ import yaml
 
 from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
 from tools.pipeline import venvs as pyenv
-from tools.core.errors import ToolchainError, VerifyError
+from tools.core.errors import CompileError, ToolchainError, VerifyError
+from tools.backends import host
+from tools.backends.base import BuildOptions
 from tools.backends.host import check_existing_python, check_kernels, missing_requirements
 from tools.core.manifest import read_manifest
 from tools.finish.verify import smoke_test_existing
 from tools.finish.wheelmeta import set_version_and_pin
+from tools.pipeline.buildenv import MSVC_CXX20
+from tools.pipeline.report import Progress
+from tools.pipeline.toolchain import BuildPython, Nvcc
 from tools.plan.matrix import cells_for
 from tools.plan.recipe import Recipe, load_recipe
 from tools.plan.table import load_table
@@ -258,3 +265,49 @@ def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe
                       pythonpath=(site,), work=tmp_path, device="cpu", detail=detail)
     assert detail["kernel_check"]["verdict"] in ("failed", "error")
     assert not (tmp_path / "checked").exists()
+
+
+# ---- the compile's variables: build_env's, for a Windows cell as for a Linux one -------------
+
+#: Variables that would point MSVC's build at a Linux toolchain or give cl.exe GCC's flags.
+LINUX_ONLY = ("CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "LDFLAGS")
+
+
+def _compile_env(monkeypatch, tmp_path, recipe: Recipe, cell) -> dict[str, str]:
+    """The variables HostBackend hands the package's build for ``cell``, every step before the
+    compile stood in for (nothing is installed or compiled)."""
+    seen: dict[str, str] = {}
+
+    def compile_wheel(python, tree, env, out_dir, log, **kwargs):
+        seen.update(env)
+        raise CompileError("stopped before compiling")
+
+    class Prepared:
+        tree, sdist, sha256, patches = tmp_path / "tree", tmp_path / "x.tar.gz", "a" * 64, ()
+
+    monkeypatch.setattr(host, "find_nvcc", lambda: Nvcc("nvcc", cell.cuda, "/cuda"))
+    monkeypatch.setattr(host, "prepare_source", lambda *a, **k: Prepared())
+    monkeypatch.setattr(host, "prepare_python", lambda *a, **k: BuildPython(
+        tmp_path / "python", f"{cell.torch}.0", cell.cuda, tmp_path / "lib", cell.cxx11_abi))
+    monkeypatch.setattr(host, "available_memory_gib", lambda: 24.0)
+    monkeypatch.setattr(host, "usable_cores", lambda: 2)
+    monkeypatch.setattr(host, "compile_wheel", compile_wheel)
+    options = BuildOptions(archs=cell.archs, out_dir=tmp_path / "out", work_root=tmp_path,
+                           why="--backend host", cache=False)
+    with pytest.raises(CompileError, match="stopped before compiling"):
+        host.HostBackend().build(cell, recipe, load_table(), options=options,
+                                 progress=Progress(cell.id, host.HOST_STEPS, stream=io.StringIO()))
+    return seen
+
+
+def test_the_compile_of_a_windows_cell_gets_the_msvc_variables(monkeypatch, tmp_path,
+                                                                real_recipe):
+    recipe = real_recipe()
+    cells = {c.id: c for c in cells_for(recipe, load_table())}
+    win = _compile_env(monkeypatch, tmp_path, recipe, cells["tinyext-3.11-cu130-win"])
+    assert win["DISTUTILS_USE_SDK"] == "1" and win["CXXFLAGS"] == MSVC_CXX20
+    assert win["TINYEXT_CUDA_ARCHS"] and win["CUDA_HOME"] == "/cuda"
+    assert not set(LINUX_ONLY) & set(win)
+    linux = _compile_env(monkeypatch, tmp_path, recipe, cells["tinyext-3.11-cu130"])
+    assert not {"DISTUTILS_USE_SDK", "CXXFLAGS", *LINUX_ONLY} & set(linux)
+    assert set(win) - {"DISTUTILS_USE_SDK", "CXXFLAGS"} == set(linux)
