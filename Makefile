@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[farm,test]'
 	touch $(STAMP)
 
-## test: the test suite (what CI runs)
+## test: the test suite (what CI runs), in TEST_WORKERS processes (default 2), a test file each
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## test-slow: real builds of real recipes (minutes to hours)
 test-slow: setup

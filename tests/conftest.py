@@ -81,9 +81,16 @@ GOOD_RECIPE = {
 @pytest.fixture(autouse=True, scope="session")
 def _compiler_cache_dir(tmp_path_factory):
     """Builds in the tests compile through this run's own compiler cache, never the user's
-    (~/.cache/cuwheels/ccache); the builds of one run share it."""
+    (~/.cache/cuwheels/ccache); the builds of one run share it, in every worker process of
+    ``make test`` (pytest-xdist gives each worker a temporary directory of its own inside the
+    run's; ccache takes concurrent builds)."""
     before = os.environ.get("CUWHEELS_CCACHE_DIR")
-    os.environ["CUWHEELS_CCACHE_DIR"] = str(tmp_path_factory.mktemp("ccache"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "ccache"
+        shared.mkdir(exist_ok=True)
+    else:
+        shared = tmp_path_factory.mktemp("ccache")
+    os.environ["CUWHEELS_CCACHE_DIR"] = str(shared)
     yield
     if before is None:
         os.environ.pop("CUWHEELS_CCACHE_DIR", None)

@@ -63,6 +63,7 @@ def sdist(tmp_path_factory):
     return make_sdist(tmp_path_factory.mktemp("sdist"))
 
 
+@pytest.mark.slow       # 7 to 8 min (cibuildwheel, torch installed twice in the image): make test-slow
 @pytest.mark.cuda
 @pytest.mark.network
 def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
