@@ -296,6 +296,20 @@ def test_archs_override_is_checked_against_the_toolkit(mini_table, write_recipe,
     assert info.value.hint.startswith("CUDA 13.0 compiles 75, 80")
 
 
+def test_archs_override_keeps_the_recipes_arch_specific_targets(mini_table, write_recipe,
+                                                                 good_recipe):
+    good_recipe["archs"] = {"*": ["80", "90a"]}
+    cell = next(c for c in cells_for(load_recipe(write_recipe(good_recipe), mini_table),
+                                     mini_table) if c.id == "demo_ext-3.12-cu130")
+    assert cell.archs == ("80", "90a")
+    assert resolve_archs(cell, "90a", mini_table) == ("90a",)
+    assert resolve_archs(cell, "80", mini_table) == ("80",)
+    with pytest.raises(ToolchainError, match="--archs 80,90: the cell demo_ext-3.12-cu130 is "
+                                             "built for sm_90a, and sm_90 lacks") as info:
+        resolve_archs(cell, "80,90", mini_table)
+    assert info.value.hint == "name the arch as the recipe does: --archs 80,90a"
+
+
 @pytest.mark.cuda
 @pytest.mark.network
 def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):

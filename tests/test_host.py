@@ -250,7 +250,7 @@ def test_a_passing_check_is_recorded_in_the_manifest_and_nothing_else_changes(
 @pytest.mark.network
 @pytest.mark.parametrize("check, message", [
     ((KERNELCHECKS / "failing.py").read_text(),
-     "blocked_matmul (last block dropped) float32 shape [64, 32]: max_abs_error"),
+     "blocked_matmul (last block dropped) float32 shape [64, 32]: abs_error"),
     (CALLS_TINYEXT_ON_CPU, "tinyext.add_one: expected a CUDA tensor"),
 ], ids=["beyond tolerance", "refused by the extension"])
 def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe, tmp_path,

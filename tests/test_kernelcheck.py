@@ -82,12 +82,20 @@ def test_passing_check_records_every_comparison(torch_python, tmp_path):
     rows = result["results"]
     assert {(r["op"], r["dtype"]) for r in rows} == {
         ("blocked_matmul", "float32"), ("blocked_matmul", "bfloat16"),
-        ("softmax", "float32"), ("softmax", "bfloat16")}
+        ("softmax", "float32"), ("softmax", "bfloat16"), ("relative", "float64")}
     for r in rows:
         assert set(r) >= {"op", "case", "dtype", "shape", "metric", "error", "tolerance",
-                          "passed"}
+                          "passed", "max_abs_error"}
+        # error and tolerance are one element's: a pass never reads "error > tolerance"
         assert r["passed"] and 0 <= r["error"] <= r["tolerance"]
-    assert rows[0]["shape"] == [64, 32] and rows[0]["metric"] == "max_abs_error"
+        assert r["error"] <= r["max_abs_error"]
+    assert rows[0]["shape"] == [64, 32] and rows[0]["metric"] == "abs_error"
+    # the largest error (0.5, allowed 1.001 where |want| is 1000) is not what decided: the
+    # element nearest its tolerance is (1e-4 against 1e-3 + 1e-3 * 0.001)
+    relative = next(r for r in rows if r["op"] == "relative")
+    assert relative["max_abs_error"] == pytest.approx(0.5)
+    assert relative["error"] == pytest.approx(1e-4)
+    assert relative["tolerance"] == pytest.approx(1e-3 + 1e-6)
     softmax = next(r for r in rows if r["op"] == "softmax")
     assert softmax["baseline_factor"] == 2 and "baseline_error" in softmax
     assert result["skipped"] == {"not_on_this_device":
@@ -108,7 +116,7 @@ def test_failing_check_names_op_dtype_shape_and_error_against_tolerance(torch_py
         raise_if_failed(result, what="tinyext.whl")
     text = str(info.value)
     assert "1 of 2 comparisons out of tolerance" in text
-    assert (f"blocked_matmul (last block dropped) float32 shape [64, 32]: max_abs_error "
+    assert (f"blocked_matmul (last block dropped) float32 shape [64, 32]: abs_error "
             f"{bad['error']:.4g} > tolerance {bad['tolerance']:.4g}") in text
     kept = summary(result)
     assert kept["verdict"] == "failed" and kept["compared"] == 2

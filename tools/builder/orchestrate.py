@@ -48,6 +48,20 @@ def resolve_archs(cell: Cell, override: str | None, table: Table) -> tuple[str, 
         raise ToolchainError(f"--archs {override}: CUDA {cell.cuda} cannot compile "
                              f"{', '.join('sm_' + b for b in bad)}",
                              hint=f"CUDA {cell.cuda} compiles {', '.join(entry.archs)}")
+    # A recipe that lists 90a (or 100f) needs that target's arch-specific instructions: built
+    # for plain sm_90, CUTLASS's SM90 kernels compile to empty bodies and return garbage without
+    # an error (xformers' fp8 2:4 GEMM returned 3.35e38 on an H100 when built with --archs 90).
+    featured = {a.rstrip("af"): a for a in cell.archs if a[-1:] in ("a", "f")}
+    dropped = [a for a in archs if a in featured and a not in cell.archs]
+    if dropped:
+        wanted = [featured[a] for a in dropped]
+        raise ToolchainError(
+            f"--archs {override}: the cell {cell.id} is built for "
+            f"{', '.join('sm_' + a for a in wanted)}, and "
+            f"{', '.join('sm_' + a for a in dropped)} lacks the arch-specific instructions "
+            f"its kernels are written for (they would compile to nothing and compute garbage)",
+            hint="name the arch as the recipe does: --archs "
+                 + ",".join(featured.get(a, a) for a in archs))
     return archs
 
 

@@ -268,8 +268,11 @@ def describe(r: dict[str, Any]) -> str:
     """One comparison in words: op, case, dtype, shape, error against tolerance."""
     case = f" ({r['case']})" if r.get("case") else ""
     sign = "<=" if r["passed"] else ">"
+    largest = r.get("max_abs_error")
+    anywhere = (f" (largest anywhere {largest:.4g})"
+                if largest is not None and largest > r["error"] else "")
     return (f"{r['op']}{case} {r['dtype']} shape {r['shape']}: {r['metric']} "
-            f"{r['error']:.4g} {sign} tolerance {r['tolerance']:.4g}")
+            f"{r['error']:.4g} {sign} tolerance {r['tolerance']:.4g}{anywhere}")
 
 
 def _missing_module(result: dict[str, Any], what: str, modules: tuple[str, ...]

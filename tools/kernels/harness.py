@@ -58,8 +58,10 @@ class Check:
         rule). With ``baseline`` (the same reference computed by plain torch in the kernel's
         own low precision) it is at least ``factor`` times the baseline's worst error: the rule
         flash-attn's own tests use, so a kernel may be as inexact as torch is in that dtype,
-        times ``factor``. A NaN or infinity in ``got`` fails. Records one result and returns
-        whether it passed; ``shape`` defaults to ``got``'s.
+        times ``factor``. A NaN or infinity in ``got`` fails. Records one result, whose
+        ``abs_error`` and ``tolerance`` are one element's (the one nearest or furthest over its
+        tolerance) and ``max_abs_error`` the largest error anywhere, and returns whether it
+        passed; ``shape`` defaults to ``got``'s.
         """
         self._known(op)
         torch = self.torch
@@ -77,15 +79,19 @@ class Check:
             allowed = torch.clamp(allowed, min=factor * base_error)
         finite = bool(torch.isfinite(g).all())
         if diff.numel() == 0:
-            return self._add(op, case, dtype, shape, "max_abs_error", 0.0, atol)
+            return self._add(op, case, dtype, shape, "abs_error", 0.0, atol)
+        # error and tolerance are those of one element, the one nearest (or furthest over)
+        # its tolerance, so that the pair says what decided; the largest error anywhere (an
+        # element whose tolerance is larger, rtol * |want|) is kept beside them.
         worst = int(torch.argmax(diff - allowed))
-        error = float(diff.max()) if finite else float("inf")
+        error = float(diff.reshape(-1)[worst]) if finite else float("inf")
         tolerance = float(allowed.reshape(-1)[worst])
         passed = finite and bool((diff <= allowed).all())
-        extra = {"atol": atol, "rtol": rtol}
+        extra = {"atol": atol, "rtol": rtol,
+                 "max_abs_error": float(diff.max()) if finite else float("inf")}
         if base_error is not None:
             extra.update(baseline_error=base_error, baseline_factor=factor)
-        return self._add(op, case, dtype, shape, "max_abs_error", error, tolerance,
+        return self._add(op, case, dtype, shape, "abs_error", error, tolerance,
                          passed=passed, **extra)
 
     def record(self, op: str, *, error: float, tolerance: float, metric: str, dtype: str,
@@ -110,8 +116,11 @@ class Check:
         self.results.append(entry)
         mark = "ok  " if ok else "FAIL"
         label = f"{op} ({case})" if case else op
+        largest = extra.get("max_abs_error")
+        anywhere = (f", largest anywhere {largest:.3g}"
+                    if largest is not None and largest > error else "")
         print(f"{mark} {label} {dtype} {shape}: {metric} {error:.3g} "
-              f"(tolerance {tolerance:.3g})", flush=True)
+              f"(tolerance {tolerance:.3g}{anywhere})", flush=True)
         return ok
 
 
