@@ -277,7 +277,8 @@ def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
 
     Returns (exit status, wall seconds, peak summed RSS of the session's processes sampled every
     SAMPLE_SECONDS, largest single process's max RSS from wait4, which covers every descendant
-    that was waited for). A command past ``timeout`` is killed (status -9).
+    that was waited for; Linux counts the spawning process's resident pages to a child until it
+    execs, so this process's own size is a floor of it). A command past ``timeout`` is killed (status -9).
 
     On Windows (``windows``, default: this machine's) there is no /proc, wait4 or session: the
     command runs under ``cmd.exe``, a command past ``timeout`` has its process tree killed
