@@ -39,7 +39,8 @@ def _compdb(build: Path) -> list[dict]:
     ]
 
 
-def _setup(tmp_path: Path, *, stub: bool) -> tuple[Path, Path, Path, Path]:
+def _setup(tmp_path: Path, *, stub: bool, windows: bool = False
+           ) -> tuple[Path, Path, Path, Path]:
     build = tmp_path / "build" / "temp"
     build.mkdir(parents=True)
     calls = tmp_path / "calls.jsonl"
@@ -50,7 +51,7 @@ def _setup(tmp_path: Path, *, stub: bool) -> tuple[Path, Path, Path, Path]:
     real.chmod(0o755)
     record = tmp_path / "record"
     obj = stand_in_object(tmp_path / "stub" / "stand-in.o") if stub else None
-    shim = write_shim(tmp_path / "shim", str(real), record, obj)
+    shim = write_shim(tmp_path / "shim", str(real), record, obj, windows=windows)
     return shim, build, record, calls
 
 
@@ -122,16 +123,7 @@ def test_the_windows_stand_in_is_a_ninja_exe_launcher_that_runs_the_same_script(
     launcher has it run (``python ninja.exe ARGS``), so its Windows path runs here: a version
     check goes to the real ninja through a child process (Windows has no exec), a build is
     recorded as on POSIX."""
-    build = tmp_path / "build" / "temp"
-    build.mkdir(parents=True)
-    calls = tmp_path / "calls.jsonl"
-    real = tmp_path / "real" / "ninja"
-    real.parent.mkdir()
-    real.write_text(FAKE_NINJA.format(python=sys.executable, calls=str(calls),
-                                      db=_compdb(build)))
-    real.chmod(0o755)
-    record = tmp_path / "record"
-    shim = write_shim(tmp_path / "shim", str(real), record, None, windows=True)
+    shim, build, record, calls = _setup(tmp_path, stub=False, windows=True)
     assert shim == tmp_path / "shim" / "ninja.exe" and os.listdir(shim.parent) == ["ninja.exe"]
     data = shim.read_bytes()
     assert data[:2] == b"MZ"
