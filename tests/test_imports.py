@@ -22,7 +22,7 @@ TOOLS = ROOT / "tools"
 #: The stage packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
 LAYERS = ("core", "plan", "pipeline", "finish", "kernels", "backends", "builder", "probing",
           "staging",
-          "selector", "sitegen", "upstream", "devtools")
+          "selector", "sitegen", "releasing", "upstream", "devtools")
 
 
 def _module_name(path: Path, top: Path) -> str:

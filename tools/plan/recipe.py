@@ -50,6 +50,8 @@ MAX_JOB_MEMORY_GIB = 256
 MAX_NVCC_THREADS = 64
 #: The highest build number (each rebuild of a version raises it by one).
 MAX_BUILD_NUMBER = 9999
+#: The largest wheel size per arch a recipe may state (GitHub takes release assets under 2 GiB).
+MAX_WHEEL_MIB_PER_ARCH = 2048
 
 #: A file name alone: letters, digits and ._+- (PEP 625 sdist names are narrower still).
 _FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -94,6 +96,10 @@ class BuildSpec:
     #: publish a rebuild of the same version, since a published file name never changes bytes.
     number: int = 0
     number_reason: str | None = None
+    #: The wheel's size per GPU arch it carries, measured (None: the release's stated rule,
+    #: ``tools.releasing.sizes``): what the schedule counts against release assets and disks.
+    wheel_mib_per_arch: float | None = None
+    wheel_mib_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -403,7 +409,8 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
 def _build(p: Problems, raw: object) -> BuildSpec | None:
     m = p.entry(raw, "build", {"isolation": bool, "requires": list,
                                "job_memory_gib": (int, float), "job_memory_reason": str},
-                {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str})
+                {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str,
+                 "wheel_mib_per_arch": (int, float), "wheel_mib_reason": str})
     if m is None:
         return None
     deps = []
@@ -434,9 +441,20 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
               "remove it, or raise build.number")
     if "number_reason" in m:
         p.reason(m["number_reason"], "build.number_reason")
+    size = m.get("wheel_mib_per_arch")
+    if size is not None and (not math.isfinite(size) or not 0 < size <= MAX_WHEEL_MIB_PER_ARCH):
+        p.add("build.wheel_mib_per_arch", f"{size} is not a wheel's size per arch (MiB above 0, "
+              f"at most {MAX_WHEEL_MIB_PER_ARCH})", "write a built wheel's size over its archs")
+    if (size is None) != ("wheel_mib_reason" not in m):
+        p.add("build.wheel_mib_per_arch" if size is None else "build.wheel_mib_reason",
+              "a wheel's size and its reason go together",
+              "give both wheel_mib_per_arch and wheel_mib_reason (which wheel was measured)")
+    elif size is not None:
+        p.reason(m["wheel_mib_reason"], "build.wheel_mib_reason")
     return BuildSpec(m["isolation"], tuple(deps), float(m["job_memory_gib"]),
                      m["job_memory_reason"], m.get("nvcc_threads"),
-                     m.get("nvcc_threads_fixed", False), max(number, 0), m.get("number_reason"))
+                     m.get("nvcc_threads_fixed", False), max(number, 0), m.get("number_reason"),
+                     float(size) if size is not None else None, m.get("wheel_mib_reason"))
 
 
 def _requirement(p: Problems, text: str, where: str) -> bool:

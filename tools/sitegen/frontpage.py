@@ -32,7 +32,8 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
 from .ledger import Entry
-from .placement import FileView, project_name, version_key, wheel_platforms_of, wheel_tags
+from .placement import (FileView, place_variants, project_name, version_key, wheel_platforms_of,
+                        wheel_tags)
 from tools.plan.matrix import Cell, plan
 from tools.plan.recipe import Recipe, load_all
 from tools.plan.table import Table
@@ -258,6 +259,17 @@ def _is_published(cell: Cell, project: str, version: str,
         if not all(any(_covers(f, python, cell.platform) for f in files) for python in pythons):
             return False
     return True
+
+
+def published_cells(cells: list[Cell] | tuple[Cell, ...], recipes: list[Recipe] | tuple[Recipe, ...],
+                    table: Table, entries: list[Entry]) -> set[str]:
+    """The ids of ``cells`` that the ledger's ``entries`` publish, by the front page's rule (see
+    the module docstring): what the release's backlog leaves out."""
+    have = _published_files(place_variants(entries, table=table))
+    by_package = {r.package: r for r in recipes}
+    return {c.id for c in cells
+            if _is_published(c, canonicalize_name(by_package[c.package].source.pypi),
+                             by_package[c.package].source.version, have)}
 
 
 def _python_shown(cell: Cell) -> str:
