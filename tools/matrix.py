@@ -9,17 +9,25 @@ and shards of the selected cells for the runners of ``--runners`` (``tools.plan.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from tools import RECIPES_DIR
+from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError, cli
 from tools.plan import matrix
 from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
 from tools.plan.recipe import load_all
+from tools.plan.limits import LIMITS_PATH, load_limits
 from tools.plan.runners import load_runners
+from tools.releasing.backlog import fingerprints, load_attempts
+from tools.releasing.schedule import as_markdown, drain
+from tools.sitegen.ledger import load_ledger
 from tools.plan.table import TABLE_PATH, Table, load_table
+
+#: The formats that schedule the backlog (``tools.releasing.schedule``).
+SCHEDULE_FORMATS = ("schedule", "schedule-md")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,8 +49,11 @@ def parser() -> argparse.ArgumentParser:
                          help="only recipes touched by the paths listed in FILE (- for stdin)")
     ap.add_argument("--cap", type=int, default=0,
                     help="at most this many cells (0: no cap); says so on stderr when capped")
-    ap.add_argument("--format", choices=FORMATS, default="json",
-                    help="github: every stage's matrices (shards, cells1, cells2); groups: the "
+    ap.add_argument("--format", choices=FORMATS + SCHEDULE_FORMATS, default="json",
+                    help="schedule: the runs that drain the backlog (the selected cells without "
+                         "a published wheel), as JSON, each within every limit of --limits; "
+                         "schedule-md: the same for people; "
+                         "github: every stage's matrices (shards, cells1, cells2); groups: the "
                          "compile group ids; counts: per recipe, cells before and after "
                          "collapsing by ABI kind, groups, shards and estimated runner-hours "
                          "(counts-md: the same as a Markdown table)")
@@ -53,6 +64,15 @@ def parser() -> argparse.ArgumentParser:
                     help="recipes directory (its parent is the git repository --changed-since "
                          "reads)")
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
+    ap.add_argument("--limits", type=Path, metavar="FILE", default=LIMITS_PATH,
+                    help="schedule formats: GitHub's limits and the drain policy (default: "
+                         "recipes/limits.yaml; in CI the repository variable CUWHEELS_LIMITS)")
+    ap.add_argument("--ledger", type=Path, metavar="FILE", default=ROOT / "index" / "ledger.json",
+                    help="schedule formats: what is published (default: the committed "
+                         "index/ledger.json; in CI the live site's)")
+    ap.add_argument("--attempts", type=Path, metavar="FILE",
+                    help="schedule formats: the failed tries per cell (the live site's "
+                         "attempts.json; default: none)")
     return ap
 
 
@@ -88,6 +108,21 @@ def _cap(cells: list[Cell], cap: int) -> list[Cell]:
     return cells[:cap]
 
 
+def _schedule(args: argparse.Namespace, selected: list[Cell], cells: list[Cell],
+              recipes: list, table: Table) -> str:
+    """The schedule of the selected cells' backlog, in the chosen schedule format."""
+    runners = load_runners(args.runners or args.recipes / "runners.yaml",
+                           {r.package for r in recipes})
+    limits = load_limits(args.limits)
+    entries = list(load_ledger(args.ledger).values())
+    prints = fingerprints(recipes, args.table, runners.path)
+    found = drain(selected, cells, recipes, table, runners, limits, entries,
+                  load_attempts(args.attempts), prints)
+    if args.format == "schedule-md":
+        return as_markdown(found)
+    return json.dumps(found.to_json(), indent=1)
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Print the planned cells, filtered, in the chosen format."""
@@ -104,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
                       torches=_csv(args.torch), default_torch_only=args.default_torch_only,
                       platforms=_platforms(args.platform, table))
+    if args.format in SCHEDULE_FORMATS:
+        print(_schedule(args, _cap(selected, args.cap), cells, recipes, table))
+        return 0
     runners = None
     if args.format in STAGED:
         runners = load_runners(args.runners or args.recipes / "runners.yaml",

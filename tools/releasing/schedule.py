@@ -47,8 +47,9 @@ from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 from tools.plan.runners import Runners
 from tools.plan.stages import GroupPlan, Release, plan_group
-from tools.plan.table import version_key
+from tools.plan.table import Table, version_key
 from tools.sitegen.ledger import Entry
+from .backlog import Attempt, backlog
 from .batch import STAGES, Batch, output_bytes
 
 #: A wheel's size per arch for a recipe that states none (``build.wheel_mib_per_arch``): above
@@ -508,3 +509,61 @@ def needed_wheels(items: tuple[Item, ...], everything: list[Cell], recipes: list
                 out.setdefault(cell.id, []).append({"cell": need, "file": e.filename,
                                                     "url": e.url, "sha256": e.sha256})
     return out
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def as_markdown(schedule: Schedule) -> str:
+    """The schedule for people: the rule, the totals and one row a run (``--format
+    schedule-md``: the docs' table and the workflow's step summary)."""
+    t, lim = schedule.totals(), schedule.limits
+    b = schedule.backlog
+    lines = [f"**Backlog**: {b.get('backlog', t['cells'])} of {b.get('planned', '?')} planned "
+             f"cells ({b.get('published', 0)} published, {b.get('given_up', 0)} given up after "
+             f"{lim.tries} tries).",
+             f"**Rule**: compile groups by {', '.join(lim.order)} (packages: "
+             f"{', '.join(lim.packages)}); each run takes, in that order, every group that still "
+             f"fits every limit of `{lim.path.name}`.",
+             f"**Totals**: {t['runs']} runs, {t['cells']} cells, {t['shards']} shards, "
+             f"{t['runner_hours']} runner-hours, {t['wall_days']} wall days at "
+             f"{lim.concurrent_jobs} concurrent jobs (a run every {lim.cron_hours:g} h at most), "
+             f"{_gb(t['wheel_bytes'])} of wheels, {t['manual_actions']} manual actions.", "",
+             "| run | cells | shards | wheels | assets | artifacts | REST | content | outputs "
+             "(UTF-16) | cache saved | disk | longest job (h) | wall (h) | runner-h |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+             "---: | ---: | ---: |"]
+    for i, f in enumerate(schedule.figures, 1):
+        lines.append(f"| {i} | {len(f.cells)} | {f.shards} | {f.wheels} | {f.release_assets} | "
+                     f"{f.artifacts} | {f.rest_calls} | {f.content_calls} | "
+                     f"{f.plan_output_utf16_bytes:,} B | {_gb(f.cache_bytes_saved)} | "
+                     f"{_gb(f.disk_bytes)} | {f.longest_job_hours:.1f} | {f.wall_hours:.1f} | "
+                     f"{f.runner_hours:.0f} |")
+    lines += ["", f"Limits: {lim.jobs_per_matrix} jobs a matrix, {lim.job_output_bytes:,} B of "
+              f"outputs a job, {lim.assets_per_release} assets a release, "
+              f"{lim.artifacts_per_run} artifacts a run, {lim.rest_requests_per_hour} REST and "
+              f"{lim.content_requests_per_hour} content-creating requests an hour (paced at "
+              f"{lim.rate_share:g} of them), {_gb(lim.cache_bytes)} of cache, "
+              f"{_gb(lim.wheel_disk_bytes)} of disk for a run's wheels."]
+    for r in schedule.refused:
+        lines.append(f"- refused: {', '.join(r.cells)}: {r.why}")
+    return "\n".join(lines)
+
+
+def drain(selected: list[Cell], everything: list[Cell], recipes: list[Recipe], table: Table,
+          runners: Runners, limits: Limits, entries: list[Entry],
+          attempts: dict[str, Attempt], prints: dict[str, str]) -> Schedule:
+    """The schedule of the backlog of ``selected`` (cells of the full plan ``everything``) over
+    the ledger's ``entries`` and the ``attempts``: what ``--format schedule`` prints and what
+    ``python -m tools.release batch`` takes its first run from."""
+    log = backlog(everything, recipes, table, entries, attempts, prints, limits.tries)
+    chosen = {c.id for c in selected}
+    todo = [c for c in log.cells if c.id in chosen]
+    account = {"planned": len(everything), "selected": len(selected),
+               "published": len(log.published), "given_up": len(log.given_up),
+               "backlog": len(todo), "unplanned_ledger_files": log.unplanned_files,
+               "unplanned_attempts": list(log.unplanned_attempts),
+               "given_up_cells": {c: a.to_json() for c, a in sorted(log.given_up.items())}}
+    return make_schedule(todo, everything, recipes, runners, limits, log.published,
+                         frozenset(log.given_up), account)
