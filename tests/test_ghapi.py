@@ -210,6 +210,7 @@ def test_the_releases_the_index_lacks_are_read_page_by_page(tmp_path, github):
     names = [a["name"] for a in state.assets[1] if a["name"].endswith(".whl")]
     found = releases_to_index(api, "o/r", set(names[:10]))
     assert [t for t, _ in found] == ["wheels-1", "wheels-2", "wheels-3"]  # oldest run first
-    assert len(found[0][1]) == 50 and len(found[1][1]) == 60
+    # the same file names in each: what the ledger has is left out of every one
+    assert [len(w) for _, w in found] == [50, 50, 50]
     # 120 assets a release: a second page of each was read
     assert any("page=2" in p for _, p, _ in state.log)
