@@ -10,6 +10,8 @@
   the ledger's URL, each checked against its sha256.
 - ``upload``: this run's release, through the paced, backed-off API (``tools.releasing.publish``).
 - ``to-index``: the releases whose wheels the ledger lacks (``tag<TAB>file`` lines).
+- ``artifacts``: this run's wheels, reports or a cell's shard caches, listed page by page and
+  downloaded by id (``tools.releasing.artifacts``), the count checked against the plan.
 - ``attempts``: the attempts file after this run (a failed cell's try counted, a built one
   dropped), from the run's build reports.
 """
@@ -31,6 +33,7 @@ from tools.plan.matrix import changed_only, plan, select
 from tools.plan.recipe import load_all
 from tools.plan.runners import load_runners
 from tools.plan.table import TABLE_PATH, load_table
+from tools.releasing.artifacts import fetch
 from tools.releasing.backlog import fingerprints, load_attempts, record, write_attempts
 from tools.releasing.batch import github_output_text, job_entry
 from tools.releasing.ghapi import Api, ApiError
@@ -38,12 +41,15 @@ from tools.releasing.publish import releases_to_index, upload_release
 from tools.releasing.schedule import as_markdown, drain, first_batch
 from tools.sitegen.ledger import load_ledger, load_ledger_document
 
-#: The fields of a job's entry that reach its steps' environment, and their names there.
-ENV_FIELDS = {"id": "CELL_ID", "group": "GROUP", "image": "IMAGE", "python": "CELL_PYTHON",
-              "ccache_prefix": "CCACHE_PREFIX", "budget_minutes": "BUDGET_MINUTES",
-              "ccache_save_bytes": "CCACHE_SAVE_BYTES", "shards": "SHARDS", "cell": "SHARD_CELL",
-              "shard": "SHARD_INDEX", "of": "SHARD_COUNT", "cache_key": "SHARD_CACHE_KEY",
-              "cuda": "CELL_CUDA"}
+#: The fields of a job's entry that reach its steps' environment, and their names there, per
+#: kind of job (the called workflows' names).
+ENV_FIELDS = {
+    "cell": {"id": "CELL_ID", "group": "GROUP", "shards": "SHARDS", "image": "IMAGE",
+             "python": "CELL_PYTHON", "cuda": "CELL_CUDA", "ccache_prefix": "CCACHE_PREFIX",
+             "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"},
+    "shard": {"id": "SHARD_ID", "group": "GROUP", "shard": "SHARD", "of": "OF",
+              "image": "IMAGE", "cuda": "CELL_CUDA", "cache_key": "CACHE_KEY",
+              "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"}}
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -91,12 +97,26 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--limits", type=Path, default=LIMITS_PATH)
     t.add_argument("--repo", required=True)
     t.add_argument("--ledger", type=Path, required=True)
+    r = sub.add_parser("artifacts", help="this run's artifacts, listed page by page, by id")
+    r.add_argument("--limits", type=Path, default=LIMITS_PATH)
+    r.add_argument("--repo", required=True)
+    r.add_argument("--run-id", required=True)
+    r.add_argument("--plan", type=Path, required=True, help="this run's plan artifact")
+    r.add_argument("--what", choices=("wheels", "reports", "shards"), required=True,
+                   help="wheels: every cell's wheel, into --dir; reports: each cell's report, "
+                        "into --dir/<cell>/; shards: the shard caches of cell --id, into "
+                        "--dir/<shard>/")
+    r.add_argument("--id", help="the cell whose shard caches --what shards downloads")
+    r.add_argument("--dir", type=Path, required=True)
     a = sub.add_parser("attempts", help="the attempts file after this run")
     _common(a)
     a.add_argument("--attempts", type=Path, required=True, help="read (if there) and written")
     a.add_argument("--plan", type=Path, required=True, help="this run's plan artifact")
     a.add_argument("--reports", type=Path, required=True, help="<cell>/report.json of this run")
     a.add_argument("--report-url", default="", help="where this run's reports are (its page)")
+    a.add_argument("--reports-out", type=Path,
+                   help="write each attempted cell without a report there a report of its last "
+                        "error (<dir>/<cell>/report.json), for the front page's what is missing")
     return ap
 
 
@@ -141,7 +161,7 @@ def _batch(args: argparse.Namespace) -> int:
 
 def _entry(args: argparse.Namespace) -> int:
     job = job_entry(json.loads(args.plan.read_text()), args.id)
-    for key, name in ENV_FIELDS.items():
+    for key, name in ENV_FIELDS["shard" if "shard" in job else "cell"].items():
         if key not in job:
             continue
         value = job[key]
@@ -196,6 +216,44 @@ def _to_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell_ids(document: dict) -> list[str]:
+    return [j["id"] for name, jobs in document.get("stages", {}).items()
+            if name.startswith("cells") for j in jobs]
+
+
+def _artifacts(args: argparse.Namespace) -> int:
+    document = json.loads(args.plan.read_text())
+    api = _api(args.limits)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    if args.what == "shards":
+        if not args.id:
+            raise PlanError("--what shards needs --id CELL", hint="the cell reading the caches")
+        shards = job_entry(document, args.id).get("shards", [])
+        found, missing = fetch(api, args.repo, args.run_id, list(shards), args.dir)
+        for name in missing:
+            print(f"{name}: no cache (the shard failed or was stopped): the build compiles its "
+                  "units itself")
+    elif args.what == "reports":
+        cells = _cell_ids(document)
+        found, missing = fetch(api, args.repo, args.run_id, [f"report-{c}" for c in cells],
+                               args.dir)
+        for name in found:  # <dir>/report-<cell>/report.json -> <dir>/<cell>/report.json
+            (args.dir / name).rename(args.dir / name.removeprefix("report-"))
+    else:
+        cells = _cell_ids(document)
+        found, missing = fetch(api, args.repo, args.run_id, [f"wheels-{c}" for c in cells],
+                               args.dir, separate=False)
+        wheels = list(args.dir.glob("*.whl"))
+        if len(wheels) != len(found):
+            raise PlanError(f"{len(found)} wheel artifacts held {len(wheels)} wheels",
+                            hint="each cell's artifact holds its one wheel")
+        for name in missing:
+            print(f"{name.removeprefix('wheels-')}: no wheel (its build failed)")
+    print(f"{args.what}: {len(found)} downloaded, {len(missing)} missing, "
+          f"{api.made} requests")
+    return 0
+
+
 def _attempts(args: argparse.Namespace) -> int:
     table = load_table(args.table)
     recipes = load_all(args.recipes, table)
@@ -203,8 +261,7 @@ def _attempts(args: argparse.Namespace) -> int:
     runners = load_runners(args.runners or args.recipes / "runners.yaml",
                            {r.package for r in recipes})
     document = json.loads(args.plan.read_text())
-    ran = [j["id"] for name, jobs in document.get("stages", {}).items()
-           if name.startswith("cells") for j in jobs]
+    ran = _cell_ids(document)
     results: dict[str, str | None] = {}
     for cell in ran:
         report = args.reports / cell / "report.json"
@@ -220,6 +277,18 @@ def _attempts(args: argparse.Namespace) -> int:
     after = record(before, results, fingerprints(recipes, args.table, runners.path), cells,
                    {c: args.report_url for c, e in results.items() if e})
     write_attempts(args.attempts, after)
+    limit = load_limits(args.limits).tries
+    if args.reports_out:
+        for cell, attempt in after.items():
+            target = args.reports_out / cell / "report.json"
+            if target.exists() or cell not in cells:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            state = "given up until its recipe, the table or the runner file changes" \
+                if attempt.tries >= limit else "tried again by the next run"
+            target.write_text(json.dumps({
+                "cell": cell, "report": attempt.report,
+                "error": f"{attempt.error} (failed {attempt.tries} run(s) in a row; {state})"}))
     failed = sum(1 for e in results.values() if e)
     print(f"{len(results)} cells ran, {failed} failed; {len(after)} cells with failed tries")
     return 0
@@ -230,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one of the release's commands (see the module docstring)."""
     args = parser().parse_args(argv)
     return {"batch": _batch, "entry": _entry, "fetch-needed": _fetch_needed, "upload": _upload,
-            "to-index": _to_index, "attempts": _attempts}[args.command](args)
+            "to-index": _to_index, "attempts": _attempts, "artifacts": _artifacts}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,17 @@ class ApiError(CuwheelsError):
     exit_code = 6
 
 
+class _KeepRedirects(urllib.request.HTTPRedirectHandler):
+    """Hands a redirect back as the answer (its Location is storage's signed address, which
+    must not get the token)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_NO_REDIRECT = urllib.request.build_opener(_KeepRedirects)
+
+
 @dataclass
 class Response:
     """One answer: its status, headers (lower-case names) and body."""
@@ -107,16 +118,18 @@ class Api:
                 log.popleft()
 
     def _send(self, method: str, url: str, data: bytes | None,
-              headers: dict[str, str]) -> Response:
+              headers: dict[str, str], follow: bool = True) -> Response:
         req = urllib.request.Request(url, data=data, method=method, headers={
             "Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "cuwheels-release", **headers})
+        opener = urllib.request.build_opener() if follow else _NO_REDIRECT
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as answer:
+            with opener.open(req, timeout=self.timeout_s) as answer:
                 return Response(answer.status, {k.lower(): v for k, v in answer.headers.items()},
                                 answer.read())
         except urllib.error.HTTPError as err:
-            return Response(err.code, {k.lower(): v for k, v in err.headers.items()}, err.read())
+            return Response(err.code, {k.lower(): v for k, v in (err.headers or {}).items()},
+                            err.read() if err.fp else b"")
 
     def _rate_wait(self, r: Response) -> float | None:
         """Seconds GitHub asks to wait when ``r`` is a rate-limit answer; None otherwise."""
@@ -131,7 +144,7 @@ class Api:
         return None
 
     def request(self, method: str, path_or_url: str, *, data: bytes | None = None,
-                headers: dict[str, str] | None = None) -> Response:
+                headers: dict[str, str] | None = None, follow: bool = True) -> Response:
         """One call, paced and backed off (see the module docstring); the answer, whatever its
         status, unless the call failed ``attempts`` times on limits or transient errors."""
         url = path_or_url if "://" in path_or_url \
@@ -142,7 +155,7 @@ class Api:
             self.made += 1
             asked = None
             try:
-                r = self._send(method, url, data, headers or {})
+                r = self._send(method, url, data, headers or {}, follow)
             except (urllib.error.URLError, OSError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
             else:

@@ -1,0 +1,98 @@
+"""A run's artifacts, listed page by page and downloaded by id, never by one cut listing.
+
+``download-artifact`` with ``pattern:`` lists a run's artifacts in one call, and listings cut at
+100 or 1000 entries have been reported, silently: a release built on such a listing would leave
+wheels out. Here the run's artifacts are listed through the REST API page by page until the
+listing's ``total_count`` is reached (fewer is an error, never a silent cut), and each wanted
+artifact is downloaded by its id: the API answers with a redirect to storage, followed without
+the token. Each zip is extracted into its own folder, refusing members that would land outside
+it (absolute paths, ``..``, links), so a hostile artifact can't write elsewhere.
+"""
+
+from __future__ import annotations
+
+import io
+import stat
+import urllib.request
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .ghapi import Api, ApiError
+
+#: The largest artifact extracted (a wheel is under 2 GiB; a shard's cache is a few GB at most).
+MAX_ARTIFACT_BYTES = 8 << 30
+
+
+def list_run_artifacts(api: Api, repo: str, run_id: str) -> list[dict[str, Any]]:
+    """Every artifact of the run, page by page; ApiError when the pages hold fewer than the
+    listing's ``total_count`` (a cut listing)."""
+    out: list[dict[str, Any]] = []
+    per = api.limits.artifacts_per_page
+    total = None
+    for page in range(1, api.limits.artifacts_per_run // per + 2):
+        got = api.json("GET", f"repos/{repo}/actions/runs/{run_id}/artifacts"
+                              f"?per_page={per}&page={page}")
+        total = got["total_count"]
+        out.extend(got["artifacts"])
+        if len(got["artifacts"]) < per or len(out) >= total:
+            break
+    if total is None or len(out) < total:
+        raise ApiError(f"run {run_id}: listed {len(out)} of its {total} artifacts",
+                       hint="a cut listing: re-run the job")
+    return [a for a in out if not a.get("expired")]
+
+
+def extract(data: bytes, into: Path) -> list[Path]:
+    """The zip ``data``'s files, written under ``into``; ApiError for a member that would land
+    outside it or is not a plain file or folder."""
+    written = []
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            name = PurePosixPath(info.filename)
+            kind = (info.external_attr >> 16) & 0o170000
+            if name.is_absolute() or ".." in name.parts or "\\" in info.filename \
+                    or kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+                raise ApiError(f"artifact member {info.filename!r} is not a plain file inside it",
+                               hint="an artifact of this run must hold plain files only")
+            if info.is_dir():
+                continue
+            target = into.joinpath(*name.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(info) as src, target.open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            written.append(target)
+    return written
+
+
+def download(api: Api, repo: str, artifact: dict[str, Any], into: Path) -> list[Path]:
+    """One artifact by id, extracted under ``into``."""
+    if artifact.get("size_in_bytes", 0) > MAX_ARTIFACT_BYTES:
+        raise ApiError(f"artifact {artifact['name']} is over {MAX_ARTIFACT_BYTES} bytes")
+    r = api.request("GET", f"repos/{repo}/actions/artifacts/{artifact['id']}/zip",
+                    follow=False)
+    if r.status in (301, 302, 303, 307, 308):
+        # storage's address carries its own signature: never send it the token
+        with urllib.request.urlopen(r.headers["location"], timeout=api.timeout_s) as answer:
+            data = answer.read(MAX_ARTIFACT_BYTES + 1)
+    elif r.status == 200:
+        data = r.body
+    else:
+        raise ApiError(f"artifact {artifact['name']}: HTTP {r.status}")
+    return extract(data, into)
+
+
+def fetch(api: Api, repo: str, run_id: str, names: list[str], into: Path,
+          separate: bool = True) -> tuple[list[str], list[str]]:
+    """Download the run's artifacts of these ``names`` (each into its own folder under ``into``
+    when ``separate``); (found, missing) names. Artifacts outside ``names`` are left alone."""
+    by_name = {a["name"]: a for a in list_run_artifacts(api, repo, run_id)}
+    found, missing = [], []
+    for name in names:
+        if name not in by_name:
+            missing.append(name)
+            continue
+        download(api, repo, by_name[name], into / name if separate else into)
+        found.append(name)
+    return found, missing
