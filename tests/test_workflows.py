@@ -114,13 +114,9 @@ def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflo
         cond = " ".join(str(job.get("if", "")).split())
         for guard in WRITE_GUARDS:
             assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
-    attest = ["attestations", "id-token"]
+    # the release job attests what it releases (one attestation of every wheel of the run)
     assert writers == [("refresh.yml:refresh", ["actions", "contents", "pull-requests"]),
-                       ("wheels.yml:attest1", attest), ("wheels.yml:attest2", attest),
-                       ("wheels.yml:attest1_aarch64", attest),
-                       ("wheels.yml:attest2_aarch64", attest),
-                       ("wheels.yml:attest1_win", attest), ("wheels.yml:attest2_win", attest),
-                       ("wheels.yml:release", ["contents"]),
+                       ("wheels.yml:release", ["attestations", "contents", "id-token"]),
                        ("wheels.yml:publish", ["id-token", "pages"])]
 
 
@@ -159,8 +155,16 @@ def test_no_secrets_and_the_token_only_where_publishing(workflows):
         assert not re.search(r"\$\{\{[^}]*\bsecrets\b", path.read_text()), path.name
     for where, job in _jobs(workflows):
         if "github.token" in yaml.safe_dump(job):
-            assert where in ("wheels.yml:release", "wheels.yml:publish", "refresh.yml:refresh"), \
-                where
+            # besides the publishing jobs, the cells read their shard caches from this run's
+            # artifacts by id, and the plan reads the Pages site's address (where the live
+            # ledger is), each with a token that may only read
+            assert where in ("wheels.yml:release", "wheels.yml:publish", "refresh.yml:refresh",
+                             "wheels-linux-cell.yml:build", "wheels-windows-cell.yml:build",
+                             "wheels.yml:plan"), where
+            if where.endswith(":build"):
+                assert job["permissions"] == {"contents": "read", "actions": "read"}, where
+            if where == "wheels.yml:plan":
+                assert job["permissions"] == {"contents": "read", "pages": "read"}
 
 
 def test_every_job_has_a_timeout(workflows):
@@ -205,17 +209,17 @@ def _stage_keys() -> list[str]:
 
 
 def test_every_stage_the_planner_prints_is_built_by_a_job_of_its_platform(workflows):
-    """Each of the planner's matrices is a plan output (with its count) and the matrix of exactly
-    one build job, which calls its platform's reusable workflow with the entry; each cell
-    matrix also has its attest job."""
+    """Each of the batch's matrices is a plan output (with its count) and the matrix of exactly
+    one build job, which calls its platform's reusable workflow with the entry (its id and
+    runner; the rest is in the plan artifact)."""
     wheels = workflows["wheels.yml"]
     jobs, outputs = wheels["jobs"], wheels["jobs"]["plan"]["outputs"]
     keys = _stage_keys()
     assert keys == [k + s for s in PLATFORM_JOBS for k in ("shards", "cells1", "cells2")]
     assert set(outputs) == {"count"} | set(keys) | {f"{k}_count" for k in keys}
     for key in keys:
-        assert outputs[key] == f"${{{{ steps.plan.outputs.{key} }}}}"
-        assert outputs[f"{key}_count"] == f"${{{{ steps.plan.outputs.{key}_count }}}}"
+        assert outputs[key] == f"${{{{ steps.batch.outputs.{key} }}}}"
+        assert outputs[f"{key}_count"] == f"${{{{ steps.batch.outputs.{key}_count }}}}"
         matrix = f"${{{{ fromJSON(needs.plan.outputs.{key}) }}}}"
         users = {name for name, job in jobs.items()
                  if job.get("strategy", {}).get("matrix") == matrix}
@@ -223,15 +227,16 @@ def test_every_stage_the_planner_prints_is_built_by_a_job_of_its_platform(workfl
         shard_file, cell_file = PLATFORM_JOBS[suffix]
         build = key  # the build job is named after its stage
         assert build in users, key
-        assert users - {build} == ({f"attest{key[5]}{suffix}"} if key.startswith("cells")
-                                   else set()), key
+        assert users == {build}, key
         job = jobs[build]
         assert job["uses"] == "./.github/workflows/" + (
             shard_file if key.startswith("shards") else cell_file)
         assert job["with"] == {"job": "${{ toJSON(matrix) }}"}    # the whole entry, as JSON
         assert f"needs.plan.outputs.{key}_count != '0'" in job["if"]  # none planned: skipped
         assert job["strategy"]["fail-fast"] is False and job["strategy"]["max-parallel"] >= 1
-        assert job["permissions"] == {"contents": "read"}
+        # a cell reads its shard caches from this run's artifacts, listed by id
+        assert job["permissions"] == ({"contents": "read"} if key.startswith("shards")
+                                      else {"contents": "read", "actions": "read"})
         assert job["name"] == ("${{ matrix.id }}" if key.startswith("shards")
                                else "build-${{ matrix.id }}")  # the nox session, for a cell
 
@@ -247,7 +252,13 @@ def test_reusable_workflows_are_called_only_by_wheels_yml(workflows):
             "type": "string", "required": True}}
         (job,) = wf["jobs"].values()
         assert job["runs-on"] == _entry("runner")         # the runner the plan was made for
-        assert job["permissions"] == {"contents": "read"}
+        assert job["permissions"] == ({"contents": "read", "actions": "read"}
+                                      if name in CELL_FILES else {"contents": "read"})
+        # the entry carries the id; the rest comes from this run's plan artifact, by that id
+        assert job["env"]["JOB_ID"] == _entry("id")
+        _, read = _step(job, "Read the job's entry from the plan")
+        assert "-m tools.release entry" in read["run"] and '>> "$GITHUB_ENV"' in read["run"]
+        assert _step(job, "Download this run's plan")[1]["with"]["name"] == "batch-plan"
         # the caller's env doesn't reach a called workflow: the same Python as wheels.yml's
         assert wf["env"]["PYTHON_VERSION"] == workflows["wheels.yml"]["env"]["PYTHON_VERSION"]
         assert wf["defaults"] == {"run": {"shell": "bash"}}
@@ -285,24 +296,29 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     assert {jobs[k]["uses"] for k in ("cells1", "cells2", "cells1_aarch64", "cells2_aarch64")} \
         == {"./.github/workflows/wheels-linux-cell.yml"}
     job = workflows["wheels-linux-cell.yml"]["jobs"]["build"]
-    assert job["env"]["CELL_ID"] == _entry("id") and job["env"]["IMAGE"] == _entry("image")
-    assert job["env"]["BUDGET_MINUTES"] == _entry("budget_minutes")
-    assert job["env"]["SHARDS"] == "${{ join(fromJSON(inputs.job).shards, ' ') }}"
     start, start_step = _step(job, "Record the job's start")
     free, _ = _step(job, "Free disk space")
+    install, install_step = _step(job, "Install the project's build tools")
+    entry, _ = _step(job, "Read the job's entry from the plan")
     pull, pull_step = _step(job, "Pull the builder image")
     shards, shards_step = _step(job, "Download the group's shard caches")
+    needed, needed_step = _step(job, "Download the published wheels the cell needs")
     build, build_step = _step(job, "Build the cell")
     assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
-    assert free < pull < shards < build
+    assert free < install < entry < pull < shards < needed < build
+    # the build tools, not the test tools (zizmor has no aarch64 wheel)
+    assert install_step["run"] == "make setup EXTRAS=farm"
     assert "for attempt in" in pull_step["run"]
     assert 'docker pull --quiet "$IMAGE"' in pull_step["run"]
-    # every shard cache of the cell's group (its artifacts are named after the shards), never a
-    # failure when one is missing; none for a cell that reads no shard
-    assert job["env"]["GROUP"] == _entry("group")
-    assert shards_step["with"] == {"pattern": "${{ env.GROUP }}-shard*", "path": "shard-caches"}
-    assert shards_step["continue-on-error"] is True
+    # the cell's shard caches, each by name from this run's artifacts listed page by page (a
+    # pattern's listing can be cut); none for a cell that reads no shard
     assert shards_step["if"] == "env.SHARDS != ''"
+    argv = shlex.split(shards_step["run"])
+    assert argv[1:4] == ["-m", "tools.release", "artifacts"]
+    assert dict(zip(argv[4::2], argv[5::2]))["--what"] == "shards"
+    shard_dir = dict(zip(argv[4::2], argv[5::2]))["--dir"]
+    needed_dir = dict(zip(shlex.split(needed_step["run"])[4::2],
+                          shlex.split(needed_step["run"])[5::2]))["--dir"]
     # What the step runs, not how it is spelled: nox's session for the cell, on the container
     # backend with docker (what the runner has), reading the shard caches, and nothing else.
     (line,) = [ln for ln in build_step["run"].splitlines() if "nox" in ln]
@@ -315,7 +331,7 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     posargs = argv[argv.index("--") + 1:]
     options = dict(zip(posargs[::2], posargs[1::2]))
     assert options == {"--backend": "container", "--engine": "docker",
-                       "--shard-caches": shards_step["with"]["path"]}
+                       "--shard-caches": shard_dir, "--wheelhouse": needed_dir}
     assert build_step["timeout-minutes"] < job["timeout-minutes"]  # the report still uploads
     _check_cell_uploads(job, build)
     disk, disk_step = _step(job, "Disk used by this job")
@@ -324,7 +340,8 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     # a Linux shard sets up the same way, in the same builder image
     shard = workflows["wheels-linux-shard.yml"]["jobs"]["compile"]
     for name in ("Record the job's start", "Free disk space", "Check out", "Set up Python",
-                 "Install the project's tools", "Pull the builder image"):
+                 "Install the project's build tools", "Download this run's plan",
+                 "Read the job's entry from the plan", "Pull the builder image"):
         assert _step(shard, name)[1] == _step(job, name)[1], name
 
 
@@ -334,7 +351,6 @@ def _check_cell_uploads(job: dict, build: int) -> None:
     uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert {u["with"]["name"] for u in uploads} == {"report-${{ env.CELL_ID }}",
                                                     "wheels-${{ env.CELL_ID }}"}
-    assert job["env"]["CELL_ID"] == _entry("id")
     report, report_step = _step(job, "Upload the build report")
     assert report > build and report_step["if"] == "always()"
     assert report_step["with"]["path"] == "build-cells/${{ env.CELL_ID }}/report.json"
@@ -345,7 +361,8 @@ def _check_cell_uploads(job: dict, build: int) -> None:
 
 WINDOWS_SETUP = ("Record the job's start", "Check out", "Set up Python",
                  "Keep Git's link from shadowing MSVC's link.exe", "Set up MSVC",
-                 "Install the CUDA toolkit", "Install the project's tools")
+                 "Install the project's tools", "Download this run's plan",
+                 "Read the job's entry from the plan", "Install the CUDA toolkit")
 
 
 def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
@@ -357,9 +374,11 @@ def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
     shard = workflows["wheels-windows-shard.yml"]["jobs"]["compile"]
     for job in (cell, shard):
         # no container: nothing runs docker, no job container, no builder image
-        assert "container" not in job and "IMAGE" not in job["env"]
+        assert "container" not in job
         assert not any("docker" in s.get("run", "") for s in job["steps"])
-        assert job["env"]["CELL_CUDA"] == _entry("cuda")
+        # the entry (CELL_CUDA among it) is read before the CUDA installer needs it
+        _, read = _step(job, "Read the job's entry from the plan")
+        assert read["run"].startswith(".venv/Scripts/python -m tools.release entry")
         # the same setup in both, in this order, before anything is built
         assert [s["name"].split(" (")[0] for s in job["steps"][:len(WINDOWS_SETUP)]] == \
             list(WINDOWS_SETUP)
@@ -377,14 +396,20 @@ def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
     _, shards_step = _step(cell, "Download the group's shard caches")
     assert argv[3:] == [".venv/Scripts/python", "-m", "tools.build", "$CELL_ID", "--backend",
-                        "host", "--shard-caches", shards_step["with"]["path"]]
-    assert shards_step["if"] == "env.SHARDS != ''" and shards_step["continue-on-error"] is True
+                        "host", "--shard-caches", "shard-caches", "--wheelhouse", "needed-wheels"]
+    assert shards_step["if"] == "env.SHARDS != ''"
     _check_cell_uploads(cell, build)
     # the steps a Windows cell shares with a Linux one are the same steps
     linux = workflows["wheels-linux-cell.yml"]["jobs"]["build"]
-    for name in ("Download the group's shard caches", "Restore the compiler cache",
-                 "Save the compiler cache", "Upload the build report", "Upload the wheel"):
+    for name in ("Restore the compiler cache", "Save the compiler cache",
+                 "Upload the build report", "Upload the wheel"):
         assert _step(cell, name)[1] == _step(linux, name)[1], name
+    # and those that run the project's commands differ only in the venv's layout
+    for name in ("Download the group's shard caches", "Download the published wheels",
+                 "Trim the compiler cache"):
+        assert yaml.safe_dump(_step(cell, name)[1]).replace(".venv/Scripts/python", "PY").replace(
+            ".venv/Scripts/ccache.exe", "CCACHE") == yaml.safe_dump(_step(linux, name)[1]).replace(
+            ".venv/bin/python", "PY").replace(".venv/bin/ccache", "CCACHE"), name
 
 
 def test_the_windows_cuda_installer_knows_every_cuda_the_table_has_for_windows(workflows):
@@ -558,9 +583,16 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
     path = restore_step["with"]["path"]
     assert path == save_step["with"]["path"] and Path(path).expanduser() == cache_dir({})
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
-    # (and platform): the planner's prefix (tools.plan.stages ccache_prefix)
-    assert job["env"]["CCACHE_PREFIX"] == _entry("ccache_prefix")
-    assert job["env"]["CELL_PYTHON"] == _entry("python")
+    # (and platform): the planner's prefix (tools.plan.stages ccache_prefix), from the entry
+    from tools.release import ENV_FIELDS
+    assert ENV_FIELDS["cell"]["ccache_prefix"] == "CCACHE_PREFIX"
+    assert ENV_FIELDS["cell"]["python"] == "CELL_PYTHON"
+    # trimmed to the job's share of the repository's cache just before it is saved, under the
+    # same conditions, with the size in ccache's units (a bare number would be gigabytes)
+    trim, trim_step = _step(job, "Trim the compiler cache")
+    assert trim == save - 1 and trim_step["if"] == save_step["if"]
+    assert 'CCACHE_MAXSIZE="$(( CCACHE_SAVE_BYTES / 1000 ))kB"' in trim_step["run"]
+    assert trim_step["run"].endswith("--cleanup")
     keys = restore_step["with"]["restore-keys"].strip().splitlines()
     assert keys == [_cell_key(), "${{ env.CCACHE_PREFIX }}-"]
     run_key = _cell_key() + "${{ github.run_id }}-${{ github.run_attempt }}"
@@ -606,8 +638,8 @@ def _run_budget_step(tmp_path, workflow: str, step_name: str, program: str, scri
     ("wheels-linux-cell.yml", "nox",
      'test "$2" = build-demo_ext-3.12-cu130 && test -d shard-caches\n'),
     ("wheels-windows-cell.yml", "python",
-     'test "$*" = "-m tools.build demo_ext-3.12-cu130 --backend host --shard-caches shard-caches"'
-     ' && test -d shard-caches\n'),
+     'test "$*" = "-m tools.build demo_ext-3.12-cu130 --backend host --shard-caches shard-caches'
+     ' --wheelhouse needed-wheels" && test -d shard-caches\n'),
 ])
 @pytest.mark.parametrize("script,used_s,code,out_of_time", [
     # a build past its budget: stopped, and the message says how to continue
@@ -652,20 +684,24 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows, su
     assert caller["strategy"]["fail-fast"] is False
     workflow, job = _called(workflows, caller)
     assert workflow == PLATFORM_JOBS[suffix][0]
-    assert job["env"] == {"SHARD_ID": _entry("id"), "GROUP": _entry("group"),
-                          "SHARD": _entry("shard"), "OF": _entry("of"),
-                          "CACHE_KEY": _entry("cache_key"),
-                          "BUDGET_MINUTES": _entry("budget_minutes"),
-                          **({"CELL_CUDA": _entry("cuda")} if suffix == "_win"
-                             else {"IMAGE": _entry("image")})}
+    assert job["env"] == {"JOB_ID": _entry("id")}
+    # the rest of the entry from the plan artifact, under the names the steps use
+    from tools.release import ENV_FIELDS
+    assert set(ENV_FIELDS["shard"].values()) >= {"SHARD_ID", "GROUP", "SHARD", "OF", "CACHE_KEY",
+                                                 "BUDGET_MINUTES", "CELL_CUDA", "IMAGE"}
     start, start_step = _step(job, "Record the job's start")
     restore, restore_step = _step(job, "Restore the shard's cache")
     run, run_step_ = _step(job, "Compile the shard")
     save, save_step = _step(job, "Save the shard's cache")
     upload, upload_step = _step(job, "Upload the shard's cache for the cells")
     report, report_step = _step(job, "Upload the shard's report")
+    trim, trim_step = _step(job, "Trim the shard's cache")
     assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
-    assert start < restore < run < save < upload < report
+    # the whole cache goes to this run's cells first; what is saved for later runs is trimmed
+    # to the job's share of the repository's cache
+    assert start < restore < run < upload < trim < save < report
+    assert trim_step["if"] == save_step["if"] and "--trim-dir" in trim_step["run"]
+    assert '--trim-max-size "$(( CCACHE_SAVE_BYTES / 1000 ))kB"' in trim_step["run"]
     (line,) = [ln for ln in run_step_["run"].splitlines() if "tools.shard" in ln]
     argv = shlex.split(line.split("||")[0])
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
@@ -693,8 +729,7 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows, su
     assert save_step["with"] == {"path": cache, "key": key}
     assert save_step["if"] == ("always() && github.event_name != 'pull_request' && "
                                "github.ref == 'refs/heads/main'")
-    # handed to the cells as an artifact named after the shard: the cells' download pattern
-    # <group>-shard* takes every shard of their group and no other group's
+    # handed to the cells as an artifact named after the shard, which they download by name
     assert upload_step["if"] == "always()"
     assert upload_step["with"]["name"] == "${{ env.SHARD_ID }}"
     assert upload_step["with"]["path"] == cache
@@ -704,16 +739,6 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows, su
     for name in ("Restore the shard's cache", "Save the shard's cache",
                  "Upload the shard's cache for the cells", "Upload the shard's report"):
         assert _step(job, name)[1] == _step(linux, name)[1], name
-
-
-def test_the_cells_download_pattern_takes_their_groups_shards_only():
-    from fnmatch import fnmatchcase
-    from tools.plan.groups import shard_id
-    pattern = "flash_attn-cu130-shard*"
-    assert fnmatchcase(shard_id("flash_attn-cu130", 3), pattern)
-    assert not fnmatchcase(shard_id("flash_attn-cu130-torch2.13", 1), pattern)
-    assert not fnmatchcase(shard_id("flash_attn-cu130-aarch64", 1), pattern)  # another platform
-    assert not fnmatchcase("report-flash_attn-3.12-cu130", pattern)
 
 
 @pytest.mark.parametrize("workflow,backend", [
@@ -745,67 +770,15 @@ def test_shard_step_runs_within_the_budget(tmp_path, workflow, backend, script, 
 # --------------------------------------------------------------------------- publishing
 
 
-ATTEST_JOBS = [f"attest{n}{suffix}" for suffix in PLATFORM_JOBS for n in ("1", "2")]
-
-
-@pytest.mark.parametrize("name", ATTEST_JOBS)
-def test_one_attestation_per_wheel_that_built(workflows, name):
-    jobs = workflows["wheels.yml"]["jobs"]
-    job = jobs[name]
-    cells = name.replace("attest", "cells")
-    assert job["needs"] == ["plan", cells]
-    assert job["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{cells}) }}}}"
-    # after failed cells too: what built is attested
-    assert " ".join(job["if"].split()).startswith("!cancelled() && needs.plan.result == 'success'")
-    assert f"needs.plan.outputs.{cells}_count != '0'" in job["if"]
-    # every platform's wheels the same way, on Linux (the wheel is only read), by this workflow
-    assert job["runs-on"] == "ubuntu-24.04" and job["steps"] == jobs["attest1"]["steps"]
-    same = {k: v for k, v in job.items() if k not in ("needs", "if", "strategy")}
-    assert same == {k: v for k, v in jobs["attest1"].items() if k not in ("needs", "if", "strategy")}
-    attests = [s for s in job["steps"]
-               if s.get("uses", "").startswith("actions/attest-build-provenance@")]
-    assert len(attests) == 1
-    subject = attests[0]["with"]
-    assert set(subject) == {"subject-path"}
-    assert subject["subject-path"] == "${{ steps.wheel.outputs.path }}"  # one file, no glob
-    assert attests[0]["if"] == "steps.wheel.outputs.path != ''"
-    download, download_step = _step(job, "Download the cell's wheel")
-    _, find = _step(job, "Find the wheel")
-    mark, mark_step = _step(job, "Upload the mark")
-    assert download_step["continue-on-error"] is True      # a failed cell has no wheel
-    assert "expected one wheel" in find["run"]
-    assert mark_step["with"]["name"] == "attested-${{ matrix.id }}"
-    assert job["steps"].index(attests[0]) < mark
-
-
-@pytest.mark.parametrize("wheels,downloaded,code,path,message", [
-    (["demo-1.0-py3-none-any.whl"], "success", 0, "wheel/demo-1.0-py3-none-any.whl", None),
-    # the cell's build failed: no wheel, nothing to attest, not an error
-    ([], "failure", 0, None, "::notice title=attest::demo-3.12-cu130 has no wheel (its build "
-                             "failed): nothing to attest, nothing to publish"),
-    (["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"], "success", 1, None,
-     "::error title=attest::expected one wheel, found 2"),
-])
-def test_the_attest_job_finds_its_wheel(tmp_path, workflows, wheels, downloaded, code, path,
-                                        message):
-    (tmp_path / "wheel").mkdir()
-    for name in wheels:
-        (tmp_path / "wheel" / name).write_bytes(b"PK")
-    rc, log, outputs = run_step(workflows, "attest1", "Find the wheel", tmp_path,
-                                CELL_ID="demo-3.12-cu130", DOWNLOADED=downloaded)
-    assert rc == code, log
-    assert outputs.get("path") == path
-    if message:
-        assert message in log
+CELL_JOBS = [f"cells{n}{suffix}" for suffix in PLATFORM_JOBS for n in ("1", "2")]
 
 
 def test_release_and_publish(workflows):
     jobs = workflows["wheels.yml"]["jobs"]
     release, publish = jobs["release"], jobs["publish"]
     # what built is released and published, whatever failed beside it, on any platform
-    assert release["needs"] == ["plan", *ATTEST_JOBS]
+    assert release["needs"] == ["plan", *CELL_JOBS]
     assert publish["needs"] == ["plan", "release"]
-    jobs = workflows["wheels.yml"]["jobs"]
 
     def before(name: str) -> set[str]:
         needs = jobs[name].get("needs", [])
@@ -815,47 +788,94 @@ def test_release_and_publish(workflows):
     assert builds == {k + s for s in PLATFORM_JOBS for k in ("shards", "cells1", "cells2")}
     assert before("publish") >= before("release") >= builds
     for job in (release, publish):
-        assert " ".join(job["if"].split()).startswith(
-            "!cancelled() && needs.plan.result == 'success'")
-    # releases are per run and never wait; the index is one run at a time
+        cond = " ".join(job["if"].split())
+        assert cond.startswith("!cancelled() && needs.plan.result == 'success' "
+                               "&& needs.plan.outputs.count != '0'")
+    # one release run at a time is the workflow's concurrency group; the index's deployment
+    # keeps its own group besides
     assert "concurrency" not in release
     assert publish["concurrency"] == {"group": "publish-index", "cancel-in-progress": False}
     assert publish["environment"]["name"] == "github-pages"
-    keep, _ = _step(release, "Keep only the attested wheels")
+    plan, _ = _step(release, "Download this run's plan")
+    wheels, wheels_step = _step(release, "Download this run's wheels")
     ledger, _ = _step(release, "Fetch the current ledger")
     hold, _ = _step(release, "Hold back wheels already published")
     index, index_step = _step(release, "Build the index")
+    attest, attest_step = _step(release, "Attest the wheels' build provenance")
     made, made_step = _step(release, "Create the release")
-    check, _ = _step(release, "Check the release")
-    assert keep < ledger < hold < index < made < check
+    assert plan < wheels < ledger < hold < index < attest < made
+    # the run's wheels listed page by page and downloaded by id, checked against the plan
+    argv = shlex.split(wheels_step["run"])
+    assert argv[1:4] == ["-m", "tools.release", "artifacts"]
+    assert dict(zip(argv[4::2], argv[5::2]))["--what"] == "wheels"
+    # one attestation of every wheel released (the held-back ones were moved out before it)
+    assert attest_step["uses"].startswith("actions/attest-build-provenance@")
+    assert attest_step["with"] == {"subject-path": "wheelhouse/*.whl"}
     # With nothing new (every wheel already published), nothing is released.
     for step in release["steps"][hold + 1:]:
-        if step["name"] != "Summary":
-            assert step.get("if") == "steps.batch.outputs.new != '0'", step["name"]
+        assert step.get("if") == "steps.batch.outputs.new != '0'", step["name"]
     assert index_step["run"].startswith("make index ")
     assert 'BASE_URL="$BASE_URL"' in index_step["run"]
     assert "continue-on-error" not in index_step
-    assert "wheelhouse/*.whl.metadata" in made_step["run"]
-    # the publish job reads the same live ledger the same way, and the reports of this run
-    for name in ("Find the Pages site", "Fetch the current ledger"):
-        assert _step(release, name)[1] == _step(publish, name)[1]
-    reports, _ = _step(publish, "Arrange the reports by cell")
+    # the upload goes through the paced, backed-off API (tools.releasing.ghapi)
+    argv = shlex.split(made_step["run"])
+    assert argv[1:4] == ["-m", "tools.release", "upload"]
+    options = dict(zip(argv[4::2], argv[5::2]))
+    assert options["--dir"] == "wheelhouse" and options["--limits"] == "$LIMITS_FILE"
+    # the plan, the release and the publish read the same live ledger the same way
+    for job in (jobs["plan"], publish):
+        for name in ("Find the Pages site", "Fetch the current ledger"):
+            mine = {k: v for k, v in _step(job, name)[1].items() if k != "if"}
+            assert mine == {k: v for k, v in _step(release, name)[1].items() if k != "if"}, name
+    reports, reports_step = _step(publish, "Download the build reports of this run")
     p_ledger, _ = _step(publish, "Fetch the current ledger")
-    found, _ = _step(publish, "Find the releases the index lacks")
+    tries, tries_step = _step(publish, "Count this run's failed tries")
+    found, found_step = _step(publish, "Find the releases the index lacks")
     built, built_step = _step(publish, "Build the index from those releases")
+    rebuilt, rebuilt_step = _step(publish, "Rebuild the site from the ledger")
+    beside, beside_step = _step(publish, "Put the failed tries beside the ledger")
     upload, upload_step = _step(publish, "Upload the site")
     deploy, deploy_step = _step(publish, "Deploy the site")
-    assert reports < p_ledger < found < built < upload < deploy
+    assert reports < p_ledger < tries < found < built < rebuilt < beside < upload < deploy
+    assert "--what reports" in reports_step["run"]
+    assert "-m tools.release attempts" in tries_step["run"]
+    assert "-m tools.release to-index" in found_step["run"]
     assert "continue-on-error" not in built_step
     assert "--reports $RUNNER_TEMP/reports" in built_step["run"]
-    for step in (upload_step, deploy_step):
-        assert step["if"] == "steps.index.outputs.new != '0'"
+    assert "--reports $RUNNER_TEMP/reports" in rebuilt_step["run"]
+    # deployed when there are new wheels, or new failed tries (the front page and the next
+    # run's backlog read them)
+    deploy_if = ("steps.index.outputs.new != '0' || steps.attempts.outputs.changed == 'true'")
+    for step in (upload_step, deploy_step, beside_step):
+        assert step["if"] == deploy_if
     assert upload_step["uses"].startswith("actions/upload-pages-artifact@")
     assert deploy_step["uses"].startswith("actions/deploy-pages@")
     # a re-run of the publish job deploys the artifact its own attempt uploaded
     name = "github-pages-${{ github.run_attempt }}"
     assert upload_step["with"] == {"path": "site", "name": name, "include-hidden-files": True}
     assert deploy_step["with"] == {"artifact_name": name}
+
+
+def test_one_release_run_at_a_time_hourly_and_pull_requests_apart(workflows):
+    """The drain: a schedule starts a run every hour; runs of push, schedule and dispatch share
+    one concurrency group (never cancelled); a pull request has its own, cancelled by its next
+    push, so it never waits behind the backlog."""
+    wheels = workflows["wheels.yml"]
+    from tools.plan.limits import load_limits
+    limits = load_limits()
+    (cron,) = wheels["on"]["schedule"]
+    minute, hour, *rest = cron["cron"].split()
+    assert minute.isdigit() and hour == "*" and rest == ["*", "*", "*"]
+    assert limits.cron_hours == 1
+    group = wheels["concurrency"]["group"]
+    assert "'release'" in group and "format('pr-{0}', github.event.pull_request.number)" in group
+    assert wheels["concurrency"]["cancel-in-progress"] == \
+        "${{ github.event_name == 'pull_request' }}"
+    # each platform's matrices run the policy's max_parallel at once
+    for key in _stage_keys():
+        suffix = key[key.index("_"):] if "_" in key else ""
+        platform = {"": "linux_x86_64", "_aarch64": "linux_aarch64", "_win": "win_amd64"}[suffix]
+        assert wheels["jobs"][key]["strategy"]["max-parallel"] == limits.max_parallel[platform]
 
 
 def test_checks_run_the_make_targets(workflows):
@@ -884,6 +904,7 @@ def scratch_repo(tmp_path, write_recipe, good_recipe):
     (repo / "recipes").mkdir()
     (repo / "recipes" / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE, sort_keys=False))
     shutil.copy(ROOT / "recipes" / "runners.yaml", repo / "recipes" / "runners.yaml")
+    shutil.copy(ROOT / "recipes" / "limits.yaml", repo / "recipes" / "limits.yaml")
     git(repo, "init", "--quiet", "--initial-branch=main")
     commit(repo, "base")
 
@@ -924,20 +945,27 @@ def test_planner_reads_a_fake_diff_of_a_changed_recipe(scratch_repo):
     assert "changed recipes: demo_ext" in proc.stderr
 
 
-def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, str]:
-    """Run wheels.yml's plan script as Actions does; returns (outputs, summary, log)."""
-    _, step = _step(workflows["wheels.yml"]["jobs"]["plan"], "Plan the release")
+def run_plan_step(repo: Path, workflows: dict, ledger: str | None = '{"schema": 2, "files": {}}',
+                  attempts: str | None = None, **env: str) -> tuple[dict, str, str]:
+    """Run wheels.yml's batch step as Actions does, after the ledger step left ``ledger`` (and
+    the attempts step ``attempts``) in RUNNER_TEMP; returns (outputs, summary, log), the plan
+    artifact under the key ``plan``."""
+    _, step = _step(workflows["wheels.yml"]["jobs"]["plan"], "Choose this run's batch")
     runner_temp = repo / ".runner-temp"
     runner_temp.mkdir(exist_ok=True)
+    if ledger is not None:
+        (runner_temp / "ledger.json").write_text(ledger)
+    if attempts is not None:
+        (runner_temp / "attempts.json").write_text(attempts)
     out, summary = runner_temp / "output", runner_temp / "summary"
     out.write_text("")
     summary.write_text("")
     static = {k: str(v) for k, v in workflows["wheels.yml"]["env"].items() if "${{" not in str(v)}
     full_env = {**os.environ, **GIT_ENV, **static, "RUNNER_TEMP": str(runner_temp),
                 "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
-                "RUNNERS_FILE": "recipes/runners.yaml",
-                "PY": sys.executable, "PUSH_BEFORE": "", "IN_PACKAGE": "", "IN_PYTHON": "",
-                "IN_CUDA": "", "IN_TORCH": "", "IN_PLATFORM": "", "IN_CAP": "", **env}
+                "RUNNERS_FILE": "recipes/runners.yaml", "LIMITS_FILE": "recipes/limits.yaml",
+                "PY": sys.executable, "IN_PACKAGE": "", "IN_PYTHON": "",
+                "IN_CUDA": "", "IN_TORCH": "", "IN_PLATFORM": "", **env}
     # `shell: bash` runs a step as `bash --noprofile --norc -eo pipefail {0}`.
     script = runner_temp / "plan.sh"
     script.write_text(step["run"])
@@ -945,96 +973,121 @@ def run_plan_step(repo: Path, workflows: dict, **env: str) -> tuple[dict, str, s
                           cwd=repo, env=full_env, capture_output=True, text=True, timeout=120)
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     outputs["rc"] = proc.returncode
+    plan = runner_temp / "batch" / "batch.json"
+    if plan.exists():
+        outputs["plan"] = json.loads(plan.read_text())
     return outputs, summary.read_text(), proc.stdout + proc.stderr
 
 
-def test_plan_step_push_builds_the_changed_recipe(scratch_repo, workflows):
+def _entries(outputs: dict, key: str) -> list[dict]:
+    """A stage's full job entries: its matrix's ids, looked up in the plan artifact."""
+    from tools.releasing.batch import job_entry
+    return [job_entry(outputs["plan"], e["id"]) for e in json.loads(outputs[key])["include"]]
+
+
+def test_plan_step_a_push_or_the_schedule_takes_the_backlogs_first_run(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
-    before = git(repo, "rev-parse", "HEAD")
     add_recipe()
-    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    for event in ("push", "schedule"):
+        outputs, summary, log = run_plan_step(repo, workflows, EVENT=event)
+        assert outputs["rc"] == 0, log
+        matrix = json.loads(outputs["cells1"])["include"]
+        assert outputs["count"] == "14" == str(len(matrix)) == outputs["cells1_count"]
+        # the matrices carry ids and runners only; the entries are in the plan artifact
+        assert all(set(e) == {"id", "runner"} for e in matrix)
+        cells = _entries(outputs, "cells1")
+        assert {"id", "image", "python", "cuda", "torch", "group", "runner", "shards",
+                "estimate_hours", "budget_minutes", "ccache_save_bytes"} <= set(cells[0])
+        # demo_ext has no unit list: no shards, every cell in the matrix that waits for none
+        assert (outputs["shards"], outputs["shards_count"]) == ('{"include":[]}', "0")
+        assert (outputs["cells2"], outputs["cells2_count"]) == ('{"include":[]}', "0")
+        assert "**Totals**: 1 runs, 14 cells" in summary
+        assert "::warning" not in log
+
+
+def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(scratch_repo,
+                                                                              workflows):
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    outputs, _, _ = run_plan_step(repo, workflows, EVENT="schedule")
+    first = _entries(outputs, "cells1")[0]["id"]
+    from tools.plan.matrix import plan
+    from tools.plan.recipe import load_all
+    from tools.plan.table import load_table
+    from tools.releasing.backlog import fingerprints
+    table = load_table(repo / "recipes" / "table.yaml")
+    recipes = load_all(repo / "recipes", table)
+    prints = fingerprints(recipes, repo / "recipes" / "table.yaml",
+                          repo / "recipes" / "runners.yaml")
+    gave_up = json.dumps({"schema": 1, "cells": {first: {
+        "tries": 3, "fingerprint": prints["demo_ext"], "error": "boom", "report": ""}}})
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="schedule", attempts=gave_up)
     assert outputs["rc"] == 0, log
-    cells = json.loads(outputs["cells1"])["include"]
-    assert outputs["count"] == "14" == str(len(cells)) == outputs["cells1_count"]
-    # demo_ext has no unit list: no shards, every cell in the matrix that waits for none
-    assert (outputs["shards"], outputs["shards_count"]) == ('{"include":[]}', "0")
-    assert (outputs["cells2"], outputs["cells2_count"]) == ('{"include":[]}', "0")
-    assert "`demo_ext-3.12-cu130-torch2.9`" in summary
-    assert "::warning" not in log
+    assert outputs["count"] == "13"
+    assert first not in [e["id"] for e in json.loads(outputs["cells1"])["include"]]
+    assert "1 given up after 3 tries" in summary
+    # the recipe changed: its fingerprint too, and the cell is tried again
+    (repo / "recipes" / "demo_ext" / "recipe.yaml").write_text(
+        (repo / "recipes" / "demo_ext" / "recipe.yaml").read_text() + "\n")
+    assert plan(recipes, table)  # still a valid recipe
+    outputs, _, _ = run_plan_step(repo, workflows, EVENT="schedule", attempts=gave_up)
+    assert outputs["count"] == "14"
 
 
 def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
-    before = git(repo, "rev-parse", "HEAD")
     add_recipe()
     units = {"schema": 1, "version": "1.0.0",
              "cost": {"cuda": {"seconds": 4000, "reason": "stated rule for the tests"}},
              "units": {"cuda": [f"csrc/k{i}.cu" for i in range(8)]}}
     (repo / "recipes" / "demo_ext" / "units.yaml").write_text(json.dumps(units))
     commit(repo, "demo_ext's units")
-    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push")
     assert outputs["rc"] == 0, log
-    shards = json.loads(outputs["shards"])["include"]
-    cells = json.loads(outputs["cells2"])["include"]
+    shards, cells = _entries(outputs, "shards"), _entries(outputs, "cells2")
     assert outputs["shards_count"] == str(len(shards)) and len(shards) > 4
     assert outputs["count"] == "14" == outputs["cells2_count"] and outputs["cells1_count"] == "0"
     assert {s["group"] for s in shards} == {c["group"] for c in cells}
     assert all(c["shards"] for c in cells)
     assert max(j["estimate_hours"] for j in shards + cells) <= 5
-    assert "| shard | units | runner | estimate (h) |" in summary
-    assert f"| `{shards[0]['id']}` | {shards[0]['units']} | ubuntu-24.04 |" in summary
 
 
-def test_plan_step_pull_request_is_capped_with_a_warning(scratch_repo, workflows):
+def test_plan_step_pull_request_builds_a_capped_sample_of_its_change(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
     add_recipe()  # HEAD^1 is the base, as in the merge commit Actions checks out
-    outputs, summary, log = run_plan_step(repo, workflows, EVENT="pull_request")
+    # published or not: a pull request builds its change (no ledger is read)
+    outputs, summary, log = run_plan_step(repo, workflows, ledger=None, EVENT="pull_request")
     assert outputs["rc"] == 0, log
-    cap = workflows["wheels.yml"]["env"]["PR_CELL_CAP"]
+    from tools.plan.limits import load_limits
+    cap = load_limits().pull_request_cells
     assert outputs["count"] == str(cap) == str(len(json.loads(outputs["cells1"])["include"]))
-    assert f"::warning title=matrix capped::capped: 14 cells planned, building the first {cap}" \
-        in log
-    assert "**Warning**: capped: 14 cells planned" in summary
+    assert (f"::warning title=batch capped::capped: 14 cells changed, a pull request builds the "
+            f"first {cap}") in log
 
 
-def test_plan_step_without_a_recipe_change_plans_nothing(scratch_repo, workflows):
+def test_plan_step_without_a_recipe_change_a_pull_request_plans_nothing(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
     add_recipe()
-    before = git(repo, "rev-parse", "HEAD")
     (repo / "README.md").write_text("docs only\n")
     commit(repo, "docs")
-    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    outputs, summary, log = run_plan_step(repo, workflows, ledger=None, EVENT="pull_request")
     assert outputs["rc"] == 0, log
     assert (outputs["count"], outputs["cells1"], outputs["shards"]) == \
         ("0", '{"include":[]}', '{"include":[]}')
-    assert "No cells to build" in summary
-
-
-def test_plan_step_push_with_unknown_previous_commit_falls_back_to_head_parent(
-        scratch_repo, workflows):
-    repo, add_recipe = scratch_repo
-    add_recipe()
-    outputs, _, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE="0" * 40)
-    assert outputs["rc"] == 0, log
-    assert outputs["count"] == "14"
-    assert "::warning title=plan::the commit before this push is unknown" in log
+    assert "Nothing to build" in summary
 
 
 def test_plan_step_dispatch_filters(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
     add_recipe()
     outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
-                                    IN_PACKAGE="demo_ext", IN_PYTHON="3.12", IN_CUDA="13.0",
-                                    IN_CAP="512")
+                                    IN_PACKAGE="demo_ext", IN_PYTHON="3.12", IN_CUDA="13.0")
     assert outputs["rc"] == 0, log
-    ids = [c["id"] for c in json.loads(outputs["cells1"])["include"]]
+    ids = sorted(c["id"] for c in json.loads(outputs["cells1"])["include"])
     assert ids == ["demo_ext-3.12-cu130", "demo_ext-3.12-cu130-torch2.9"]
 
 
 @pytest.mark.parametrize("env,message", [
-    ({"IN_CAP": "0"}, "cap must be a whole number from 1 to 1536"),          # below the range
-    # two matrices of 256 per platform, three platforms
-    ({"IN_CAP": "1537"}, "cap must be a whole number from 1 to 1536"),
     ({"IN_PLATFORM": "win_arm64"}, "unknown platform(s): win_arm64"),
     ({"IN_PACKAGE": "$(touch pwned)"}, "unknown package(s): $(touch pwned)"),  # stays a string
 ])
@@ -1083,14 +1136,13 @@ def _stage(outputs: dict, key: str) -> list[dict]:
 
 def test_plan_step_outputs_every_platforms_stages(platform_repo, workflows):
     repo, add_recipe = platform_repo
-    before = git(repo, "rev-parse", "HEAD")
     add_recipe()
-    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push", PUSH_BEFORE=before)
+    outputs, summary, log = run_plan_step(repo, workflows, EVENT="push")
     assert outputs["rc"] == 0, log
     # the step writes every output the plan job declares, and nothing else
-    assert set(outputs) - {"rc"} == set(workflows["wheels.yml"]["jobs"]["plan"]["outputs"])
-    x86, arm = _stage(outputs, "cells1"), _stage(outputs, "cells1_aarch64")
-    win = _stage(outputs, "cells1_win")
+    assert set(outputs) - {"rc", "plan"} == set(workflows["wheels.yml"]["jobs"]["plan"]["outputs"])
+    x86, arm = _entries(outputs, "cells1"), _entries(outputs, "cells1_aarch64")
+    win = _entries(outputs, "cells1_win")
     assert len(x86) == len(arm) == len(win) == 14 and outputs["count"] == "42"
     assert {(c["platform"], c["runner"]) for c in x86} == {("linux_x86_64", "ubuntu-24.04")}
     assert {(c["platform"], c["runner"]) for c in arm} == {("linux_aarch64", "ubuntu-24.04-arm")}
@@ -1100,10 +1152,9 @@ def test_plan_step_outputs_every_platforms_stages(platform_repo, workflows):
     # Windows is planned as the others are, natively on its runner
     assert {(c["platform"], c["runner"], c["image"]) for c in win} == \
         {("win_amd64", "windows-2022", "")}
-    assert "| `cells1_win` | win_amd64 | windows-2022 | 14 |" in summary
-    assert "Not planned" not in summary
-    assert "| `cells1_aarch64` | linux_aarch64 | ubuntu-24.04-arm | 14 |" in summary
-    assert "`demo_ext-3.12-cu130-aarch64`" in summary
+    # the matrix entry's runner is the one the plan made the job for
+    assert [e["runner"] for e in json.loads(outputs["cells1_win"])["include"]] == \
+        [c["runner"] for c in win]
     # the compiler cache: Linux x86_64's keys are the ones CI always used (the old template,
     # with the matrix values), and no key of another platform starts like one of them
     old = [re.sub(r"\$\{\{ matrix\.(\w+) \}\}", lambda m, c=c: c[m.group(1)], CACHE_KEY)
@@ -1121,7 +1172,7 @@ def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, w
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
                                           IN_PLATFORM="win_amd64")
     assert outputs["rc"] == 0, log
-    win = _stage(outputs, "cells1_win")
+    win = _entries(outputs, "cells1_win")
     assert len(win) == 14 and outputs["count"] == "14"
     # natively on the Windows runner: no builder image
     assert {(c["platform_tag"], c["runner"], c["image"]) for c in win} == \
@@ -1129,8 +1180,7 @@ def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, w
     assert all(c["ccache_prefix"].startswith("ccache-win_amd64-") for c in win)
     for key in _stage_keys():
         if key != "cells1_win":
-            assert _stage(outputs, key) == [], key
-    assert "Not planned" not in summary
+            assert json.loads(outputs[key])["include"] == [], key
 
 
 # --------------------------------------------------------------------------- the ledger step
@@ -1357,18 +1407,6 @@ def fake_github(tmp_path):
         lambda: log.read_text().splitlines()
 
 
-def _wheelhouse(workdir: Path, count: int) -> list[str]:
-    """``count`` wheels and their .metadata files in workdir/wheelhouse; returns their names."""
-    wheelhouse = workdir / "wheelhouse"
-    wheelhouse.mkdir(exist_ok=True)
-    names = []
-    for i in range(count):
-        for name in (f"demo-1.0+{i}-py3-none-any.whl", f"demo-1.0+{i}-py3-none-any.whl.metadata"):
-            (wheelhouse / name).write_bytes(b"x" * (i + 1))
-            names.append(name)
-    return sorted(names)
-
-
 def test_the_release_is_named_by_the_run_alone(tmp_path, workflows):
     (tmp_path / "bin").mkdir()
     tags = set()
@@ -1408,124 +1446,7 @@ def test_the_pages_site_is_read_from_the_api(tmp_path, workflows, fake_github, p
     assert calls() == ["gh api repos/o/r/pages --jq [.html_url, .build_type] | @tsv"]
 
 
-def test_release_uploads_every_file_through_rate_limits(tmp_path, workflows, fake_github):
-    bin_dir, env, set_state, state, calls = fake_github
-    names = _wheelhouse(tmp_path, 3)
-    set_state(release=None, upload_failures=[RATE_LIMITED, "HTTP 502: Bad Gateway"])
-    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir, **env)
-    assert rc == 0, log
-    release = state()["release"]
-    assert release["draft"] is False
-    assert sorted(a["name"] for a in release["assets"]) == names
-    uploads = [c for c in calls() if c.startswith("gh release upload")]
-    assert len(uploads) == len(names) + 2  # one file per request; two of them sent again
-    assert log.count("::warning title=release::gh release upload wheels-4242 wheelhouse/") == 2
-    assert "(attempt 1 of 7); waiting 0s" in log and "(attempt 2 of 7); waiting 0s" in log
-    # created as a draft first, published only when every file is there
-    created = [i for i, c in enumerate(calls()) if c.startswith("gh release create wheels-4242 --draft")]
-    edited = [i for i, c in enumerate(calls()) if c == "gh release edit wheels-4242 --draft=false"]
-    assert len(created) == 1 and edited == [len(calls()) - 1]
-
-
-def test_release_rerun_sends_only_what_is_missing(tmp_path, workflows, fake_github):
-    bin_dir, env, set_state, state, calls = fake_github
-    names = _wheelhouse(tmp_path, 60)  # 120 files: more than one page of assets
-    sizes = {n: (tmp_path / "wheelhouse" / n).stat().st_size for n in names}
-    uploaded = [{"name": n, "size": sizes[n], "state": "uploaded"} for n in names[:110]]
-    uploaded[0]["size"] += 1  # cut short: sent again
-    uploaded.append({"name": names[110], "size": sizes[names[110]], "state": "new"})  # unfinished
-    set_state(release={"id": 42, "draft": True, "assets": uploaded})
-    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir, **env)
-    assert rc == 0, log
-    sent = [c.split()[4] for c in calls() if c.startswith("gh release upload")]
-    assert sorted(sent) == sorted(f"wheelhouse/{n}" for n in [names[0], *names[110:]])
-    assert not any(c.startswith("gh release create") for c in calls())
-    assert f"uploaded {len(sent)} of 120 files" in log
-    assert state()["release"]["draft"] is False
-
-
-@pytest.mark.parametrize("failures,attempts,message", [
-    # a refusal that waiting doesn't cure: no retry
-    (["HTTP 422: Validation Failed"], "7",
-     "::error title=release::gh release upload wheels-4242 wheelhouse/demo-1.0+0-py3-none-any.whl "
-     "--clobber failed (not a rate limit or a transient error)"),
-    # rate limited on every attempt
-    ([RATE_LIMITED] * 3, "3",
-     "::error title=release::gh release upload wheels-4242 wheelhouse/demo-1.0+0-py3-none-any.whl "
-     "--clobber still failed after 3 attempts; re-run this job to continue"),
-])
-def test_release_stops_unpublished_when_uploads_keep_failing(tmp_path, workflows, fake_github,
-                                                             failures, attempts, message):
-    bin_dir, env, set_state, state, calls = fake_github
-    _wheelhouse(tmp_path, 1)
-    set_state(release=None, upload_failures=failures)
-    rc, log, _ = run_step(workflows, "release", "Create the release", tmp_path, bin_dir,
-                          **{**env, "ATTEMPTS": attempts})
-    assert rc == 1
-    assert message in log
-    assert state()["release"]["draft"] is True  # nobody sees a release with files missing
-    assert len([c for c in calls() if c.startswith("gh release upload")]) == len(failures)
-
-
-def test_release_check_reads_every_page_of_assets(tmp_path, workflows, fake_github):
-    bin_dir, env, set_state, _, calls = fake_github
-    names = _wheelhouse(tmp_path, 75)  # 150 files
-    assets = [{"name": n, "size": 1, "state": "uploaded"} for n in names]
-    set_state(release={"id": 42, "draft": False, "assets": assets})
-    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
-    assert rc == 0, log
-    assert any(c.startswith("gh api --paginate repos/o/r/releases/42/assets") for c in calls())
-    # a file missing from the release (on its second page) is named
-    set_state(release={"id": 42, "draft": False, "assets": assets[:120] + assets[121:]})
-    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
-    assert rc == 1
-    assert "::error title=release::these files are not assets of wheels-4242" in log
-    assert log.rstrip().endswith(names[120])
-    # a draft's files can't be downloaded
-    set_state(release={"id": 42, "draft": True, "assets": assets})
-    rc, log, _ = run_step(workflows, "release", "Check the release", tmp_path, bin_dir, **env)
-    assert rc == 1 and "wheels-4242 is still a draft" in log
-
-
 # --------------------------------------------------------------------------- what is released
-
-
-def test_only_attested_wheels_are_released(tmp_path, workflows):
-    runner_temp = tmp_path / ".runner-temp"
-    (runner_temp / "attested").mkdir(parents=True)
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    for name, data in (("a-1-py3-none-any.whl", b"a"), ("b-1-py3-none-any.whl", b"b"),
-                       ("c-1-py3-none-any.whl", b"c")):
-        (wheelhouse / name).write_bytes(data)
-    # a: attested; b: no mark (its attest job failed); c: a mark of other bytes
-    subprocess.run(f"sha256sum a-1-py3-none-any.whl > {runner_temp}/attested/a-1-py3-none-any"
-                   f".whl.sha256", shell=True, cwd=wheelhouse, check=True)
-    (runner_temp / "attested" / "c-1-py3-none-any.whl.sha256").write_text(
-        "0" * 64 + "  c-1-py3-none-any.whl\n")
-    rc, log, _ = run_step(workflows, "release", "Keep only the attested wheels", tmp_path)
-    assert rc == 0, log
-    assert [p.name for p in wheelhouse.iterdir()] == ["a-1-py3-none-any.whl"]
-    assert sorted(p.name for p in (runner_temp / "unattested").iterdir()) == \
-        ["b-1-py3-none-any.whl", "c-1-py3-none-any.whl"]
-    for name in ("b", "c"):
-        assert (f"::warning title=not attested::{name}-1-py3-none-any.whl has no attestation of "
-                "these bytes; not released (re-run its attest job)") in log
-
-
-def test_failed_cells_reports_reach_the_index_by_cell(tmp_path, workflows):
-    artifacts = tmp_path / ".runner-temp" / "report-artifacts"
-    for cell in ("flash_attn-3.12-cu130", "xformers-py3-cu130-torch2.10+"):
-        (artifacts / f"report-{cell}").mkdir(parents=True)
-        (artifacts / f"report-{cell}" / "report.json").write_text(f'{{"cell": "{cell}"}}')
-    (artifacts / "report-empty").mkdir()          # an upload that found no report
-    rc, log, _ = run_step(workflows, "publish", "Arrange the reports by cell", tmp_path)
-    assert rc == 0, log
-    reports = tmp_path / ".runner-temp" / "reports"
-    assert sorted(p.name for p in reports.iterdir()) == ["flash_attn-3.12-cu130",
-                                                         "xformers-py3-cu130-torch2.10+"]
-    assert json.loads((reports / "flash_attn-3.12-cu130" / "report.json").read_text()) == \
-        {"cell": "flash_attn-3.12-cu130"}
 
 
 #: Stands in for the GitHub CLI where the publish job reads releases: $FAKE_RELEASES (JSON) is
@@ -1586,35 +1507,6 @@ def fake_releases(tmp_path):
 def _release(run: int, *wheels: str, draft: bool = False) -> dict:
     assets = [n for w in wheels for n in (w, w + ".metadata")]
     return {"tag": f"wheels-{run}", "id": run, "draft": draft, "assets": assets}
-
-
-def test_publish_finds_every_complete_release_the_index_lacks(tmp_path, workflows, fake_releases):
-    bin_dir, env, set_state, _ = fake_releases
-    set_state([_release(30, "new-1-py3-none-any.whl", "old-1-py3-none-any.whl"),
-               _release(29, "draft-1-py3-none-any.whl", draft=True),   # still uploading
-               {"tag": "v1.0", "id": 28, "assets": ["x-1-py3-none-any.whl"]},  # not ours
-               _release(27, "old-1-py3-none-any.whl"),                 # indexed already
-               _release(9, "gone-1-py3-none-any.whl"),                 # indexed, then removed
-               _release(26, "skipped-1-py3-none-any.whl", "other-1-py3-none-any.whl")],
-              published=["old-1-py3-none-any.whl"], removed=["gone-1-py3-none-any.whl"])
-    rc, log, outputs = run_step(workflows, "publish", "Find the releases the index lacks",
-                                tmp_path, bin_dir, **env)
-    assert rc == 0, log
-    # oldest first: the run whose publish was cancelled while pending before this one
-    assert outputs["tags"] == "wheels-26 wheels-30"
-    missing = (tmp_path / ".runner-temp" / "missing.tsv").read_text().splitlines()
-    assert missing == ["wheels-26\tskipped-1-py3-none-any.whl",
-                       "wheels-26\tother-1-py3-none-any.whl",
-                       "wheels-30\tnew-1-py3-none-any.whl"]
-
-
-def test_publish_with_nothing_to_index(tmp_path, workflows, fake_releases):
-    bin_dir, env, set_state, _ = fake_releases
-    set_state([_release(27, "old-1-py3-none-any.whl")], published=["old-1-py3-none-any.whl"])
-    rc, log, outputs = run_step(workflows, "publish", "Find the releases the index lacks",
-                                tmp_path, bin_dir, **env)
-    assert rc == 0, log
-    assert outputs["tags"] == "" and "releases to index: none" in log
 
 
 FAKE_MAKE = """#!/bin/bash

@@ -29,7 +29,7 @@ from pathlib import Path
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError, cli
 from tools.plan.limits import LIMITS_PATH, load_limits
-from tools.plan.matrix import changed_only, plan, select
+from tools.plan.matrix import changed_only, plan, require_known, select
 from tools.plan.recipe import load_all
 from tools.plan.runners import load_runners
 from tools.plan.table import TABLE_PATH, load_table
@@ -128,25 +128,34 @@ def _batch(args: argparse.Namespace) -> int:
                            {r.package for r in recipes})
     limits = load_limits(args.limits)
     packages = _csv(args.package)
-    entries = list(load_ledger(args.ledger).values())
-    attempts = load_attempts(args.attempts)
-    if args.changed_files:
+    entries, attempts = [], {}
+    if not args.changed_files:
+        entries = list(load_ledger(args.ledger).values())
+        attempts = load_attempts(args.attempts)
+    else:
         text = sys.stdin.read() if args.changed_files == "-" else Path(args.changed_files).read_text()
         packages = changed_only(packages, text.splitlines(), {c.package for c in cells})
+        # a pull request builds its change, published or not: no ledger, no attempts
         print(f"changed recipes: {', '.join(packages) or 'none'}", file=sys.stderr)
-        entries, attempts = [], {}  # a pull request builds its change, published or not
+    require_known(packages, cells)
+    platforms = _csv(args.platform)
+    unknown = sorted(set(platforms or ()) - set(table.platforms))
+    if unknown:
+        raise PlanError(f"unknown platform(s): {', '.join(unknown)}",
+                        hint=f"known: {', '.join(table.platforms)} (recipes/table.yaml platforms:)")
     selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
                       torches=_csv(args.torch), default_torch_only=False,
-                      platforms=_csv(args.platform)) if packages != [] else []
+                      platforms=platforms) if packages != [] else []
     if args.changed_files and len(selected) > limits.pull_request_cells:
-        print(f"capped: {len(selected)} cells changed, a pull request builds the first "
-              f"{limits.pull_request_cells}", file=sys.stderr)
+        capped = (f"capped: {len(selected)} cells changed, a pull request builds the first "
+                  f"{limits.pull_request_cells} (recipes/limits.yaml pull_request_cells)")
+        print(f"::warning title=batch capped::{capped}" if args.github_output else capped,
+              file=sys.stderr)
         selected = selected[:limits.pull_request_cells]
     found = drain(selected, cells, recipes, table, runners, limits, entries, attempts,
                   fingerprints(recipes, args.table, runners.path))
     batch = first_batch(found, cells, recipes, entries)
-    document = batch.document() if batch else {"schema": 1, "stages": {}}
-    outputs = batch.outputs() if batch else {"count": "0"}
+    document, outputs = batch.document(), batch.outputs()
     args.plan_out.write_text(json.dumps(document, indent=1))
     if args.github_output:
         with args.github_output.open("a") as out:

@@ -186,7 +186,7 @@ class Schedule:
         """The schedule as ``--format schedule`` prints it."""
         lim = self.limits
         return {"rule": {"order": list(lim.order), "packages": list(lim.packages),
-                         "tries": lim.tries, "limits_file": str(lim.path)},
+                         "tries": lim.tries, "limits_file": lim.path.name},
                 "backlog": self.backlog, "totals": self.totals(),
                 "runs": [{"run": i, **f.to_json()} for i, f in enumerate(self.figures, 1)],
                 "refused": [r.to_json() for r in self.refused]}
@@ -468,12 +468,10 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
 
 
 def first_batch(schedule: Schedule, everything: list[Cell], recipes: list[Recipe],
-                entries: list[Entry]) -> Batch | None:
-    """The batch of the schedule's first run (None: nothing to build), with the published
+                entries: list[Entry]) -> Batch:
+    """The batch of the schedule's first run (no jobs: nothing to build), with the published
     wheels its cells need (:func:`needed_wheels`)."""
-    if not schedule.runs:
-        return None
-    run = schedule.runs[0]
+    run = schedule.runs[0] if schedule.runs else ()
     toolchain: dict[str, Cell] = {}
     for cell in everything:
         toolchain.setdefault(group_id(cell.id), cell)
@@ -548,6 +546,9 @@ def as_markdown(schedule: Schedule) -> str:
               f"{_gb(lim.wheel_disk_bytes)} of disk for a run's wheels."]
     for r in schedule.refused:
         lines.append(f"- refused: {', '.join(r.cells)}: {r.why}")
+    if not schedule.runs:
+        lines.insert(0, "**Nothing to build**: the backlog is empty (every selected cell is "
+                        "published, given up on, or refused).\n")
     return "\n".join(lines)
 
 
