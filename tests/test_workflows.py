@@ -584,7 +584,7 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
     assert path == save_step["with"]["path"] and Path(path).expanduser() == cache_dir({})
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
     # (and platform): the planner's prefix (tools.plan.stages ccache_prefix), from the entry
-    from tools.release import ENV_FIELDS
+    from tools.releasing.steps import ENV_FIELDS
     assert ENV_FIELDS["cell"]["ccache_prefix"] == "CCACHE_PREFIX"
     assert ENV_FIELDS["cell"]["python"] == "CELL_PYTHON"
     # trimmed to the job's share of the repository's cache just before it is saved, under the
@@ -686,7 +686,7 @@ def test_shard_jobs_run_the_shard_command_and_hand_their_caches_on(workflows, su
     assert workflow == PLATFORM_JOBS[suffix][0]
     assert job["env"] == {"JOB_ID": _entry("id")}
     # the rest of the entry from the plan artifact, under the names the steps use
-    from tools.release import ENV_FIELDS
+    from tools.releasing.steps import ENV_FIELDS
     assert set(ENV_FIELDS["shard"].values()) >= {"SHARD_ID", "GROUP", "SHARD", "OF", "CACHE_KEY",
                                                  "BUDGET_MINUTES", "CELL_CUDA", "IMAGE"}
     start, start_step = _step(job, "Record the job's start")

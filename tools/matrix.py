@@ -19,11 +19,10 @@ from tools.plan import matrix
 from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
 from tools.plan.recipe import load_all
-from tools.plan.limits import LIMITS_PATH, load_limits
+from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
-from tools.releasing.backlog import fingerprints, load_attempts
-from tools.releasing.schedule import as_markdown, drain
-from tools.sitegen.ledger import load_ledger
+from tools.releasing.schedule import as_markdown
+from tools.releasing.steps import Sources, schedule_of
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 #: The formats that schedule the backlog (``tools.releasing.schedule``).
@@ -108,21 +107,6 @@ def _cap(cells: list[Cell], cap: int) -> list[Cell]:
     return cells[:cap]
 
 
-def _schedule(args: argparse.Namespace, selected: list[Cell], cells: list[Cell],
-              recipes: list, table: Table) -> str:
-    """The schedule of the selected cells' backlog, in the chosen schedule format."""
-    runners = load_runners(args.runners or args.recipes / "runners.yaml",
-                           {r.package for r in recipes})
-    limits = load_limits(args.limits)
-    entries = list(load_ledger(args.ledger).values())
-    prints = fingerprints(recipes, args.table, runners.path)
-    found = drain(selected, cells, recipes, table, runners, limits, entries,
-                  load_attempts(args.attempts), prints)
-    if args.format == "schedule-md":
-        return as_markdown(found)
-    return json.dumps(found.to_json(), indent=1)
-
-
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Print the planned cells, filtered, in the chosen format."""
@@ -140,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                       torches=_csv(args.torch), default_torch_only=args.default_torch_only,
                       platforms=_platforms(args.platform, table))
     if args.format in SCHEDULE_FORMATS:
-        print(_schedule(args, _cap(selected, args.cap), cells, recipes, table))
+        found = schedule_of(Sources(args.recipes, args.table, args.runners, args.limits),
+                            _cap(selected, args.cap), cells, recipes, table,
+                            ledger=args.ledger, attempts=args.attempts)
+        print(as_markdown(found) if args.format == "schedule-md"
+              else json.dumps(found.to_json(), indent=1))
         return 0
     runners = None
     if args.format in STAGED:

@@ -14,12 +14,12 @@ even an empty run (a wheel over the asset size or the disk, a job over the budge
 **A run's figures** (:class:`RunFigures`), each checked against its limit: jobs per matrix,
 the plan job's outputs in UTF-16 bytes (:mod:`tools.releasing.batch`, the real text), release
 assets (a wheel and its ``.metadata``), a wheel's size, artifacts made (a wheel and a report per
-cell, a cache and a report per shard, the plan, the attestation marks and the site), REST and
-content-creating requests of its attest, release and publish jobs and the hours their pacing
+cell, a cache and a report per shard, the plan and the site), REST and
+content-creating requests of its release and publish jobs and the hours the release's pacing
 takes, cache bytes saved (cells without shards save their compiler cache, shards theirs), the
 disk its release and publish jobs need for the wheels, its longest job, its wall hours
 (:func:`wall_hours`: the jobs laid out at the account's concurrency and each matrix's
-max-parallel) and its runner-hours (every job: plan, shards, cells, attest, release, publish).
+max-parallel) and its runner-hours (every job: plan, shards, cells, release, publish).
 
 **Stated rules** (not measured on a runner; each figure says why): a wheel's size is its recipe's
 ``build.wheel_mib_per_arch`` (measured) times its archs, else :data:`DEFAULT_WHEEL_MIB_PER_ARCH`;
@@ -63,19 +63,20 @@ CACHE_SHARE = 1.0
 TRANSFER_MIB_PER_S = 50
 #: The plan job: check out, set up Python, install the tools (``.[farm]``), plan. Stated.
 PLAN_HOURS = 5 / 60
-#: The setup of the attest, release and publish jobs (check out, Python, the tools), stated.
+#: The setup of the release and publish jobs (check out, Python, the tools), stated.
 SMALL_JOB_SETUP_HOURS = 5 / 60
 #: Indexing one wheel (read, check, write its .metadata and pages), stated from the index's
 #: hostile-input suites, which index a wheel in well under a second here.
 INDEX_SECONDS_PER_WHEEL = 2
 #: Deploying the site (upload-pages-artifact, deploy-pages), stated.
 DEPLOY_HOURS = 3 / 60
+#: One provenance attestation over every wheel of a run (signing and storing it), stated.
+ATTEST_HOURS = 2 / 60
 #: REST calls of a run besides those per file and per page: the Pages site (twice), the
 #: release's view, create and edit, the releases list (publish).
 FIXED_REST_CALLS = 6
-#: Artifacts every run makes besides its cells' and shards': the plan, the attestation marks,
-#: the site.
-RUN_ARTIFACTS = 3
+#: Artifacts every run makes besides its cells' and shards': the plan and the site.
+RUN_ARTIFACTS = 2
 
 
 def wheel_bytes(cell: Cell, recipe: Recipe) -> int:
@@ -269,7 +270,7 @@ def _simulate(stages: dict[str, list[float]], concurrent: int, caps: dict[str, i
 def wall_hours(stages: dict[str, list[float]], limits: Limits, small: list[float]) -> float:
     """A run's wall hours: the plan job, then the shard and cell stages at the account's
     concurrency and each platform's max-parallel (a platform's ``cells2`` after its shards),
-    then ``small`` (attest, release, publish) one after another."""
+    then ``small`` (release, publish) one after another."""
     caps, after = {}, {}
     for name in stages:
         platform = next(p for p in PLATFORM_PART if name in
@@ -290,24 +291,23 @@ def cache_share(items: list[Item] | tuple[Item, ...], limits: Limits) -> int:
 
 def _small_jobs(n: int, shards: int, total: int, limits: Limits) -> dict[str, float]:
     """The request counts of a run of ``n`` cells, ``shards`` shards and ``total`` wheel bytes,
-    and the hours of its attest, release and publish jobs (the release paced by the limits)."""
+    and the hours of its release and publish jobs (the release paced by the limits)."""
     assets = 2 * n
     artifacts = 2 * n + 2 * shards + RUN_ARTIFACTS
     pages = math.ceil(artifacts / limits.artifacts_per_page)
     asset_pages = math.ceil(assets / limits.artifacts_per_page)
-    # attest: list the run's artifacts, download each wheel; release: the same, the marks, the
-    # asset list before and after, every upload; publish: the reports, the release's assets,
+    # release: list the run's artifacts, download each wheel, the asset list before and after,
+    # every upload; publish: list the artifacts, download each report, the release's assets,
     # each wheel.
     content = assets + 2
-    rest = FIXED_REST_CALLS + 3 * pages + 2 * n + 1 + 3 * asset_pages + assets + 2 * n + n
+    rest = FIXED_REST_CALLS + 2 * pages + 3 * asset_pages + assets + 3 * n
     transfer = total / 2**20 / TRANSFER_MIB_PER_S / 3600
     index = n * INDEX_SECONDS_PER_WHEEL / 3600
     paced = max(content / limits.paced(limits.content_requests_per_hour),
                 content / limits.paced(limits.content_requests_per_minute) / 60,
-                rest / limits.paced(limits.rest_requests_per_hour) / 3, transfer)
+                rest / limits.paced(limits.rest_requests_per_hour) / 2, transfer)
     return {"assets": assets, "artifacts": artifacts, "content": content, "rest": rest,
-            "attest": SMALL_JOB_SETUP_HOURS + transfer,
-            "release": SMALL_JOB_SETUP_HOURS + transfer + index + paced,
+            "release": SMALL_JOB_SETUP_HOURS + transfer + index + ATTEST_HOURS + paced,
             "publish": SMALL_JOB_SETUP_HOURS + transfer + index + DEPLOY_HOURS}
 
 
@@ -324,7 +324,7 @@ def figures(items: list[Item] | tuple[Item, ...], release: Release,
     share = cache_share(items, limits)
     by_stage = {name: [hours[j["id"]] for j in jobs] for name, jobs in stages.items()}
     jobs_h = [h for hs in by_stage.values() for h in hs]
-    tail = [small["attest"], small["release"], small["publish"]]
+    tail = [small["release"], small["publish"]]
     return RunFigures(
         cells=cells, shards=shards, wheels=len(cells), wheel_bytes=total,
         release_assets=small["assets"],

@@ -1,0 +1,222 @@
+"""The steps of a release run, one function each, as ``python -m tools.release`` runs them.
+
+Each takes paths and values, not a command line, and returns what the command prints: the
+batch of the plan job (:func:`choose_batch`), a job's environment from the plan artifact
+(:func:`job_env`), the published wheels a cell needs (:func:`fetch_needed`), this run's
+artifacts (:func:`download_artifacts`), and the failed tries after the run
+(:func:`count_attempts`). :func:`api_from_env` is the paced API with the job's token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.core.errors import PlanError
+from tools.plan.limits import load_limits
+from tools.plan.matrix import changed_only, plan, require_known, select
+from tools.plan.recipe import load_all
+from tools.plan.runners import load_runners
+from tools.plan.table import load_table
+from tools.sitegen.ledger import load_ledger
+from .artifacts import fetch
+from .backlog import fingerprints, load_attempts, record, write_attempts
+from .batch import Batch, job_entry
+from .ghapi import Api, ApiError
+from .schedule import Schedule, drain, first_batch
+
+#: The fields of a job's entry that reach its steps' environment, and their names there, per
+#: kind of job (the called workflows' names).
+ENV_FIELDS = {
+    "cell": {"id": "CELL_ID", "group": "GROUP", "shards": "SHARDS", "image": "IMAGE",
+             "python": "CELL_PYTHON", "cuda": "CELL_CUDA", "ccache_prefix": "CCACHE_PREFIX",
+             "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"},
+    "shard": {"id": "SHARD_ID", "group": "GROUP", "shard": "SHARD", "of": "OF",
+              "image": "IMAGE", "cuda": "CELL_CUDA", "cache_key": "CACHE_KEY",
+              "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"}}
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The files a run plans from."""
+
+    recipes: Path
+    table: Path
+    runners: Path | None
+    limits: Path
+
+    def runners_path(self) -> Path:
+        """The runner file: the one named, else the recipes'."""
+        return self.runners or self.recipes / "runners.yaml"
+
+
+def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
+                 filters: dict[str, list[str] | None], changed: list[str] | None,
+                 say: Any = print) -> tuple[Batch, Schedule]:
+    """This run's batch: the first run of the schedule of the backlog (the cells ``filters``
+    selects, less what ``ledger`` publishes and ``attempts`` gave up on). ``changed``: a pull
+    request's changed paths: only the recipes they touch, at most the policy's sample, published
+    or not (no ledger, no attempts)."""
+    table = load_table(src.table)
+    recipes = load_all(src.recipes, table)
+    cells = plan(recipes, table)
+    runners = load_runners(src.runners_path(), {r.package for r in recipes})
+    limits = load_limits(src.limits)
+    packages = filters.get("package")
+    entries, tries = [], {}
+    if changed is None:
+        entries = list(load_ledger(ledger).values()) if ledger else []
+        tries = load_attempts(attempts)
+    else:
+        packages = changed_only(packages, changed, {c.package for c in cells})
+        say(f"changed recipes: {', '.join(packages) or 'none'}")
+    require_known(packages, cells)
+    platforms = filters.get("platform")
+    unknown = sorted(set(platforms or ()) - set(table.platforms))
+    if unknown:
+        raise PlanError(f"unknown platform(s): {', '.join(unknown)}",
+                        hint=f"known: {', '.join(table.platforms)} (recipes/table.yaml platforms:)")
+    selected = select(cells, packages=packages, pythons=filters.get("python"),
+                      cudas=filters.get("cuda"), torches=filters.get("torch"),
+                      default_torch_only=False, platforms=platforms) if packages != [] else []
+    if changed is not None and len(selected) > limits.pull_request_cells:
+        say(f"capped: {len(selected)} cells changed, a pull request builds the first "
+            f"{limits.pull_request_cells} (recipes/limits.yaml pull_request_cells)")
+        selected = selected[:limits.pull_request_cells]
+    found = drain(selected, cells, recipes, table, runners, limits, entries, tries,
+                  fingerprints(recipes, src.table, runners.path))
+    return first_batch(found, cells, recipes, entries), found
+
+
+def schedule_of(src: Sources, selected: list, cells: list, recipes: list, table: Any, *,
+                ledger: Path, attempts: Path | None) -> Schedule:
+    """The schedule of the backlog of ``selected`` (``python -m tools.matrix --format
+    schedule``) over the ledger and attempts files."""
+    runners = load_runners(src.runners_path(), {r.package for r in recipes})
+    return drain(selected, cells, recipes, table, runners, load_limits(src.limits),
+                 list(load_ledger(ledger).values()), load_attempts(attempts),
+                 fingerprints(recipes, src.table, runners.path))
+
+
+def job_env(document: dict[str, Any], job_id: str) -> list[str]:
+    """A job's entry in the plan artifact as ``NAME=value`` lines for ``$GITHUB_ENV``."""
+    job = job_entry(document, job_id)
+    lines = []
+    for key, name in ENV_FIELDS["shard" if "shard" in job else "cell"].items():
+        if key not in job:
+            continue
+        value = job[key]
+        text = " ".join(value) if isinstance(value, list) else str(value)
+        if "\n" in text or "\r" in text:
+            raise PlanError(f"{job_id}: {key} holds a line break", hint="a plan artifact bug")
+        lines.append(f"{name}={text}")
+    return lines
+
+
+def fetch_needed(document: dict[str, Any], job_id: str, into: Path) -> list[str]:
+    """Download the published wheels cell ``job_id`` needs into ``into``, each checked against
+    the ledger's sha256; one line per wheel."""
+    into.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for need in job_entry(document, job_id).get("needs_wheels", []):
+        name = Path(need["file"]).name
+        if name != need["file"] or not name.endswith(".whl"):
+            raise PlanError(f"{job_id}: needed file {need['file']!r} is not a wheel's name")
+        with urllib.request.urlopen(need["url"], timeout=600) as answer:
+            data = answer.read()
+        if hashlib.sha256(data).hexdigest() != need["sha256"]:
+            raise PlanError(f"{name}: its bytes are not the ones the ledger publishes",
+                            hint="the index's file changed: report it")
+        (into / name).write_bytes(data)
+        lines.append(f"{need['cell']}: {name}")
+    return lines
+
+
+def api_from_env(limits_path: Path) -> Api:
+    """The paced API with the job's token (``GH_TOKEN``) at ``GITHUB_API_URL``."""
+    token = os.environ.get("GH_TOKEN") or os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise ApiError("no token: set GH_TOKEN", hint="the workflow passes github.token")
+    return Api(os.environ.get("GITHUB_API_URL", "https://api.github.com"), token,
+               load_limits(limits_path))
+
+
+def cell_ids(document: dict[str, Any]) -> list[str]:
+    """The cells of a plan artifact, in stage order."""
+    return [j["id"] for name, jobs in document.get("stages", {}).items()
+            if name.startswith("cells") for j in jobs]
+
+
+def download_artifacts(api: Api, repo: str, run_id: str, document: dict[str, Any], what: str,
+                       into: Path, cell: str | None = None) -> list[str]:
+    """This run's ``wheels`` (every cell's, into ``into``; as many wheels as artifacts found),
+    ``reports`` (``into/<cell>/report.json``) or ``shards`` (cell ``cell``'s shard caches, into
+    ``into/<shard>/``); one line per missing artifact and a count."""
+    into.mkdir(parents=True, exist_ok=True)
+    lines = []
+    if what == "shards":
+        if not cell:
+            raise PlanError("--what shards needs --id CELL", hint="the cell reading the caches")
+        found, missing = fetch(api, repo, run_id, list(job_entry(document, cell).get("shards", [])),
+                               into)
+        lines += [f"{n}: no cache (the shard failed or was stopped): the build compiles its "
+                  "units itself" for n in missing]
+    elif what == "reports":
+        found, missing = fetch(api, repo, run_id, [f"report-{c}" for c in cell_ids(document)],
+                               into)
+        for name in found:  # <dir>/report-<cell>/report.json -> <dir>/<cell>/report.json
+            (into / name).rename(into / name.removeprefix("report-"))
+    else:
+        found, missing = fetch(api, repo, run_id, [f"wheels-{c}" for c in cell_ids(document)],
+                               into, separate=False)
+        wheels = list(into.glob("*.whl"))
+        if len(wheels) != len(found):
+            raise PlanError(f"{len(found)} wheel artifacts held {len(wheels)} wheels",
+                            hint="each cell's artifact holds its one wheel")
+        lines += [f"{n.removeprefix('wheels-')}: no wheel (its build failed)" for n in missing]
+    return lines + [f"{what}: {len(found)} downloaded, {len(missing)} missing, "
+                    f"{api.made} requests"]
+
+
+def count_attempts(src: Sources, *, attempts: Path, document: dict[str, Any], reports: Path,
+                   report_url: str = "", reports_out: Path | None = None) -> str:
+    """Write the attempts file after this run (from its cells' build reports: an error, or no
+    report at all, is a failed try) and, into ``reports_out``, a report of the last error of
+    each attempted cell that has none there (the front page's "what is missing")."""
+    table = load_table(src.table)
+    recipes = load_all(src.recipes, table)
+    cells = {c.id: c for c in plan(recipes, table)}
+    runners = load_runners(src.runners_path(), {r.package for r in recipes})
+    results: dict[str, str | None] = {}
+    for cell in cell_ids(document):
+        report = reports / cell / "report.json"
+        if not report.is_file():
+            results[cell] = "no build report (the job failed before it wrote one, or was stopped)"
+            continue
+        try:
+            error = json.loads(report.read_text()).get("error")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            error = "its build report is not a JSON object"
+        results[cell] = str(error) if error else None
+    after = record(load_attempts(attempts), results,
+                   fingerprints(recipes, src.table, runners.path), cells,
+                   {c: report_url for c, e in results.items() if e})
+    write_attempts(attempts, after)
+    limit = load_limits(src.limits).tries
+    for cell, attempt in after.items() if reports_out else ():
+        target = reports_out / cell / "report.json"
+        if target.exists() or cell not in cells:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        state = "given up until its recipe, the table or the runner file changes" \
+            if attempt.tries >= limit else "tried again by the next run"
+        target.write_text(json.dumps({
+            "cell": cell, "report": attempt.report,
+            "error": f"{attempt.error} (failed {attempt.tries} run(s) in a row; {state})"}))
+    failed = sum(1 for e in results.values() if e)
+    return f"{len(results)} cells ran, {failed} failed; {len(after)} cells with failed tries"
