@@ -22,8 +22,12 @@ from tools.releasing.publish import releases_to_index, upload_release
 class StandIn:
     """GitHub's release API for one repository, in memory, with its limits."""
 
-    def __init__(self, assets_limit=1000, rate_limit_every=0, fail_once=()):
+    def __init__(self, assets_limit=1000, rate_limit_every=0, fail_once=(), cut_listing=None):
         self.releases: list[dict] = []
+        #: this run's artifacts: (name, zip bytes); a listing cut after ``cut_listing`` items
+        self.artifacts: list[tuple[str, bytes]] = []
+        self.cut_listing = cut_listing
+        self.storage_saw_token = False
         self.assets: dict[int, list[dict]] = {}
         self.assets_limit = assets_limit
         self.rate_limit_every = rate_limit_every
@@ -66,6 +70,28 @@ def _handler(state: StandIn, base: list[str]):
                     if state.rate_limit_every and state.content % state.rate_limit_every == 0:
                         return self._send(403, {"message": "You have exceeded a secondary rate "
                                                            "limit"}, {"Retry-After": "2"})
+                m = re.fullmatch(r"/repos/o/r/actions/runs/(\d+)/artifacts", path)
+                if m:
+                    items = [{"id": i + 1, "name": n, "size_in_bytes": len(z), "expired": False}
+                             for i, (n, z) in enumerate(state.artifacts)]
+                    shown = items[:state.cut_listing] if state.cut_listing else items
+                    return self._send(200, {"total_count": len(items),
+                                            "artifacts": self._page(shown)})
+                m = re.fullmatch(r"/repos/o/r/actions/artifacts/(\d+)/zip", path)
+                if m:  # a redirect to storage's signed address, as GitHub answers
+                    return self._send(302, None, {"Location": f"{base[0]}/storage/{m.group(1)}"
+                                                              "?sig=signed"})
+                m = re.fullmatch(r"/storage/(\d+)", path)
+                if m:
+                    if self.headers.get("Authorization"):
+                        state.storage_saw_token = True
+                        return self._send(400, {"message": "two kinds of authentication"})
+                    data = state.artifacts[int(m.group(1)) - 1][1]
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 m = re.fullmatch(r"/repos/o/r/releases/tags/(.+)", path)
                 if m:
                     found = [r for r in state.releases if r["tag_name"] == m.group(1)
@@ -214,3 +240,109 @@ def test_the_releases_the_index_lacks_are_read_page_by_page(tmp_path, github):
     assert [len(w) for _, w in found] == [50, 50, 50]
     # 120 assets a release: a second page of each was read
     assert any("page=2" in p for _, p, _ in state.log)
+
+
+# --------------------------------------------------------------------------- a run's artifacts
+
+
+def _zip(**members: bytes) -> bytes:
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name.replace("__", "/"), data)
+    return buf.getvalue()
+
+
+def _plan(cells: list[str], shards: dict[str, list[str]] | None = None) -> dict:
+    return {"schema": 1, "stages": {"cells1": [{"id": c, "shards": (shards or {}).get(c, [])}
+                                               for c in cells]}}
+
+
+def test_every_wheel_of_the_run_is_listed_page_by_page_and_downloaded_by_id(tmp_path, github):
+    from tools.releasing.steps import download_artifacts
+    state, base = github()
+    cells = [f"demo-3.12-cu130-n{i}" for i in range(130)]
+    # 120 cells built (a wheel and a report each), 10 failed (a report only)
+    for i, cell in enumerate(cells):
+        if i < 120:
+            state.artifacts.append((f"wheels-{cell}", _zip(**{f"demo-{i}-py3-none-any.whl": b"w"})))
+        state.artifacts.append((f"report-{cell}", _zip(**{"report.json": b"{}"})))
+    api = _api(base, Clock())
+    lines = download_artifacts(api, "o/r", "7", _plan(cells), "wheels", tmp_path / "wh")
+    assert len(list((tmp_path / "wh").glob("*.whl"))) == 120
+    assert lines[-1].startswith("wheels: 120 downloaded, 10 missing")
+    assert "demo-3.12-cu130-n129: no wheel (its build failed)" in lines
+    # 250 artifacts: three pages, then one download each; never the token to storage
+    assert sum(1 for _, p, _ in state.log if "/artifacts?" in p) == 3
+    assert not state.storage_saw_token
+    # the reports, each as <cell>/report.json
+    download_artifacts(api, "o/r", "7", _plan(cells), "reports", tmp_path / "rep")
+    assert len(list((tmp_path / "rep").glob("*/report.json"))) == 130
+    assert (tmp_path / "rep" / cells[0] / "report.json").is_file()
+
+
+def test_a_cut_listing_is_an_error_not_a_silent_loss(tmp_path, github):
+    from tools.releasing.artifacts import list_run_artifacts
+    state, base = github(cut_listing=100)
+    state.artifacts = [(f"wheels-c{i}", _zip(a=b"x")) for i in range(150)]
+    with pytest.raises(ApiError, match="listed 100 of its 150 artifacts"):
+        list_run_artifacts(_api(base, Clock()), "o/r", "7")
+
+
+def test_a_cells_shard_caches_by_name_a_missing_one_is_said(tmp_path, github):
+    from tools.releasing.steps import download_artifacts
+    state, base = github()
+    state.artifacts = [("g-shard1", _zip(**{"ccache__a__b": b"obj"})),
+                       ("g-shard3", _zip(**{"ccache__c": b"obj"})),
+                       ("other-shard1", _zip(x=b"no"))]
+    plan = _plan(["c"], {"c": ["g-shard1", "g-shard2", "g-shard3"]})
+    lines = download_artifacts(_api(base, Clock()), "o/r", "7", plan, "shards", tmp_path / "sc",
+                               cell="c")
+    assert (tmp_path / "sc" / "g-shard1" / "ccache" / "a" / "b").read_bytes() == b"obj"
+    assert sorted(p.name for p in (tmp_path / "sc").iterdir()) == ["g-shard1", "g-shard3"]
+    assert lines[0].startswith("g-shard2: no cache")
+
+
+@pytest.mark.parametrize("member", ["../escaped.py", "/abs/path", "a/../../b"])
+def test_an_artifact_member_outside_its_folder_is_refused(tmp_path, member):
+    import io
+    import zipfile
+    from tools.releasing.artifacts import extract
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(member, b"x")
+    with pytest.raises(ApiError, match="not a plain file inside it"):
+        extract(buf.getvalue(), tmp_path / "in")
+    assert not (tmp_path / "escaped.py").exists() and not (tmp_path / "in").exists()
+
+
+def test_the_upload_command_end_to_end(tmp_path, github):
+    """``python -m tools.release upload`` as the release job runs it, against the stand-in."""
+    import os
+    import subprocess
+    import sys
+    from tools import ROOT
+    state, base = github()
+    (tmp_path / "wh").mkdir()
+    files = _files(tmp_path / "wh", 3)
+    notes = tmp_path / "notes.md"
+    notes.write_text("notes")
+    env = {**os.environ, "GH_TOKEN": "t", "GITHUB_API_URL": base, "NO_PROXY": "127.0.0.1",
+           "no_proxy": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, "-m", "tools.release", "upload", "--repo", "o/r",
+                           "--tag", "wheels-9", "--target", "abc", "--dir", str(tmp_path / "wh"),
+                           "--notes", str(notes)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "wheels-9: sent 6, 0 already there" in proc.stdout
+    assert {a["name"] for a in state.assets[1]} == {f.name for f in files}
+    # without a token: a clear error, nothing sent
+    env.pop("GH_TOKEN")
+    env.pop("GITHUB_TOKEN", None)
+    proc = subprocess.run([sys.executable, "-m", "tools.release", "upload", "--repo", "o/r",
+                           "--tag", "wheels-9", "--target", "abc", "--dir", str(tmp_path / "wh"),
+                           "--notes", str(notes)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "no token: set GH_TOKEN" in proc.stderr

@@ -1,0 +1,123 @@
+"""``python -m tools.release`` (tools.releasing.steps): a job's entry from the plan artifact,
+the published wheels a cell needs (served on 127.0.0.1, checked against the ledger's sha256),
+the failed tries after a run; bad input named. The batch step and the upload are run for real in
+tests/test_workflows.py and tests/test_ghapi.py."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tools import ROOT
+from tools.core.errors import PlanError
+from tools.releasing.backlog import load_attempts
+from tools.releasing.steps import Sources, count_attempts, fetch_needed, job_env
+
+
+def _release(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tools.release", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """This repository's batch for causal_conv1d on Linux x86_64, from an empty ledger."""
+    tmp = tmp_path_factory.mktemp("batch")
+    out, summary = tmp / "out", tmp / "summary"
+    proc = _release("batch", "--package", "causal_conv1d", "--platform", "linux_x86_64",
+                    "--plan-out", str(tmp / "batch.json"), "--github-output", str(out),
+                    "--summary", str(summary))
+    assert proc.returncode == 0, proc.stderr
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    return json.loads((tmp / "batch.json").read_text()), outputs, summary.read_text()
+
+
+def test_the_batch_outputs_ids_and_the_summary_the_schedule(batch):
+    document, outputs, summary = batch
+    cells = [e["id"] for e in json.loads(outputs["cells1"])["include"]]
+    assert cells and all(c.startswith("causal_conv1d-") for c in cells)
+    assert outputs["count"] == str(len(cells))
+    assert summary.startswith("## The backlog's schedule (this run is run 1)")
+    assert "**Totals**: 1 runs" in summary
+
+
+def test_a_jobs_entry_becomes_its_environment(batch):
+    document, outputs, _ = batch
+    cell = json.loads(outputs["cells1"])["include"][0]["id"]
+    env = dict(line.split("=", 1) for line in job_env(document, cell))
+    assert env["CELL_ID"] == cell and env["IMAGE"].startswith("pytorch/")
+    assert int(env["CCACHE_SAVE_BYTES"]) > 0 and env["SHARDS"] == ""
+    # the command prints the same lines
+    proc = _release("entry", "--plan", "/dev/stdin", "--id", cell, input=json.dumps(document))
+    assert proc.returncode == 0 and proc.stdout.splitlines() == job_env(document, cell)
+    # a job of another run's plan: named
+    with pytest.raises(PlanError, match="no job 'nope'"):
+        job_env(document, "nope")
+
+
+@pytest.fixture
+def served(tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield folder, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_needed_wheel_comes_from_the_index_checked_against_the_ledger(tmp_path, served):
+    folder, base = served
+    name = "torch_scatter-2.1.2+cu130.torch2.14-cp312-cp312-manylinux_2_28_x86_64.whl"
+    (folder / name).write_bytes(b"wheel bytes")
+    good = {"cell": "torch_scatter-3.12-cu130", "file": name, "url": f"{base}/{name}",
+            "sha256": hashlib.sha256(b"wheel bytes").hexdigest()}
+    doc = {"schema": 1, "stages": {"cells1": [{"id": "sparse", "needs_wheels": [good]}]}}
+    assert fetch_needed(doc, "sparse", tmp_path / "needed") == [f"torch_scatter-3.12-cu130: {name}"]
+    assert (tmp_path / "needed" / name).read_bytes() == b"wheel bytes"
+    # other bytes than the ledger's: refused, nothing kept
+    bad = {**good, "sha256": "0" * 64}
+    doc["stages"]["cells1"][0]["needs_wheels"] = [bad]
+    with pytest.raises(PlanError, match="not the ones the ledger publishes"):
+        fetch_needed(doc, "sparse", tmp_path / "other")
+    assert not (tmp_path / "other" / name).exists()
+    # a name that is a path: refused before anything is fetched
+    doc["stages"]["cells1"][0]["needs_wheels"] = [{**good, "file": "../x.whl"}]
+    with pytest.raises(PlanError, match="is not a wheel's name"):
+        fetch_needed(doc, "sparse", tmp_path / "other")
+
+
+def test_the_failed_tries_after_a_run(tmp_path, batch):
+    document, outputs, _ = batch
+    cells = [e["id"] for e in json.loads(outputs["cells1"])["include"]]
+    reports = tmp_path / "reports"
+    # cell 0 built; cell 1 failed with a report; the others left no report (failed early)
+    (reports / cells[0]).mkdir(parents=True)
+    (reports / cells[0] / "report.json").write_text(json.dumps({"cell": cells[0]}))
+    (reports / cells[1]).mkdir(parents=True)
+    (reports / cells[1] / "report.json").write_text(json.dumps({"error": "nvcc failed"}))
+    attempts = tmp_path / "attempts.json"
+    src = Sources(ROOT / "recipes", ROOT / "recipes" / "table.yaml", None,
+                  ROOT / "recipes" / "limits.yaml")
+    for run in (1, 2, 3):  # each run's publish job starts with a folder of its own
+        out = tmp_path / f"out{run}"
+        line = count_attempts(src, attempts=attempts, document=document, reports=reports,
+                              report_url="https://runs/1", reports_out=out)
+        assert line.startswith(f"{len(cells)} cells ran, {len(cells) - 1} failed")
+    tries = load_attempts(attempts)
+    assert cells[0] not in tries and tries[cells[1]].tries == 3
+    assert tries[cells[1]].error == "nvcc failed" and tries[cells[1]].report == "https://runs/1"
+    assert tries[cells[2]].error.startswith("no build report")
+    # the front page gets a report for each attempted cell without one of this run
+    written = json.loads((out / cells[2] / "report.json").read_text())
+    assert "failed 3 run(s) in a row; given up until its recipe" in written["error"]
+    assert not (out / cells[1]).exists()  # its own report is this run's
