@@ -1,0 +1,170 @@
+"""A stand-in of GitHub's REST API for one repository (``o/r``) on 127.0.0.1: releases and their
+assets (with the documented limit of assets per release), a run's artifacts (listed a page at a
+time, each downloaded through a redirect to "storage", which refuses the token as Azure's does),
+the assets' download addresses, and rate limits answered as GitHub answers them (403 with
+``retry-after`` and a secondary-limit message). It is a stand-in: it keeps the API's shapes and
+limits, not GitHub's storage, accounts or signatures.
+
+    from github_standin import github   # the fixture: state, base_url = github(...)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
+
+
+class StandIn:
+    """GitHub's release API for one repository, in memory, with its limits."""
+
+    def __init__(self, assets_limit=1000, rate_limit_every=0, fail_once=(), cut_listing=None):
+        self.releases: list[dict] = []
+        #: this run's artifacts: (name, zip bytes); a listing cut after ``cut_listing`` items
+        self.artifacts: list[tuple[str, bytes]] = []
+        self.cut_listing = cut_listing
+        self.storage_saw_token = False
+        #: each uploaded asset's bytes, by (release id, name)
+        self.blobs: dict[tuple[int, str], bytes] = {}
+        self.assets: dict[int, list[dict]] = {}
+        self.assets_limit = assets_limit
+        self.rate_limit_every = rate_limit_every
+        self.fail_once = set(fail_once)
+        self.content = 0
+        self.log: list[tuple[str, str, int]] = []
+        self.lock = threading.Lock()
+
+
+def _handler(state: StandIn, base: list[str]):
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, body=None, headers=None):
+            data = json.dumps(body).encode() if body is not None else b""
+            self.send_response(code)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            state.log.append((self.command, self.path, code))
+
+        def _page(self, items):
+            q = parse_qs(urlparse(self.path).query)
+            per, page = int(q.get("per_page", ["30"])[0]), int(q.get("page", ["1"])[0])
+            return items[(page - 1) * per:page * per]
+
+        def _any(self):
+            with state.lock:
+                path = urlparse(self.path).path
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                key = f"{self.command} {path}"
+                if key in state.fail_once:
+                    state.fail_once.discard(key)
+                    return self._send(502, {"message": "Bad Gateway"})
+                if self.command != "GET":
+                    state.content += 1
+                    if state.rate_limit_every and state.content % state.rate_limit_every == 0:
+                        return self._send(403, {"message": "You have exceeded a secondary rate "
+                                                           "limit"}, {"Retry-After": "2"})
+                m = re.fullmatch(r"/repos/o/r/actions/runs/(\d+)/artifacts", path)
+                if m:
+                    items = [{"id": i + 1, "name": n, "size_in_bytes": len(z), "expired": False}
+                             for i, (n, z) in enumerate(state.artifacts)]
+                    shown = items[:state.cut_listing] if state.cut_listing else items
+                    return self._send(200, {"total_count": len(items),
+                                            "artifacts": self._page(shown)})
+                m = re.fullmatch(r"/repos/o/r/actions/artifacts/(\d+)/zip", path)
+                if m:  # a redirect to storage's signed address, as GitHub answers
+                    return self._send(302, None, {"Location": f"{base[0]}/storage/{m.group(1)}"
+                                                              "?sig=signed"})
+                m = re.fullmatch(r"/storage/(\d+)", path)
+                if m:
+                    if self.headers.get("Authorization"):
+                        state.storage_saw_token = True
+                        return self._send(400, {"message": "two kinds of authentication"})
+                    data = state.artifacts[int(m.group(1)) - 1][1]
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    state.log.append((self.command, self.path, 200))
+                    return
+                m = re.fullmatch(r"/download/([^/]+)/([^/]+)", path)
+                if m:  # an asset's browser_download_url
+                    tag, name = m.group(1), unquote(m.group(2))
+                    rel = next((r for r in state.releases if r["tag_name"] == tag), None)
+                    asset = next((a for a in state.assets.get(rel["id"], []) if a["name"] == name),
+                                 None) if rel else None
+                    if asset is None:
+                        return self._send(404, {"message": "Not Found"})
+                    data = state.blobs[(rel["id"], name)]
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    state.log.append((self.command, self.path, 200))
+                    return
+                m = re.fullmatch(r"/repos/o/r/releases/tags/(.+)", path)
+                if m:
+                    found = [r for r in state.releases if r["tag_name"] == m.group(1)
+                             and not r["draft"]]
+                    return self._send(200, found[0]) if found else self._send(404, {})
+                if path == "/repos/o/r/releases" and self.command == "GET":
+                    return self._send(200, self._page(state.releases[::-1]))
+                if path == "/repos/o/r/releases" and self.command == "POST":
+                    got = json.loads(body)
+                    rid = len(state.releases) + 1
+                    rel = {"id": rid, "tag_name": got["tag_name"], "draft": got["draft"],
+                           "upload_url": f"{base[0]}/uploads/{rid}/assets{{?name,label}}"}
+                    state.releases.append(rel)
+                    state.assets[rid] = []
+                    return self._send(201, rel)
+                m = re.fullmatch(r"/repos/o/r/releases/(\d+)/assets", path)
+                if m:
+                    return self._send(200, self._page(state.assets[int(m.group(1))]))
+                m = re.fullmatch(r"/repos/o/r/releases/(\d+)", path)
+                if m and self.command == "PATCH":
+                    rel = state.releases[int(m.group(1)) - 1]
+                    rel.update(json.loads(body))
+                    return self._send(200, rel)
+                m = re.fullmatch(r"/uploads/(\d+)/assets", path)
+                if m:
+                    assets = state.assets[int(m.group(1))]
+                    if len(assets) >= state.assets_limit:
+                        return self._send(422, {"message": "too many assets"})
+                    name = parse_qs(urlparse(self.path).query)["name"][0]
+                    rid = int(m.group(1))
+                    asset = {"id": len(assets) + 1000, "name": name, "size": len(body),
+                             "state": "uploaded", "browser_download_url":
+                             f"{base[0]}/download/{state.releases[rid - 1]['tag_name']}/{name}"}
+                    assets.append(asset)
+                    state.blobs[(rid, name)] = body
+                    return self._send(201, asset)
+                return self._send(404, {"message": "Not Found"})
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _any
+    return H
+
+
+@pytest.fixture
+def github():
+    """Start stand-ins: ``github(**StandIn options)`` -> (state, base URL); all stop after the test."""
+    made = []
+
+    def start(**kw):
+        state, base = StandIn(**kw), [""]
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state, base))
+        base[0] = f"http://127.0.0.1:{server.server_address[1]}"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        made.append(server)
+        return state, base[0]
+    yield start
+    for server in made:
+        server.shutdown()
+        server.server_close()
