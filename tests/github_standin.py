@@ -54,6 +54,13 @@ def _handler(state: StandIn, base: list[str]):
             self.wfile.write(data)
             state.log.append((self.command, self.path, code))
 
+        def _bytes(self, data):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            state.log.append((self.command, self.path, 200))
+
         def _page(self, items):
             q = parse_qs(urlparse(self.path).query)
             per, page = int(q.get("per_page", ["30"])[0]), int(q.get("page", ["1"])[0])
@@ -88,13 +95,7 @@ def _handler(state: StandIn, base: list[str]):
                     if self.headers.get("Authorization"):
                         state.storage_saw_token = True
                         return self._send(400, {"message": "two kinds of authentication"})
-                    data = state.artifacts[int(m.group(1)) - 1][1]
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    state.log.append((self.command, self.path, 200))
-                    return
+                    return self._bytes(state.artifacts[int(m.group(1)) - 1][1])
                 m = re.fullmatch(r"/download/([^/]+)/([^/]+)", path)
                 if m:  # an asset's browser_download_url
                     tag, name = m.group(1), unquote(m.group(2))
@@ -103,13 +104,7 @@ def _handler(state: StandIn, base: list[str]):
                                  None) if rel else None
                     if asset is None:
                         return self._send(404, {"message": "Not Found"})
-                    data = state.blobs[(rel["id"], name)]
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    state.log.append((self.command, self.path, 200))
-                    return
+                    return self._bytes(state.blobs[(rel["id"], name)])
                 m = re.fullmatch(r"/repos/o/r/releases/tags/(.+)", path)
                 if m:
                     found = [r for r in state.releases if r["tag_name"] == m.group(1)
