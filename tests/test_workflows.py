@@ -144,6 +144,17 @@ def test_no_expressions_inside_run_scripts(workflows):
         assert "${{" not in step.get("run", ""), f"{where}: pass the value through env:"
 
 
+def test_no_expression_lost_a_brace():
+    """``${ github.token }`` is a plain string to Actions (an expression is ``${{ ... }}``): a
+    brace lost in an edit would hand a script the words instead of the value."""
+    contexts = r"(github|env|inputs|matrix|steps|needs|runner|vars|secrets|job|strategy)\."
+    for path in WORKFLOWS.glob("*.yml"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            assert not re.search(r"\$\{\s*" + contexts, line), f"{path.name}:{n}: {line.strip()}"
+            assert not re.search(contexts + r"[\w.]*\s*\}(?!\})", line) or "${{" in line, \
+                f"{path.name}:{n}: {line.strip()}"
+
+
 def test_checkouts_keep_no_credentials(workflows):
     for where, _job, step in _steps(workflows):
         if step.get("uses", "").startswith("actions/checkout@"):
@@ -313,6 +324,8 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     # the cell's shard caches, each by name from this run's artifacts listed page by page (a
     # pattern's listing can be cut); none for a cell that reads no shard
     assert shards_step["if"] == "env.SHARDS != ''"
+    assert shards_step["env"] == {"GH_TOKEN": "${{ github.token }}",
+                                  "GH_REPO": "${{ github.repository }}"}
     argv = shlex.split(shards_step["run"])
     assert argv[1:4] == ["-m", "tools.release", "artifacts"]
     assert dict(zip(argv[4::2], argv[5::2]))["--what"] == "shards"
