@@ -41,12 +41,12 @@ from tools.builder.needs import is_wheel_of
 from tools.core.errors import PlanError
 from tools.core.platforms import tag_platform
 from tools.core.variant import PLATFORM_PART, group_id
-from tools.plan.groups import groups, read_units
+from tools.plan.groups import groups, read_units, shard_id
 from tools.plan.limits import Limits
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 from tools.plan.runners import Runners
-from tools.plan.stages import GroupPlan, Release, plan_group
+from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group
 from tools.plan.table import Table, version_key
 from tools.sitegen.ledger import Entry
 from .backlog import Attempt, backlog
@@ -271,13 +271,11 @@ def wall_hours(stages: dict[str, list[float]], limits: Limits, small: list[float
     """A run's wall hours: the plan job, then the shard and cell stages at the account's
     concurrency and each platform's max-parallel (a platform's ``cells2`` after its shards),
     then ``small`` (release, publish) one after another."""
-    caps, after = {}, {}
-    for name in stages:
-        platform = next(p for p in PLATFORM_PART if name in
-                        {f"{s}_{PLATFORM_PART[p]}" if PLATFORM_PART[p] else s for s in STAGES})
-        caps[name] = limits.max_parallel.get(platform, limits.concurrent_jobs)
-        if name.startswith("cells2"):
-            after[name] = name.replace("cells2", "shards")
+    platform_of = {matrix_key(s, p): p for p in PLATFORM_PART for s in STAGES}
+    caps = {name: limits.max_parallel.get(platform_of[name], limits.concurrent_jobs)
+            for name in stages}
+    after = {name: name.replace("cells2", "shards") for name in stages
+             if name.startswith("cells2")}
     return PLAN_HOURS + _simulate(stages, limits.concurrent_jobs, caps, after) + sum(small)
 
 
@@ -392,9 +390,8 @@ class _Tally:
         sharded = self.sharded.get(p, 0) + (n if shards else 0)
         shard_jobs = self.shard_jobs.get(p, 0) + shards
         runner = item.plan.runner.label
-        output = self.output + 2 * sum(len(f'{{"id":"{j}","runner":"{runner}"}},')
-                                       for j in (*item.plan.group.cells, *(
-                                           f"{item.id}-shard{k}" for k in range(1, shards + 1))))
+        jobs = (*item.plan.group.cells, *(shard_id(item.id, k) for k in range(1, shards + 1)))
+        output = self.output + 2 * sum(len(f'{{"id":"{j}","runner":"{runner}"}},') for j in jobs)
         cells, all_shards = self.cells + n, self.shards + shards
         total = self.bytes + sum(item.wheels)
         small = _small_jobs(cells, all_shards, total, lim)
