@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import io
 import stat
+import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from .ghapi import Api, ApiError
 
@@ -43,11 +44,11 @@ def list_run_artifacts(api: Api, repo: str, run_id: str) -> list[dict[str, Any]]
     return [a for a in out if not a.get("expired")]
 
 
-def extract(data: bytes, into: Path) -> list[Path]:
-    """The zip ``data``'s files, written under ``into``; ApiError for a member that would land
-    outside it or is not a plain file or folder."""
+def extract(data: bytes | BinaryIO, into: Path) -> list[Path]:
+    """The zip's files (``data``: its bytes, or a file holding it), written under ``into``;
+    ApiError for a member that would land outside it or is not a plain file or folder."""
     written = []
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
+    with zipfile.ZipFile(io.BytesIO(data) if isinstance(data, bytes) else data) as z:
         for info in z.infolist():
             name = PurePosixPath(info.filename)
             kind = (info.external_attr >> 16) & 0o170000
@@ -72,15 +73,23 @@ def download(api: Api, repo: str, artifact: dict[str, Any], into: Path) -> list[
         raise ApiError(f"artifact {artifact['name']} is over {MAX_ARTIFACT_BYTES} bytes")
     r = api.request("GET", f"repos/{repo}/actions/artifacts/{artifact['id']}/zip",
                     follow=False)
-    if r.status in (301, 302, 303, 307, 308):
-        # storage's address carries its own signature: never send it the token
-        with urllib.request.urlopen(r.headers["location"], timeout=api.timeout_s) as answer:
-            data = answer.read(MAX_ARTIFACT_BYTES + 1)
-    elif r.status == 200:
-        data = r.body
-    else:
+    if r.status == 200:
+        return extract(r.body, into)
+    if r.status not in (301, 302, 303, 307, 308):
         raise ApiError(f"artifact {artifact['name']}: HTTP {r.status}")
-    return extract(data, into)
+    # storage's address carries its own signature: never send it the token. The zip goes to a
+    # file, a chunk at a time (a shard's cache can be gigabytes), then is extracted.
+    with tempfile.TemporaryFile() as tmp:
+        with urllib.request.urlopen(r.headers["location"], timeout=api.timeout_s) as answer:
+            size = 0
+            while chunk := answer.read(1 << 20):
+                size += len(chunk)
+                if size > MAX_ARTIFACT_BYTES:
+                    raise ApiError(f"artifact {artifact['name']} is over {MAX_ARTIFACT_BYTES} "
+                                   "bytes")
+                tmp.write(chunk)
+        tmp.seek(0)
+        return extract(tmp, into)
 
 
 def fetch(api: Api, repo: str, run_id: str, names: list[str], into: Path,
