@@ -29,6 +29,8 @@ from tools.sitegen.ledger import load_ledger_document
 COMMANDS = {
     "batch": ["src", ("--ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
               ("--attempts", {"type": Path}),
+              ("--pending", {"type": Path, "help": "tag<TAB>wheel lines of complete releases "
+                             "the ledger lacks yet (what to-index prints): counted published"}),
               *((f"--{n}", {"help": f"comma-separated {n} filter"})
                 for n in ("package", "python", "cuda", "torch", "platform")),
               ("--changed-files", {"metavar": "FILE", "help": "a pull request's changed paths "
@@ -84,8 +86,10 @@ def _run(a: argparse.Namespace) -> list[str]:
         if a.changed_files:
             text = sys.stdin.read() if a.changed_files == "-" else Path(a.changed_files).read_text()
             changed = text.splitlines()
+        pending = [line.split("\t", 1)[-1] for line in a.pending.read_text().splitlines()
+                   if line.strip()] if a.pending else []
         batch, schedule = choose_batch(
-            src, ledger=a.ledger, attempts=a.attempts, changed=changed,
+            src, ledger=a.ledger, attempts=a.attempts, changed=changed, pending=pending,
             filters={n: _csv(getattr(a, n)) for n in ("package", "python", "cuda", "torch",
                                                       "platform")},
             say=lambda line: print(f"::warning title=batch capped::{line}" if a.github_output

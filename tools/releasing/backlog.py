@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from tools.core.errors import PlanError
+from tools.core.variant import parse_label
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 from tools.plan.table import Table
@@ -137,6 +138,22 @@ def record(attempts: dict[str, Attempt], results: dict[str, str | None],
         tries = before.tries + 1 if before and before.fingerprint == now else 1
         out[cell_id] = Attempt(tries, now, error[:MAX_ERROR_CHARS],
                                (reports or {}).get(cell_id, ""))
+    return out
+
+
+def pending_entries(filenames: list[str]) -> list[Entry]:
+    """Wheels of complete run releases that the live ledger lacks yet (a run whose publish
+    failed or was cancelled: the next publish indexes them), as ledger entries made from their
+    file names alone (the variant from the local label), so that the backlog counts them
+    published and no run builds them again. A name that isn't a wheel's is left out."""
+    out = []
+    for name in filenames:
+        try:
+            dist, version, _, _ = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        variant = parse_label(version.local) if version.local else None
+        out.append(Entry(name, str(dist), str(version), "", "", 0, "", None, "", variant))
     return out
 
 

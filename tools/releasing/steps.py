@@ -25,7 +25,7 @@ from tools.plan.runners import load_runners
 from tools.plan.table import load_table
 from tools.sitegen.ledger import load_ledger
 from .artifacts import fetch
-from .backlog import fingerprints, load_attempts, record, write_attempts
+from .backlog import fingerprints, load_attempts, pending_entries, record, write_attempts
 from .batch import Batch, job_entry
 from .ghapi import Api, ApiError
 from .schedule import Schedule, drain, first_batch
@@ -57,11 +57,12 @@ class Sources:
 
 def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
                  filters: dict[str, list[str] | None], changed: list[str] | None,
-                 say: Any = print) -> tuple[Batch, Schedule]:
+                 pending: list[str] = (), say: Any = print) -> tuple[Batch, Schedule]:
     """This run's batch: the first run of the schedule of the backlog (the cells ``filters``
-    selects, less what ``ledger`` publishes and ``attempts`` gave up on). ``changed``: a pull
-    request's changed paths: only the recipes they touch, at most the policy's sample, published
-    or not (no ledger, no attempts)."""
+    selects, less what ``ledger`` publishes, the ``pending`` wheels of complete releases the
+    ledger lacks yet, and what ``attempts`` gave up on). ``changed``: a pull request's changed
+    paths: only the recipes they touch, at most the policy's sample, published or not (no
+    ledger, no attempts)."""
     table = load_table(src.table)
     recipes = load_all(src.recipes, table)
     cells = plan(recipes, table)
@@ -71,6 +72,7 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
     entries, tries = [], {}
     if changed is None:
         entries = list(load_ledger(ledger).values()) if ledger else []
+        entries += pending_entries([n for n in pending if n not in {e.filename for e in entries}])
         tries = load_attempts(attempts)
     else:
         packages = changed_only(packages, changed, {c.package for c in cells})
