@@ -222,3 +222,16 @@ def test_the_readmes_schedule_is_the_output_of_schedule_md(world, full):
     backlog = {"planned": len(cells), "published": 0, "given_up": 0, "backlog": len(cells)}
     assert block == as_markdown(replace(full, backlog=backlog)) + "\n", \
         "README.md's schedule is stale: paste `python -m tools.matrix --format schedule-md`"
+
+
+def test_released_wheels_the_ledger_lacks_yet_count_as_published(world):
+    from tools.releasing.backlog import pending_entries
+    table, recipes, cells, runners, limits = world
+    cell = next(c for c in cells if c.package == "causal_conv1d")
+    tag = f"cp{cell.python.replace('.', '')}"
+    name = f"causal_conv1d-{cell.version}+{cell.label}-{tag}-{tag}-{cell.platform_tag}.whl"
+    entries = pending_entries([name, "notes.md", "not-a-wheel.whl"])
+    assert [e.filename for e in entries] == [name]
+    assert (entries[0].variant.cuda, entries[0].variant.torch) == (cell.cuda, cell.torch)
+    log = backlog(cells, recipes, table, entries, {}, {r.package: "p" for r in recipes}, 3)
+    assert log.published == {cell.id}
