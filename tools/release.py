@@ -97,7 +97,9 @@ def _run(a: argparse.Namespace) -> list[str]:
         a.plan_out.write_text(json.dumps(batch.document(), indent=1))
         if a.github_output:
             with a.github_output.open("a") as out:
-                out.write(github_output_text(batch.outputs()))
+                # pending: released wheels the ledger lacks yet, which this run's publish indexes
+                # even when it builds nothing
+                out.write(github_output_text({**batch.outputs(), "pending": str(len(pending))}))
         summary = as_markdown(schedule)
         if a.summary:
             with a.summary.open("a") as out:
