@@ -21,8 +21,6 @@ from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, requi
 from tools.plan.recipe import load_all
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
-from tools.releasing.schedule import as_markdown
-from tools.releasing.steps import Sources, schedule_of
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 #: The formats that schedule the backlog (``tools.releasing.schedule``).
@@ -124,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
                       torches=_csv(args.torch), default_torch_only=args.default_torch_only,
                       platforms=_platforms(args.platform, table))
     if args.format in SCHEDULE_FORMATS:
+        # Here, not at the top: the schedule reads the ledger (tools.sitegen, Jinja2), and the
+        # noxfile lists its sessions through this command from nox's own environment, which has
+        # only PyYAML and packaging.
+        from tools.releasing.schedule import as_markdown
+        from tools.releasing.steps import Sources, schedule_of
         found = schedule_of(Sources(args.recipes, args.table, args.runners, args.limits),
                             _cap(selected, args.cap), cells, recipes, table,
                             ledger=args.ledger, attempts=args.attempts)
