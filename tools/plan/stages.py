@@ -249,8 +249,9 @@ class Release:
         shards, cells = self.shard_jobs(), self.cell_jobs()
         out: dict[str, dict] = {}
         for platform in PLATFORM_PART:
-            mine = _platform_matrices([j for j in shards if j["platform"] == platform],
-                                      [j for j in cells if j["platform"] == platform])
+            mine = platform_matrices([j for j in shards if j["platform"] == platform],
+                                     [j for j in cells if j["platform"] == platform],
+                                     MATRIX_LIMIT)
             out.update({matrix_key(name, platform): m for name, m in mine.items()})
         return out
 
@@ -277,26 +278,27 @@ def matrix_key(name: str, platform: str) -> str:
     return f"{name}_{part}" if part else name
 
 
-def _platform_matrices(shards: list[dict], jobs: list[dict]) -> dict[str, dict]:
-    """One platform's ``shards``, ``cells1`` and ``cells2`` (see Release.matrices)."""
-    if len(shards) > MATRIX_LIMIT:
-        over = shards[MATRIX_LIMIT]["group"]
+def platform_matrices(shards: list[dict], jobs: list[dict], limit: int) -> dict[str, dict]:
+    """One platform's ``shards``, ``cells1`` and ``cells2`` (see Release.matrices), each matrix
+    at most ``limit`` jobs (GitHub's, or a limits file's)."""
+    if len(shards) > limit:
+        over = shards[limit]["group"]
         raise PlanError(f"the shard matrix would hold {len(shards)} jobs, over GitHub's limit "
-                        f"of {MATRIX_LIMIT} per matrix (crossed at group {over})",
+                        f"of {limit} per matrix (crossed at group {over})",
                         hint=_FEWER)
     # The cells that wait for nothing first: the first matrix needs no shard.
     cells = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
-    free = min(MATRIX_LIMIT, sum(1 for j in cells if not j["shards"]))
-    rest, room = cells[free:], (CELL_MATRICES - 1) * MATRIX_LIMIT
+    free = min(limit, sum(1 for j in cells if not j["shards"]))
+    rest, room = cells[free:], (CELL_MATRICES - 1) * limit
     if len(rest) > room:
         raise PlanError(f"the cells would need more than {CELL_MATRICES} matrices of GitHub's "
-                        f"limit of {MATRIX_LIMIT} jobs: {len(rest) - room} too many (crossed "
+                        f"limit of {limit} jobs: {len(rest) - room} too many (crossed "
                         f"at group {rest[room]['group']})",
                         hint=_FEWER + "; or add a cell job to wheels.yml and raise "
                                       "tools.plan.stages.CELL_MATRICES")
     out = {"shards": {"include": shards}, "cells1": {"include": cells[:free]}}
     for i in range(1, CELL_MATRICES):
-        out[f"cells{i + 1}"] = {"include": rest[(i - 1) * MATRIX_LIMIT:i * MATRIX_LIMIT]}
+        out[f"cells{i + 1}"] = {"include": rest[(i - 1) * limit:i * limit]}
     return out
 
 

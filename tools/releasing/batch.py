@@ -24,7 +24,7 @@ from typing import Any
 
 from tools.core.errors import PlanError
 from tools.core.variant import PLATFORM_PART
-from tools.plan.stages import CELL_MATRICES, Release, matrix_key
+from tools.plan.stages import Release, matrix_key, platform_matrices
 
 BATCH_SCHEMA = 1
 #: The stage names of one platform, in the order the workflow runs them.
@@ -47,7 +47,6 @@ class Batch:
     def stages(self) -> dict[str, list[dict[str, Any]]]:
         """Every platform's stages (:func:`matrix_key` names), each its full job entries in
         the order the workflow runs them; PlanError when a stage is over the matrix limit."""
-        limit = self.jobs_per_matrix
         shards, cells = self.release.shard_jobs(), self.release.cell_jobs()
         for job in cells:
             job["needs_wheels"] = self.needed.get(job["id"], [])
@@ -55,17 +54,10 @@ class Batch:
             job["ccache_save_bytes"] = self.cache_share
         out: dict[str, list[dict[str, Any]]] = {}
         for platform in PLATFORM_PART:
-            mine = [j for j in shards if j["platform"] == platform]
-            jobs = [j for j in cells if j["platform"] == platform]
-            ordered = [j for j in jobs if not j["shards"]] + [j for j in jobs if j["shards"]]
-            free = min(limit, sum(1 for j in jobs if not j["shards"]))
-            rest = ordered[free:]
-            if len(mine) > limit or len(rest) > (CELL_MATRICES - 1) * limit:
-                raise PlanError(f"{platform}: {len(mine)} shards and {len(jobs)} cells are more "
-                                f"than the workflow's matrices hold ({limit} jobs each)",
-                                hint="the schedule keeps a run within them; plan fewer cells")
-            staged = {"shards": mine, "cells1": ordered[:free], "cells2": rest}
-            out.update({matrix_key(name, platform): staged[name] for name in STAGES})
+            staged = platform_matrices([j for j in shards if j["platform"] == platform],
+                                       [j for j in cells if j["platform"] == platform],
+                                       self.jobs_per_matrix)
+            out.update({matrix_key(name, platform): staged[name]["include"] for name in STAGES})
         return out
 
     def document(self) -> dict[str, Any]:
