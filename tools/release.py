@@ -131,7 +131,11 @@ def _run(a: argparse.Namespace) -> list[str]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Run one of the release's commands (see the module docstring)."""
-    for line in _run(parser().parse_args(argv)):
+    lines = _run(parser().parse_args(argv))
+    # "\n", not Windows' "\r\n": `entry`'s lines go into $GITHUB_ENV, where a "\r" would end
+    # up in the value (CELL_ID="...\r") on a Windows runner
+    sys.stdout.reconfigure(newline="\n")
+    for line in lines:
         print(line)
     return 0
 
