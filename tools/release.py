@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = _run(parser().parse_args(argv))
     # "\n", not Windows' "\r\n": `entry`'s lines go into $GITHUB_ENV, where a "\r" would end
     # up in the value (CELL_ID="...\r") on a Windows runner
-    sys.stdout.reconfigure(newline="\n")
+    if hasattr(sys.stdout, "reconfigure"):  # a captured stdout (tests) has no line ends to set
+        sys.stdout.reconfigure(newline="\n")
     for line in lines:
         print(line)
     return 0
