@@ -28,6 +28,8 @@ class StandIn:
         self.artifacts: list[tuple[str, bytes]] = []
         self.cut_listing = cut_listing
         self.storage_saw_token = False
+        #: the repository's Pages site (the API's answer), None: not set up
+        self.pages: dict | None = {"html_url": "https://o.github.io/r/", "build_type": "workflow"}
         #: each uploaded asset's bytes, by (release id, name)
         self.blobs: dict[tuple[int, str], bytes] = {}
         self.assets: dict[int, list[dict]] = {}
@@ -79,6 +81,9 @@ def _handler(state: StandIn, base: list[str]):
                     if state.rate_limit_every and state.content % state.rate_limit_every == 0:
                         return self._send(403, {"message": "You have exceeded a secondary rate "
                                                            "limit"}, {"Retry-After": "2"})
+                if path == "/repos/o/r/pages":
+                    return self._send(200, state.pages) if state.pages else \
+                        self._send(404, {"message": "Not Found"})
                 m = re.fullmatch(r"/repos/o/r/actions/runs/(\d+)/artifacts", path)
                 if m:
                     items = [{"id": i + 1, "name": n, "size_in_bytes": len(z), "expired": False}

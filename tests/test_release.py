@@ -1,6 +1,7 @@
 """``python -m tools.release`` (tools.releasing.steps): a job's entry from the plan artifact,
 the published wheels a cell needs (served on 127.0.0.1, checked against the ledger's sha256),
-the failed tries after a run; bad input named. The batch step and the upload are run for real in
+the failed tries after a run, the live site a run merges into (the Pages API's stand-in and a
+site served on 127.0.0.1); bad input named. The batch step and the upload are run for real in
 tests/test_workflows.py and tests/test_ghapi.py."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 
 import pytest
 
+from github_standin import github  # noqa: F401 (the fixture)
 from tools import ROOT
 from tools.core.errors import PlanError
 from tools.releasing.backlog import load_attempts
@@ -124,3 +126,79 @@ def test_the_failed_tries_after_a_run(tmp_path, batch):
     assert "failed 3 run(s) in a row; given up until its recipe" in written["error"]
     # a cell with a report of this run keeps it
     assert json.loads((out / cells[1] / "report.json").read_text()) == {"error": "nvcc failed"}
+
+
+# --------------------------------------------------------------------------- the live site
+
+LIVE = '{"schema": 1, "files": {\n"a-1.0-py3-none-any.whl": {}\n}}\n'
+
+
+def _site(tmp_path, github, pages_url=None, **pages):
+    """``python -m tools.release site`` against the stand-in API, whose Pages site is ``served``
+    (a folder on 127.0.0.1); returns (exit status, log, outputs, the folder it wrote)."""
+    import os
+    state, base = github()
+    state.pages = pages or ({"html_url": pages_url, "build_type": "workflow"} if pages_url
+                            else None)
+    out, into = tmp_path / "output", tmp_path / "temp"
+    out.write_text("")
+    repo_ledger = tmp_path / "repo-ledger.json"
+    env = {**os.environ, "GH_TOKEN": "t", "GITHUB_API_URL": base, "GITHUB_RUN_ID": "7",
+           "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+    proc = _release("site", "--repo", "o/r", "--dir", str(into), "--repo-ledger",
+                    str(repo_ledger), "--github-output", str(out), env=env)
+    outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    return proc.returncode, proc.stdout + proc.stderr, outputs, into
+
+
+def test_the_live_sites_ledger_and_tries_win(tmp_path, github, served):
+    folder, url = served
+    (folder / "ledger.json").write_text(LIVE)
+    (folder / "attempts.json").write_text('{"schema": 1, "cells": {}}\n')
+    (tmp_path / "repo-ledger.json").write_text('{"schema": 1, "files": {}}\n')
+    rc, log, outputs, into = _site(tmp_path, github, url + "/")
+    assert rc == 0, log
+    assert outputs == {"base_url": url}  # no trailing slash
+    assert (into / "ledger.json").read_text() == LIVE  # the live copy, not the repository's
+    assert (into / "attempts.json").is_file()
+
+
+def test_a_first_deployment_starts_from_the_repositorys_ledger(tmp_path, github, served):
+    _, url = served
+    (tmp_path / "repo-ledger.json").write_text(LIVE)
+    rc, log, _, into = _site(tmp_path, github, url)
+    assert rc == 0, log
+    assert (into / "ledger.json").read_text() == LIVE and "first deployment" in log
+    assert not (into / "attempts.json").exists() and "every cell is tried" in log
+
+
+def test_a_first_deployment_without_any_ledger_starts_empty(tmp_path, github, served):
+    from tools.sitegen.ledger import dump_ledger
+    _, url = served
+    rc, log, _, into = _site(tmp_path, github, url)
+    assert rc == 0, log
+    assert json.loads((into / "ledger.json").read_text()) == json.loads(dump_ledger({}))
+
+
+def test_a_site_serving_an_index_without_its_ledger_is_refused(tmp_path, github, served):
+    folder, url = served
+    (folder / "simple").mkdir()
+    (folder / "simple" / "index.html").write_text("<html></html>")
+    (tmp_path / "repo-ledger.json").write_text(LIVE)
+    rc, log, outputs, into = _site(tmp_path, github, url)
+    assert rc != 0 and "serves an index but no ledger.json" in log
+    assert not (into / "ledger.json").exists() and "base_url" not in outputs
+
+
+@pytest.mark.parametrize("pages,message", [
+    # Pages built from a branch: deploy-pages can't deploy there
+    ({"html_url": "https://o.github.io/r/", "build_type": "legacy"},
+     "o/r's Pages site is built from a branch; in Settings → Pages, set the source to "
+     '"GitHub Actions"'),
+    # no Pages site at all
+    (None, 'GitHub Pages is not set up for o/r; in Settings → Pages, set the source to '
+           '"GitHub Actions"'),
+])
+def test_a_site_github_cant_deploy_to_names_the_setting(tmp_path, github, pages, message):
+    rc, log, outputs, _ = _site(tmp_path, github, **(pages or {}))
+    assert rc != 0 and message in log and outputs == {}

@@ -1,19 +1,17 @@
 """The GitHub workflows: linted for real, their plan step run for real, their safety rules checked.
 
-The plan step's own script (taken from wheels.yml) runs in a scratch git repository holding a copy
-of tools/ and a test recipe, and the publish job's ledger step runs against a local web server
-standing in for the Pages site, so a change to a script, the planner or the ledger is caught here.
-The release, Pages and disk steps run against stand-ins for gh (a release kept in a file, its
-assets answered a page at a time, uploads refused with GitHub's rate-limit messages), df, sudo and
-systemctl; the refresh step pushes to a bare repository whose pre-receive hook applies GitHub's
-rule against a workflow token changing .github/workflows/.
+The plan job's batch step (taken from wheels.yml) runs in a scratch git repository holding a copy
+of tools/ and a test recipe, so a change to the script or the planner is caught here. The
+release's commands themselves are tested in tests/test_release.py, tests/test_ghapi.py and
+tests/test_release_chain.py against a stand-in of GitHub's API; here the hold-back, release-name,
+index and disk steps run against stand-ins for gh, df, sudo and systemctl, and the refresh step
+pushes to a bare repository whose pre-receive hook applies GitHub's rule against a workflow token
+changing .github/workflows/.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import http.server
 import json
 import os
 import re
@@ -21,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -814,7 +811,7 @@ def test_release_and_publish(workflows):
     assert publish["environment"]["name"] == "github-pages"
     plan, _ = _step(release, "Download this run's plan")
     wheels, wheels_step = _step(release, "Download this run's wheels")
-    ledger, _ = _step(release, "Fetch the current ledger")
+    ledger, _ = _step(release, "Read the live site")
     hold, _ = _step(release, "Hold back wheels already published")
     index, index_step = _step(release, "Build the index")
     attest, attest_step = _step(release, "Attest the wheels' build provenance")
@@ -839,12 +836,13 @@ def test_release_and_publish(workflows):
     options = dict(zip(argv[4::2], argv[5::2]))
     assert options["--dir"] == "wheelhouse" and options["--limits"] == "$LIMITS_FILE"
     # the plan, the release and the publish read the same live ledger the same way
+    _, site = _step(release, "Read the live site")
+    assert shlex.split(site["run"])[1:4] == ["-m", "tools.release", "site"]
     for job in (jobs["plan"], publish):
-        for name in ("Find the Pages site", "Fetch the current ledger"):
-            mine = {k: v for k, v in _step(job, name)[1].items() if k != "if"}
-            assert mine == {k: v for k, v in _step(release, name)[1].items() if k != "if"}, name
+        mine = {k: v for k, v in _step(job, "Read the live site")[1].items() if k != "if"}
+        assert mine == site
     reports, reports_step = _step(publish, "Download the build reports of this run")
-    p_ledger, _ = _step(publish, "Fetch the current ledger")
+    p_ledger, _ = _step(publish, "Read the live site")
     tries, tries_step = _step(publish, "Count this run's failed tries")
     found, found_step = _step(publish, "Find the releases the index lacks")
     built, built_step = _step(publish, "Build the index from those releases")
@@ -1208,80 +1206,7 @@ def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, w
             assert json.loads(outputs[key])["include"] == [], key
 
 
-# --------------------------------------------------------------------------- the ledger step
-
-
-@pytest.fixture
-def pages_site(tmp_path):
-    """A local web server standing in for the Pages site; returns (site folder, base URL)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield site, f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
-
-
-def run_ledger_step(workdir: Path, workflows: dict, site_url: str) -> tuple[int, str, str]:
-    """Run wheels.yml's ledger step; returns (exit status, log, the ledger it left)."""
-    _, step = _step(workflows["wheels.yml"]["jobs"]["publish"], "Fetch the current ledger")
-    runner_temp = workdir / ".runner-temp"
-    runner_temp.mkdir(exist_ok=True)
-    script = runner_temp / "ledger.sh"
-    script.write_text(step["run"])
-    env = {**os.environ, "RUNNER_TEMP": str(runner_temp), "SITE_URL": site_url,
-           "PY": sys.executable, "GITHUB_RUN_ID": "1", "GITHUB_RUN_ATTEMPT": "1",
-           "PYTHONPATH": str(ROOT), "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                          cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
-    ledger = runner_temp / "ledger.json"
-    return proc.returncode, proc.stdout + proc.stderr, ledger.read_text() if ledger.exists() else ""
-
-
-LIVE = '{"schema": 1, "files": {\n"a-1.0-py3-none-any.whl": {}\n}}\n'
-
-
-def test_ledger_step_takes_the_live_sites_ledger(tmp_path, pages_site, workflows):
-    site, url = pages_site
-    (site / "ledger.json").write_text(LIVE)
-    (tmp_path / "index").mkdir()
-    (tmp_path / "index" / "ledger.json").write_text('{"schema": 1, "files": {}}\n')
-    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
-    assert rc == 0, log
-    assert ledger == LIVE  # the live copy wins over the repository's
-
-
-def test_ledger_step_first_deployment_starts_from_the_repository(tmp_path, pages_site, workflows):
-    _, url = pages_site
-    (tmp_path / "index").mkdir()
-    (tmp_path / "index" / "ledger.json").write_text(LIVE)
-    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
-    assert rc == 0, log
-    assert ledger == LIVE and "first deployment" in log
-
-
-def test_ledger_step_first_deployment_without_any_ledger_starts_empty(tmp_path, pages_site,
-                                                                       workflows):
-    _, url = pages_site
-    rc, log, ledger = run_ledger_step(tmp_path, workflows, url)
-    assert rc == 0, log
-    from tools.sitegen.ledger import dump_ledger
-    assert json.loads(ledger) == json.loads(dump_ledger({}))  # the ledger module's current schema
-
-
-def test_ledger_step_refuses_a_site_without_its_ledger(tmp_path, pages_site, workflows):
-    site, url = pages_site
-    (site / "simple").mkdir()
-    (site / "simple" / "index.html").write_text("<html></html>")
-    (tmp_path / "index").mkdir()
-    (tmp_path / "index" / "ledger.json").write_text(LIVE)
-    rc, log, _ = run_ledger_step(tmp_path, workflows, url)
-    assert rc != 0
-    assert "serves an index but no ledger.json" in log
+# --------------------------------------------------------------------------- the hold-back step
 
 
 def run_hold_back_step(workdir: Path, workflows: dict) -> tuple[int, str, str]:
@@ -1357,81 +1282,6 @@ def _executable(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-#: Stands in for the GitHub CLI's release and API calls, on a release kept in $FAKE_STATE (JSON):
-#: an asset list answered 100 to a page as GitHub does (all pages only with --paginate), uploads
-#: that fail with the messages queued in "upload_failures", --jq run by the real jq.
-FAKE_GH_RELEASES = """
-import json, os, subprocess, sys
-
-args = sys.argv[1:]
-with open(os.environ["GH_LOG"], "a") as log:
-    log.write("gh " + " ".join(args) + "\\n")
-with open(os.environ["FAKE_STATE"]) as f:
-    state = json.load(f)
-release = state.get("release")
-
-
-def answer(data):
-    if "--jq" in args:
-        query = args[args.index("--jq") + 1]
-        sys.stdout.write(subprocess.run(["jq", "--raw-output", query], input=json.dumps(data),
-                                        capture_output=True, text=True, check=True).stdout)
-    else:
-        print(json.dumps(data))
-
-
-if args[:2] == ["release", "view"]:
-    if release is None:
-        sys.exit("release not found")
-    if "--json" in args:
-        every = {"isDraft": release["draft"], "databaseId": release["id"],
-                 "assets": release["assets"][:100]}
-        answer({k: every[k] for k in args[args.index("--json") + 1].split(",")})
-elif args[:2] == ["release", "create"]:
-    state["release"] = {"id": 42, "draft": "--draft" in args, "assets": []}
-elif args[:2] == ["release", "upload"]:
-    if state.get("upload_failures"):
-        sys.stderr.write(state["upload_failures"].pop(0) + "\\n")
-        json.dump(state, open(os.environ["FAKE_STATE"], "w"))
-        sys.exit(1)
-    name, size = os.path.basename(args[3]), os.path.getsize(args[3])
-    release["assets"] = [a for a in release["assets"] if a["name"] != name] + [
-        {"name": name, "size": size, "state": "uploaded"}]
-elif args[:2] == ["release", "edit"]:
-    release["draft"] = "--draft=false" not in args
-elif args[0] == "api":
-    query = args[args.index("--jq") + 1]
-    endpoint = next(a for a in args[1:] if not a.startswith("-") and a != query)
-    if endpoint == "repos/o/r/pages":
-        if state.get("pages") is None:
-            sys.exit("gh: Not Found (HTTP 404)")
-        answer(state["pages"])
-    else:
-        assert endpoint == "repos/o/r/releases/42/assets?per_page=100", endpoint
-        answer(release["assets"] if "--paginate" in args else release["assets"][:100])
-json.dump(state, open(os.environ["FAKE_STATE"], "w"))
-"""
-
-RATE_LIMITED = ("HTTP 403: You have exceeded a secondary rate limit. Please wait a few minutes "
-                "before you try again.")
-
-
-@pytest.fixture
-def fake_github(tmp_path):
-    """A fake gh on PATH over a state file; returns (bin dir, env, read the state, gh calls)."""
-    bin_dir, state, log = tmp_path / "bin", tmp_path / "gh-state.json", tmp_path / "gh.log"
-    _executable(bin_dir / "gh", f"#!{sys.executable}\n" + FAKE_GH_RELEASES)
-    state.write_text("{}")
-    log.write_text("")
-    env = {"FAKE_STATE": str(state), "GH_LOG": str(log), "TAG": "wheels-4242",
-           "PACE_S": "0", "BACKOFF_S": "0"}
-
-    def set_state(**values):
-        state.write_text(json.dumps(values))
-    return bin_dir, env, set_state, lambda: json.loads(state.read_text()), \
-        lambda: log.read_text().splitlines()
-
-
 def test_the_release_is_named_by_the_run_alone(tmp_path, workflows):
     (tmp_path / "bin").mkdir()
     tags = set()
@@ -1442,33 +1292,6 @@ def test_the_release_is_named_by_the_run_alone(tmp_path, workflows):
         assert rc == 0, log
         tags.add((outputs["tag"], outputs["base_url"]))
     assert tags == {("wheels-4242", "https://github.com/o/r/releases/download/wheels-4242")}
-
-
-@pytest.mark.parametrize("pages,code,expect", [
-    # the project page's address, without its trailing slash (as actions/configure-pages gave)
-    ({"html_url": "https://o.github.io/r/", "build_type": "workflow"}, 0,
-     "base_url=https://o.github.io/r"),
-    # a custom domain
-    ({"html_url": "https://wheels.example.org/", "build_type": "workflow"}, 0,
-     "base_url=https://wheels.example.org"),
-    # Pages built from a branch: deploy-pages can't deploy there
-    ({"html_url": "https://o.github.io/r/", "build_type": "legacy"}, 1,
-     "::error title=pages::o/r's Pages site is built from a branch; in Settings → Pages, set the "
-     'source to "GitHub Actions"'),
-    # no Pages site at all
-    (None, 1, "::error title=pages::GitHub Pages is not set up for o/r; in Settings → Pages, set "
-              'the source to "GitHub Actions"'),
-])
-def test_the_pages_site_is_read_from_the_api(tmp_path, workflows, fake_github, pages, code,
-                                              expect):
-    bin_dir, env, set_state, _, calls = fake_github
-    set_state(pages=pages)
-    rc, log, outputs = run_step(workflows, "release", "Find the Pages site", tmp_path, bin_dir,
-                                **env)
-    assert rc == code, log
-    shown = "\n".join(f"{k}={v}" for k, v in outputs.items()) + log
-    assert expect in shown
-    assert calls() == ["gh api repos/o/r/pages --jq [.html_url, .build_type] | @tsv"]
 
 
 # --------------------------------------------------------------------------- what is released

@@ -2,7 +2,8 @@
 
 ``batch`` (the plan job: this run's batch, its plan artifact, outputs and summary), ``entry``
 (a job's entry as ``$GITHUB_ENV`` lines), ``fetch-needed`` (the published wheels a cell needs),
-``artifacts`` (this run's wheels, reports or shard caches, by id), ``upload`` (the run's
+``artifacts`` (this run's wheels, reports or shard caches, by id), ``site`` (the live site's
+address, ledger and failed tries), ``upload`` (the run's
 release, paced and backed off), ``to-index`` (the releases the ledger lacks), ``attempts`` (the
 failed tries after the run). The logic is ``tools.releasing``'s; this module parses and prints.
 """
@@ -18,11 +19,10 @@ from tools import RECIPES_DIR, ROOT
 from tools.core.errors import cli
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.table import TABLE_PATH
-from tools.releasing.batch import github_output_text
 from tools.releasing.publish import releases_to_index, upload_release
-from tools.releasing.schedule import as_markdown
 from tools.releasing.steps import (Sources, api_from_env, choose_batch, count_attempts,
-                                   download_artifacts, fetch_needed, job_env)
+                                   download_artifacts, fetch_needed, job_env, read_site,
+                                   write_batch)
 from tools.sitegen.ledger import load_ledger_document
 
 #: Each command's options: (flags, argparse keywords); "src" adds the plan's source files.
@@ -50,6 +50,10 @@ COMMANDS = {
                ("--repo", {"required": True}), ("--tag", {"required": True}),
                ("--target", {"required": True}), ("--dir", {"type": Path, "required": True}),
                ("--notes", {"type": Path, "required": True})],
+    "site": [("--limits", {"type": Path, "default": LIMITS_PATH}),
+             ("--repo", {"required": True}), ("--dir", {"type": Path, "required": True}),
+             ("--repo-ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
+             ("--github-output", {"type": Path})],
     "to-index": [("--limits", {"type": Path, "default": LIMITS_PATH}),
                  ("--repo", {"required": True}), ("--ledger", {"type": Path, "required": True})],
     "attempts": ["src", ("--attempts", {"type": Path, "required": True}),
@@ -94,17 +98,8 @@ def _run(a: argparse.Namespace) -> list[str]:
                                                       "platform")},
             say=lambda line: print(f"::warning title=batch capped::{line}" if a.github_output
                                    and line.startswith("capped") else line, file=sys.stderr))
-        a.plan_out.write_text(json.dumps(batch.document(), indent=1))
-        if a.github_output:
-            with a.github_output.open("a") as out:
-                # pending: released wheels the ledger lacks yet, which this run's publish indexes
-                # even when it builds nothing
-                out.write(github_output_text({**batch.outputs(), "pending": str(len(pending))}))
-        summary = as_markdown(schedule)
-        if a.summary:
-            with a.summary.open("a") as out:
-                out.write("## The backlog's schedule (this run is run 1)\n\n" + summary + "\n")
-        return [summary]
+        return [write_batch(batch, schedule, plan_out=a.plan_out, github_output=a.github_output,
+                            summary=a.summary, pending=len(pending))]
     if a.command == "attempts":
         return [count_attempts(src, attempts=a.attempts, document=json.loads(a.plan.read_text()),
                                reports=a.reports, report_url=a.report_url,
@@ -114,6 +109,8 @@ def _run(a: argparse.Namespace) -> list[str]:
     if a.command == "fetch-needed":
         return fetch_needed(json.loads(a.plan.read_text()), a.id, a.dir)
     api = api_from_env(a.limits)
+    if a.command == "site":
+        return read_site(api, a.repo, a.dir, a.repo_ledger, a.github_output)
     if a.command == "artifacts":
         return download_artifacts(api, a.repo, a.run_id, json.loads(a.plan.read_text()), a.what,
                                   a.dir, a.id)

@@ -26,9 +26,10 @@ from tools.plan.table import load_table
 from tools.sitegen.ledger import load_ledger
 from .artifacts import fetch
 from .backlog import fingerprints, load_attempts, pending_entries, record, write_attempts
-from .batch import Batch, job_entry
+from .batch import Batch, github_output_text, job_entry
 from .ghapi import Api, ApiError
-from .schedule import Schedule, drain, first_batch
+from .schedule import Schedule, as_markdown, drain, first_batch
+from .site import fetch_state, find_site
 
 #: The fields of a job's entry that reach its steps' environment, and their names there, per
 #: kind of job (the called workflows' names).
@@ -93,6 +94,35 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
     found = drain(selected, cells, recipes, table, runners, limits, entries, tries,
                   fingerprints(recipes, src.table, runners.path))
     return first_batch(found, cells, recipes, entries), found
+
+
+def write_batch(batch: Batch, schedule: Schedule, *, plan_out: Path,
+                github_output: Path | None, summary: Path | None, pending: int) -> str:
+    """Write the plan artifact, append the plan job's outputs (``pending``: the released wheels
+    the ledger lacks yet, which this run's publish indexes even when it builds nothing) and the
+    step summary; the schedule for people."""
+    plan_out.write_text(json.dumps(batch.document(), indent=1))
+    if github_output:
+        with github_output.open("a") as out:
+            out.write(github_output_text({**batch.outputs(), "pending": str(pending)}))
+    text = as_markdown(schedule)
+    if summary:
+        with summary.open("a") as out:
+            out.write("## The backlog's schedule (this run is run 1)\n\n" + text + "\n")
+    return text
+
+
+def read_site(api: Api, repo: str, into: Path, repo_ledger: Path,
+              github_output: Path | None) -> list[str]:
+    """The live site's address (an output ``base_url``), ledger and failed tries, into ``into``
+    (``tools.releasing.site``); the lines saying what was read."""
+    base = find_site(api, repo)
+    run = f"{os.environ.get('GITHUB_RUN_ID', 'local')}-{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
+    lines = fetch_state(base, into, repo_ledger, run)
+    if github_output:
+        with github_output.open("a") as out:
+            out.write(github_output_text({"base_url": base}))
+    return [f"site: {base}", *lines]
 
 
 def schedule_of(src: Sources, selected: list, cells: list, recipes: list, table: Any, *,
