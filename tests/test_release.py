@@ -92,6 +92,10 @@ def test_a_needed_wheel_comes_from_the_index_checked_against_the_ledger(tmp_path
     with pytest.raises(PlanError, match="not the ones the ledger publishes"):
         fetch_needed(doc, "sparse", tmp_path / "other")
     assert not (tmp_path / "other" / name).exists()
+    # an address that is no web address (a hand-edited ledger): refused, nothing read
+    doc["stages"]["cells1"][0]["needs_wheels"] = [{**good, "url": "file:///etc/passwd"}]
+    with pytest.raises(PlanError, match="is not a web address"):
+        fetch_needed(doc, "sparse", tmp_path / "other")
     # a name that is a path: refused before anything is fetched
     doc["stages"]["cells1"][0]["needs_wheels"] = [{**good, "file": "../x.whl"}]
     with pytest.raises(PlanError, match="is not a wheel's name"):

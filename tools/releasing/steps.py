@@ -1,10 +1,11 @@
 """The steps of a release run, one function each, as ``python -m tools.release`` runs them.
 
 Each takes paths and values, not a command line, and returns what the command prints: the
-batch of the plan job (:func:`choose_batch`), a job's environment from the plan artifact
-(:func:`job_env`), the published wheels a cell needs (:func:`fetch_needed`), this run's
-artifacts (:func:`download_artifacts`), and the failed tries after the run
-(:func:`count_attempts`). :func:`api_from_env` is the paced API with the job's token.
+batch of the plan job (:func:`choose_batch`, written by :func:`write_batch`), the live site
+(:func:`read_site`), a job's environment from the plan artifact (:func:`job_env`), the
+published wheels a cell needs (:func:`fetch_needed`), this run's artifacts
+(:func:`download_artifacts`), and the failed tries after the run (:func:`count_attempts`).
+:func:`api_from_env` is the paced API with the job's token.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ def fetch_needed(document: dict[str, Any], job_id: str, into: Path) -> list[str]
         name = Path(need["file"]).name
         if name != need["file"] or not name.endswith(".whl"):
             raise PlanError(f"{job_id}: needed file {need['file']!r} is not a wheel's name")
+        if not str(need["url"]).startswith(("https://", "http://")):
+            raise PlanError(f"{job_id}: {name}'s address {str(need['url'])[:80]!r} is not a web "
+                            "address", hint="the ledger's url of a published file is one")
         with urllib.request.urlopen(need["url"], timeout=600) as answer:
             data = answer.read()
         if hashlib.sha256(data).hexdigest() != need["sha256"]:
