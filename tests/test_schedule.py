@@ -235,3 +235,29 @@ def test_released_wheels_the_ledger_lacks_yet_count_as_published(world):
     assert (entries[0].variant.cuda, entries[0].variant.torch) == (cell.cuda, cell.torch)
     log = backlog(cells, recipes, table, entries, {}, {r.package: "p" for r in recipes}, 3)
     assert log.published == {cell.id}
+
+
+def test_a_cell_needing_a_released_wheel_waits_until_it_is_indexed(world):
+    """torch_scatter's wheel is in a release the ledger lacks yet: not built again, and the
+    torch_sparse cell that needs it runs after the run whose publish indexes it (its job
+    downloads the wheel from the index, which has it only then)."""
+    from tools.releasing.backlog import pending_entries
+    from tools.releasing.schedule import first_batch
+    table, recipes, cells, runners, limits = world
+    sparse = next(c for c in cells if c.needs)
+    (need,) = sparse.needs
+    scatter = next(c for c in cells if c.id == need)
+    tag = f"cp{scatter.python.replace('.', '')}"
+    name = (f"torch_scatter-{scatter.version}+{scatter.label}-{tag}-{tag}-"
+            f"{scatter.platform_tag}.whl")
+    released = pending_entries([name])
+    log = backlog(cells, recipes, table, [], {}, {r.package: "p" for r in recipes}, 3, released)
+    assert log.pending == {scatter.id} and not log.published
+    assert scatter.id not in {c.id for c in log.cells}
+    got = make_schedule([sparse], cells, recipes, runners, limits, log.published,
+                        pending=log.pending)
+    assert not got.refused
+    # run 1 builds nothing (its publish indexes the release); run 2 builds the cell
+    assert [f.cells for f in got.figures] == [(), (sparse.id,)]
+    batch = first_batch(got, cells, recipes, [])
+    assert batch.outputs()["count"] == "0"

@@ -165,6 +165,9 @@ class Backlog:
     cells: tuple[Cell, ...]
     #: Ids of planned cells the ledger publishes.
     published: frozenset[str]
+    #: Ids of planned cells only released wheels the ledger lacks yet publish (the next publish
+    #: indexes them): not built again, but not downloadable from the index before that.
+    pending: frozenset[str]
     #: Planned cells given up on under their current fingerprint, with their last attempt.
     given_up: dict[str, Attempt]
     #: Ledger files no planned cell is published by (reported, not an error).
@@ -174,10 +177,14 @@ class Backlog:
 
 
 def backlog(cells: list[Cell], recipes: list[Recipe], table: Table, entries: list[Entry],
-            attempts: dict[str, Attempt], prints: dict[str, str], tries: int) -> Backlog:
-    """The backlog of ``cells`` (the full plan) over the ledger's ``entries`` and the
-    ``attempts`` (a cell with ``tries`` failures under its recipe's fingerprint is given up)."""
+            attempts: dict[str, Attempt], prints: dict[str, str], tries: int,
+            pending: list[Entry] = ()) -> Backlog:
+    """The backlog of ``cells`` (the full plan) over the ledger's ``entries``, the ``pending``
+    wheels of releases the ledger lacks yet (:func:`pending_entries`) and the ``attempts`` (a
+    cell with ``tries`` failures under its recipe's fingerprint is given up)."""
     published = published_cells(cells, recipes, table, entries)
+    waiting = (published_cells(cells, recipes, table, [*entries, *pending]) - published
+               if pending else set())
     given_up = {c.id: attempts[c.id] for c in cells
                 if c.id not in published and c.id in attempts
                 and attempts[c.id].fingerprint == prints[c.package]
@@ -187,6 +194,7 @@ def backlog(cells: list[Cell], recipes: list[Recipe], table: Table, entries: lis
                     if (canonicalize_name(e.name), e.version.partition("+")[0])
                     not in planned_versions)
     ids = {c.id for c in cells}
-    return Backlog(tuple(c for c in cells if c.id not in published and c.id not in given_up),
-                   frozenset(published), given_up, unplanned,
+    done = published | waiting
+    return Backlog(tuple(c for c in cells if c.id not in done and c.id not in given_up),
+                   frozenset(published), frozenset(waiting), given_up, unplanned,
                    tuple(sorted(a for a in attempts if a not in ids)))

@@ -412,10 +412,12 @@ class _Tally:
 def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recipe],
                   runners: Runners, limits: Limits, published: frozenset[str] = frozenset(),
                   unavailable: frozenset[str] = frozenset(),
-                  backlog: dict[str, Any] | None = None) -> Schedule:
+                  backlog: dict[str, Any] | None = None,
+                  pending: frozenset[str] = frozenset()) -> Schedule:
     """The runs that drain ``cells`` (the backlog, from the full plan ``everything``), given the
-    cells already ``published`` and those ``unavailable`` (given up on: a cell that needs one is
-    refused). See the module docstring for the rule."""
+    cells already ``published``, those ``pending`` (released, indexed by the first run's
+    publish: a cell that needs one waits for the second run) and those ``unavailable`` (given
+    up on: a cell that needs one is refused). See the module docstring for the rule."""
     toolchain: dict[str, Cell] = {}
     for cell in everything:
         toolchain.setdefault(group_id(cell.id), cell)
@@ -427,7 +429,7 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
     runs: list[tuple[Item, ...]] = []
     figs: list[RunFigures] = []
     waiting = items
-    for _ in range(len(items) + 1):
+    for _ in range(len(items) + 2):
         for item in list(waiting):
             bad = sorted(item.needs & blocked)
             if bad:
@@ -440,6 +442,13 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
             break
         tally = _Tally(limits, budget)
         run = [i for i in waiting if i.needs <= done and tally.admit(i)]
+        if not run and not pending <= done:
+            # All that is left waits on the released wheels: this run builds nothing, its
+            # publish indexes them, and the next run takes what needs them.
+            runs.append(())
+            figs.append(figures([], _release([], toolchain), limits))
+            done |= pending
+            continue
         if not run:
             for item in waiting:
                 if item.needs <= done:
@@ -458,7 +467,7 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
                             + "; ".join(wrong), hint="a bug of tools.releasing.schedule: report it")
         runs.append(tuple(run))
         figs.append(fig)
-        done |= {c.id for i in run for c in i.cells}
+        done |= {c.id for i in run for c in i.cells} | pending
         taken = {i.id for i in run}
         waiting = [i for i in waiting if i.id not in taken]
     return Schedule(tuple(runs), tuple(figs), tuple(refused), limits, backlog or {})
@@ -551,17 +560,20 @@ def as_markdown(schedule: Schedule) -> str:
 
 def drain(selected: list[Cell], everything: list[Cell], recipes: list[Recipe], table: Table,
           runners: Runners, limits: Limits, entries: list[Entry],
-          attempts: dict[str, Attempt], prints: dict[str, str]) -> Schedule:
+          attempts: dict[str, Attempt], prints: dict[str, str],
+          pending: list[Entry] = ()) -> Schedule:
     """The schedule of the backlog of ``selected`` (cells of the full plan ``everything``) over
-    the ledger's ``entries`` and the ``attempts``: what ``--format schedule`` prints and what
-    ``python -m tools.release batch`` takes its first run from."""
-    log = backlog(everything, recipes, table, entries, attempts, prints, limits.tries)
+    the ledger's ``entries``, the ``pending`` released wheels and the ``attempts``: what
+    ``--format schedule`` prints and what ``python -m tools.release batch`` takes its first run
+    from."""
+    log = backlog(everything, recipes, table, entries, attempts, prints, limits.tries, pending)
     chosen = {c.id for c in selected}
     todo = [c for c in log.cells if c.id in chosen]
     account = {"planned": len(everything), "selected": len(selected),
-               "published": len(log.published), "given_up": len(log.given_up),
+               "published": len(log.published), "pending": len(log.pending),
+               "given_up": len(log.given_up),
                "backlog": len(todo), "unplanned_ledger_files": log.unplanned_files,
                "unplanned_attempts": list(log.unplanned_attempts),
                "given_up_cells": {c: a.to_json() for c, a in sorted(log.given_up.items())}}
     return make_schedule(todo, everything, recipes, runners, limits, log.published,
-                         frozenset(log.given_up), account)
+                         frozenset(log.given_up), account, log.pending)

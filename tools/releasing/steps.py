@@ -71,10 +71,11 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
     runners = load_runners(src.runners_path(), {r.package for r in recipes})
     limits = load_limits(src.limits)
     packages = filters.get("package")
-    entries, tries = [], {}
+    entries, released, tries = [], [], {}
     if changed is None:
         entries = list(load_ledger(ledger).values()) if ledger else []
-        entries += pending_entries([n for n in pending if n not in {e.filename for e in entries}])
+        indexed = {e.filename for e in entries}
+        released = pending_entries([n for n in pending if n not in indexed])
         tries = load_attempts(attempts)
     else:
         packages = changed_only(packages, changed, {c.package for c in cells})
@@ -93,7 +94,8 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
             f"{limits.pull_request_cells} (recipes/limits.yaml pull_request_cells)")
         selected = selected[:limits.pull_request_cells]
     found = drain(selected, cells, recipes, table, runners, limits, entries, tries,
-                  fingerprints(recipes, src.table, runners.path))
+                  fingerprints(recipes, src.table, runners.path), released)
+    # the wheels a cell needs come from the index: the ledger's entries, never the released ones
     return first_batch(found, cells, recipes, entries), found
 
 
