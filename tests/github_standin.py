@@ -88,6 +88,9 @@ def _handler(state: StandIn, base: list[str]):
                 if m:
                     items = [{"id": i + 1, "name": n, "size_in_bytes": len(z), "expired": False}
                              for i, (n, z) in enumerate(state.artifacts)]
+                    wanted = parse_qs(urlparse(self.path).query).get("name")
+                    if wanted:  # the API's exact-name filter
+                        items = [a for a in items if a["name"] == wanted[0]]
                     shown = items[:state.cut_listing] if state.cut_listing else items
                     return self._send(200, {"total_count": len(items),
                                             "artifacts": self._page(shown)})

@@ -171,6 +171,9 @@ def test_a_cells_shard_caches_by_name_a_missing_one_is_said(tmp_path, github):
     assert (tmp_path / "sc" / "g-shard1" / "ccache" / "a" / "b").read_bytes() == b"obj"
     assert sorted(p.name for p in (tmp_path / "sc").iterdir()) == ["g-shard1", "g-shard3"]
     assert lines[0].startswith("g-shard2: no cache")
+    # one exact-name lookup per shard, never a listing of the whole run
+    listings = [p for _, p, _ in state.log if "/artifacts?" in p]
+    assert listings == [f"/repos/o/r/actions/runs/7/artifacts?name=g-shard{k}" for k in (1, 2, 3)]
 
 
 @pytest.mark.parametrize("member", ["../escaped.py", "/abs/path", "a/../../b"])

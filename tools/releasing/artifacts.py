@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import stat
 import tempfile
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -92,11 +93,27 @@ def download(api: Api, repo: str, artifact: dict[str, Any], into: Path) -> list[
         return extract(tmp, into)
 
 
+def named(api: Api, repo: str, run_id: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The run's artifacts of these few ``names``, one filtered listing each (``?name=``, an
+    exact match): for a job that wants a handful of a large run's artifacts (a cell, its shard
+    caches), cheaper than every page of the run's listing."""
+    out = {}
+    for name in names:
+        got = api.json("GET", f"repos/{repo}/actions/runs/{run_id}/artifacts"
+                              f"?name={urllib.parse.quote(name)}")
+        live = [a for a in got["artifacts"] if a["name"] == name and not a.get("expired")]
+        if live:
+            out[name] = max(live, key=lambda a: a["id"])  # a re-run's upload is the newest
+    return out
+
+
 def fetch(api: Api, repo: str, run_id: str, names: list[str], into: Path,
-          separate: bool = True) -> tuple[list[str], list[str]]:
+          separate: bool = True, few: bool = False) -> tuple[list[str], list[str]]:
     """Download the run's artifacts of these ``names`` (each into its own folder under ``into``
-    when ``separate``); (found, missing) names. Artifacts outside ``names`` are left alone."""
-    by_name = {a["name"]: a for a in list_run_artifacts(api, repo, run_id)}
+    when ``separate``); (found, missing) names. Artifacts outside ``names`` are left alone.
+    ``few``: look each name up (:func:`named`) instead of listing the whole run."""
+    by_name = named(api, repo, run_id, names) if few else \
+        {a["name"]: a for a in list_run_artifacts(api, repo, run_id)}
     found, missing = [], []
     for name in names:
         if name not in by_name:

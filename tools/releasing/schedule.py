@@ -14,10 +14,11 @@ even an empty run (a wheel over the asset size or the disk, a job over the budge
 **A run's figures** (:class:`RunFigures`), each checked against its limit: jobs per matrix,
 the plan job's outputs in UTF-16 bytes (:mod:`tools.releasing.batch`, the real text), release
 assets (a wheel and its ``.metadata``), a wheel's size, artifacts made (a wheel and a report per
-cell, a cache and a report per shard, the plan and the site), REST and
-content-creating requests of its release and publish jobs and the hours the release's pacing
-takes, cache bytes saved (cells without shards save their compiler cache, shards theirs), the
-disk its release and publish jobs need for the wheels, its longest job, its wall hours
+cell, a cache and a report per shard, the plan and the site), REST requests (the release and
+publish jobs', and each cell's lookup and download of its shard caches; no more an hour over the
+run than the paced share) and content-creating ones, the hours the release's pacing takes, cache
+bytes saved (cells without shards save their compiler cache, shards theirs), the disk its
+release and publish jobs need for the wheels, its longest job, its wall hours
 (:func:`wall_hours`: the jobs laid out at the account's concurrency and each matrix's
 max-parallel) and its runner-hours (every job: plan, shards, cells, release, publish).
 
@@ -327,7 +328,9 @@ def figures(items: list[Item] | tuple[Item, ...], release: Release,
         cells=cells, shards=shards, wheels=len(cells), wheel_bytes=total,
         release_assets=small["assets"],
         largest_wheel_bytes=max((w for i in items for w in i.wheels), default=0),
-        artifacts=small["artifacts"], rest_calls=small["rest"], content_calls=small["content"],
+        # the cells' calls too: each reads its shard caches by name, a lookup and a download each
+        artifacts=small["artifacts"], content_calls=small["content"],
+        rest_calls=small["rest"] + 2 * sum(len(i.cells) * len(i.plan.shards) for i in items),
         plan_output_utf16_bytes=output_bytes(batch.outputs()),
         cache_bytes_saved=sum(min(c, share) for i in items for c in i.caches), disk_bytes=total,
         matrix_jobs={k: len(v) for k, v in stages.items() if v},
@@ -349,6 +352,8 @@ def violations(f: RunFigures, limits: Limits, budget_hours: float) -> list[str]:
         ("content-creating requests in the release job",
          f.content_calls, limits.paced(limits.content_requests_per_hour) * budget_hours),
         ("release job hours", f.release_job_hours, budget_hours),
+        ("REST requests an hour over the run", f.rest_calls / max(1.0, f.wall_hours),
+         limits.paced(limits.rest_requests_per_hour)),
         ("longest job hours", f.longest_job_hours, limits.job_hours))
     for name, value, limit in checks:
         if value > limit:

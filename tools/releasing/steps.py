@@ -201,7 +201,7 @@ def download_artifacts(api: Api, repo: str, run_id: str, document: dict[str, Any
         if not cell:
             raise PlanError("--what shards needs --id CELL", hint="the cell reading the caches")
         found, missing = fetch(api, repo, run_id, list(job_entry(document, cell).get("shards", [])),
-                               into)
+                               into, few=True)
         lines += [f"{n}: no cache (the shard failed or was stopped): the build compiles its "
                   "units itself" for n in missing]
     elif what == "reports":
