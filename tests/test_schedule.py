@@ -261,3 +261,26 @@ def test_a_cell_needing_a_released_wheel_waits_until_it_is_indexed(world):
     assert [f.cells for f in got.figures] == [(), (sparse.id,)]
     batch = first_batch(got, cells, recipes, [])
     assert batch.outputs()["count"] == "0"
+
+
+def test_a_needing_cells_job_gets_the_published_wheel_of_its_platform(world):
+    """The batch's entry of a torch_sparse cell names the ledger's torch_scatter wheel it needs:
+    the one of its own platform (an aarch64 wheel of the same version is another cell's)."""
+    from tools.releasing.schedule import first_batch, needed_wheels
+    table, recipes, cells, runners, limits = world
+    sparse = next(c for c in cells if c.needs and c.platform == "linux_x86_64")
+    scatter = next(c for c in cells if c.id == sparse.needs[0])
+    tag = f"cp{scatter.python.replace('.', '')}"
+    ours = _entry_for(scatter, "torch-scatter")
+    other = ours._replace(filename=ours.filename.replace("x86_64", "aarch64"),
+                          url=ours.url.replace("x86_64", "aarch64"))
+    assert tag in ours.filename and other.filename != ours.filename
+    got = make_schedule([sparse], cells, recipes, runners, limits, frozenset({scatter.id}))
+    batch = first_batch(got, cells, recipes, [other, ours])
+    (entry,) = [j for js in batch.document()["stages"].values() for j in js
+                if j["id"] == sparse.id]
+    assert entry["needs_wheels"] == [{"cell": scatter.id, "file": ours.filename,
+                                      "url": ours.url, "sha256": ours.sha256}]
+    # not in the ledger: a plan error naming both cells
+    with pytest.raises(PlanError, match=f"{sparse.id} needs {scatter.id}"):
+        needed_wheels(got.runs[0], cells, recipes, [other])

@@ -318,7 +318,13 @@ def plan_release(cells: list[Cell], recipes: list[Recipe], runners: Runners,
         plan_group(g, by_package[g.package], runners.for_package(g.package, cell_of[g.cells[0]].platform),
                    cell_of[g.cells[0]].archs, units[g.package])
         for g in groups(cells, recipes))
-    toolchain: dict[str, Cell] = {}
-    for cell in everything or cells:
-        toolchain.setdefault(group_id(cell.id), cell)
-    return Release(planned, tuple(cells), toolchain)
+    return Release(planned, tuple(cells), toolchain_cells(everything or cells))
+
+
+def toolchain_cells(everything: list[Cell]) -> dict[str, Cell]:
+    """Per group id, the group's first cell in the full plan: the one whose toolchain and Python
+    ``python -m tools.shard run`` compiles the group's shards with."""
+    out: dict[str, Cell] = {}
+    for cell in everything:
+        out.setdefault(group_id(cell.id), cell)
+    return out

@@ -36,18 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from tools.builder.needs import is_wheel_of
 from tools.core.errors import PlanError
 from tools.core.platforms import tag_platform
-from tools.core.variant import PLATFORM_PART, group_id
+from tools.core.variant import PLATFORM_PART
 from tools.plan.groups import groups, read_units, shard_id
 from tools.plan.limits import Limits
 from tools.plan.matrix import Cell
 from tools.plan.recipe import Recipe
 from tools.plan.runners import Runners
-from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group
+from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group, toolchain_cells
 from tools.plan.table import Table, version_key
 from tools.sitegen.ledger import Entry
 from .backlog import Attempt, backlog
@@ -313,14 +313,14 @@ def _small_jobs(n: int, shards: int, total: int, limits: Limits) -> dict[str, fl
 def figures(items: list[Item] | tuple[Item, ...], release: Release,
             limits: Limits) -> RunFigures:
     """Count one run of ``items`` (planned as ``release``; see the module docstring)."""
-    batch = Batch(release, {}, limits.jobs_per_matrix, cache_share(items, limits))
+    share = cache_share(items, limits)
+    batch = Batch(release, {}, limits.jobs_per_matrix, share)
     stages = batch.stages()
     hours = {j["id"]: j["estimate_hours"] for jobs in stages.values() for j in jobs}
     cells = tuple(c.id for i in items for c in i.cells)
     shards = sum(len(i.plan.shards) for i in items)
     total = sum(sum(i.wheels) for i in items)
     small = _small_jobs(len(cells), shards, total, limits)
-    share = cache_share(items, limits)
     by_stage = {name: [hours[j["id"]] for j in jobs] for name, jobs in stages.items()}
     jobs_h = [h for hs in by_stage.values() for h in hs]
     tail = [small["release"], small["publish"]]
@@ -381,7 +381,6 @@ class _Tally:
     def __init__(self, limits: Limits, budget: float):
         self.limits, self.budget = limits, budget
         self.cells = self.shards = self.bytes = self.output = 0
-        self.largest = 0
         self.free: dict[str, int] = {}
         self.sharded: dict[str, int] = {}
         self.shard_jobs: dict[str, int] = {}
@@ -423,9 +422,7 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
     cells already ``published``, those ``pending`` (released, indexed by the first run's
     publish: a cell that needs one waits for the second run) and those ``unavailable`` (given
     up on: a cell that needs one is refused). See the module docstring for the rule."""
-    toolchain: dict[str, Cell] = {}
-    for cell in everything:
-        toolchain.setdefault(group_id(cell.id), cell)
+    toolchain = toolchain_cells(everything)
     items, refused = _items(cells, recipes, runners, limits)
     items.sort(key=lambda i: priority(i, limits))
     budget = runners.default.budget_hours
@@ -483,10 +480,7 @@ def first_batch(schedule: Schedule, everything: list[Cell], recipes: list[Recipe
     """The batch of the schedule's first run (no jobs: nothing to build), with the published
     wheels its cells need (:func:`needed_wheels`)."""
     run = schedule.runs[0] if schedule.runs else ()
-    toolchain: dict[str, Cell] = {}
-    for cell in everything:
-        toolchain.setdefault(group_id(cell.id), cell)
-    return Batch(_release(run, toolchain), needed_wheels(run, everything, recipes, entries),
+    return Batch(_release(run, toolchain_cells(everything)), needed_wheels(run, everything, recipes, entries),
                  schedule.limits.jobs_per_matrix, cache_share(run, schedule.limits))
 
 
@@ -497,19 +491,23 @@ def needed_wheels(items: tuple[Item, ...], everything: list[Cell], recipes: list
     ledger (the schedule only takes a group whose needs are published)."""
     cell_of = {c.id: c for c in everything}
     dist = {r.package: canonicalize_name(r.source.pypi) for r in recipes}
+    # the ledger's wheels by project, each file name parsed once (a ledger holds thousands)
+    by_project: dict[str, list[tuple[Entry, frozenset]]] = {}
+    for e in entries:
+        try:
+            name, _, _, tags = parse_wheel_filename(e.filename)
+        except InvalidWheelFilename:
+            continue
+        platforms = frozenset((tag_platform(t.platform) or ("",))[0] for t in tags)
+        by_project.setdefault(canonicalize_name(name), []).append((e, platforms))
     out: dict[str, list[dict[str, str]]] = {}
     for item in items:
         for cell in item.cells:
             for need in cell.needs:
                 want = cell_of[need]
-                found = []
-                for e in entries:
-                    if not is_wheel_of(Path(e.filename), want, dist[want.package]):
-                        continue
-                    tags = parse_wheel_filename(e.filename)[3]
-                    if any((tag_platform(t.platform) or ("",))[0] == want.platform
-                           for t in tags):
-                        found.append(e)
+                found = [e for e, platforms in by_project.get(dist[want.package], ())
+                         if want.platform in platforms
+                         and is_wheel_of(Path(e.filename), want, dist[want.package])]
                 if not found:
                     raise PlanError(f"{cell.id} needs {need}, whose wheel the ledger lacks",
                                     hint="the schedule runs a cell after what it needs is "
