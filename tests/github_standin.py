@@ -104,7 +104,7 @@ def _handler(state: StandIn, base: list[str]):
                         state.storage_saw_token = True
                         return self._send(400, {"message": "two kinds of authentication"})
                     return self._bytes(state.artifacts[int(m.group(1)) - 1][1])
-                m = re.fullmatch(r"/download/([^/]+)/([^/]+)", path)
+                m = re.fullmatch(r"/o/r/releases/download/([^/]+)/([^/]+)", path)
                 if m:  # an asset's browser_download_url
                     tag, name = m.group(1), unquote(m.group(2))
                     rel = next((r for r in state.releases if r["tag_name"] == tag), None)
@@ -143,9 +143,10 @@ def _handler(state: StandIn, base: list[str]):
                         return self._send(422, {"message": "too many assets"})
                     name = parse_qs(urlparse(self.path).query)["name"][0]
                     rid = int(m.group(1))
+                    tag = state.releases[rid - 1]["tag_name"]
                     asset = {"id": len(assets) + 1000, "name": name, "size": len(body),
                              "state": "uploaded", "browser_download_url":
-                             f"{base[0]}/download/{state.releases[rid - 1]['tag_name']}/{name}"}
+                             f"{base[0]}/o/r/releases/download/{tag}/{name}"}
                     assets.append(asset)
                     state.blobs[(rid, name)] = body
                     return self._send(201, asset)

@@ -217,3 +217,22 @@ def test_the_upload_command_end_to_end(tmp_path, github):
                            "--notes", str(notes)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "no token: set GH_TOKEN" in proc.stderr
+
+
+def test_a_release_the_ledger_already_names_is_not_listed_again(tmp_path, github):
+    """The plan job asks for the releases the index lacks every hour: a release whose files the
+    ledger publishes from (its tag in their addresses) costs no asset listing."""
+    from tools.releasing.publish import ledger_tags
+    from tools.sitegen.ledger import Ledger
+    state, base = github()
+    api = _api(base, Clock())
+    for run in (1, 2):
+        upload_release(api, "o/r", f"wheels-{run}", "abc", _files(tmp_path, 2), "n")
+    published = [a for a in state.assets[1] if a["name"].endswith(".whl")]
+    entry = type("E", (), {"url": published[0]["browser_download_url"]})()
+    tags = ledger_tags(Ledger({published[0]["name"]: entry}, {}))
+    assert tags == {"wheels-1"}
+    state.log.clear()
+    found = releases_to_index(api, "o/r", {published[0]["name"]}, tags)
+    assert [t for t, _ in found] == ["wheels-2"]
+    assert not any("/releases/1/assets" in p for _, p, _ in state.log)

@@ -67,7 +67,7 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     out = _run("tools.release", "artifacts", "--repo", "o/r", "--run-id", "42", "--plan",
                str(plan), "--what", "wheels", "--dir", str(wheelhouse), env=env)
     assert "chaindemo-3.13-cu130: no wheel (its build failed)" in out
-    download = f"{base}/download/wheels-42"
+    download = f"{base}/o/r/releases/download/wheels-42"
     _run("tools.index", "--wheels-dir", str(wheelhouse), "--output-dir", str(tmp_path / "check"),
          "--base-url", download, "--ledger", str(temp / "check-ledger.json"), "--init-ledger",
          env=env)
@@ -128,8 +128,8 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
         serve.stdout.close()
         serve.stderr.close()
     # pip read the wheel from the release (the stand-in's log) and its metadata beside it
-    fetched = [p for m, p, code in state.log if m == "GET" and p.startswith("/download/")]
-    assert f"/download/wheels-42/{built.name}" in fetched
+    fetched = [p for m, p, code in state.log if m == "GET" and p.startswith("/o/r/releases/download/")]
+    assert f"/o/r/releases/download/wheels-42/{built.name}" in fetched
 
     # the failed tries, for the next run's backlog: the failed cell counted once
     from tools.releasing.steps import Sources, count_attempts

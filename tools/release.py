@@ -19,7 +19,7 @@ from tools import RECIPES_DIR, ROOT
 from tools.core.errors import cli
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.table import TABLE_PATH
-from tools.releasing.publish import releases_to_index, upload_release
+from tools.releasing.publish import ledger_tags, releases_to_index, upload_release
 from tools.releasing.steps import (Sources, api_from_env, choose_batch, count_attempts,
                                    download_artifacts, fetch_needed, job_env, read_site,
                                    write_batch)
@@ -122,7 +122,8 @@ def _run(a: argparse.Namespace) -> list[str]:
                 f"requests, {api.waited_s:.0f} s waited for the limits"]
     doc = load_ledger_document(a.ledger)
     return [f"{tag}\t{name}" for tag, wheels in
-            releases_to_index(api, a.repo, set(doc.files) | set(doc.removed)) for name in wheels]
+            releases_to_index(api, a.repo, set(doc.files) | set(doc.removed), ledger_tags(doc))
+            for name in wheels]
 
 
 @cli

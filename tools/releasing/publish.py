@@ -8,7 +8,8 @@ then the release is made public, and its asset list, read page by page, must hol
 
 **The releases the index lacks** (``releases_to_index``): every public release whose tag is a
 run's (``wheels-<run id>``), page by page (not the newest 30), with the wheels among its assets
-that the ledger has no entry for, oldest run first.
+that the ledger has no entry for, oldest run first; the assets of a release the ledger's
+addresses already name are not listed again (``ledger_tags``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.sitegen.ledger import Ledger
 from .ghapi import Api, ApiError
 
 #: A run's release tag (the release job names it from the run id alone).
 RUN_TAG = re.compile(r"wheels-(\d+)")
+#: The release a published file's address downloads from.
+_DOWNLOAD = re.compile(r"/releases/download/([^/]+)/")
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,24 @@ def upload_release(api: Api, repo: str, tag: str, target: str, files: list[Path]
     return Uploaded(tag, rid, sent, kept)
 
 
-def releases_to_index(api: Api, repo: str, indexed: set[str]) -> list[tuple[str, list[str]]]:
+def ledger_tags(ledger: Ledger) -> frozenset[str]:
+    """The run releases the ledger's files (published or removed) were published from: the tag
+    in each file's address. A publish indexes a release whole or deploys nothing, so a release
+    named here has nothing left to index."""
+    urls = [e.url for e in ledger.files.values()] + [r.entry.url for r in ledger.removed.values()]
+    return frozenset(m.group(1) for u in urls if (m := _DOWNLOAD.search(u)))
+
+
+def releases_to_index(api: Api, repo: str, indexed: set[str],
+                      skip_tags: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
     """Per public run release, oldest run first, the wheels it holds that ``indexed`` (the
-    ledger's file names, published or removed) lacks; releases with none are left out."""
+    ledger's file names, published or removed) lacks; releases with none are left out. A release
+    in ``skip_tags`` (:func:`ledger_tags`) is not even listed: the plan job asks this every hour,
+    and the releases pile up."""
     found = []
     for rel in api.pages(f"repos/{repo}/releases"):
         m = RUN_TAG.fullmatch(rel.get("tag_name", ""))
-        if rel.get("draft") or not m:
+        if rel.get("draft") or not m or rel["tag_name"] in skip_tags:
             continue
         wheels = sorted(a["name"] for a in api.pages(f"repos/{repo}/releases/{rel['id']}/assets")
                         if a.get("state") == "uploaded" and a["name"].endswith(".whl")
