@@ -68,7 +68,7 @@ from typing import Any
 from tools import ROOT
 from tools.backends.emulated import CPUINFO
 from tools.core.binarch import read_binary
-from tools.finish import verify
+from tools.finish import checks
 
 SRC = ROOT / "tests" / "fixtures" / "tinyext" / "csrc"
 KERNEL_UNITS = ("add_one.cu", "scale.cu")
@@ -264,8 +264,8 @@ def glibc_needs(path: Path, limit: tuple[int, int] = (2, 28)) -> tuple[str, list
 def find_cuobjdump() -> str | None:
     """The finish step's cuobjdump (``nvidia-cuda-cuobjdump``, which `make setup` installs)."""
     try:
-        return verify.cuobjdump()
-    except verify.VerifyError:
+        return checks.cuobjdump()
+    except checks.VerifyError:
         return None
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.backends import container
+from tools.backends import containerized
 from tools.backends.cibw import Limits, plan_invocation
 from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
 from tools.core.errors import ToolchainError
-from tools.pipeline.toolchain import find_nvcc
-from tools.plan.matrix import find_cell, plan
-from tools.plan.recipe import load_all
+from tools.pipeline.build_toolchain import find_nvcc
+from tools.plan.cells import find_cell, plan
+from tools.plan.recipe_model import load_all
 from tools.plan.table import parse_table
 
 
@@ -254,7 +254,7 @@ def staged_dependent(dependent_world):
     for the container under ``work/``: ``(planned, cell, staged)``."""
     planned = Planned.make(dependent_world / "recipes", dependent_world / "table.yaml")
     cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
-    staged = container.stage(cell, planned.recipe(cell), planned.table,
+    staged = containerized.stage(cell, planned.recipe(cell), planned.table,
                              dependent_world / "work" / cell.id,
                              sdist=dependent_world / "sdists" / "dep_ext-1.0.0.tar.gz")
     return planned, cell, staged

@@ -90,7 +90,7 @@ def yank_file(tmp_path: Path, mapping: dict) -> Path:
 
 def load_entry(filename: str, variant: Variant | None):
     """A ledger entry for ``filename`` with placeholder hashes, for tests of pure functions."""
-    from tools.sitegen.ledger import Entry
+    from tools.sitegen.ledger_file import Entry
 
     return Entry(filename, "ext", filename.split("-")[1], f"{BASE}/{filename}", "0" * 64, 1, "t", None, "1" * 64, variant)
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from tools import abicheck as abicheck_command
-from tools.finish import abicheck
+from tools.finish import abi
 from tools.core.errors import VerifyError
-from tools.plan.matrix import plan
-from tools.plan.recipe import load_all
+from tools.plan.cells import plan
+from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table, version_key
-from tools.finish.verify import undefined_torch_symbols
+from tools.finish.checks import undefined_torch_symbols
 
 
 # --------------------------------------------------------------------------- real ELF files
@@ -52,7 +52,7 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to
 
 def write_list(root: Path, torch: str, symbols: list[str]) -> None:
     """A shim list for a made-up release (what `extract` writes, with a test source)."""
-    abicheck.write_shim(abicheck.ShimList(torch, {"wheel": f"torch-{torch}-test.whl", "sha256": "0" * 64},
+    abi.write_shim(abi.ShimList(torch, {"wheel": f"torch-{torch}-test.whl", "sha256": "0" * 64},
                                           {"libtorch_cpu.so": tuple(sorted(symbols))}), root)
 
 
@@ -66,8 +66,8 @@ def write_list(root: Path, torch: str, symbols: list[str]) -> None:
     ("memcpy", False, False),
 ])
 def test_symbol_kinds(name, shim, python):
-    assert abicheck.is_shim_symbol(name) is shim
-    assert abicheck.is_python_symbol(name) is python
+    assert abi.is_shim_symbol(name) is shim
+    assert abi.is_python_symbol(name) is python
 
 
 @needs_gcc
@@ -79,10 +79,10 @@ def test_the_exact_abi_check_now_covers_shim_symbols(tmp_path):
 @needs_gcc
 def test_python_none_refuses_python_c_api_symbols(tmp_path):
     clean = make_so(tmp_path / "clean.so", needs=("aoti_torch_get_sizes",))
-    abicheck.check_python_none([clean])
+    abi.check_python_none([clean])
     dirty = make_so(tmp_path / "dirty.so", needs=("PyLong_FromLong", "_Py_Dealloc"))
     with pytest.raises(VerifyError, match=r"abi.python: none.*\n  dirty.so: PyLong_FromLong\n  dirty.so: _Py_Dealloc"):
-        abicheck.check_python_none([clean, dirty])
+        abi.check_python_none([clean, dirty])
 
 
 @needs_gcc
@@ -91,12 +91,12 @@ def test_stable_check_names_each_series_and_symbol_missing(tmp_path):
     write_list(root, "2.11.0", ["aoti_torch_get_sizes", "torch_library_impl"])
     write_list(root, "2.13.0", ["aoti_torch_get_sizes", "torch_library_impl", "torch_exception_get_what"])
     old = make_so(tmp_path / "old.so", needs=("aoti_torch_get_sizes", "torch_library_impl"))
-    report = abicheck.check_stable([old], torch_from="2.11", serves=("2.13",), root=root)
+    report = abi.check_stable([old], torch_from="2.11", serves=("2.13",), root=root)
     assert report.loads_with == ("2.11", "2.13") and report.shim == {"old.so": ("aoti_torch_get_sizes",
                                                                                "torch_library_impl")}
     newer = make_so(tmp_path / "newer.so", needs=("aoti_torch_get_sizes", "torch_exception_get_what"))
     with pytest.raises(VerifyError) as exc:
-        abicheck.check_stable([newer], torch_from="2.11", serves=("2.13",), root=root)
+        abi.check_stable([newer], torch_from="2.11", serves=("2.13",), root=root)
     assert "torch 2.11 lacks 1: torch_exception_get_what" in exc.value.message
     assert "promise torch 2.11 and newer" in exc.value.message
     assert "TORCH_TARGET_VERSION" in exc.value.hint
@@ -109,27 +109,27 @@ def test_stable_check_refuses_torch_cxx_symbols_by_their_cxx_names(tmp_path):
     so = make_so(tmp_path / "mixed.so", needs=("aoti_torch_get_sizes",
                                                "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"))
     with pytest.raises(VerifyError, match=r"1 torch C\+\+ symbol\(s\).*\n  mixed.so: c10::cuda::c10_cuda_check_impl"):
-        abicheck.check_stable([so], torch_from="2.13", serves=("2.13",), root=root)
+        abi.check_stable([so], torch_from="2.13", serves=("2.13",), root=root)
 
 
 def test_a_missing_list_says_how_to_make_it(tmp_path):
     with pytest.raises(VerifyError) as exc:
-        abicheck.load_shim("2.99", tmp_path)
+        abi.load_shim("2.99", tmp_path)
     assert "no list of torch 2.99" in exc.value.message
     assert "python -m tools.abicheck extract" in exc.value.hint
     (tmp_path / "torch-2.98.json").write_text('{"schema": 1, "torch": "2.97.0", "source": {}, "libraries": {}}')
     with pytest.raises(VerifyError, match="holds torch 2.97.0, not a 2.98 release"):
-        abicheck.load_shim("2.98", tmp_path)
+        abi.load_shim("2.98", tmp_path)
 
 
 # --------------------------------------------------------------------------- the committed lists
 
 def test_committed_lists_name_their_wheel_and_only_ever_grow():
-    series = abicheck.known_series()
+    series = abi.known_series()
     assert {"2.10", "2.11", "2.12", "2.13", "2.14", "2.15"} <= set(series)
     previous = None
     for s in series:
-        shim = abicheck.load_shim(s)
+        shim = abi.load_shim(s)
         src = shim.source
         assert re.fullmatch(rf"torch-{re.escape(shim.torch)}(-\d+)?-cp\d+-cp\d+-manylinux_2_28_x86_64\.whl", src["wheel"])
         assert re.fullmatch(r"[0-9a-f]{64}", src["sha256"]) and src["url"].endswith("/" + src["wheel"])
@@ -143,7 +143,7 @@ def test_committed_lists_name_their_wheel_and_only_ever_grow():
 
 def test_every_stable_recipe_has_the_lists_its_check_needs():
     table = load_table()
-    have = set(abicheck.known_series())
+    have = set(abi.known_series())
     for cell in plan(load_all(table=table), table):
         if cell.torch_abi == "stable":
             assert {cell.torch_from, *cell.serves_torch} <= have, cell.id
@@ -207,14 +207,14 @@ def test_extract_reads_the_shim_of_a_remote_wheel_by_range_requests(tmp_path, mo
     sha = hashlib.sha256(data).hexdigest()
     server, thread = _serve(data)
     # Small blocks, so that reading one member really takes several range requests.
-    monkeypatch.setattr(abicheck, "_RANGE_BLOCK", 4096)
+    monkeypatch.setattr(abi, "_RANGE_BLOCK", 4096)
     monkeypatch.setattr(urllib.request, "getproxies", lambda: {})
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/files/{wheel.name}"
-        shim = abicheck.extract_shim(url, sha256=sha)
+        shim = abi.extract_shim(url, sha256=sha)
         with pytest.raises(VerifyError, match="range request answered 200, not 206"):
             server.RequestHandlerClass.ranges = False
-            abicheck.extract_shim(url, sha256=sha)
+            abi.extract_shim(url, sha256=sha)
     finally:
         server.shutdown()
         server.server_close()
@@ -226,18 +226,18 @@ def test_extract_reads_the_shim_of_a_remote_wheel_by_range_requests(tmp_path, mo
     assert re.search(r"HTTP range requests of the zip members torch/lib/libtorch_cpu.so, "
                      r"torch/lib/libtorch_cuda.so \(\d+ of the wheel's \d+ bytes\)", shim.source["read"])
     # What is written is what the check reads back.
-    path = abicheck.write_shim(shim, tmp_path / "lists")
-    assert path.name == "torch-2.99.json" and abicheck.load_shim("2.99", tmp_path / "lists") == shim
+    path = abi.write_shim(shim, tmp_path / "lists")
+    assert path.name == "torch-2.99.json" and abi.load_shim("2.99", tmp_path / "lists") == shim
 
 
 @needs_gcc
 def test_extract_from_a_local_wheel_checks_its_sha256(tmp_path):
     wheel = fake_torch_wheel(tmp_path)
-    shim = abicheck.extract_shim(str(wheel))
+    shim = abi.extract_shim(str(wheel))
     assert shim.source["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert "range" not in shim.source["read"]
     with pytest.raises(VerifyError, match="is not the expected"):
-        abicheck.extract_shim(str(wheel), sha256="f" * 64)
+        abi.extract_shim(str(wheel), sha256="f" * 64)
 
 
 # --------------------------------------------------------------------------- abi3 (abi3audit)
@@ -256,11 +256,11 @@ def _wheel_with(tmp_path: Path, so: Path, tag: str) -> Path:
 def test_abi3_claims_are_checked_by_abi3audit(tmp_path):
     tag = "cp310-abi3-manylinux_2_28_x86_64"
     good = make_so(tmp_path / "good" / "_ext.abi3.so", needs=("PyLong_FromLong", "PyModule_Create2"))
-    results = abicheck.check_abi3(_wheel_with(tmp_path / "good", good, tag))
+    results = abi.check_abi3(_wheel_with(tmp_path / "good", good, tag))
     assert results["_ext.abi3.so"]["is_abi3"] is True
     bad = make_so(tmp_path / "bad" / "_ext.abi3.so", needs=("PyLong_FromLong", "_PyObject_GC_Malloc"))
     with pytest.raises(VerifyError, match=r"_ext.abi3.so: .*non-abi3 symbols: _PyObject_GC_Malloc"):
-        abicheck.check_abi3(_wheel_with(tmp_path / "bad", bad, tag))
+        abi.check_abi3(_wheel_with(tmp_path / "bad", bad, tag))
 
 
 # --------------------------------------------------------------------------- real builds, real wheels
@@ -274,7 +274,7 @@ def stabletiny(tmp_path_factory):
 def _modules(wheel: Path, where: Path) -> list[Path]:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(where)
-    from tools.finish.verify import extension_modules
+    from tools.finish.checks import extension_modules
     return extension_modules(where)
 
 
@@ -282,7 +282,7 @@ def _modules(wheel: Path, where: Path) -> list[Path]:
 def test_stabletiny_built_once_loads_with_two_torch_series(stabletiny, tmp_path):
     from stabletiny_support import TARGET, import_in
     modules = _modules(stabletiny.good, tmp_path / "unpacked")
-    claims = abicheck.check_claims(stabletiny.good, modules, python_abi="none", torch_abi="stable",
+    claims = abi.check_claims(stabletiny.good, modules, python_abi="none", torch_abi="stable",
                                    torch_from=TARGET, serves=("2.11", "2.12", "2.13"))
     assert claims["loads_with"] == ["2.11", "2.12", "2.13"] and claims["python_symbols"] == 0
     assert claims["shim_symbols"] > 10
@@ -298,7 +298,7 @@ def test_stabletiny_built_against_a_newer_shim_is_refused_and_would_not_load(sta
     from stabletiny_support import TARGET, import_in
     modules = _modules(stabletiny.newer, tmp_path / "unpacked")
     with pytest.raises(VerifyError) as exc:
-        abicheck.check_stable(modules, torch_from=TARGET, serves=("2.11", "2.12", "2.13"))
+        abi.check_stable(modules, torch_from=TARGET, serves=("2.11", "2.12", "2.13"))
     message = exc.value.message
     for series in ("2.11", "2.12"):
         assert f"torch {series} lacks 2: torch_exception_get_what, torch_exception_get_what_without_backtrace" in message
@@ -339,11 +339,11 @@ def test_the_real_xformers_wheel_loads_with_torch_2_10_on(tmp_path, capsys):
     assert "  aoti_torch_get_current_cuda_stream\n" in out and "  torch_library_impl\n" in out
     # Built for torch 2.10's shim (-DTORCH_TARGET_VERSION=0x020a...): 2.9 lacks 11 of its symbols.
     assert re.search(r"torch 2.9: 11 missing: .*torch_library_impl", out)
-    newer = [s for s in abicheck.known_series() if version_key(s) >= (2, 10)]
+    newer = [s for s in abi.known_series() if version_key(s) >= (2, 10)]
     assert f"loads with torch {', '.join(newer)}\n" in out
     # What the recipe claims for it holds: every series it lists for CUDA 13.0, from 2.10.
     modules = _modules(wheel, tmp_path / "unpacked")
-    claims = abicheck.check_claims(wheel, modules, python_abi="none", torch_abi="stable", torch_from="2.10",
+    claims = abi.check_claims(wheel, modules, python_abi="none", torch_abi="stable", torch_from="2.10",
                                    serves=("2.14", "2.13", "2.12", "2.11"))
     assert claims["loads_with"] == ["2.10", "2.11", "2.12", "2.13", "2.14"] and claims["shim_symbols"] == 70
     assert json.dumps(claims)  # goes into the manifest as is

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tools.backends.container import image_for
+from tools.backends.containerized import image_for
 from tools.backends.emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
 from tools.core.errors import ToolchainError
-from tools.devtools import armimage, localimage
+from tools.devtools import armimage, standin_image
 from tools.devtools.armimage import (PYTHON, TOOLS_PYTHON, VENVS, add_venv, build_image,
                                      check_emulation, image_name, labels, write_image_tar)
 from tools.localimage import main
@@ -33,23 +33,23 @@ def test_the_name_and_labels_say_arm64():
 
 
 def test_the_rootfs_of_arm64_is_cached_apart(tmp_path):
-    arm = localimage.rootfs_dir(armimage.PACKAGES, cache=tmp_path, arch="arm64")
+    arm = standin_image.rootfs_dir(armimage.PACKAGES, cache=tmp_path, arch="arm64")
     assert arm.name.endswith("-arm64")
-    assert arm != localimage.rootfs_dir(armimage.PACKAGES, cache=tmp_path)
+    assert arm != standin_image.rootfs_dir(armimage.PACKAGES, cache=tmp_path)
     # the x86_64 stand-in's tree keeps its name (no rebuild of an existing cache)
-    assert not localimage.rootfs_dir(cache=tmp_path).name.endswith("-amd64")
+    assert not standin_image.rootfs_dir(cache=tmp_path).name.endswith("-amd64")
 
 
 def test_debootstrap_is_told_the_architecture(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(localimage.shutil, "which", lambda name: "/usr/sbin/debootstrap")
+    monkeypatch.setattr(standin_image.shutil, "which", lambda name: "/usr/sbin/debootstrap")
 
     def run(argv, **kwargs):
         seen.append(argv)
         import subprocess
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    localimage.debootstrap(tmp_path / "root", packages=("g++",), mirror="http://m/debian",
+    standin_image.debootstrap(tmp_path / "root", packages=("g++",), mirror="http://m/debian",
                            run=run, arch="arm64")
     assert seen[0][:3] == ["debootstrap", "--arch=arm64", "--variant=minbase"]
     assert (tmp_path / "root.complete").is_file()
@@ -133,7 +133,7 @@ def test_each_environment_is_laid_out_once(tmp_path):
 
 
 def test_the_backend_reads_the_finish_python_from_the_label():
-    from tools.plan.matrix import Cell  # noqa: F401  (the cell type the backend takes)
+    from tools.plan.cells import Cell  # noqa: F401  (the cell type the backend takes)
 
     class FakeCell:
         platform_tag = "manylinux_2_28_aarch64"

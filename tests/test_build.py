@@ -29,11 +29,11 @@ from tools.backends.engine import Readiness
 from tools.kernels.check import find_gpu
 from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.core.manifest import read_manifest
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import load_recipe
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import load_recipe
 from tools.core.digest import sha256_file
 from tools.plan.table import load_table
-from tools.pipeline.toolchain import find_nvcc
+from tools.pipeline.build_toolchain import find_nvcc
 
 PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: cuwheels <cuwheels@example.invalid>

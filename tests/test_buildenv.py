@@ -10,8 +10,8 @@ import pytest
 from tools.pipeline import buildenv
 from tools.pipeline.buildenv import (MSVC_CXX20, available_memory_gib, build_env, format_archs,
                                      size_for, size_jobs)
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import load_recipe
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import load_recipe
 from tools.plan.recipe_env import EnvVar
 
 

@@ -28,7 +28,7 @@ from tools import ROOT
 from tools.pipeline import ccache
 from tools.core.errors import ToolchainError
 from tools.core.manifest import read_manifest
-from tools.finish.verify import extension_modules, undefined_torch_symbols
+from tools.finish.checks import extension_modules, undefined_torch_symbols
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
 

@@ -20,8 +20,8 @@ from tools import incontainer
 from tools.backends import cibw
 from tools.pipeline import ccache as compiler_cache
 from tools.core.errors import ToolchainError
-from tools.plan.matrix import cells_for, plan
-from tools.plan.recipe import load_all, load_recipe, recipe_folders
+from tools.plan.cells import cells_for, plan
+from tools.plan.recipe_model import load_all, load_recipe, recipe_folders
 from tools.plan.table import TABLE_PATH, load_table
 
 

@@ -13,8 +13,8 @@ from tools.backends.cibw_windows import (check_windows_options, delvewheel_repai
 from tools.core.errors import ToolchainError
 from tools.finish.winrepair import TORCH_DLL_EXCLUDES
 from tools.pipeline.buildenv import MSVC_CXX20
-from tools.plan.matrix import plan
-from tools.plan.recipe import load_all
+from tools.plan.cells import plan
+from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table, version_key
 
 #: A package tree cibuildwheel can read (its requires-python).

@@ -25,10 +25,10 @@ from tools import build as build_command
 from tools.builder import orchestrate as build
 from tools.builder.planned import Planned
 from tools.backends import cibw
-from tools.backends import container
+from tools.backends import containerized
 from tools.backends.engine import Readiness
 from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
-from tools.plan.matrix import Cell, find_cell
+from tools.plan.cells import Cell, find_cell
 
 
 # --- dry run: the printed script is the plan, and it runs ----------------------------------------
@@ -105,7 +105,7 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     table, recipes, cells = world()
     cell = find_cell("flashy-3.12-cu126", cells)
     recipe = next(r for r in recipes if r.package == "flashy")
-    staged = container.stage(cell, recipe, table, tmp_path / "work" / cell.id,
+    staged = containerized.stage(cell, recipe, table, tmp_path / "work" / cell.id,
                              sdist=tmp_path / "sdists" / "flashy-2.0.0.tar.gz")
     assert staged.project == tmp_path / "work" / cell.id / "src"
     assert sorted(p.name for p in staged.project.iterdir()) == ["cuwheels", "flashy-2.0.0"]
@@ -279,13 +279,13 @@ def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkey
      "cibuildwheel failed before building"),
 ])
 def test_failures_are_classified(tmp_path, log, kind, says):
-    exc = container.classify_failure(log, log=tmp_path / "cibuildwheel.log",
+    exc = containerized.classify_failure(log, log=tmp_path / "cibuildwheel.log",
                                      limits=cibw.Limits(14, 4), code=1)
     assert type(exc) is kind and says in str(exc) and str(tmp_path / "cibuildwheel.log") in str(exc)
 
 
 def test_classified_finish_error_keeps_its_fix(tmp_path):
-    exc = container.classify_failure(
+    exc = containerized.classify_failure(
         "verify error: requested GPU archs missing\n  fix: check the arch env var\n",
         log=tmp_path / "l", limits=cibw.Limits(1, 1), code=1)
     assert exc.hint == "check the arch env var"
@@ -352,8 +352,8 @@ def test_build_local_rejects_bad_arguments(world, tmp_path, args, rc, says):
 def test_ccache_stats_come_from_the_line_the_container_printed():
     line = 'cuwheels-ccache-stats: {"hits": 1, "misses": 1, "preprocessed_hits": 1}'
     log = f"Repairing wheel...\ncompiler cache: 1 hit\n{line}\n+ finish\n"
-    assert container.ccache_stats(log) == {"hits": 1, "misses": 1, "preprocessed_hits": 1}
-    assert container.ccache_stats("no cache here\n") is None
+    assert containerized.ccache_stats(log) == {"hits": 1, "misses": 1, "preprocessed_hits": 1}
+    assert containerized.ccache_stats("no cache here\n") is None
 
 
 def test_no_cache_turns_the_compiler_cache_off_in_the_container_plan(world, tmp_path,

@@ -22,13 +22,13 @@ import yaml
 
 from tests.test_build import PATCH, _recipe, _write
 from tools import ROOT
-from tools.devtools import localimage
+from tools.devtools import standin_image
 from tools.builder.orchestrate import build_cell
 from tools.builder.planned import Planned
 from tools.backends.engine import readiness
 from tools.core.errors import CompileError
 from tools.core.manifest import read_manifest
-from tools.pipeline.toolchain import find_nvcc
+from tools.pipeline.build_toolchain import find_nvcc
 
 #: The cell's Python: the one the causal_conv1d container run uses too, so both share one cached
 #: torch download.
@@ -42,7 +42,7 @@ def local_image() -> str:
         cuda = find_nvcc().version
     except Exception as exc:   # no toolkit: the image can't exist either
         pytest.skip(f"no CUDA toolkit here: {exc}")
-    image = localimage.image_name(cuda)
+    image = standin_image.image_name(cuda)
     ready = readiness("podman", image)
     if not ready.ok or not ready.local:
         pytest.skip(f"no container can be started from {image}: {ready.why} "

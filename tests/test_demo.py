@@ -1,4 +1,4 @@
-"""tools.devtools.demo without the build: which cell it picks from the repository's plan, and
+"""tools.devtools.walkthrough without the build: which cell it picks from the repository's plan, and
 what it prints at the end. (The whole demo, a real build, is ``make demo``.)"""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from tools import ROOT
 from tools.core.errors import PlanError
 from tools.builder.planned import Planned
-from tools.devtools.demo import DEFAULT_PACKAGE, DemoResult, pick_cell, summary
-from tools.plan.matrix import find_cell, plan
+from tools.devtools.walkthrough import DEFAULT_PACKAGE, DemoResult, pick_cell, summary
+from tools.plan.cells import find_cell, plan
 from tools.plan.table import load_table
 
 

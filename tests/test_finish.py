@@ -22,7 +22,7 @@ from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
 from tools.core.errors import VerifyError
 from tools.finish.stage import FINISH_STEPS, finish_wheel
 from tools.core.manifest import read_manifest
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 from tools.pipeline.report import Progress
 
 pytestmark = [pytest.mark.cuda, pytest.mark.network]

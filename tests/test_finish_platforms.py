@@ -19,10 +19,10 @@ from tests.fixtures.binaries.make_binaries import AMD64, EM_X86_64, elf_header, 
 from tools.core.errors import VerifyError
 from tools.core.manifest import read_manifest
 from tools.finish import stage
-from tools.finish.verify import ArchReport
+from tools.finish.checks import ArchReport
 from tools.finish.winrepair import WINDOWS_ABI_NOTE
 from tools.pipeline.report import Progress
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 
 CELL = Cell("demo", "1.0", "3.12", "13.0", "2.13", "2.13.0+cu130", True, True, "2_28",
             "unused", ("90",), serves_torch=("2.13",), serves_python=("3.12",))

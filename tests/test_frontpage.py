@@ -21,11 +21,11 @@ from index_support import (
 
 from tools import RECIPES_DIR, ROOT
 from tools.core.variant import Variant
-from tools.plan.matrix import plan
-from tools.plan.recipe import load_all
+from tools.plan.cells import plan
+from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table, version_key
 from tools.sitegen.frontpage import load_planned, missing_cells
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 from tools.sitegen.placement import place_variants
 
 
@@ -60,7 +60,7 @@ def _chromium() -> str | None:
 
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (Debian: apt-get install chromium)")
 def test_home_page_in_a_headless_browser(tmp_path):
-    from tools.sitegen.serve import make_server
+    from tools.sitegen.server import make_server
     import threading
 
     w = tmp_path / "wheels"

@@ -223,7 +223,7 @@ def test_a_release_the_ledger_already_names_is_not_listed_again(tmp_path, github
     """The plan job asks for the releases the index lacks every hour: a release whose files the
     ledger publishes from (its tag in their addresses) costs no asset listing."""
     from tools.releasing.publish import ledger_tags
-    from tools.sitegen.ledger import Ledger
+    from tools.sitegen.ledger_file import Ledger
     state, base = github()
     api = _api(base, Clock())
     for run in (1, 2):

@@ -10,10 +10,10 @@ import yaml
 
 from tools.core.errors import PlanError
 from tools.plan.groups import UNITS_FILE, group_key, groups, read_units, shard_id, split
-from tools.plan.matrix import plan
-from tools.plan.recipe import load_all
+from tools.plan.cells import plan
+from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
-from tools.staging import shard
+from tools.staging import shard_build
 
 UNITS = {
     "schema": 1, "version": "2.0.0",
@@ -131,8 +131,8 @@ def test_the_plan_and_the_shard_split_and_name_alike(flashy):
     units = read_units(recipe)
     loads = [(u, units.seconds(u) * 2) for u in units.sharded()]
     # what python -m tools.shard run compiles for shard K of N is what the plan estimated
-    assert shard.shard_units(units, 2, 2) == split(loads, 2)
-    assert shard.shard_id("flashy-cu126", 2) == shard_id("flashy-cu126", 2) == "flashy-cu126-shard2"
+    assert shard_build.shard_units(units, 2, 2) == split(loads, 2)
+    assert shard_build.shard_id("flashy-cu126", 2) == shard_id("flashy-cu126", 2) == "flashy-cu126-shard2"
 
 
 def test_the_repository_plan_groups_every_cell():

@@ -22,13 +22,13 @@ from tools.backends import host
 from tools.backends.base import BuildOptions
 from tools.backends.host import check_existing_python, check_kernels, missing_requirements
 from tools.core.manifest import read_manifest
-from tools.finish.verify import smoke_test_existing
+from tools.finish.checks import smoke_test_existing
 from tools.finish.wheelmeta import set_version_and_pin
 from tools.pipeline.buildenv import MSVC_CXX20
 from tools.pipeline.report import Progress
-from tools.pipeline.toolchain import BuildPython, Nvcc
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import Recipe, load_recipe
+from tools.pipeline.build_toolchain import BuildPython, Nvcc
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import Recipe, load_recipe
 from tools.plan.table import load_table
 
 

@@ -341,13 +341,13 @@ def test_a_removed_file_does_not_come_back(tmp_path):
 
 FULL_DISK = """
 import errno, os, runpy, sys
-from tools.sitegen import ledger, swap
+from tools.sitegen import ledger_file, swap
 def full(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 if sys.argv[1] == "render":
     swap.WrittenPages.__setitem__ = full
 else:
-    ledger.os.fsync = full
+    ledger_file.os.fsync = full
 sys.argv = ["tools.index", *sys.argv[2:]]
 runpy.run_module("tools.index", run_name="__main__")
 """

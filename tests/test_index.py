@@ -23,9 +23,9 @@ from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, p
 
 from tools.index import main
 from tools.core.errors import IndexBuildError
-from tools.plan.recipe import load_all
+from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 
 
 def test_metadata_file_is_the_wheels_metadata_beside_it(basic):
@@ -247,7 +247,7 @@ def test_a_site_listing_other_bytes_than_the_ledger_is_refused(tmp_path):
 def test_a_full_disk_is_a_named_error_and_changes_nothing(tmp_path, monkeypatch, capsys, step):
     """ENOSPC, simulated by a write that fails as a full file system's does, while the new site is
     written or while the ledger is (tests/test_hostile_index.py fills a real tmpfs)."""
-    from tools.sitegen import ledger as ledger_module, swap
+    from tools.sitegen import ledger_file as ledger_module, swap
 
     w = tmp_path / "wheels"
     make_wheel(w, "demo", "1.0", tag=ANY)

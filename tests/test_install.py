@@ -17,7 +17,7 @@ from wheelfactory import make_wheel
 
 from tools import ROOT, find_root
 from tools.pipeline.venvs import uv_bin
-from tools.sitegen.serve import make_server
+from tools.sitegen.server import make_server
 
 pytestmark = pytest.mark.network  # the pinned dependencies come from PyPI (pip's and uv's caches)
 

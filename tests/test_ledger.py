@@ -15,7 +15,7 @@ from wheelfactory import make_wheel
 from tools import ROOT
 from tools.core.errors import IndexBuildError
 from tools.sitegen.generate import build_index
-from tools.sitegen.ledger import (
+from tools.sitegen.ledger_file import (
     Entry,
     Ledger,
     Removal,

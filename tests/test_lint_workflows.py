@@ -1,4 +1,4 @@
-"""tools.devtools.lint_workflows: actionlint, zizmor and the workflow schema run for real on
+"""tools.devtools.workflow_audit: actionlint, zizmor and the workflow schema run for real on
 workflows written here, their findings parsed and printed; the command's exit status.
 
 (That the repository's own workflows are clean is tests/test_workflows.py.)"""
@@ -11,7 +11,7 @@ import pytest
 
 from tools import ROOT
 from tools.core.errors import ToolchainError
-from tools.devtools.lint_workflows import (WORKFLOWS_DIR, Finding, _zizmor_finding, display_path,
+from tools.devtools.workflow_audit import (WORKFLOWS_DIR, Finding, _zizmor_finding, display_path,
                                            lint, npm_integrity, workflow_files)
 from tools.lint_workflows import main
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tools.devtools import localimage
+from tools.devtools import standin_image
 from tools.core.errors import ToolchainError
-from tools.pipeline.toolchain import find_nvcc
-from tools.devtools.localimage import (
+from tools.pipeline.build_toolchain import find_nvcc
+from tools.devtools.standin_image import (
     LocalPython,
     build_image,
     debian_mirror,
@@ -27,7 +27,7 @@ from tools.devtools.localimage import (
     rootfs_dir,
     write_image_tar,
 )
-from tools.backends.oci_runtime import trust_store
+from tools.backends.rlimit_runtime import trust_store
 from tools.localimage import main, parse_pythons
 
 
@@ -37,13 +37,13 @@ def completed(code: int = 0, out: str = "", err: str = "") -> subprocess.Complet
 
 def test_names_say_what_the_image_holds():
     assert image_name("13.0") == "localhost/cuwheels-builder:cuda13.0-bookworm"
-    assert localimage.python_tag("3.9") == "cp39-cp39"
-    assert localimage.python_tag("3.13") == "cp313-cp313"
+    assert standin_image.python_tag("3.9") == "cp39-cp39"
+    assert standin_image.python_tag("3.13") == "cp313-cp313"
 
 
 def test_labels_describe_a_stand_in():
     found = labels("13.0", ["3.9", "3.12"])
-    prefix = localimage.LABEL_PREFIX
+    prefix = standin_image.LABEL_PREFIX
     assert found[f"{prefix}.stand-in"] == "true"
     assert found[f"{prefix}.stands-in-for"] == "pytorch/manylinux2_28-builder:cuda13.0"
     assert found[f"{prefix}.glibc"] == "2.36"
@@ -222,7 +222,7 @@ def test_image_tar_layout(tmp_path):
 
 def _local_cuda() -> str | None:
     """The CUDA version of the toolkit this machine builds with: /usr/local/cuda, or the one
-    from PyPI's nvidia packages where there is none (tools.pipeline.toolchain.find_nvcc)."""
+    from PyPI's nvidia packages where there is none (tools.pipeline.build_toolchain.find_nvcc)."""
     try:
         return find_nvcc().version
     except ToolchainError:
@@ -241,12 +241,12 @@ def local_image():
     if cuda is None:
         pytest.skip("no CUDA toolkit at /usr/local/cuda")
     try:
-        for version in {localimage.HELPER_PYTHON, *localimage.DEFAULT_PYTHONS}:
+        for version in {standin_image.HELPER_PYTHON, *standin_image.DEFAULT_PYTHONS}:
             find_local_python(version)
     except ToolchainError as exc:
         pytest.skip(str(exc))
     name = build_image(cuda, check_start=False)
-    probe = localimage.check_starts("podman", name)
+    probe = standin_image.check_starts("podman", name)
     assert probe.ok, probe.why
     return name, cuda, probe.runtime_args
 
@@ -275,9 +275,9 @@ def test_real_container_runs_python_and_nvcc(local_image):
 
 def test_real_image_is_labelled(local_image):
     name, cuda, _ = local_image
-    found = localimage.image_labels("podman", name)
-    assert found[f"{localimage.LABEL_PREFIX}.cuda"] == cuda
-    assert found[f"{localimage.LABEL_PREFIX}.manylinux"] == localimage.POLICY
+    found = standin_image.image_labels("podman", name)
+    assert found[f"{standin_image.LABEL_PREFIX}.cuda"] == cuda
+    assert found[f"{standin_image.LABEL_PREFIX}.manylinux"] == standin_image.POLICY
     platform = subprocess.run(["podman", "image", "inspect", "--format",
                                "{{.Os}}/{{.Architecture}}", name],
                               capture_output=True, text=True).stdout.strip()

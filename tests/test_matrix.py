@@ -20,7 +20,7 @@ from packaging.version import Version
 from tools import ROOT
 from tools.core.errors import PlanError
 from tools.core.variant import parse_cell_id
-from tools.plan.matrix import (
+from tools.plan.cells import (
     cells_for,
     changed_only,
     changed_packages,
@@ -31,7 +31,7 @@ from tools.plan.matrix import (
     select,
     torch_index,
 )
-from tools.plan.recipe import load_all, load_recipe
+from tools.plan.recipe_model import load_all, load_recipe
 from tools.plan.runners import RUNNERS_PATH
 from tools.plan.table import TABLE_PATH, load_table, version_key
 

@@ -21,9 +21,9 @@ from tests.wheelfactory import make_wheel
 from tools import ROOT
 from tools.backends.cibw import CONTAINER_NEEDS, Limits, Mounts, cibw_options, with_needs
 from tools.core.errors import PlanError, RecipeError, VerifyError
-from tools.plan.matrix import find_cell, plan
+from tools.plan.cells import find_cell, plan
 from tools.builder.needs import find_wheel, is_wheel_of, provide
-from tools.plan.recipe import load_all, load_recipe
+from tools.plan.recipe_model import load_all, load_recipe
 from tools.finish.wheelmeta import read_metadata, set_version_and_pin
 
 DEPENDS = [{"package": "demo_ext", "reason": "its package imports demo_ext"}]

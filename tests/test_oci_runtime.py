@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.backends.oci_runtime import (
+from tools.backends.rlimit_runtime import (
     StartCheck,
     RuntimeFiles,
     containers_conf,

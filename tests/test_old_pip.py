@@ -25,7 +25,7 @@ import pytest
 from wheelfactory import make_wheel
 
 from tools.sitegen.generate import build_index
-from tools.sitegen.serve import make_server
+from tools.sitegen.server import make_server
 
 pytestmark = pytest.mark.network
 

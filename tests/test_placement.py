@@ -131,7 +131,7 @@ def test_wheel_tags_are_packagings():
         Tag("py2", "none", "any"), Tag("py3", "none", "any")}
 
 
-#: A stable-ABI build's manifest (finish writes ``abi`` from tools.finish.abicheck.check_claims).
+#: A stable-ABI build's manifest (finish writes ``abi`` from tools.finish.abi.check_claims).
 STABLE_MANIFEST = {"cuda": "13.0", "torch": "2.14.1", "cxx11_abi": True,
                    "abi": {"python": "none", "torch": "stable", "torch_from": "2.10",
                            "serves": ["2.14", "2.13", "2.12", "2.11"]}}

@@ -14,7 +14,7 @@ import yaml
 from tools import ROOT
 from tools.builder.planned import Planned
 from tools.core.errors import PlanError
-from tools.plan.matrix import Cell, plan
+from tools.plan.cells import Cell, plan
 
 
 def _listing(tmp_path, *extra: str) -> str:

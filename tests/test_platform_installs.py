@@ -26,7 +26,7 @@ from tests.fixtures.binaries.make_binaries import AMD64, EM_AARCH64, EM_X86_64, 
 
 from tools.core.platforms import platform_name, uv_python_platform
 from tools.pipeline.venvs import uv_bin
-from tools.sitegen.serve import make_server, serve
+from tools.sitegen.server import make_server, serve
 
 LABEL = "cu130.torch2.14"
 VERSION = f"1.0+{LABEL}"

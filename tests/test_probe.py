@@ -23,12 +23,12 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import BREAK_PATCH, _cell, _recipe, _write
 from tools import ROOT
 from tools.core.errors import CompileError, ProbeError
-from tools.pipeline.toolchain import find_nvcc
-from tools.plan.matrix import load_cell, plan
-from tools.probing.probe import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
+from tools.pipeline.build_toolchain import find_nvcc
+from tools.plan.cells import load_cell, plan
+from tools.probing.probe_build import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
                          include_weight, judge_memory, measure, probe_cell, rank_units,
                          select_units)
-from tools.plan.recipe import load_recipe
+from tools.plan.recipe_model import load_recipe
 from tools.plan.table import load_table
 
 CELL_SDIST = "tinyext-0.1.0.tar.gz"
@@ -202,7 +202,7 @@ def test_a_terminated_probe_stops_its_compiler(tmp_path):
     """SIGTERM to the probe must not leave the unit's process group running (it is in its own
     session, so nothing else would stop it)."""
     marker = tmp_path / "alive"
-    script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools.probing import probe\n"
+    script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools.probing import probe_build\n"
               f"import signal\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
               f"probe.measure('sleep 60; touch {marker}', cwd={str(tmp_path)!r}, env={{}}, "
               f"log=__import__('pathlib').Path({str(tmp_path / 'm.log')!r}))\n")

@@ -17,7 +17,7 @@ import pytest
 from tools import ROOT
 from tools.pipeline import venvs as pyenv
 from tools.core.manifest import read_manifest
-from tools.plan.matrix import find_cell
+from tools.plan.cells import find_cell
 
 CELL = "causal_conv1d-3.11-cu130"
 
@@ -54,11 +54,11 @@ CONTAINER_CELL = "causal_conv1d-3.12-cu130"
 def test_causal_conv1d_container_build(tmp_path):
     """The path CI publishes from: cibuildwheel in a container (here the local stand-in image),
     the finish step and the import test inside it, then pip-installed here and imported."""
-    from tools.devtools import localimage
+    from tools.devtools import standin_image
     from tools.backends.engine import readiness
 
     cell = find_cell(CONTAINER_CELL)
-    image = localimage.image_name(cell.cuda)
+    image = standin_image.image_name(cell.cuda)
     ready = readiness("podman", image)
     if not ready.ok or not ready.local:
         pytest.skip(f"no container can be started from {image}: {ready.why}")

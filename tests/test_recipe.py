@@ -10,7 +10,7 @@ import pytest
 
 from tools import ROOT
 from tools.core.errors import RecipeError
-from tools.plan.recipe import load_all, load_recipe, recipe_folders
+from tools.plan.recipe_model import load_all, load_recipe, recipe_folders
 
 
 def test_good_recipe_loads(write_recipe, good_recipe, mini_table):

@@ -6,8 +6,8 @@ import pytest
 
 from tests.test_table_platforms import with_platforms
 from tools.core.errors import RecipeError
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import load_all, load_recipe
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import load_all, load_recipe
 from tools.plan.table import parse_table
 
 

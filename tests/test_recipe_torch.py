@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from tools import RECIPES_DIR
 from tools import recipe as recipe_command
 from tools.core.errors import RecipeError
-from tools.plan.recipe import load_recipe
+from tools.plan.recipe_model import load_recipe
 from tools.plan.recipe_torch import Exclusion, TorchRange, parse_torch_targets
 from tools.plan.schema import Problems
 

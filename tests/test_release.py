@@ -177,7 +177,7 @@ def test_a_first_deployment_starts_from_the_repositorys_ledger(tmp_path, github,
 
 
 def test_a_first_deployment_without_any_ledger_starts_empty(tmp_path, github, served):
-    from tools.sitegen.ledger import dump_ledger
+    from tools.sitegen.ledger_file import dump_ledger
     _, url = served
     rc, log, _, into = _site(tmp_path, github, url)
     assert rc == 0, log

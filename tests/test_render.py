@@ -17,7 +17,7 @@ from index_support import (
 
 from tools.sitegen import render
 from tools.sitegen import templating
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 from tools.selector.bundle import ZIPAPP_FILE, zipapp_bytes
 from tools.selector.facts import parse_facts
 from tools.sitegen.selectorfacts import torch_platforms

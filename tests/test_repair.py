@@ -23,9 +23,9 @@ import pytest
 from tinyext_support import nvcc_path, shared_tinyext
 from tools.core.errors import RepairError
 from tests.fixtures.binaries.make_binaries import cross_compiled_so
-from tools.finish.repair import TORCH_EXCLUDES, auditwheel_command, repair_wheel, this_machine
+from tools.finish.auditwheel_repair import TORCH_EXCLUDES, auditwheel_command, repair_wheel, this_machine
 from tools.repair import main
-from tools.finish.verify import cuda_archs, extension_modules
+from tools.finish.checks import cuda_archs, extension_modules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

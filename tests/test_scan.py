@@ -17,7 +17,7 @@ from index_support import (
 from tools.core import digest
 from tools.index import main
 from tools.core.errors import IndexBuildError
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 from tools.sitegen import scan
 
 

@@ -11,8 +11,8 @@ import pytest
 from tools.core.errors import PlanError
 from tools.core.variant import Variant
 from tools.plan.limits import load_limits
-from tools.plan.matrix import plan
-from tools.plan.recipe import load_all
+from tools.plan.cells import plan
+from tools.plan.recipe_model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.stages import plan_release
 from tools.plan.table import load_table, version_key
@@ -21,7 +21,7 @@ from tools.releasing.backlog import (Attempt, backlog, dump_attempts, load_attem
                                      write_attempts)
 from tools.releasing.batch import Batch, output_bytes
 from tools.releasing.schedule import make_schedule, violations, wheel_bytes
-from tools.sitegen.ledger import Entry
+from tools.sitegen.ledger_file import Entry
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from tools.selector import answer as selection
 from tools.selector import checks, cli, client, detect, doctor, facts, fetch, gpu
 from tools.sitegen.generate import build_index
 from tools.pipeline.venvs import uv_bin
-from tools.sitegen.serve import make_server
+from tools.sitegen.server import make_server
 
 CLIENT_TIMEOUT = 120
 X86 = "manylinux_2_28_x86_64"

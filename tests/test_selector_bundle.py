@@ -26,7 +26,7 @@ from wheelfactory import make_wheel
 from tools import ROOT
 from tools.sitegen.generate import build_index
 from tools.selector import bundle
-from tools.sitegen.serve import make_server
+from tools.sitegen.server import make_server
 
 X86 = "manylinux_2_28_x86_64"
 SO = "ext_cuda.cpython-311-x86_64-linux-gnu.so"

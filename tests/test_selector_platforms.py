@@ -25,7 +25,7 @@ from tools.selector import answer as selection
 from tools.selector import cli, client, detect, facts
 from tools.selector.target import DOWNLOAD_DIR
 from tools.sitegen.generate import build_index
-from tools.sitegen.serve import make_server, serve
+from tools.sitegen.server import make_server, serve
 
 TIMEOUT = 120
 

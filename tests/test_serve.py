@@ -29,7 +29,7 @@ from tools import ROOT
 from tools.core.errors import CuwheelsError
 from tools.sitegen.generate import build_index
 from tools.pipeline.venvs import uv_bin
-from tools.sitegen.serve import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
+from tools.sitegen.server import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
 
 ANY = "py3-none-any"
 CLIENT_TIMEOUT = 120

@@ -26,7 +26,7 @@ from tools import ROOT
 from tools.core.variant import group_id
 from tools.pipeline import shardcache
 from tools.plan.groups import UnitCost, UnitList, split
-from tools.staging import release
+from tools.staging import local_release
 
 GROUP = "tinyext-cu130"
 KERNELS = ["csrc/add_one.cu", "csrc/scale.cu"]
@@ -172,7 +172,7 @@ def test_a_partial_shard_means_its_units_compile_in_the_cell_with_the_reason(tmp
 def test_the_release_runs_shards_then_cells_and_goes_on_after_a_failure(tmp_path):
     from tools.plan.groups import Group
     group = Group(GROUP, "k1", "tinyext", ("tinyext-3.11-cu130", "tinyext-3.12-cu130"))
-    jobs = release.release_jobs(group, 2, group.cells, common=["--sdist=x"], cache=tmp_path / "c",
+    jobs = local_release.release_jobs(group, 2, group.cells, common=["--sdist=x"], cache=tmp_path / "c",
                                 work=tmp_path / "w", out=tmp_path / "o", archs="90")
     assert [(j, k) for j, k, _ in jobs] == [(f"{GROUP}-shard1", "shard"),
                                             (f"{GROUP}-shard2", "shard"),
@@ -186,7 +186,7 @@ def test_the_release_runs_shards_then_cells_and_goes_on_after_a_failure(tmp_path
         ran.append(argv)
         return 8 if "2/2" in argv else 0     # the second shard fails
 
-    results = release.run_release(jobs, tmp_path / "logs", runner=runner, say=lambda _: None)
+    results = local_release.run_release(jobs, tmp_path / "logs", runner=runner, say=lambda _: None)
     assert len(ran) == 4 and [r.status for r in results] == [0, 8, 0, 0]
 
 

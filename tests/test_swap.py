@@ -20,7 +20,7 @@ from index_support import (
 from tools import ROOT
 from tools.core.errors import IndexBuildError
 from tools.plan.table import load_table
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 from tools.sitegen import render
 from tools.sitegen import swap as site
 

@@ -1,4 +1,4 @@
-"""The toolchain every build shares (``tools.pipeline.toolchain``): nvcc found with its toolkit
+"""The toolchain every build shares (``tools.pipeline.build_toolchain``): nvcc found with its toolkit
 (this machine's, else the CUDA 13.0 toolkit from PyPI in the cache) and checked against a cell's
 CUDA, and the environment of the package's own build."""
 
@@ -13,12 +13,12 @@ import pytest
 
 from test_cudakit import fake_parts
 from tools.core.errors import ToolchainError
-from tools.pipeline import cudakit, toolchain
+from tools.pipeline import cudakit, build_toolchain
 from tools.pipeline.cudakit import WHEELS_ENV, toolkit_home
-from tools.pipeline.toolchain import (Nvcc, build_process_env, check_nvcc, find_nvcc,
+from tools.pipeline.build_toolchain import (Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command)
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import load_recipe
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import load_recipe
 
 
 def test_find_nvcc_finds_the_toolkit_root():
@@ -29,7 +29,7 @@ def test_find_nvcc_finds_the_toolkit_root():
 
 
 def test_find_nvcc_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
+    monkeypatch.setattr(build_toolchain, "DEFAULT_CUDA_HOME", tmp_path / "cuda")
     with pytest.raises(ToolchainError, match=rf"nvcc was not found with its toolkit \(looked in "
                                              rf"\$CUDA_HOME \({tmp_path}\), {tmp_path}/cuda, "
                                              r"PATH;") as info:
@@ -41,9 +41,9 @@ def test_find_nvcc_missing(tmp_path, monkeypatch):
 def bare_machine(tmp_path, monkeypatch):
     """The environment of a machine with no CUDA toolkit (no CUDA_HOME, no /usr/local/cuda, no
     nvcc on PATH) whose cache is tmp_path/cache."""
-    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
-    monkeypatch.setattr(toolchain, "_ANNOUNCED", set())
-    monkeypatch.setattr(toolchain, "_UNAVAILABLE", {})
+    monkeypatch.setattr(build_toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    monkeypatch.setattr(build_toolchain, "_ANNOUNCED", set())
+    monkeypatch.setattr(build_toolchain, "_UNAVAILABLE", {})
     (tmp_path / "bin").mkdir()
     return {"PATH": str(tmp_path / "bin"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
@@ -89,7 +89,7 @@ def test_with_no_toolkit_and_no_way_to_get_one_both_are_said(bare_machine, tmp_p
 def test_with_no_toolkit_the_real_one_from_pypi_is_found(tmp_path, monkeypatch):
     """This machine's cache holds the real toolkit (installed the first time, from PyPI):
     what a build on a machine without CUDA compiles with."""
-    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    monkeypatch.setattr(build_toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "PATH")}
     nvcc = find_nvcc({**environ, "PATH": str(tmp_path)})
     assert (nvcc.version, nvcc.cuda_home) == ("13.0", str(toolkit_home()))
@@ -106,13 +106,13 @@ def test_find_nvcc_takes_the_toolkit_root_not_a_wrapper_s_folder(tmp_path, monke
     toolkit = tmp_path / "toolkit"
     (toolkit / "include").mkdir(parents=True)
     (toolkit / "include" / "cuda_runtime.h").write_text("")
-    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", toolkit)
+    monkeypatch.setattr(build_toolchain, "DEFAULT_CUDA_HOME", toolkit)
     assert find_nvcc({"PATH": str(wrapper.parent)}) == Nvcc(str(wrapper), "12.9", str(toolkit))
 
 
 def test_find_nvcc_takes_nvcc_exe_on_windows(tmp_path, monkeypatch):
     """A Windows toolkit's compiler is bin/nvcc.exe (run here as the script it is)."""
-    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
+    monkeypatch.setattr(build_toolchain, "DEFAULT_CUDA_HOME", tmp_path / "no-cuda")
     home = tmp_path / "CUDA" / "v13.0"
     (home / "include").mkdir(parents=True)
     (home / "include" / "cuda_runtime.h").write_text("")

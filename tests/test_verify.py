@@ -19,9 +19,9 @@ import pytest
 
 from tinyext_support import TORCH_VERSION, make_sdist, nvcc_path, shared_tinyext, torch_lib_dir
 from tools.core.errors import VerifyError
-from tools.finish.repair import repair_wheel
+from tools.finish.auditwheel_repair import repair_wheel
 from tools.verify import main
-from tools.finish.verify import (
+from tools.finish.checks import (
     AbiReport,
     ArchReport,
     abi_check,

@@ -17,7 +17,7 @@ from tests.fixtures.hostile.make_wheels import SPECIAL_EXPECT, WHEELS, make_spec
 
 from tools.sitegen import wheelread, wheelzip
 from tools.core.errors import IndexBuildError
-from tools.sitegen.ledger import Entry
+from tools.sitegen.ledger_file import Entry
 from tools.core.variant import Variant
 from tools.core.workers import map_in_workers
 

@@ -27,7 +27,7 @@ import yaml
 
 from conftest import MINI_TABLE
 from tools import ROOT
-from tools.devtools.lint_workflows import workflow_files
+from tools.devtools.workflow_audit import workflow_files
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
@@ -1025,8 +1025,8 @@ def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(sc
     add_recipe()
     outputs, _, _ = run_plan_step(repo, workflows, EVENT="schedule")
     first = _entries(outputs, "cells1")[0]["id"]
-    from tools.plan.matrix import plan
-    from tools.plan.recipe import load_all
+    from tools.plan.cells import plan
+    from tools.plan.recipe_model import load_all
     from tools.plan.table import load_table
     from tools.releasing.backlog import fingerprints
     table = load_table(repo / "recipes" / "table.yaml")
@@ -1375,7 +1375,7 @@ exec "$PY" -m tools.index --wheels-dir "$dir" --output-dir "$site" --base-url "$
 
 
 def test_publish_indexes_each_release_with_its_own_address(tmp_path, workflows, fake_releases):
-    from tools.sitegen.ledger import dump_ledger
+    from tools.sitegen.ledger_file import dump_ledger
     from wheelfactory import make_wheel
 
     bin_dir, env, set_state, calls = fake_releases

@@ -19,7 +19,7 @@ from wheelfactory import installed, make_wheel
 
 from tools.pipeline.venvs import uv_bin
 from tools.sitegen.generate import build_index
-from tools.sitegen.serve import make_server
+from tools.sitegen.server import make_server
 
 LABEL = "cu128.torch2.9"
 

@@ -13,7 +13,7 @@ from index_support import (
 
 from tools import ROOT
 from tools.core.errors import IndexBuildError
-from tools.sitegen.ledger import Ledger, Removal, dump_ledger, load_ledger, load_ledger_document
+from tools.sitegen.ledger_file import Ledger, Removal, dump_ledger, load_ledger, load_ledger_document
 from tools.sitegen import yanks
 
 

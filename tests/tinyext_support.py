@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tools.core.errors import ToolchainError
 from tools.pipeline import venvs as pyenv
-from tools.pipeline.toolchain import find_nvcc
+from tools.pipeline.build_toolchain import find_nvcc
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 #: What the fixture builds with: the torch whose CUDA (13.0) matches the local nvcc.
@@ -55,7 +55,7 @@ make_sdist = _load_sdist_maker().make_sdist
 
 
 def nvcc_path() -> str | None:
-    """The nvcc the builds use (``tools.pipeline.toolchain.find_nvcc``: this machine's, else the
+    """The nvcc the builds use (``tools.pipeline.build_toolchain.find_nvcc``: this machine's, else the
     CUDA 13.0 toolkit from PyPI in the cache, installed the first time), or None when there is
     none to be had."""
     try:

@@ -4,7 +4,7 @@ committed shim list of a torch wheel.
     python -m tools.abicheck check WHEEL [--series 2.11,2.13] [--shim-dir DIR]
     python -m tools.abicheck extract TORCH_WHEEL_PATH_OR_URL [--sha256 HEX] [--out DIR]
 
-The command only; the logic is ``tools.finish.abicheck``.
+The command only; the logic is ``tools.finish.abi``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.finish.abicheck import SHIM_DIR, check_wheel, extract_shim, known_series, write_shim
+from tools.finish.abi import SHIM_DIR, check_wheel, extract_shim, known_series, write_shim
 
 
 def parser() -> argparse.ArgumentParser:

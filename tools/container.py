@@ -1,7 +1,7 @@
 """``python -m tools.container``: container backend: cibuildwheel in the cell's manylinux CUDA image, the path CI publishes from.
 
 The command line only (``stage``, the first command of a dry run's script); the logic is
-``tools.backends.container``.
+``tools.backends.containerized``.
 """
 
 import argparse
@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.backends import container
+from tools.backends import containerized
 from tools.core.errors import cli
-from tools.plan.matrix import load_cell
+from tools.plan.cells import load_cell
 from tools.plan.table import TABLE_PATH
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.container``."""
     ap = argparse.ArgumentParser(prog="python -m tools.container",
-                                 description=container.__doc__.split("\n")[0])
+                                 description=containerized.__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     st = sub.add_parser("stage", help="on the host: fetch, verify, patch and stage a cell's "
                                       "source and this project's tools for cibuildwheel")
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     """Stage a cell's source, tools and planned cell (the first command of the printed plan)."""
     args = parser().parse_args(argv)
     cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
-    staged = container.stage(cell, recipe, table, args.work / cell.id, sdist=args.sdist,
+    staged = containerized.stage(cell, recipe, table, args.work / cell.id, sdist=args.sdist,
                              sdist_dir=args.sdist_dir)
     print(staged.tree)
     return 0

@@ -1,6 +1,6 @@
 """``python -m tools.demo``: ``make demo``: from a fresh clone to "pip installed a wheel we built, from an index we emitted".
 
-The command only: it runs ``tools.devtools.demo.run_demo`` (which announces each step) and
+The command only: it runs ``tools.devtools.walkthrough.run_demo`` (which announces each step) and
 prints where everything is and how to point pip and uv at the index.
 """
 
@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.devtools import demo
-from tools.devtools.demo import DEFAULT_ARCHS, DEFAULT_PACKAGE, DEMO_DIR, run_demo, summary
+from tools.devtools import walkthrough
+from tools.devtools.walkthrough import DEFAULT_ARCHS, DEFAULT_PACKAGE, DEMO_DIR, run_demo, summary
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo (see tools.devtools.demo)."""
+    """Run the demo (see tools.devtools.walkthrough)."""
     ap = argparse.ArgumentParser(prog="python -m tools.demo",
-                                 description=demo.__doc__.split("\n")[0])
+                                 description=walkthrough.__doc__.split("\n")[0])
     ap.add_argument("--package", default=DEFAULT_PACKAGE)
     ap.add_argument("--python", default="%d.%d" % sys.version_info[:2],
                     help="Python version to build for (default: this one)")

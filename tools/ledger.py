@@ -1,7 +1,7 @@
 """``python -m tools.ledger``: the ledger: the record of every file the index has ever published.
 
 The command: ``hold-back`` sets aside the wheels of a batch whose file names are already
-published, or were and were removed (``tools.sitegen.ledger.hold_back_published``), and says what
+published, or were and were removed (``tools.sitegen.ledger_file.hold_back_published``), and says what
 it did with each.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.sitegen.ledger import hold_back_published, load_ledger_document
+from tools.sitegen.ledger_file import hold_back_published, load_ledger_document
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """``python -m tools.lint_workflows``: lint and audit the GitHub workflows: actionlint, zizmor and the workflow JSON schema.
 
-The command only: it runs every check of ``tools.devtools.lint_workflows`` on the files, prints
+The command only: it runs every check of ``tools.devtools.workflow_audit`` on the files, prints
 each finding, and exits 1 when there is one.
 """
 
@@ -10,15 +10,15 @@ import argparse
 import sys
 
 from tools.core.errors import cli
-from tools.devtools import lint_workflows
-from tools.devtools.lint_workflows import display_path, lint, workflow_files
+from tools.devtools import workflow_audit
+from tools.devtools.workflow_audit import display_path, lint, workflow_files
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Print every finding; exit 1 when there is one."""
     ap = argparse.ArgumentParser(prog="python -m tools.lint_workflows",
-                                 description=lint_workflows.__doc__.split("\n")[0])
+                                 description=workflow_audit.__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*", help="workflow files (default: .github/workflows/*.yml)")
     args = ap.parse_args(argv)
     files = workflow_files(args.files)

@@ -1,7 +1,7 @@
 """``python -m tools.localimage``: a local stand-in for PyTorch's CUDA builder image, for machines that can pull no image.
 
 The command only: it checks the arguments and builds the image with
-``tools.devtools.localimage.build_image`` (which says what it built or reused).
+``tools.devtools.standin_image.build_image`` (which says what it built or reused).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import re
 import sys
 
 from tools.core.errors import ToolchainError, cli
-from tools.devtools import armimage, localimage
-from tools.devtools.localimage import DEFAULT_PYTHONS, HELPER_PYTHON, build_image
+from tools.devtools import armimage, standin_image
+from tools.devtools.standin_image import DEFAULT_PYTHONS, HELPER_PYTHON, build_image
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.localimage``."""
-    p = argparse.ArgumentParser(prog="python -m tools.localimage", description=localimage.__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.localimage", description=standin_image.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cuda", required=True, help="X.Y; must be this machine's toolkit")
     p.add_argument("--pythons", default=",".join(DEFAULT_PYTHONS),

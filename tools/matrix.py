@@ -1,6 +1,6 @@
 """``python -m tools.matrix``: the build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
-The command only: it parses the filters, plans with ``tools.plan.matrix``, prints in a format of
+The command only: it parses the filters, plans with ``tools.plan.cells``, prints in a format of
 ``tools.plan.formats``, and says on stderr which recipes changed and when the list was capped.
 The formats of the release's stages (``github``, ``groups``, ``counts``) plan the compile groups
 and shards of the selected cells for the runners of ``--runners`` (``tools.plan.runners``).
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError, cli
-from tools.plan import matrix
+from tools.plan import cells
 from tools.plan.formats import FORMATS, STAGED, render
-from tools.plan.matrix import Cell, changed_only, git_changed_files, plan, require_known, select
-from tools.plan.recipe import load_all
+from tools.plan.cells import Cell, changed_only, git_changed_files, plan, require_known, select
+from tools.plan.recipe_model import load_all
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
 from tools.plan.table import TABLE_PATH, Table, load_table
@@ -30,7 +30,7 @@ SCHEDULE_FORMATS = ("schedule", "schedule-md")
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.matrix``."""
     ap = argparse.ArgumentParser(prog="python -m tools.matrix",
-                                 description=matrix.__doc__.split("\n")[0])
+                                 description=cells.__doc__.split("\n")[0])
     ap.add_argument("--package", help="comma-separated packages")
     ap.add_argument("--python", help="comma-separated Python versions (3.12)")
     ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")

@@ -1,20 +1,20 @@
 """``python -m tools.oci_runtime``: make a container engine start containers where the OCI runtime may not set resource limits.
 
-The command line only; the logic is ``tools.backends.oci_runtime``, whose rlimit-stripping
-wrapper script runs ``tools.backends.oci_runtime.wrap`` directly.
+The command line only; the logic is ``tools.backends.rlimit_runtime``, whose rlimit-stripping
+wrapper script runs ``tools.backends.rlimit_runtime.wrap`` directly.
 """
 
 import argparse
 import shlex
 import sys
 
-from tools.backends import oci_runtime
+from tools.backends import rlimit_runtime
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line: ``check`` that an engine starts containers, or ``wrap`` a runtime (what the
     wrapper runs)."""
-    p = argparse.ArgumentParser(prog="python -m tools.oci_runtime", description=oci_runtime.__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.oci_runtime", description=rlimit_runtime.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", aliases=["probe"],
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m tools.oci_runtime``; exit 0 when containers start."""
     ns = parser().parse_args(argv)
     if ns.command == "wrap":
-        oci_runtime.wrap(ns.runtime, ns.args)
-    result = oci_runtime.check_starts(ns.engine, ns.image)
+        rlimit_runtime.wrap(ns.runtime, ns.args)
+    result = rlimit_runtime.check_starts(ns.engine, ns.image)
     print(("ok: " if result.ok else "failed: ") + result.why)
     if result.runtime_args:
         print("engine arguments: " + shlex.join(result.runtime_args))

@@ -1,6 +1,6 @@
 """``python -m tools.probe``: probe build: compile a cell's heaviest translation units the way its real build would.
 
-The command line only; the logic is ``tools.probing.probe``. The cell is planned once, here.
+The command line only; the logic is ``tools.probing.probe_build``. The cell is planned once, here.
 """
 
 import argparse
@@ -10,47 +10,47 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import CompileError, ProbeError, cli
-from tools.plan.matrix import load_cell
+from tools.plan.cells import load_cell
 from tools.plan.table import TABLE_PATH
-from tools.probing import probe
+from tools.probing import probe_build
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    """Probe one cell (see ``tools.probing.probe``)."""
+    """Probe one cell (see ``tools.probing.probe_build``)."""
     ap = argparse.ArgumentParser(prog="python -m tools.probe",
-                                 description=probe.__doc__.split("\n")[0])
+                                 description=probe_build.__doc__.split("\n")[0])
     ap.add_argument("cell", nargs="?", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
     ap.add_argument("--summary", type=Path, metavar="WORK",
                     help="print the probes' results under WORK (a --work directory) as the "
                          "README's markdown table, and probe nothing")
     ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
                                     "tree, or their file names), instead of the heaviest")
-    ap.add_argument("--count", type=int, default=probe.DEFAULT_COUNT,
+    ap.add_argument("--count", type=int, default=probe_build.DEFAULT_COUNT,
                     help="how many of the heaviest CUDA units to compile, besides the heaviest "
-                         f"C++ unit (default {probe.DEFAULT_COUNT})")
+                         f"C++ unit (default {probe_build.DEFAULT_COUNT})")
     ap.add_argument("--archs", help="arch list to probe, e.g. 90 (default: the cell's)")
     ap.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
     ap.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
     ap.add_argument("--wheelhouse", type=Path, help="wheels (torch, build deps) to install from")
     ap.add_argument("--offline", action="store_true", help="install only from --wheelhouse")
     ap.add_argument("--torch-index", help="index URL for the cell's torch build")
-    ap.add_argument("--work", type=Path, default=probe.DEFAULT_WORK,
+    ap.add_argument("--work", type=Path, default=probe_build.DEFAULT_WORK,
                     help="per-cell work directories")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
-    ap.add_argument("--unit-timeout", type=float, default=probe.UNIT_TIMEOUT,
+    ap.add_argument("--unit-timeout", type=float, default=probe_build.UNIT_TIMEOUT,
                     help="seconds one unit may take (default %(default)s)")
     args = ap.parse_args(argv)
     # A terminated probe unwinds (and so stops the compiler it started) like an interrupted one.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.summary:
-        rows = probe.table_rows(args.summary, args.recipes)
+        rows = probe_build.table_rows(args.summary, args.recipes)
         if not rows:
             raise ProbeError(f"{args.summary}: no <cell>/probe/probe.json below it",
                              hint="pass the --work directory the probes wrote to "
-                                  f"(default {probe.DEFAULT_WORK})")
-        print("\n".join([probe.TABLE_HEADER, *rows]))
+                                  f"(default {probe_build.DEFAULT_WORK})")
+        print("\n".join([probe_build.TABLE_HEADER, *rows]))
         return 0
     if not args.cell:
         ap.error("name a cell to probe (or --summary WORK)")
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     units = tuple(u.strip() for u in (args.units or "").split(",") if u.strip())
     cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
     try:
-        report = probe.probe_cell(cell, recipe, table, units=units, count=args.count,
+        report = probe_build.probe_cell(cell, recipe, table, units=units, count=args.count,
                                   archs=args.archs, sdist=args.sdist, sdist_dir=args.sdist_dir,
                                   wheelhouse=args.wheelhouse, offline=args.offline,
                                   torch_index=args.torch_index, work_root=args.work,
@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     except CompileError:
         path = args.work / cell.id / "probe" / "probe.json"
         if path.is_file():
-            print(probe.format_report(probe.read_report(path)))
+            print(probe_build.format_report(probe_build.read_report(path)))
         raise
-    print(probe.format_report(report))
+    print(probe_build.format_report(report))
     return 0
 
 

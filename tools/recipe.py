@@ -1,6 +1,6 @@
 """``python -m tools.recipe``: recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
 
-The command only: it loads each recipe with ``tools.plan.recipe`` against the table, prints one
+The command only: it loads each recipe with ``tools.plan.recipe_model`` against the table, prints one
 line per valid recipe and every problem of the invalid ones, and exits non-zero when any is.
 """
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import RecipeError, cli
-from tools.plan.recipe import check_distinct, load_recipe, recipe_folders
+from tools.plan.recipe_model import check_distinct, load_recipe, recipe_folders
 from tools.plan.table import load_table
 
 

@@ -1,6 +1,6 @@
 """``python -m tools.refresh``: refresh: follow the registry, and propose the change to the table and the recipes.
 
-The command only: it reads the registry with ``tools.upstream.refresh.propose``, prints the change
+The command only: it reads the registry with ``tools.upstream.follow.propose``, prints the change
 as a unified diff (or writes it with ``--write``, every file or none) and the summary on stderr.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import cli
-from tools.upstream.refresh import propose, summary, write_all
+from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
 from tools.upstream.verdicts import probe_matrix
 

@@ -23,7 +23,7 @@ from tools.releasing.publish import ledger_tags, releases_to_index, upload_relea
 from tools.releasing.steps import (Sources, api_from_env, choose_batch, count_attempts,
                                    download_artifacts, fetch_needed, job_env, read_site,
                                    write_batch)
-from tools.sitegen.ledger import load_ledger_document
+from tools.sitegen.ledger_file import load_ledger_document
 
 #: Each command's options: (flags, argparse keywords); "src" adds the plan's source files.
 COMMANDS = {

@@ -2,7 +2,7 @@
 
     python -m tools.repair WHEEL --out-dir DIR [--plat P] [--exclude PATTERN]... [--no-strip] [--log FILE]
 
-The command only; the logic is ``tools.finish.repair``.
+The command only; the logic is ``tools.finish.auditwheel_repair``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.finish.repair import repair_wheel
+from tools.finish.auditwheel_repair import repair_wheel
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """``python -m tools.serve``: serve a built index on 127.0.0.1, with the PEP 691 content negotiation static hosting lacks.
 
-The command: it parses the arguments, starts ``tools.sitegen.serve.make_server``, prints where it
+The command: it parses the arguments, starts ``tools.sitegen.server.make_server``, prints where it
 listens and serves until stopped.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.sitegen import serve
+from tools.sitegen import server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.serve``: serve the site and the wheels until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=serve.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=server.__doc__.split("\n\n")[0])
     parser.add_argument("--site", required=True, type=Path, help="the built site (INDEX_DIR)")
     parser.add_argument("--files", type=Path, default=None, help="wheels directory, served at /files/")
     parser.add_argument("--host", default="127.0.0.1")
@@ -26,20 +26,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-negotiate", action="store_true", help="always answer HTML, like a static host")
     parser.add_argument("--exit-after", type=float, default=0, help="stop after this many seconds (0: never)")
     parser.add_argument("--quiet", action="store_true", help="no access log on stderr")
-    parser.add_argument("--request-timeout", type=float, default=serve.REQUEST_TIMEOUT,
+    parser.add_argument("--request-timeout", type=float, default=server.REQUEST_TIMEOUT,
                         help="seconds a client has to send a request line and headers, and the most one read "
-                             f"or write of a connection waits (default {serve.REQUEST_TIMEOUT:g})")
+                             f"or write of a connection waits (default {server.REQUEST_TIMEOUT:g})")
     return _run(parser.parse_args(argv))
 
 
 @cli
 def _run(args: argparse.Namespace) -> int:
-    server = serve.make_server(args.site, args.files, host=args.host, port=args.port,
-                               negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet,
-                               request_timeout=args.request_timeout)
+    httpd = server.make_server(args.site, args.files, host=args.host, port=args.port,
+                              negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet,
+                              request_timeout=args.request_timeout)
     files = f", {args.files} at /files/" if args.files else ""
-    print(f"serving {server.url}/ ({args.site}{files})", flush=True)
-    serve.serve(server, exit_after=args.exit_after)
+    print(f"serving {httpd.url}/ ({args.site}{files})", flush=True)
+    server.serve(httpd, exit_after=args.exit_after)
     return 0
 
 

@@ -1,7 +1,7 @@
 """``python -m tools.shard``: a compile group's kernel shards and its unit list.
 
 ``python -m tools.shard run GROUP --shard K/N [--archs 90]`` compiles shard K of N of the group
-into ``<cache>/<group>-shard<K>`` (``tools.staging.shard``); ``python -m tools.shard units CELL
+into ``<cache>/<group>-shard<K>`` (``tools.staging.shard_build``); ``python -m tools.shard units CELL
 [--write]`` reads the cell's build's translation units and prints (or writes) the recipe's
 ``units.yaml`` (``tools.staging.unitlist``). The command line only.
 """
@@ -17,7 +17,7 @@ from tools.builder.planned import Planned
 from tools.core.errors import cli
 from tools.plan.groups import UNITS_FILE, find_group
 from tools.plan.table import TABLE_PATH
-from tools.staging import release, shard, unitlist
+from tools.staging import local_release, shard_build, unitlist
 
 DEFAULT_WORK = ROOT / "build-cells"
 DEFAULT_CACHE = ROOT / "build-cells" / "shard-caches"
@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         passed += ["--offline"] if args.offline else []
         passed += [f"--recipes={args.recipes}", f"--table={args.table}"]
         passed += [f"--{k}={v}" for k, v in (("engine", args.engine), ("image", args.image)) if v]
-        jobs = release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
+        jobs = local_release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
                                     work=args.work, out=args.out, archs=args.archs,
                                     backend=args.backend)
-        results = release.run_release(jobs, args.work / "release-logs" / group.id)
+        results = local_release.run_release(jobs, args.work / "release-logs" / group.id)
         for r in results:
             print(f"{r.kind:5}  {r.id:40}  {'ok' if r.status == 0 else f'exit {r.status}':8}  "
                   f"{r.seconds / 60:6.1f} min")
@@ -124,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     archs = resolve_archs(cell, args.archs, planned.table)
     k, n = args.shard
     if args.backend == "container":
-        record = shard.run_container_shard(
+        record = shard_build.run_container_shard(
             group, k, n, cell=cell, recipe=planned.recipe(cell), table=planned.table,
             archs=archs, work_root=args.work, cache_root=args.cache, engine=args.engine,
             image=args.image, sdist=args.sdist, sdist_dir=args.sdist_dir)
         print(args.cache / record["shard"])
         return 0
-    report = shard.run_shard(group, k, n, cell=cell, recipe=planned.recipe(cell),
+    report = shard_build.run_shard(group, k, n, cell=cell, recipe=planned.recipe(cell),
                              table=planned.table, archs=archs, work_root=args.work,
                              cache_root=args.cache, **common)
     print(args.cache / report.shard)

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from tools.core.errors import cli
-from tools.pipeline.toolchain import find_nvcc
+from tools.pipeline.build_toolchain import find_nvcc
 from tools.pipeline.venvs import find_python
 
 

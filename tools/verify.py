@@ -3,7 +3,7 @@
     python -m tools.verify WHEEL --torch-lib DIR --torch-version V [--archs 80 90]
 
 Its platform tags, its torch ABI and its GPU archs; the import smoke test needs the build's cell.
-The command only; the logic is ``tools.finish.verify``.
+The command only; the logic is ``tools.finish.checks``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.finish.verify import check_wheel
+from tools.finish.checks import check_wheel
 
 
 def parser() -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tools.pipeline.report import Progress
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 
 

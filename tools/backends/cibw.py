@@ -7,7 +7,7 @@ the recipe's build requirements from the default index, pip without build isolat
 environment (arch list, MAX_JOBS/NVCC_THREADS sized for the container's memory limit,
 SOURCE_DATE_EPOCH), a repair command that runs this project's finish stage in the image
 (``python -m tools.incontainer finish``: ``tools.finish.stage``) and a test command importing the
-recipe's modules next to the cell's torch (``tools.finish.verify.smoke_argv``).
+recipe's modules next to the cell's torch (``tools.finish.checks.smoke_argv``).
 
 Nothing here touches the network or a container engine: ``plan_invocation`` is what
 ``--dry-run`` prints, and ``check_options`` hands the options to cibuildwheel's own parser.
@@ -31,12 +31,12 @@ from tools.pipeline import ccache as compiler_cache
 from tools.pipeline.buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.plan.matrix import Cell, torch_index
-from .oci_runtime import trust_store
+from tools.plan.cells import Cell, torch_index
+from .rlimit_runtime import trust_store
 from tools.pipeline.venvs import PYPI_SIMPLE
-from tools.plan.recipe import Recipe
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import TABLE_PATH, Table
-from tools.finish.verify import smoke_argv
+from tools.finish.checks import smoke_argv
 
 #: Where cibuildwheel puts its working directory (the staged ``src/``) inside the container.
 PROJECT = PurePosixPath("/project")
@@ -149,7 +149,7 @@ CCACHE_STATS_PREFIX = "cuwheels-ccache-stats: "
 
 def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None, *,
                    ccache: bool = True) -> Mounts:
-    """The trust store (``tools.backends.oci_runtime.trust_store``), a pip cache of its own
+    """The trust store (``tools.backends.rlimit_runtime.trust_store``), a pip cache of its own
     (``CUWHEELS_CONTAINER_PIP_CACHE``, default ``~/.cache/cuwheels/container-pip``; empty:
     none) and, with ``ccache``, the compiler cache (``tools.pipeline.ccache.cache_dir``: what CI
     restores and saves). The container runs as root: a pip cache of its own keeps root-owned

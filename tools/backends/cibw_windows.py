@@ -23,8 +23,8 @@ from typing import Any
 from tools.core.errors import ToolchainError
 from tools.finish.winrepair import TORCH_DLL_EXCLUDES
 from tools.pipeline.buildenv import build_env, windows_cell
-from tools.plan.matrix import Cell, torch_index
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell, torch_index
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 from tools.pipeline.venvs import PYPI_SIMPLE
 from .cibw import Limits, _q, _sh, cell_sizing, check_options, environment, smoke_command

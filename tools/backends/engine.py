@@ -8,7 +8,7 @@ order, each from the real engine:
 1. does the engine answer (``<engine> info``)?
 2. is the image here (``<engine> image inspect``, which also gives its labels), or can it be
    pulled (``<engine> manifest inspect``, which reads the registry without downloading layers)?
-3. does a container start from it (``tools.backends.oci_runtime.check_starts``: plainly, else through
+3. does a container start from it (``tools.backends.rlimit_runtime.check_starts``: plainly, else through
    the rlimit-stripping runtime wrapper)? Only a local image can be started; a pullable one is
    started after the pull, by the container backend.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from .oci_runtime import containers_conf, check_starts
+from .rlimit_runtime import containers_conf, check_starts
 
 #: The engines tried, in order, when none is named.
 ENGINES = ("docker", "podman")
@@ -119,7 +119,7 @@ def image_pullable(engine: str, image: str, run: Runner = _run) -> tuple[bool, s
 def readiness(engine: str, image: str, *, run: Runner = _run,
               start: Callable[[str, str], object] = check_starts) -> Readiness:
     """Whether ``engine`` can build from ``image`` here (see the module docstring), asked of the
-    real engine. ``start(engine, image)`` starts a container (``tools.backends.oci_runtime.StartCheck``)."""
+    real engine. ``start(engine, image)`` starts a container (``tools.backends.rlimit_runtime.StartCheck``)."""
     answers, why = engine_answers(engine, run)
     if not answers:
         return Readiness(engine, image, False, why)

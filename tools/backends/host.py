@@ -2,7 +2,7 @@
 
 :class:`HostBackend` (a ``tools.backends.base.Backend``) runs every step here: toolchain ->
 source -> python -> compile -> the finish stage (``tools.finish.stage``) -> verify (import smoke
-test) -> kernels -> publish, with the toolchain of ``tools.pipeline.toolchain``. Wheels built
+test) -> kernels -> publish, with the toolchain of ``tools.pipeline.build_toolchain``. Wheels built
 here need this host's glibc or newer (auditwheel tags them accordingly, e.g. manylinux_2_34 on
 Debian 12); the container backend builds the broadly installable manylinux_2_28 wheels CI
 publishes.
@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from tools.core.errors import CompileError, ToolchainError
 from tools.core.variant import group_id, torch_series
 from tools.finish.stage import finish_wheel, record_kernel_check
-from tools.finish.verify import smoke_test, smoke_test_existing, smoke_venv
+from tools.finish.checks import smoke_test, smoke_test_existing, smoke_venv
 from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
 from tools.pipeline import ccache, shardcache
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
@@ -34,12 +34,12 @@ from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, Step, reporting
 from tools.pipeline.wheelhouse import publish
 from tools.pipeline.source import prepare_source
-from tools.pipeline.toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
+from tools.pipeline.build_toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command, torch_info)
 from tools.pipeline.venvs import prepare_python, venv_python
 from tools.plan.groups import group_key, read_units
-from tools.plan.matrix import Cell, torch_index
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell, torch_index
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 from .base import BuildOptions, BuildResult
 

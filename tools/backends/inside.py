@@ -2,7 +2,7 @@
 
 ``python -m tools.incontainer`` (the command line, ``tools/incontainer.py``) runs these:
 ``toolchain --cell-file FILE`` (before-all: the image's nvcc against the cell's CUDA, the host
-backend's own check, ``tools.pipeline.toolchain``), ``relax-nvcc-check --python PY``
+backend's own check, ``tools.pipeline.build_toolchain``), ``relax-nvcc-check --python PY``
 (before-build, only where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL
 DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.stage``, on cibuildwheel's
 raw wheel, repaired to the cell's manylinux target). With the compiler cache mounted, ``ccache
@@ -11,7 +11,7 @@ Python at that torch through a ``.pth`` file and puts the ``c++`` link in place,
 stats`` (before the finish) prints what the cache did for the compile.
 ``tools.backends.cibw`` writes these command lines; the staged tools, recipe and table sit at
 ``/project/cuwheels`` in the container, with the planned cell (``cell.json``, which
-``tools.backends.container.stage`` writes): the cell is read from there, never planned again.
+``tools.backends.containerized.stage`` writes): the cell is read from there, never planned again.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from tools import RECIPES_DIR
 from tools.core.errors import PlanError, ToolchainError
 from tools.finish.stage import FINISH_STEPS, finish_wheel
 from tools.pipeline.report import Progress
-from tools.pipeline.toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe, load_recipe
+from tools.pipeline.build_toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe, load_recipe
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 _RELAX_MARKER = "# cuwheels: nvcc major-version check relaxed (table: relax_nvcc_check)"

@@ -3,7 +3,7 @@
 torch_sparse's Python code imports torch_scatter, so its wheel can't pass the import check (a
 fresh venv with the wheel and torch) alone, and users need torch_scatter's wheel for the same
 Python, CUDA and torch. The plan links each cell to the cells it needs (``Cell.needs``,
-``tools.plan.matrix.link_needs``); the finish step writes a ``Requires-Dist`` on each; and before a
+``tools.plan.cells.link_needs``); the finish step writes a ``Requires-Dist`` on each; and before a
 build starts, this step finds each needed cell's wheel in the directories given (the build's
 output directory, its wheelhouse) or builds that cell first, into the cell's own work
 directory, not the output: the dependency's own build publishes it. The import check (and the
@@ -20,7 +20,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from tools.core.errors import PlanError, VerifyError
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 
 #: Builds one needed cell (of the same plan) into a directory and returns its wheel.
 BuildNeeded = Callable[[Cell, Path], Path]

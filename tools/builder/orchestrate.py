@@ -4,7 +4,7 @@ What ``python -m tools.build CELL_ID`` (and ``nox -s build-<cell id>``) runs, wi
 planned once by the command and handed down (``tools.builder.planned``): the cells it needs come
 from the same plan. The backends are peers called the same way (``tools.backends.base.Backend``):
 ``tools.backends.host.HostBackend`` (this machine's toolchain) and
-``tools.backends.container.ContainerBackend`` (cibuildwheel in the cell's manylinux image);
+``tools.backends.containerized.ContainerBackend`` (cibuildwheel in the cell's manylinux image);
 ``auto`` takes the container only when an engine can start a container from the cell's image,
 here or pulled (``tools.backends.engine.readiness``), and otherwise says why it fell back to the
 host. Every step is timed and reported by the backend; the wheel reaches ``wheelhouse/`` only
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tools import ROOT
 from tools.backends.base import Backend, BuildOptions, BuildResult
-from tools.backends.container import ContainerBackend
+from tools.backends.containerized import ContainerBackend
 from tools.backends.engine import ReadinessCheck, first_ready, readiness
 from tools.backends.host import HostBackend
 from tools.core.errors import ToolchainError
@@ -27,7 +27,7 @@ from tools.core.variant import group_id
 from tools.kernels.check import GpuFinder, find_gpu
 from tools.pipeline.report import Progress
 from tools.pipeline.shardcache import candidates
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 from tools.plan.table import Table, arch_key
 from .needs import provide
 from .planned import Planned

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError
-from tools.plan.matrix import Cell, find_cell, plan
-from tools.plan.recipe import Recipe, load_all, load_recipe
+from tools.plan.cells import Cell, find_cell, plan
+from tools.plan.recipe_model import Recipe, load_all, load_recipe
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 

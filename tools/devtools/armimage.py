@@ -48,8 +48,8 @@ from tools.backends.emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.devtools import localimage
-from tools.devtools.localimage import (GLIBC, LABEL_PREFIX, SUITE, _dirs, _link,
+from tools.devtools import standin_image
+from tools.devtools.standin_image import (GLIBC, LABEL_PREFIX, SUITE, _dirs, _link,
                                        _skip_rootfs_member, _start_checked, check_engine,
                                        import_image,
                                        debootstrap, python_tag, rootfs_dir)
@@ -63,7 +63,7 @@ PYTHON = "3.11"
 #: What the x86_64 stand-in has, and Debian's Python with its headers (the binding includes
 #: Python.h) and ensurepip (the finish step makes its venv with ``-m venv``), with what
 #: python3.11-venv depends on named too (debootstrap's minbase leaves it unconfigured otherwise).
-PACKAGES = (*localimage.PACKAGES, "python3.11", "libpython3.11-dev", "python3.11-venv",
+PACKAGES = (*standin_image.PACKAGES, "python3.11", "libpython3.11-dev", "python3.11-venv",
             "python3-distutils")
 POLICY = "manylinux_2_36_aarch64"
 #: The pip put in the image's environments, pinned by hash (pure Python: no emulation to unpack).
@@ -75,14 +75,14 @@ PIP = ("pip", "25.0.1", "c46efd13b6aa8279f33f2864459c8ce587ea6a1a59ee20de055868d
 CUOBJDUMP = ("nvidia-cuda-cuobjdump", "13.4.49",
              "8f6721a01310998ee08e25d2e78e4cebf9c69e83bafacd97570aba2295ed8943")
 #: The environments at /opt/python: the cell's Python and cibuildwheel's helper, both 3.11.
-VENVS = (python_tag(PYTHON), python_tag(localimage.HELPER_PYTHON))
+VENVS = (python_tag(PYTHON), python_tag(standin_image.HELPER_PYTHON))
 TOOLS_PYTHON = f"/opt/python/{python_tag(PYTHON)}/bin/python"
 CUOBJDUMP_LABEL = f"{LABEL_PREFIX}.cuobjdump"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 def image_name(cuda: str, suite: str = SUITE) -> str:
     """``localhost/cuwheels-builder:cuda13.0-bookworm-arm64``."""
-    return f"{localimage.image_name(cuda, suite)}-{ARCH}"
+    return f"{standin_image.image_name(cuda, suite)}-{ARCH}"
 
 
 def check_emulation(binfmt: Path = BINFMT, machine: str | None = None) -> None:
@@ -119,7 +119,7 @@ def labels(cuda: str, suite: str = SUITE) -> dict[str, str]:
         CUOBJDUMP_LABEL: CUOBJDUMP[1],
         "org.opencontainers.image.description":
             f"cuwheels local aarch64 builder (Debian {suite} arm64, glibc {GLIBC}, CUDA {cuda} "
-            f"from PyPI's aarch64 wheels, Python {PYTHON}; {python_tag(localimage.HELPER_PYTHON)} "
+            f"from PyPI's aarch64 wheels, Python {PYTHON}; {python_tag(standin_image.HELPER_PYTHON)} "
             f"is Python {PYTHON} too, for cibuildwheel's helpers); wheels repair to {POLICY} or "
             "lower, never manylinux_2_28",
     }
@@ -242,7 +242,7 @@ def build_image(cuda: str, *, name: str | None = None, engine: str = "podman",
     rootfs = debootstrap(rootfs_dir(PACKAGES, cache=cache, arch=ARCH), packages=PACKAGES,
                          mirror=mirror, arch=ARCH)
     changes = [f"LABEL {key}={json.dumps(value)}" for key, value in labels(cuda).items()]
-    changes += localimage.ENV_CHANGES
+    changes += standin_image.ENV_CHANGES
     argv = [engine, "import", "--arch", ARCH, *(arg for c in changes for arg in ("--change", c)),
             "-", name]
     import_image(engine, argv, name, lambda out: write_image_tar(

@@ -8,7 +8,7 @@ manifest; then the wheel as users' tools see it: installer's RECORD validation a
 show``, tools.finish.usertools) -> the platform tag check. The host
 backend runs it after its compile; the container backend runs the same function inside the
 image as cibuildwheel's repair command (``python -m tools.incontainer finish``). The import
-smoke test follows in a fresh environment (``tools.finish.verify.smoke_test`` on the host,
+smoke test follows in a fresh environment (``tools.finish.checks.smoke_test`` on the host,
 cibuildwheel's test command in the container).
 """
 
@@ -21,17 +21,17 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .abicheck import check_claims
+from .abi import check_claims
 from .archcheck import check_binaries, wheel_platforms
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from tools.core.errors import VerifyError
 from tools.core.manifest import DEFAULT_PLATFORM, Manifest
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, Step
-from tools.plan.recipe import Recipe
-from .repair import repair_wheel
+from tools.plan.recipe_model import Recipe
+from .auditwheel_repair import repair_wheel
 from .usertools import check_as_users_do
-from .verify import abi_check, check_archs, check_tags, cuda_archs, extension_modules
+from .checks import abi_check, check_archs, check_tags, cuda_archs, extension_modules
 from .wheelmeta import set_version_and_pin
 from .winrepair import WINDOWS_ABI_NOTE, check_imports, repair_windows_wheel
 

@@ -1,6 +1,6 @@
 """The wheel as users' own tools see it: ``installer``'s RECORD validation and ``auditwheel show``.
 
-Our checks (tools.finish.verify, tools.finish.abicheck) say the wheel is right; these say the
+Our checks (tools.finish.checks, tools.finish.abi) say the wheel is right; these say the
 tools that users and distributors run accept it. Both have failed on wheels our other checks
 passed: a RECORD that listed directories made ``auditwheel show`` (6.4.2, 6.8.2) crash with
 ``IsADirectoryError`` while pip and uv installed the wheel happily.
@@ -102,7 +102,7 @@ def auditwheel_show(wheel: Path, *, auditwheel: str | None = None) -> str | None
             raise VerifyError(f"{name} is tagged {tag}, but `auditwheel show` says its symbol "
                               f"versions constrain it to {constraint}: it would not load on the "
                               "older glibc its tag promises",
-                              hint="repair it to the policy auditwheel names (tools.finish.repair "
+                              hint="repair it to the policy auditwheel names (tools.finish.auditwheel_repair "
                                    "picks the lowest policy the build allows)")
     return constraint
 

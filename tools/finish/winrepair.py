@@ -6,7 +6,7 @@ needs into ``<package>.libs/`` (names mangled, so two wheels' copies can't clash
 package to add that directory to the DLL search path. A torch extension must not get copies of
 torch's DLLs or of the CUDA libraries torch ships in ``torch/lib`` (a second ``c10.dll`` beside the
 one torch loaded is a second runtime), so they are excluded (TORCH_DLL_EXCLUDES), as
-tools.finish.repair excludes their ``.so`` twins. Python's own DLL and Windows' are never vendored
+tools.finish.auditwheel_repair excludes their ``.so`` twins. Python's own DLL and Windows' are never vendored
 (delvewheel's own lists); the MSVC C++ runtime (``msvcp140*.dll``) is excluded too: torch's DLLs
 import it, so it is loaded before any extension is.
 

@@ -8,7 +8,7 @@ and flattened, they are a toolkit root that torch's extension builder takes for 
 out are added as NVIDIA's installers lay them out: ``lib64`` linking to ``lib`` (torch links
 ``-L$CUDA_HOME/lib64``), ``targets/x86_64-linux/{include,lib}`` (``nvcc.profile`` looks there),
 and the unversioned library names the linker asks for (``libcudart.so -> libcudart.so.13``).
-The local builder image's toolkit (``tools.devtools.localimage``) can be this one.
+The local builder image's toolkit (``tools.devtools.standin_image``) can be this one.
 
 The same toolkit for Linux aarch64 (:data:`PARTS_AARCH64`, the same versions' aarch64 wheels,
 ``targets/sbsa-linux`` as NVIDIA's ARM server installers name it) is assembled on any machine by

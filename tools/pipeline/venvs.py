@@ -17,11 +17,11 @@ from pathlib import Path
 
 from tools.core.errors import ToolchainError
 from tools.core.hostos import WINDOWS
-from tools.plan.matrix import Cell, torch_index
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell, torch_index
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 from .pythons import find_cpython
-from .toolchain import BuildPython, inspect_torch
+from .build_toolchain import BuildPython, inspect_torch
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 

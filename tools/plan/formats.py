@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from tools.core.errors import PlanError
-from .matrix import Cell, counts, plan
-from .recipe import Recipe
+from .cells import Cell, counts, plan
+from .recipe_model import Recipe
 from .runners import Runners
 from .stages import Release, plan_release
 from .table import Table

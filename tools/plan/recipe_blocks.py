@@ -91,7 +91,7 @@ def parse_probe(p: Problems, raw: object) -> ProbeSpec | None:
 def parse_depends(p: Problems, raw: list, package: str) -> tuple[Dependency, ...]:
     """``depends``: other recipes by folder name, each once, never the recipe itself. Whether
     they exist and build every cell this one does is checked where all recipes are known
-    (``tools.plan.matrix.plan``)."""
+    (``tools.plan.cells.plan``)."""
     out = []
     for i, entry in enumerate(raw):
         where = f"depends[{i}]"

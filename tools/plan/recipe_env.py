@@ -1,6 +1,6 @@
 """A recipe's build variables: ``arch_env`` (the variable through which a package reads its arch
 list) and ``env`` (its own switches), each checked against what only the system, the tools or
-the pipeline may set. Part of loading a recipe (tools.plan.recipe)."""
+the pipeline may set. Part of loading a recipe (tools.plan.recipe_model)."""
 
 from __future__ import annotations
 

@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART, group_id
 from .groups import Group, UnitList, groups, read_units, shard_id, split
-from .matrix import Cell
-from .recipe import Recipe
+from .cells import Cell
+from .recipe_model import Recipe
 from .runners import Runner, Runners
 from .sizing import Sizing, size_jobs
 

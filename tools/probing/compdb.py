@@ -6,7 +6,7 @@ it) with a stand-in ``ninja`` first on PATH, which asks the real ninja for the f
 database (``ninja -t compdb -x``: every command line fully expanded) and compiles nothing. It
 puts an empty object file (an empty C file, compiled once) where each object would be, so that a
 package with several extensions (one ninja run each) goes on to the next; what the build then
-links and packs from those is deleted. ``tools.probing.probe`` compiles some of the units it
+links and packs from those is deleted. ``tools.probing.probe_build`` compiles some of the units it
 returns.
 
 The stand-in is written by distlib's ``ScriptMaker``: on POSIX a script whose shebang is this
@@ -30,7 +30,7 @@ from distlib.scripts import ScriptMaker, enquote_executable
 
 from tools.core.errors import ProbeError
 from tools.core.hostos import WINDOWS
-from tools.pipeline.toolchain import build_process_env, pip_wheel_command
+from tools.pipeline.build_toolchain import build_process_env, pip_wheel_command
 
 #: The package's build with nothing compiled (setup.py, torch's import, links of empty objects)
 #: takes seconds to a few minutes.

@@ -32,11 +32,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from tools.core.errors import PlanError
 from tools.core.variant import parse_label
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 from tools.sitegen.frontpage import published_cells
-from tools.sitegen.ledger import Entry
+from tools.sitegen.ledger_file import Entry
 
 ATTEMPTS_SCHEMA = 1
 #: The largest attempts file read: 10,000 cells of a few hundred bytes each fit many times.

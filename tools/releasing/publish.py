@@ -19,7 +19,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.sitegen.ledger import Ledger
+from tools.sitegen.ledger_file import Ledger
 from .ghapi import Api, ApiError
 
 #: A run's release tag (the release job names it from the run id alone).

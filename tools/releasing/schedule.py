@@ -44,12 +44,12 @@ from tools.core.platforms import tag_platform
 from tools.core.variant import PLATFORM_PART
 from tools.plan.groups import groups, read_units, shard_id
 from tools.plan.limits import Limits
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe
 from tools.plan.runners import Runners
 from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group, toolchain_cells
 from tools.plan.table import Table, version_key
-from tools.sitegen.ledger import Entry
+from tools.sitegen.ledger_file import Entry
 from .backlog import Attempt, backlog
 from .batch import STAGES, Batch, output_bytes
 

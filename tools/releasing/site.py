@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from tools.core.errors import PlanError
-from tools.sitegen.ledger import dump_ledger
+from tools.sitegen.ledger_file import dump_ledger
 from .ghapi import Api, ApiError
 
 #: Seconds one fetch of the site may take, and how many times a transient failure is retried.

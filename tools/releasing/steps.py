@@ -20,11 +20,11 @@ from typing import Any
 
 from tools.core.errors import PlanError
 from tools.plan.limits import load_limits
-from tools.plan.matrix import changed_only, plan, require_known, select
-from tools.plan.recipe import load_all
+from tools.plan.cells import changed_only, plan, require_known, select
+from tools.plan.recipe_model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.table import load_table
-from tools.sitegen.ledger import load_ledger
+from tools.sitegen.ledger_file import load_ledger
 from .artifacts import fetch
 from .backlog import fingerprints, load_attempts, pending_entries, record, write_attempts
 from .batch import Batch, github_output_text, job_entry

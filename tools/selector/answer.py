@@ -102,7 +102,7 @@ _TAG_ABI = {"abi3": "abi3", "none": "none"}
 
 
 def abi_from_manifest(manifest: dict[str, Any] | None) -> RecipeAbi | None:
-    """The ``abi`` a build manifest records (as tools.finish.abicheck.check_claims writes it), or
+    """The ``abi`` a build manifest records (as tools.finish.abi.check_claims writes it), or
     None when it records none or an incomplete one (a manifest from before the ``abi`` key)."""
     abi = (manifest or {}).get("abi")
     if not isinstance(abi, dict) or abi.get("python") not in ("cpython", "abi3", "none"):

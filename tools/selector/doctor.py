@@ -149,7 +149,7 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
         module = re.search(r"([^/\s:]+\.so)\S*:\s*undefined symbol", error)
         where = f" (in {module.group(1)})" if module else ""
         built, built_cuda, built_abi = _built_for(inst)
-        # C functions of torch's stable shim (tools.finish.verify.SHIM_PREFIXES) are torch's too.
+        # C functions of torch's stable shim (tools.finish.checks.SHIM_PREFIXES) are torch's too.
         shim_symbol = symbol.startswith(("aoti_torch_", "torch_"))
         torch_symbol = shim_symbol or re.search(r"\b(c10|at|torch|caffe2)::", readable) is not None
         d = Diagnosis("undefined-symbol", "", [f"missing symbol: {readable}{where}", f"mangled: {symbol}"],

@@ -1,7 +1,7 @@
 """The front page's two tables: the coverage matrix, per project, of which Python versions each
 (version, variant index) pair has, yanked wheels marked, and the wheels that are in no variant
 index; and, where the index is built with the recipes, what is missing: per recipe, the cells the
-planner plans (tools.plan.matrix) that have no wheel in the index yet, and why (not built yet, or
+planner plans (tools.plan.cells) that have no wheel in the index yet, and why (not built yet, or
 a build failed, linked to its report), beside the (CUDA, torch) pairs of the table the recipe
 doesn't list (the package isn't known to support that torch yet).
 
@@ -31,11 +31,11 @@ from markupsafe import Markup
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 
-from .ledger import Entry
+from .ledger_file import Entry
 from .placement import (FileView, place_variants, project_name, version_key, wheel_platforms_of,
                         wheel_tags)
-from tools.plan.matrix import Cell, plan
-from tools.plan.recipe import Recipe, load_all
+from tools.plan.cells import Cell, plan
+from tools.plan.recipe_model import Recipe, load_all
 from tools.plan.table import Table
 from .templating import jinja_env
 from tools.core.platforms import tag_platform
@@ -220,7 +220,7 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
 @dataclass(frozen=True)
 class Planned:
     """What the front page compares the index with: the recipes, the cells the planner plans for
-    them (tools.plan.matrix.plan, each with its one id) and the build reports by cell id."""
+    them (tools.plan.cells.plan, each with its one id) and the build reports by cell id."""
 
     recipes: tuple[Recipe, ...]
     cells: tuple[Cell, ...]

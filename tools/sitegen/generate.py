@@ -40,7 +40,7 @@ Wheels are not copied into the site: each link points at ``--base-url`` + the fi
 wheel's METADATA is extracted to ``<wheel>.metadata`` beside it in ``--wheels-dir``, so uploading
 that directory to ``--base-url`` puts the PEP 658 file at the wheel's URL + ``.metadata``.
 
-Ledger: the ledger is the authority (tools.sitegen.ledger; the site publishes the one it was
+Ledger: the ledger is the authority (tools.sitegen.ledger_file; the site publishes the one it was
 built from as ``ledger.json``). Pages are rendered from it, not from the wheels on disk, so a
 ``--wheels-dir`` holding only a new batch keeps everything published before. A known file name
 arriving with another sha256 stops the run (files are immutable), and so does a site listing a
@@ -84,7 +84,7 @@ from pathlib import Path
 
 from .frontpage import load_planned
 from tools.core.errors import IndexBuildError
-from .ledger import (
+from .ledger_file import (
     Ledger, Removal, atomic_write, dump_ledger, lock_path, parse_ledger_document, read_ledger_text, read_regular,
 )
 from .render import json_text, render_site

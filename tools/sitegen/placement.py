@@ -43,7 +43,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from tools.plan.table import Table
 from tools.plan.table import version_key as _version_key
-from .ledger import Entry
+from .ledger_file import Entry
 from tools.core.platforms import wheel_platforms
 from tools.core.variant import Variant, is_candidate_label
 

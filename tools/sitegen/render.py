@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from markupsafe import Markup
 
 from .frontpage import Planned, coverage_matrix, missing_cells, missing_report_pages
-from .ledger import Entry, dump_ledger
+from .ledger_file import Entry, dump_ledger
 from .placement import FileView, is_candidate_build, place_variants, project_name
 from tools.plan.table import Table, load_table
 from tools.selector.bundle import site_files as selector_site_files

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tools.core.digest import hash_files, jobs_for
 from tools.core.errors import IndexBuildError
-from .ledger import Entry, Removal, read_regular
+from .ledger_file import Entry, Removal, read_regular
 from .wheelread import (
     WheelRejected, index_wheel, parse_indexed, project_of, read_wheel_metadata, wheel_identity,
 )

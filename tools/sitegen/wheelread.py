@@ -49,7 +49,7 @@ from packaging.version import InvalidVersion, Version
 from tools.core.binarch import HEAD_BYTES, NotABinary, expected_for, is_binary_name, mismatch, read_binary
 from tools.core.digest import hash_fd
 from tools.core.errors import IndexBuildError
-from .ledger import FILENAME_CHARS, Entry, encode_entry, entry_from_json
+from .ledger_file import FILENAME_CHARS, Entry, encode_entry, entry_from_json
 from .wheelzip import Unsupported, WheelRejected, ZipDirectory, ZipfileMembers, check_members, shown
 from tools.core.manifest import MANIFEST_NAME, parse_manifest, variant_from_manifest
 from tools.core.variant import Variant, parse_label

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tools.core.errors import IndexBuildError
 from tools.plan.schema import parse_yaml, read_text
-from .ledger import Entry
+from .ledger_file import Entry
 
 #: The largest yank list read (a line per yanked file: far more than an index ever yanks).
 MAX_YANK_LIST = 8 << 20

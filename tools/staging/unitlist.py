@@ -18,11 +18,11 @@ import yaml
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.report import Progress
 from tools.pipeline.source import prepare_source
-from tools.pipeline.toolchain import check_nvcc, find_nvcc
+from tools.pipeline.build_toolchain import check_nvcc, find_nvcc
 from tools.pipeline.venvs import prepare_python
 from tools.plan.groups import UNITS_FILE, UNITS_SCHEMA
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe
 from tools.plan.schema import load_yaml
 from tools.plan.table import Table
 from tools.core.errors import PlanError

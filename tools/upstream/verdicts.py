@@ -3,7 +3,7 @@ to the table (or a new CUDA variant of a series), and what the probe reports say
 
 A series the refresh adds to the table is planned, with no recipe edit, for every recipe whose
 torch range includes it (``tools.plan.recipe_torch``); whether those cells compile is not known
-until they build, for hours. A probe (``tools.probing.probe``) answers in minutes. So the refresh
+until they build, for hours. A probe (``tools.probing.probe_build``) answers in minutes. So the refresh
 names one cell per recipe and new pair (:func:`probe_targets`, what ``--probe-plan`` writes for
 the workflow's parallel probe jobs), and a second run reads the ``probe.json`` files those jobs
 wrote (``--probes DIR``) and says per recipe: compiles / fails at ``<unit>: <first error>`` / not
@@ -22,10 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import Recipe
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table, version_key
-from tools.probing.probe import ProbeReport, read_report
+from tools.probing.probe_build import ProbeReport, read_report
 
 #: The one arch a refresh probe compiles for: a probe of every arch takes as long as the build's
 #: heaviest unit times the archs. sm_90 is what the README's recorded probes measured; 90a first,

@@ -38,7 +38,7 @@ from tools import RECIPES_DIR
 from tools.core.errors import VerifyError
 from tools.core.rangeread import RangeReader, RangeUnsupported
 from tools.plan.table import version_key
-from .verify import demangle, dynamic_symbols, extension_modules, is_shim_symbol, is_torch_symbol
+from .checks import demangle, dynamic_symbols, extension_modules, is_shim_symbol, is_torch_symbol
 
 #: Where the committed shim lists live, one JSON file per torch series.
 SHIM_DIR = RECIPES_DIR / "torch-shim"

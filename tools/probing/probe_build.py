@@ -44,10 +44,10 @@ from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.source import prepare_source
-from tools.pipeline.toolchain import build_process_env, check_nvcc, find_nvcc
+from tools.pipeline.build_toolchain import build_process_env, check_nvcc, find_nvcc
 from tools.pipeline.venvs import prepare_python
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe, load_recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe, load_recipe
 from tools.plan.table import Table
 from .compdb import Unit, capture_commands
 

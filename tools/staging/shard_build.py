@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.backends.base import BuildOptions
-from tools.backends.container import ContainerBackend
+from tools.backends.containerized import ContainerBackend
 from tools.backends.shardninja import ContainerShard
 from tools.core.errors import CompileError, PlanError
 from tools.pipeline import ccache
@@ -38,14 +38,14 @@ from tools.pipeline.buildenv import (available_memory_gib, build_env, size_for,
                                      usable_cores)
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.source import prepare_source
-from tools.pipeline.toolchain import build_process_env, check_nvcc, find_nvcc
+from tools.pipeline.build_toolchain import build_process_env, check_nvcc, find_nvcc
 from tools.pipeline.venvs import prepare_python
 from tools.plan.groups import UNITS_FILE, Group, UnitList, group_key, read_units, split
-from tools.plan.matrix import Cell
-from tools.plan.recipe import Recipe
+from tools.plan.cells import Cell
+from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
 from tools.probing.compdb import Unit, capture_commands
-from tools.probing.probe import UNIT_TIMEOUT, first_error, measure
+from tools.probing.probe_build import UNIT_TIMEOUT, first_error, measure
 
 SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
 

@@ -42,8 +42,8 @@ from tools.core.digest import sha256_file
 from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryError, SourceError,
                                TableError)
 from tools.core.variant import DEFAULT_PLATFORM
-from tools.plan.matrix import cells_for
-from tools.plan.recipe import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
+from tools.plan.cells import cells_for
+from tools.plan.recipe_model import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .candidates import promote, refresh_candidates
 from .exclusions import add_exclusion, check, note_refused
 from .yamltext import dump as _dump, flow as _flow, like as _like, quoted as _q, show as _show

@@ -75,10 +75,10 @@ from tools.core.manifest import read_manifest
 from tools.core.variant import group_id
 from tools.pipeline import ccache, shardcache
 from tools.plan.groups import group_key, read_units
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.wheelhouse import publish
-from tools.plan.recipe import Recipe
+from tools.plan.recipe_model import Recipe
 from tools.pipeline.source import prepare_source
 from tools.plan.table import Table
 

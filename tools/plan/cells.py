@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError
-from .recipe import Recipe, load_all
+from .recipe_model import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
 from tools.core.variant import (DEFAULT_PLATFORM, PYTHON_PART, Variant, candidate_torch_part,

@@ -152,11 +152,11 @@ def wrapper_script(runtime: str, python: str = sys.executable,
     caller's PYTHONPATH and user site out of a process the engine starts.
     """
     return (f"#!{python} -I\n"
-            "# Written by cuwheels (tools/backends/oci_runtime.py): runs the OCI runtime without the\n"
+            "# Written by cuwheels (tools/backends/rlimit_runtime.py): runs the OCI runtime without the\n"
             "# rlimits this machine does not let it set.\n"
             "import sys\n"
             f"sys.path.insert(0, {str(package_parent)!r})\n"
-            "from tools.backends.oci_runtime import wrap\n"
+            "from tools.backends.rlimit_runtime import wrap\n"
             f"wrap({runtime!r}, sys.argv[1:])\n")
 
 
@@ -179,7 +179,7 @@ def containers_conf(wrapper: Path, dest: Path | None = None) -> Path:
     """A containers.conf making the wrapper podman's runtime, for tools that call podman
     themselves (cibuildwheel runs ``podman create/start/exec``): set ``CONTAINERS_CONF`` to it."""
     dest = dest or cache_dir() / "containers.conf"
-    text = ("# Written by cuwheels (tools/backends/oci_runtime.py).\n"
+    text = ("# Written by cuwheels (tools/backends/rlimit_runtime.py).\n"
             "[engine]\n"
             'runtime = "cuwheels-runc"\n'
             "[engine.runtimes]\n"

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.backends.oci_runtime import containers_conf, check_starts
+from tools.backends.rlimit_runtime import containers_conf, check_starts
 
 SUITE = "bookworm"
 GLIBC = "2.36"

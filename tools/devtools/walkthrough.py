@@ -22,11 +22,11 @@ from tools.pipeline import venvs as pyenv
 from tools.builder.orchestrate import build_cell
 from tools.builder.planned import Planned
 from tools.core.errors import CuwheelsError, PlanError, ToolchainError
-from tools.pipeline.toolchain import find_nvcc
-from tools.plan.matrix import Cell
-from tools.sitegen.serve import make_server
+from tools.pipeline.build_toolchain import find_nvcc
+from tools.plan.cells import Cell
+from tools.sitegen.server import make_server
 from tools.core.variant import Variant, uv_index_name
-from tools.finish.verify import smoke_argv
+from tools.finish.checks import smoke_argv
 
 DEMO_DIR = ROOT / "demo"
 #: What the demo builds unless told otherwise: a small recipe, one arch (minutes, not an hour).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tools.core.errors import ToolchainError
 from tools.core.hostos import WINDOWS, exe_name
-from tools.plan.matrix import Cell
+from tools.plan.cells import Cell
 from tools.plan.table import Table
 from . import cudakit
 
