@@ -47,7 +47,7 @@ from pathlib import Path
 from tests.wheelfactory import make_wheel
 from tools import ROOT
 from tools.core.digest import hash_files
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.core.workers import default_jobs
 
 SERIAL = "full build, 1 process"
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         mirror(run_dir)
 
     def full_build(jobs: int):
-        return lambda: build_index(wheels_dir=run_dir, output_dir=site, base_url="https://files.example/v1",
-                                   ledger_path=ledger, init_ledger=True, yanked_path=None, jobs=jobs)
+        return lambda: build_index(IndexRun(wheels_dir=run_dir, output_dir=site, base_url="https://files.example/v1",
+                                   ledger_path=ledger, init_ledger=True, yanked_path=None, jobs=jobs))
 
     # Command-line wall times (interpreter start-up included), for comparing with other tools.
     def ours_cli(jobs: int):

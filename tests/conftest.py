@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 from tools.backends import containerized
-from tools.backends.cibw import Limits, plan_invocation
+from tools.backends.cibw import ContainerSpec, Limits, plan_invocation
 from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
 from tools.core.errors import ToolchainError
 from tools.pipeline.build_toolchain import find_nvcc
 from tools.plan.cells import find_cell, plan
+from tools.plan.job import BuildJob, Inputs
 from tools.plan.recipe_model import load_all
 from tools.plan.table import parse_table
 
@@ -254,9 +255,8 @@ def staged_dependent(dependent_world):
     for the container under ``work/``: ``(planned, cell, staged)``."""
     planned = Planned.make(dependent_world / "recipes", dependent_world / "table.yaml")
     cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
-    staged = containerized.stage(cell, planned.recipe(cell), planned.table,
-                             dependent_world / "work" / cell.id,
-                             sdist=dependent_world / "sdists" / "dep_ext-1.0.0.tar.gz")
+    staged = containerized.stage(planned.job(cell), dependent_world / "work" / cell.id,
+                                 Inputs(sdist=dependent_world / "sdists" / "dep_ext-1.0.0.tar.gz"))
     return planned, cell, staged
 
 
@@ -265,5 +265,5 @@ def plan_cell(cell_id, table, recipes, cells, tmp_path, *, limits=Limits(14, 4),
     cell = find_cell(cell_id, cells)
     recipe = next(r for r in recipes if r.package == cell.package)
     return cell, recipe, plan_invocation(
-        cell, recipe, table, archs=cell.archs, engine=engine, limits=limits,
+        BuildJob(cell, recipe, table), ContainerSpec(engine, limits), archs=cell.archs,
         work_root=tmp_path / "work", recipe_revision="abc123")

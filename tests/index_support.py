@@ -36,7 +36,7 @@ def build(tmp_path: Path, **kwargs) -> idx.BuildReport:
     )
     args.update(kwargs)
     Path(args["wheels_dir"]).mkdir(parents=True, exist_ok=True)
-    return idx.build_index(**args)
+    return idx.build_index(idx.IndexRun(**args))
 
 
 def page(site: Path, rel: str) -> str:

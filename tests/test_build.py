@@ -23,13 +23,14 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tinyext_support import cuda_torch_venv
 from tools import ROOT
 from tools import build as build_command
-from tools.builder.orchestrate import build_cell, resolve_archs
+from tools.builder.orchestrate import BuildRequest, ContainerSettings, build_cell, resolve_archs
 from tools.builder.planned import Planned
 from tools.backends.engine import Readiness
 from tools.kernels.check import find_gpu
 from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyError
 from tools.core.manifest import read_manifest
 from tools.plan.cells import cells_for
+from tools.plan.job import Inputs
 from tools.plan.recipe_model import load_recipe
 from tools.core.digest import sha256_file
 from tools.plan.table import load_table
@@ -277,10 +278,11 @@ def test_auto_backend_falls_back_to_host_and_says_why(sdist, tmp_path):
     stream = io.StringIO()
     planned = Planned.make(recipes)
     with pytest.raises(SourceError):
-        build_cell(planned.cell(_cell(data)), planned, out_dir=tmp_path / "o",
-                   work_root=tmp_path / "w", sdist=sdist, stream=stream,
-                   can_build=lambda engine, image: Readiness(engine, image, False,
-                                                         f"{engine} is not installed"))
+        build_cell(planned.cell(_cell(data)), planned, BuildRequest(
+            out_dir=tmp_path / "o", work_root=tmp_path / "w", inputs=Inputs(sdist=sdist),
+            stream=stream, container=ContainerSettings(
+                can_build=lambda engine, image: Readiness(engine, image, False,
+                                                          f"{engine} is not installed"))))
     assert "(docker is not installed; podman is not installed), using host)" in \
         stream.getvalue()
 
@@ -333,10 +335,11 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
     stream = io.StringIO()
     cell = _cell(data)
     planned = Planned.make(recipes)
-    result = build_cell(planned.cell(cell), planned, backend="auto", sdist=sdist, offline=True,
-                        python=env_python, out_dir=out, work_root=work, stream=stream,
-                        gpu_finder=lambda python, **_: None,
-                        can_build=lambda engine, image: pytest.fail("--python must not probe engines"))
+    result = build_cell(planned.cell(cell), planned, BuildRequest(
+        backend="auto", inputs=Inputs(sdist=sdist, offline=True), python=env_python,
+        out_dir=out, work_root=work, stream=stream, gpu_finder=lambda python, **_: None,
+        container=ContainerSettings(
+            can_build=lambda engine, image: pytest.fail("--python must not probe engines"))))
     report = result.report
     assert report["verdict"] == "passed", stream.getvalue()[-3000:]
     assert result.wheel == Path(report["wheel"])

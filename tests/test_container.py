@@ -29,6 +29,7 @@ from tools.backends import containerized
 from tools.backends.engine import Readiness
 from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
 from tools.plan.cells import Cell, find_cell
+from tools.plan.job import BuildJob, Inputs
 
 
 # --- dry run: the printed script is the plan, and it runs ----------------------------------------
@@ -68,10 +69,10 @@ def test_dry_run_prints_a_script_that_runs(world, tmp_path, monkeypatch, capsys)
     argv = words[4 + len(variables):]
     cell = find_cell("demo_ext-3.12-cu129", cells)
     expected = cibw.plan_invocation(
-        cell, next(r for r in recipes if r.package == "demo_ext"), table, archs=cell.archs,
-        engine="docker", limits=cibw.Limits(14, 4), work_root=tmp_path / "work",
-        recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1],
-        mounts=cibw.default_mounts())
+        BuildJob(cell, next(r for r in recipes if r.package == "demo_ext"), table),
+        cibw.ContainerSpec("docker", cibw.Limits(14, 4), mounts=cibw.default_mounts()),
+        archs=cell.archs, work_root=tmp_path / "work",
+        recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1])
     assert variables == expected.env and argv == list(expected.argv)
     # the first command stages the source for real (from the recipe's sdist, here local)
     stage_words = shlex.split(stage_line)
@@ -105,8 +106,8 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     table, recipes, cells = world()
     cell = find_cell("flashy-3.12-cu126", cells)
     recipe = next(r for r in recipes if r.package == "flashy")
-    staged = containerized.stage(cell, recipe, table, tmp_path / "work" / cell.id,
-                             sdist=tmp_path / "sdists" / "flashy-2.0.0.tar.gz")
+    staged = containerized.stage(BuildJob(cell, recipe, table), tmp_path / "work" / cell.id,
+                                 Inputs(sdist=tmp_path / "sdists" / "flashy-2.0.0.tar.gz"))
     assert staged.project == tmp_path / "work" / cell.id / "src"
     assert sorted(p.name for p in staged.project.iterdir()) == ["cuwheels", "flashy-2.0.0"]
     assert staged.patches == ("0001-Read-arch-list.patch",)
@@ -185,12 +186,15 @@ def _answering(*engines: str):
     return probe
 
 
-def _in_world(tmp_path, cell_id, stream, can_build) -> tuple:
-    """The arguments of build_cell for a cell of the test world (planned once, here)."""
+def _in_world(tmp_path, cell_id, stream, can_build, **asked) -> tuple:
+    """The arguments of build_cell for a cell of the test world (planned once, here): the
+    cell, the plan and the request (``asked`` adds to it; ``engine`` goes to the container's
+    settings)."""
     planned = Planned.make(tmp_path / "recipes", tmp_path / "table.yaml")
-    return (planned.cell(cell_id), planned), dict(
+    settings = build.ContainerSettings(engine=asked.pop("engine", None), can_build=can_build)
+    return planned.cell(cell_id), planned, build.BuildRequest(
         work_root=tmp_path / "work", out_dir=tmp_path / "out", stream=stream,
-        can_build=can_build)
+        container=settings, **asked)
 
 
 def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_path):
@@ -198,8 +202,8 @@ def test_container_backend_with_a_named_engine_that_does_not_answer(world, tmp_p
     stream = io.StringIO()
     with pytest.raises(ToolchainError, match=r"no container engine can build from \S+ here "
                                              r"\(`docker info` failed: not running\)"):
-        args, kwargs = _in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering("podman"))
-        build.build_cell(*args, backend="container", engine="docker", **kwargs)
+        build.build_cell(*_in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering("podman"),
+                                    backend="container", engine="docker"))
     assert "step 1/6: engine FAILED" in stream.getvalue()
     assert not (tmp_path / "out").exists()
 
@@ -215,9 +219,10 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
                                                       expect):
     world()
     stream = io.StringIO()
-    args, kwargs = _in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering(*answering))
+    args = _in_world(tmp_path, "demo_ext-3.12-cu129", stream, _answering(*answering),
+                     dry_run=True)
     if answering:
-        result = build.build_cell(*args, dry_run=True, **kwargs)
+        result = build.build_cell(*args)
         report = result.report
         assert result.wheel is None
         assert report["verdict"] == "planned" and report["why"] == expect.split("(", 1)[1][:-1]
@@ -227,7 +232,7 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
         assert f"CIBW_CONTAINER_ENGINE='{answering[0]}; create_args:" in script
     else:
         with pytest.raises(ToolchainError, match="--dry-run is for the container backend"):
-            build.build_cell(*args, dry_run=True, **kwargs)
+            build.build_cell(*args)
     assert f"backend: {expect}" in stream.getvalue()
 
 

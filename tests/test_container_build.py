@@ -23,16 +23,26 @@ import yaml
 from tests.test_build import PATCH, _recipe, _write
 from tools import ROOT
 from tools.devtools import standin_image
-from tools.builder.orchestrate import build_cell
+from tools.builder.orchestrate import BuildRequest, ContainerSettings, build_cell
 from tools.builder.planned import Planned
 from tools.backends.engine import readiness
 from tools.core.errors import CompileError
 from tools.core.manifest import read_manifest
 from tools.pipeline.build_toolchain import find_nvcc
+from tools.plan.job import Inputs
 
 #: The cell's Python: the one the causal_conv1d container run uses too, so both share one cached
 #: torch download.
 PYTHON = "3.12"
+
+
+def podman_request(image: str, *, sdist=None, sdist_dir=None, memory_gib=None,
+                   **asked) -> BuildRequest:
+    """What every build here asks: the container backend on podman with ``image``, for sm_90."""
+    return BuildRequest(backend="container", archs="90",
+                        inputs=Inputs(sdist=sdist, sdist_dir=sdist_dir),
+                        container=ContainerSettings(engine="podman", image=image,
+                                                    memory_gib=memory_gib), **asked)
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +81,8 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
     planned = Planned.make(recipes)
-    result = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
-                        image=local_image, archs="90", sdist=sdist, out_dir=out,
-                        work_root=work, stream=stream)
+    result = build_cell(planned.cell(cell), planned, podman_request(
+        local_image, sdist=sdist, out_dir=out, work_root=work, stream=stream))
     report = result.report
     said = stream.getvalue()
     assert report["verdict"] == "passed", said[-4000:]
@@ -123,9 +132,9 @@ def test_image_without_the_cells_python_is_refused_before_compiling(local_image,
     from tools.core.errors import ToolchainError
     planned = Planned.make(recipes, table)
     with pytest.raises(ToolchainError) as info:
-        build_cell(planned.cell(cell), planned, backend="container", engine="podman",
-                   image=local_image, archs="90", sdist=sdist, out_dir=tmp_path / "out",
-                   work_root=tmp_path / "work", stream=stream)
+        build_cell(planned.cell(cell), planned, podman_request(
+            local_image, sdist=sdist, out_dir=tmp_path / "out", work_root=tmp_path / "work",
+            stream=stream))
     assert f"{local_image} lacks what {cell} needs: /opt/python/cp314-cp314/bin/python " \
            "(the cell's Python 3.14)" in str(info.value)
     assert "tools.localimage" in info.value.hint
@@ -149,10 +158,10 @@ def test_compile_over_the_memory_limit_is_named_out_of_memory(local_image, sdist
     stream = io.StringIO()
     planned = Planned.make(recipes)
     with pytest.raises(CompileError) as info:
-        build_cell(planned.cell(cell), planned, backend="container", engine="podman",
-                   image=local_image, archs="90", sdist=sdist, out_dir=tmp_path / "out",
-                   work_root=tmp_path / "work", memory_gib=1, stream=stream,
-                   cache=False)   # a compiler-cache hit would compile nothing
+        build_cell(planned.cell(cell), planned, podman_request(
+            local_image, sdist=sdist, out_dir=tmp_path / "out", work_root=tmp_path / "work",
+            memory_gib=1, stream=stream,
+            cache=False))   # a compiler-cache hit would compile nothing
     said = str(info.value)
     assert said.startswith("out of memory: the compiler was killed (SIGKILL, exit 137) in the "
                            "container while compiling tinyext.o")
@@ -177,9 +186,9 @@ def test_a_second_python_hits_the_compiler_cache_in_the_container(local_image, s
         stream = io.StringIO()
         planned = Planned.make(recipes)
         reports[python] = build_cell(
-            planned.cell(f"tinyext-{python}-cu{cuda}"), planned, backend="container",
-            engine="podman", image=local_image, archs="90", sdist=sdist,
-            out_dir=tmp_path / "out", work_root=tmp_path / "work", stream=stream).report
+            planned.cell(f"tinyext-{python}-cu{cuda}"), planned, podman_request(
+                local_image, sdist=sdist, out_dir=tmp_path / "out", work_root=tmp_path / "work",
+                stream=stream)).report
         assert reports[python]["verdict"] == "passed", stream.getvalue()[-4000:]
         print(python, reports[python]["ccache"], stream.getvalue()[-600:])
     first, second = reports["3.11"]["ccache"], reports["3.12"]["ccache"]
@@ -212,9 +221,8 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
     planned = Planned.make(recipes)
-    report = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
-                        image=local_image, archs="90", sdist_dir=sdists, out_dir=out,
-                        work_root=work, stream=stream).report
+    report = build_cell(planned.cell(cell), planned, podman_request(
+        local_image, sdist_dir=sdists, out_dir=out, work_root=work, stream=stream)).report
     said = stream.getvalue()
     assert report["verdict"] == "passed", said[-4000:]
     assert f"needs {needed}: no wheel of it in {out}" in said
@@ -299,9 +307,8 @@ def test_tinyext_for_aarch64_through_the_container_backend(arm64_image, sdist, t
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
     stream = io.StringIO()
     planned = Planned.make(recipes)
-    result = build_cell(planned.cell(cell), planned, backend="container", engine="podman",
-                        image=arm64_image, archs="90", sdist=sdist, out_dir=out,
-                        work_root=work, stream=stream)
+    result = build_cell(planned.cell(cell), planned, podman_request(
+        arm64_image, sdist=sdist, out_dir=out, work_root=work, stream=stream))
     report, said = result.report, stream.getvalue()
     (work / "aarch64-build.log").write_text(said)
     assert report["verdict"] == "passed", said[-4000:]

@@ -1,4 +1,4 @@
-"""tools.finish.stage on a real build: the recipe's ``abi`` claim is checked inside the inspect step,
+"""tools.finish.steps on a real build: the recipe's ``abi`` claim is checked inside the inspect step,
 never trusted, and a true claim reaches the manifest and the torch pin.
 
 The wheel is the shared tinyext build (tests/tinyext_support.py; built once per test process and
@@ -20,7 +20,7 @@ import pytest
 from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
 
 from tools.core.errors import VerifyError
-from tools.finish.stage import FINISH_STEPS, finish_wheel
+from tools.finish.steps import FINISH_STEPS, FinishSettings, RawWheel, finish_wheel
 from tools.core.manifest import read_manifest
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress
@@ -45,9 +45,9 @@ def tinyext(tmp_path_factory):
 
 def _finish(build, cell, work):
     progress = Progress(cell.id, FINISH_STEPS, io.StringIO())
-    final, manifest = finish_wheel(build.wheel, cell=cell, recipe=RECIPE, archs=("90",), torch_lib=build.torch_lib,
-                                   torch_version=TORCH_VERSION, torch_cuda="13.0", work=work, progress=progress,
-                                   plat="auto", backend="host", nvcc=nvcc_path(), recipe_revision="test")
+    raw = RawWheel(build.wheel, cell, RECIPE, ("90",), build.torch_lib, TORCH_VERSION, "13.0",
+                   backend="host", nvcc=nvcc_path())
+    final, manifest = finish_wheel(raw, work, progress, FinishSettings(recipe_revision="test"))
     return final, manifest, progress
 
 

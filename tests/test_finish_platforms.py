@@ -1,4 +1,4 @@
-"""tools.finish.stage for the platforms other than Linux x86_64, without a compiler: a Windows
+"""tools.finish.steps for the platforms other than Linux x86_64, without a compiler: a Windows
 wheel made byte by byte goes through the whole finish step (delvewheel, the binary and import
 checks, the manifest saying which checks ran), and a mislabelled wheel stops at the binary check.
 
@@ -18,7 +18,7 @@ from wheelfactory import make_wheel
 from tests.fixtures.binaries.make_binaries import AMD64, EM_X86_64, elf_header, pe_dll
 from tools.core.errors import VerifyError
 from tools.core.manifest import read_manifest
-from tools.finish import stage
+from tools.finish import steps
 from tools.finish.checks import ArchReport
 from tools.finish.winrepair import WINDOWS_ABI_NOTE
 from tools.pipeline.report import Progress
@@ -36,15 +36,15 @@ IMPORTS = {"torch_cpu.dll": ["?x@@YAXXZ"], "c10_cuda.dll": ["?y@@YAXXZ"], "cudar
 
 @pytest.fixture
 def sm90(monkeypatch):
-    monkeypatch.setattr(stage, "cuda_archs", lambda module: ArchReport(("90",), ()))
+    monkeypatch.setattr(steps, "cuda_archs", lambda module: ArchReport(("90",), ()))
 
 
 def _finish(raw, work, wheel_platform):
-    progress = Progress(CELL.id, stage.FINISH_STEPS, io.StringIO())
-    return stage.finish_wheel(raw, cell=CELL, recipe=RECIPE, archs=("90",), torch_lib=work,
-                              torch_version="2.13.0+cu130", torch_cuda="13.0", work=work,
-                              progress=progress, plat="auto", backend="host", nvcc=None,
-                              recipe_revision="test", wheel_platform=wheel_platform)
+    progress = Progress(CELL.id, steps.FINISH_STEPS, io.StringIO())
+    built = steps.RawWheel(raw, CELL, RECIPE, ("90",), work, "2.13.0+cu130", "13.0",
+                           backend="host", nvcc=None)
+    return steps.finish_wheel(built, work, progress, steps.FinishSettings(
+        recipe_revision="test", wheel_platform=wheel_platform))
 
 
 def test_a_windows_wheel_is_finished_and_its_manifest_says_what_ran(tmp_path, sm90):

@@ -13,7 +13,7 @@ from tools.plan.groups import UNITS_FILE, group_key, groups, read_units, shard_i
 from tools.plan.cells import plan
 from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
-from tools.staging import shard_build
+from tools.sharding import shard_build
 
 UNITS = {
     "schema": 1, "version": "2.0.0",

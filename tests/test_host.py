@@ -16,11 +16,12 @@ import pytest
 import yaml
 
 from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
-from tools.pipeline import venvs as pyenv
+from tools.pipeline import prelude, venvs as pyenv
 from tools.core.errors import CompileError, ToolchainError, VerifyError
 from tools.backends import host
 from tools.backends.base import BuildOptions
-from tools.backends.host import check_existing_python, check_kernels, missing_requirements
+from tools.backends.host import (Installed, check_existing_python, check_kernels,
+                                 missing_requirements)
 from tools.core.manifest import read_manifest
 from tools.finish.checks import smoke_test_existing
 from tools.finish.wheelmeta import set_version_and_pin
@@ -28,6 +29,7 @@ from tools.pipeline.buildenv import MSVC_CXX20
 from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import BuildPython, Nvcc
 from tools.plan.cells import cells_for
+from tools.plan.job import BuildJob
 from tools.plan.recipe_model import Recipe, load_recipe
 from tools.plan.table import load_table
 
@@ -234,7 +236,7 @@ def test_a_passing_check_is_recorded_in_the_manifest_and_nothing_else_changes(
     cell = _cell(recipe, "tinyext-3.11-cu130")
     detail: dict = {}
     checked, kept = check_kernels(final, {"cell": cell.id}, cell=cell, recipe=recipe,
-                                  python=python, pythonpath=(site,), work=tmp_path,
+                                  installed=Installed(python, (site,)), work=tmp_path,
                                   device="cpu", detail=detail)
     assert kept["verdict"] == "passed" and kept["device"] == "cpu" and kept["compared"] == 5
     assert detail["kernel_check"] == kept
@@ -261,8 +263,9 @@ def test_a_failing_or_broken_check_writes_no_wheel(finished_tinyext, real_recipe
     cell = _cell(recipe, "tinyext-3.11-cu130")
     detail: dict = {}
     with pytest.raises(VerifyError, match=re.escape(message)):
-        check_kernels(final, {"cell": cell.id}, cell=cell, recipe=recipe, python=python,
-                      pythonpath=(site,), work=tmp_path, device="cpu", detail=detail)
+        check_kernels(final, {"cell": cell.id}, cell=cell, recipe=recipe,
+                      installed=Installed(python, (site,)), work=tmp_path, device="cpu",
+                      detail=detail)
     assert detail["kernel_check"]["verdict"] in ("failed", "error")
     assert not (tmp_path / "checked").exists()
 
@@ -278,16 +281,17 @@ def _compile_env(monkeypatch, tmp_path, recipe: Recipe, cell) -> dict[str, str]:
     compile stood in for (nothing is installed or compiled)."""
     seen: dict[str, str] = {}
 
-    def compile_wheel(python, tree, env, out_dir, log, **kwargs):
+    def compile_wheel(build, env, log, **kwargs):
         seen.update(env)
         raise CompileError("stopped before compiling")
 
     class Prepared:
         tree, sdist, sha256, patches = tmp_path / "tree", tmp_path / "x.tar.gz", "a" * 64, ()
 
-    monkeypatch.setattr(host, "find_nvcc", lambda: Nvcc("nvcc", cell.cuda, "/cuda"))
-    monkeypatch.setattr(host, "prepare_source", lambda *a, **k: Prepared())
-    monkeypatch.setattr(host, "prepare_python", lambda *a, **k: BuildPython(
+    # The prelude (toolchain, source, Python) stands in: this test is about the compile step.
+    monkeypatch.setattr(prelude, "find_nvcc", lambda: Nvcc("nvcc", cell.cuda, "/cuda"))
+    monkeypatch.setattr(prelude, "prepare_source", lambda *a, **k: Prepared())
+    monkeypatch.setattr(prelude, "prepare_python", lambda *a, **k: BuildPython(
         tmp_path / "python", f"{cell.torch}.0", cell.cuda, tmp_path / "lib", cell.cxx11_abi))
     monkeypatch.setattr(host, "available_memory_gib", lambda: 24.0)
     monkeypatch.setattr(host, "usable_cores", lambda: 2)
@@ -295,7 +299,7 @@ def _compile_env(monkeypatch, tmp_path, recipe: Recipe, cell) -> dict[str, str]:
     options = BuildOptions(archs=cell.archs, out_dir=tmp_path / "out", work_root=tmp_path,
                            why="--backend host", cache=False)
     with pytest.raises(CompileError, match="stopped before compiling"):
-        host.HostBackend().build(cell, recipe, load_table(), options=options,
+        host.HostBackend().build(BuildJob(cell, recipe, load_table()), options=options,
                                  progress=Progress(cell.id, host.HOST_STEPS, stream=io.StringIO()))
     return seen
 

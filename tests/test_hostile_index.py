@@ -35,7 +35,7 @@ from wheelfactory import make_wheel
 
 from tests.fixtures.hostile.make_wheels import LEDGERS, SPECIAL_EXPECT, WHEELS, YANK_LISTS, make_special
 from tools import ROOT
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.scan import printable
 
 #: Wall-clock seconds after which a run is killed and the test fails.
@@ -89,8 +89,8 @@ def state(*paths: Path) -> dict[str, str]:
 def published(root: Path) -> dict[str, str]:
     """A site and its ledger with one published wheel (built in this process), and their state."""
     make_wheel(root / "wheels", "demo", "1.0", tag=ANY)
-    build_index(wheels_dir=root / "wheels", output_dir=root / "site", base_url=BASE,
-                ledger_path=root / "ledger.json", init_ledger=True, now=NOW)
+    build_index(IndexRun(wheels_dir=root / "wheels", output_dir=root / "site", base_url=BASE,
+                ledger_path=root / "ledger.json", init_ledger=True, now=NOW))
     return state(root / "site", root / "ledger.json", root / ".site.hashcache.json")
 
 

@@ -21,7 +21,7 @@ TOOLS = ROOT / "tools"
 
 #: The stage packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
 LAYERS = ("core", "plan", "pipeline", "finish", "kernels", "backends", "builder", "probing",
-          "staging",
+          "sharding",
           "selector", "sitegen", "releasing", "upstream", "devtools")
 
 
@@ -161,6 +161,24 @@ def test_no_command_shares_its_name_with_a_package_module():
     assert shared == [], f"rename these package modules by what they hold: {shared}"
 
 
+#: The most parameters a function of tools may take: past it, what travels together wants an
+#: object (a job, a request, a settings record) instead of a list re-forwarded by hand.
+MAX_PARAMETERS = 9
+
+
+def test_no_function_takes_ten_or_more_parameters():
+    wide = {}
+    for path in sorted(TOOLS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                count = sum(1 for n in names if n is not None and n.arg not in ("self", "cls"))
+                if count > MAX_PARAMETERS:
+                    wide[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = count
+    assert wide == {}, f"group what travels together (at most {MAX_PARAMETERS}): {wide}"
+
+
 #: The most lines a module of tools may have: past it, a module is doing two jobs.
 MAX_MODULE_LINES = 600
 
@@ -174,5 +192,5 @@ def test_no_module_is_over_the_line_limit():
 def test_backends_do_not_import_the_orchestrator():
     graph = import_graph()
     for module, edges in graph.items():
-        if module.startswith(("tools.backends.", "tools.finish.stage.")):
+        if module.startswith(("tools.backends.", "tools.finish.steps.")):
             assert not any(e.startswith("tools.builder") for e in edges), module

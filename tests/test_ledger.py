@@ -14,7 +14,7 @@ from wheelfactory import make_wheel
 
 from tools import ROOT
 from tools.core.errors import IndexBuildError
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.ledger_file import (
     Entry,
     Ledger,
@@ -248,8 +248,8 @@ def test_hold_back_leaves_only_new_file_names_in_the_batch(tmp_path):
     first = tmp_path / "first"
     rerun = make_wheel(first, "demo", "1.0", tag="py3-none-any")
     rebuilt = make_wheel(first, "demo", "1.1", tag="py3-none-any")
-    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
-                ledger_path=tmp_path / "ledger.json", init_ledger=True)
+    build_index(IndexRun(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", init_ledger=True))
     batch = tmp_path / "batch"
     batch.mkdir()
     shutil.copy(rerun, batch)  # the same bytes again: a re-run of a build
@@ -267,18 +267,18 @@ def test_hold_back_leaves_only_new_file_names_in_the_batch(tmp_path):
     assert sorted(p.name for p in (tmp_path / "held").iterdir()) == sorted(
         [rerun.name, rerun.name + ".metadata", rebuilt.name])
     # What is left goes through the index, which would have refused the rebuilt file.
-    report = build_index(wheels_dir=batch, output_dir=tmp_path / "site", base_url="https://h/2",
-                         ledger_path=tmp_path / "ledger.json")
+    report = build_index(IndexRun(wheels_dir=batch, output_dir=tmp_path / "site", base_url="https://h/2",
+                         ledger_path=tmp_path / "ledger.json"))
     assert report.added == (new.name,) and report.files == 3
 
 
 def test_hold_back_holds_removed_names_too(tmp_path):
     first = tmp_path / "first"
     gone = make_wheel(first, "demo", "1.0", tag="py3-none-any")
-    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
-                ledger_path=tmp_path / "ledger.json", init_ledger=True)
-    build_index(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
-                ledger_path=tmp_path / "ledger.json", remove=[gone.name])
+    build_index(IndexRun(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", init_ledger=True))
+    build_index(IndexRun(wheels_dir=first, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=tmp_path / "ledger.json", remove=[gone.name]))
     proc = _hold_back(tmp_path, first)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == (

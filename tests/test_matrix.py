@@ -25,7 +25,6 @@ from tools.plan.cells import (
     changed_only,
     changed_packages,
     find_cell,
-    load_cell,
     plan,
     require_known,
     select,
@@ -252,17 +251,6 @@ def test_platform_tag_follows_the_tables_manylinux(write_recipe, good_recipe, mi
     table = replace(mini_table, torch={**mini_table.torch, "2.8": replace(torch, manylinux="2_34")})
     cells = cells_for(load_recipe(write_recipe(good_recipe), table), table)
     assert {c.platform_tag for c in cells if c.torch == "2.8"} == {"manylinux_2_34_x86_64"}
-
-
-def test_load_cell(world, tmp_path):
-    world()
-    cell, recipe, table = load_cell("flashy-3.12-cu126-torch2.9", tmp_path / "recipes",
-                                    tmp_path / "table.yaml")
-    assert (cell.package, cell.torch, recipe.package) == ("flashy", "2.9", "flashy")
-    assert table.path == tmp_path / "table.yaml"
-    with pytest.raises(PlanError, match="no cell 'flashy-3.12-cu118'") as info:
-        load_cell("flashy-3.12-cu118", tmp_path / "recipes", tmp_path / "table.yaml")
-    assert "flashy-3.12-cu126" in info.value.hint
 
 
 def test_the_repositorys_recipes_plan_cells_the_table_allows():

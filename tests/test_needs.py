@@ -19,9 +19,11 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import PATCH, _recipe, _write
 from tests.wheelfactory import make_wheel
 from tools import ROOT
-from tools.backends.cibw import CONTAINER_NEEDS, Limits, Mounts, cibw_options, with_needs
+from tools.backends.cibw import (CONTAINER_NEEDS, ContainerSpec, Limits, Mounts, cibw_options,
+                                 with_needs)
 from tools.core.errors import PlanError, RecipeError, VerifyError
 from tools.plan.cells import find_cell, plan
+from tools.plan.job import BuildJob
 from tools.builder.needs import find_wheel, is_wheel_of, provide
 from tools.plan.recipe_model import load_all, load_recipe
 from tools.finish.wheelmeta import read_metadata, set_version_and_pin
@@ -203,8 +205,9 @@ def test_the_container_mounts_the_needed_wheels_and_installs_them_first(world, t
     wheels = (_touch(folder / "demo_ext-1.0.0+cu130.torch2.9-cp312-cp312-linux_x86_64.whl"),)
     mounts = with_needs(Mounts(volumes=("/a:/b",)), wheels)
     assert mounts.volumes == ("/a:/b", f"{folder}:{CONTAINER_NEEDS}:ro")
-    options = cibw_options(cell, recipe, table, archs=cell.archs, engine="docker",
-                           limits=Limits(8, 2), recipe_revision="abc", mounts=mounts)
+    options = cibw_options(BuildJob(cell, recipe, table),
+                           ContainerSpec("docker", Limits(8, 2), mounts=mounts), archs=cell.archs,
+                           recipe_revision="abc")
     assert f"--volume {folder}:{CONTAINER_NEEDS}:ro" in options["CIBW_CONTAINER_ENGINE"]
     before_test = options["CIBW_BEFORE_TEST"]
     torch_install, needs_install = before_test.split(" && ")[-2:]

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from wheelfactory import make_wheel
 
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.server import make_server
 
 pytestmark = pytest.mark.network
@@ -43,8 +43,8 @@ def site(tmp_path_factory) -> Path:
     make_wheel(w, "cwtest_lib", "1.0", tag=ANY)
     make_wheel(w, "cwtest_appa", "1.0", tag=ANY, requires_dist=["cwtest-lib"])
     make_wheel(w, "cwtest_ext", "1.0", local="cu130.torch2.13", tag=ANY)
-    build_index(wheels_dir=w, output_dir=root / "site", base_url="/files",
-                ledger_path=root / "ledger.json", init_ledger=True)
+    build_index(IndexRun(wheels_dir=w, output_dir=root / "site", base_url="/files",
+                ledger_path=root / "ledger.json", init_ledger=True))
     return root
 
 

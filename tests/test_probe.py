@@ -24,10 +24,11 @@ from tests.test_build import BREAK_PATCH, _cell, _recipe, _write
 from tools import ROOT
 from tools.core.errors import CompileError, ProbeError
 from tools.pipeline.build_toolchain import find_nvcc
-from tools.plan.cells import load_cell, plan
-from tools.probing.probe_build import (TABLE_HEADER, ProbeReport, Unit, UnitResult, check_memory, first_error,
-                         include_weight, judge_memory, measure, probe_cell, rank_units,
-                         select_units)
+from tools.plan.cells import plan
+from tools.plan.job import Inputs, load_job
+from tools.probing.probe_build import (TABLE_HEADER, ProbeReport, ProbeRequest, Unit, UnitResult,
+                                      check_memory, first_error, include_weight, judge_memory,
+                                      measure, probe_cell, rank_units, select_units)
 from tools.plan.recipe_model import load_recipe
 from tools.plan.table import load_table
 
@@ -56,8 +57,8 @@ def test_probe_compiles_a_unit_with_the_builds_own_command(sdist, tmp_path):
     cell, work = _cell(data), tmp_path / "work"
     # The CUDA unit only: tinyext.cpp (torch's headers) takes a minute; select_units' default
     # (the heaviest CUDA and C++ units) is tested below on its own.
-    report = probe_cell(*load_cell(cell, recipes), units=("add_one.cu",), sdist=sdist,
-                        work_root=work)
+    report = probe_cell(load_job(cell, recipes), ProbeRequest(
+        units=("add_one.cu",), inputs=Inputs(sdist=sdist), work_root=work))
 
     assert report.verdict == "passed"
     assert report.commands_recorded == 3          # tinyext.cpp, add_one.cu and scale.cu
@@ -126,8 +127,8 @@ def test_a_probe_needing_more_memory_than_available_is_refused_before_it_starts(
     recipes = _write(tmp_path / "recipes", data, {})
     work = tmp_path / "work"
     with pytest.raises(ProbeError) as err:
-        probe_cell(*load_cell(_cell(data), recipes), sdist=sdist, work_root=work,
-                   available_gib=4.0)
+        probe_cell(load_job(_cell(data), recipes), ProbeRequest(
+            inputs=Inputs(sdist=sdist), work_root=work, available_gib=4.0))
     message = str(err.value)
     assert "job_memory_gib: 6.5" in message and "4.0 GiB is available" in message
     assert "recipe.yaml" in message and "--archs 90" in message
@@ -410,7 +411,7 @@ def _recipe_cells() -> list[tuple[str, str]]:
 @pytest.mark.timeout(4 * 3600)
 @pytest.mark.parametrize("cell, arch", _recipe_cells())
 def test_every_recipe_probes(cell, arch, tmp_path):
-    report = probe_cell(*load_cell(cell), archs=arch, work_root=tmp_path)
+    report = probe_cell(load_job(cell), ProbeRequest(archs=arch, work_root=tmp_path))
     assert report.verdict == "passed", report
     assert all(u.ok for u in report.units) and report.units
     assert report.recipe_job_memory_gib >= report.per_thread_gib, report.memory_verdict

@@ -17,7 +17,7 @@ from tools.plan.runners import load_runners
 from tools.plan.stages import plan_release
 from tools.plan.table import load_table, version_key
 from tools.plan.formats import as_github
-from tools.releasing.backlog import (Attempt, backlog, dump_attempts, load_attempts, record,
+from tools.releasing.backlog import (Attempt, History, backlog, dump_attempts, load_attempts, record,
                                      write_attempts)
 from tools.releasing.batch import Batch, output_bytes
 from tools.releasing.schedule import make_schedule, violations, wheel_bytes
@@ -148,7 +148,7 @@ def test_published_cells_leave_the_backlog_and_unplanned_files_are_reported(worl
     old = replace(cell, version="0.0.1")
     entries = [_entry_for(cell), _entry_for(old)]
     prints = {r.package: "p" for r in recipes}
-    log = backlog(cells, recipes, table, entries, {}, prints, limits.tries)
+    log = backlog(cells, recipes, table, History(entries), prints, limits.tries)
     assert cell.id in log.published and cell.id not in {c.id for c in log.cells}
     assert len(log.cells) == len(cells) - 1
     assert log.unplanned_files == 1  # causal-conv1d 0.0.1: no recipe plans it now
@@ -163,17 +163,17 @@ def test_a_cell_is_given_up_after_its_tries_and_tried_again_when_its_recipe_chan
     for n in range(1, limits.tries + 1):
         attempts = record(attempts, {cell.id: "compile failed"}, prints, cell_of, {})
         assert attempts[cell.id].tries == n
-    log = backlog(cells, recipes, table, [], attempts, prints, limits.tries)
+    log = backlog(cells, recipes, table, History(attempts=attempts), prints, limits.tries)
     assert cell.id in log.given_up and cell.id not in {c.id for c in log.cells}
     # the recipe, the table or the runner file changed: tried again from zero
     changed = {**prints, cell.package: "v2"}
-    log = backlog(cells, recipes, table, [], attempts, changed, limits.tries)
+    log = backlog(cells, recipes, table, History(attempts=attempts), changed, limits.tries)
     assert cell.id in {c.id for c in log.cells}
     assert record(attempts, {cell.id: "again"}, changed, cell_of)[cell.id].tries == 1
     # a cell that built leaves the file; ids the plan no longer has are reported
     assert cell.id not in record(attempts, {cell.id: None}, prints, cell_of)
     gone = {**attempts, "ghost-3.12-cu128": Attempt(1, "x", "e")}
-    assert backlog(cells, recipes, table, [], gone, prints, 3).unplanned_attempts == (
+    assert backlog(cells, recipes, table, History(attempts=gone), prints, 3).unplanned_attempts == (
         "ghost-3.12-cu128",)
 
 
@@ -233,7 +233,7 @@ def test_released_wheels_the_ledger_lacks_yet_count_as_published(world):
     entries = pending_entries([name, "notes.md", "not-a-wheel.whl"])
     assert [e.filename for e in entries] == [name]
     assert (entries[0].variant.cuda, entries[0].variant.torch) == (cell.cuda, cell.torch)
-    log = backlog(cells, recipes, table, entries, {}, {r.package: "p" for r in recipes}, 3)
+    log = backlog(cells, recipes, table, History(entries), {r.package: "p" for r in recipes}, 3)
     assert log.published == {cell.id}
 
 
@@ -251,7 +251,8 @@ def test_a_cell_needing_a_released_wheel_waits_until_it_is_indexed(world):
     name = (f"torch_scatter-{scatter.version}+{scatter.label}-{tag}-{tag}-"
             f"{scatter.platform_tag}.whl")
     released = pending_entries([name])
-    log = backlog(cells, recipes, table, [], {}, {r.package: "p" for r in recipes}, 3, released)
+    log = backlog(cells, recipes, table, History(pending=released),
+                  {r.package: "p" for r in recipes}, 3)
     assert log.pending == {scatter.id} and not log.published
     assert scatter.id not in {c.id for c in log.cells}
     got = make_schedule([sparse], cells, recipes, runners, limits, log.published,

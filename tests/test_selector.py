@@ -31,7 +31,7 @@ from wheelfactory import installed, make_wheel
 from tools import ROOT
 from tools.selector import answer as selection
 from tools.selector import checks, cli, client, detect, doctor, facts, fetch, gpu
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.pipeline.venvs import uv_bin
 from tools.sitegen.server import make_server
 
@@ -270,8 +270,8 @@ def _site(root: Path, wheels: list[tuple], *, yanked: str | None = None) -> Serv
         yanked_path = root / "yanked.yaml"
         yanked_path.write_text(f"{yanked}: broken build\n")
     # "/files" is resolved against each page's URL: the pages don't need to know the port.
-    report = build_index(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=root / "ledger.json",
-                         init_ledger=True, yanked_path=yanked_path)
+    report = build_index(IndexRun(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=root / "ledger.json",
+                         init_ledger=True, yanked_path=yanked_path))
     assert not report.rejected
     return Served(make_server(site, files))
 
@@ -527,7 +527,7 @@ def test_arch_check_is_skipped_when_the_server_ignores_ranges(tmp_path, monkeypa
     make_wheel(files, "demo-ext", "1.2.0", local="cu128.torch2.8", tag=f"cp311-cp311-{X86}",
                manifest=manifest("12.8", "2.8.0", ["80"]), payload=os.urandom(2 << 20))
     site.mkdir()
-    build_index(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=tmp_path / "l.json", init_ledger=True)
+    build_index(IndexRun(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=tmp_path / "l.json", init_ledger=True))
     # an index without per-file arch data (ours has it): the selector must read the wheel
     for page in site.rglob("index.json"):
         doc = json.loads(page.read_text())

@@ -24,7 +24,7 @@ import pytest
 from wheelfactory import make_wheel
 
 from tools import ROOT
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.selector import bundle
 from tools.sitegen.server import make_server
 
@@ -49,8 +49,8 @@ def served(tmp_path_factory) -> Iterator[str]:
                manifest=_manifest("12.8", "2.8.0", ["80", "90"]))
     make_wheel(files, "ext", "1.0", local="cu130.torch2.13", tag=f"cp311-cp311-{X86}",
                manifest=_manifest("13.0", "2.13.0", ["90", "120"]))
-    report = build_index(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=root / "ledger.json",
-                         init_ledger=True)
+    report = build_index(IndexRun(wheels_dir=files, output_dir=site, base_url="/files", ledger_path=root / "ledger.json",
+                         init_ledger=True))
     assert not report.rejected
     server = make_server(site, files)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -24,7 +24,7 @@ from tools.pipeline.venvs import uv_bin
 from tools.selector import answer as selection
 from tools.selector import cli, client, detect, facts
 from tools.selector.target import DOWNLOAD_DIR
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.server import make_server, serve
 
 TIMEOUT = 120
@@ -53,8 +53,8 @@ def site(tmp_path_factory) -> Path:
         for tag in TAGS.values():
             make_wheel(root / "files", "demo-ext", "1.0", local=label, tag=f"cp311-cp311-{tag}",
                        requires_python=">=3.9")
-    report = build_index(wheels_dir=root / "files", output_dir=root / "site", base_url="/files",
-                         ledger_path=root / "ledger.json", init_ledger=True)
+    report = build_index(IndexRun(wheels_dir=root / "files", output_dir=root / "site", base_url="/files",
+                         ledger_path=root / "ledger.json", init_ledger=True))
     assert not report.rejected
     doc = json.loads((root / "site" / facts.FACTS_FILE).read_text())
     doc["torch_platforms"] = TORCH_PLATFORMS

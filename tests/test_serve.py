@@ -27,7 +27,7 @@ from wheelfactory import installed, make_wheel
 from tests.fixtures.hostile.make_pages import HALF_SENT, REQUESTS
 from tools import ROOT
 from tools.core.errors import CuwheelsError
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.pipeline.venvs import uv_bin
 from tools.sitegen.server import HTML_V1, JSON_V1, TEXT_HTML, make_server, negotiate
 
@@ -82,10 +82,10 @@ def demo_index(tmp_path_factory) -> Path:
     for build in (None, "1", "2"):  # rebuilds of one version: recipe build numbers 0, 1, 2
         make_wheel(w, "demo-rebuilt", "1.0", local="cu128.torch2.8", tag=ANY, build_tag=build)
     (root / "yanked.yaml").write_text('demo_yank-1.1-py3-none-any.whl: "broken <build>"\n')
-    build_index(
+    build_index(IndexRun(
         wheels_dir=w, output_dir=root / "site", base_url="/files", ledger_path=root / "ledger.json",
         yanked_path=root / "yanked.yaml", init_ledger=True,
-    )
+    ))
     return root
 
 

@@ -26,7 +26,7 @@ from tools import ROOT
 from tools.core.variant import group_id
 from tools.pipeline import shardcache
 from tools.plan.groups import UnitCost, UnitList, split
-from tools.staging import local_release
+from tools.sharding import local_release
 
 GROUP = "tinyext-cu130"
 KERNELS = ["csrc/add_one.cu", "csrc/scale.cu"]

@@ -1225,15 +1225,15 @@ def run_hold_back_step(workdir: Path, workflows: dict) -> tuple[int, str, str]:
 
 
 def test_hold_back_step_publishes_only_new_names_and_warns_about_rebuilds(tmp_path, workflows):
-    from tools.sitegen.generate import build_index
+    from tools.sitegen.generate import IndexRun, build_index
     from wheelfactory import make_wheel
 
     runner_temp = tmp_path / ".runner-temp"
     runner_temp.mkdir()
     published = tmp_path / "published"
     make_wheel(published, "demo", "1.0", tag="py3-none-any")
-    build_index(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
-                ledger_path=runner_temp / "ledger.json", init_ledger=True)
+    build_index(IndexRun(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=runner_temp / "ledger.json", init_ledger=True))
     wheelhouse = tmp_path / "wheelhouse"
     rebuilt = make_wheel(wheelhouse, "demo", "1.0", tag="py3-none-any", requires_dist=["numpy"])
     rc, log, outputs = run_hold_back_step(tmp_path, workflows)
@@ -1504,7 +1504,7 @@ def test_build_job_stays_on_the_root_disk_when_it_has_more_room(tmp_path, workfl
 
 
 def test_release_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, disk_stand_ins):
-    from tools.sitegen.generate import build_index
+    from tools.sitegen.generate import IndexRun, build_index
     from wheelfactory import make_wheel
 
     bin_dir, env, _ = disk_stand_ins
@@ -1517,8 +1517,8 @@ def test_release_job_holds_back_wheels_on_the_larger_disk(tmp_path, workflows, d
     runner_temp = tmp_path / ".runner-temp"
     published = tmp_path / "published"
     make_wheel(published, "demo", "1.0", tag="py3-none-any")
-    build_index(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
-                ledger_path=runner_temp / "ledger.json", init_ledger=True)
+    build_index(IndexRun(wheels_dir=published, output_dir=tmp_path / "site", base_url="https://h/1",
+                ledger_path=runner_temp / "ledger.json", init_ledger=True))
     again = make_wheel(tmp_path / "wheelhouse", "demo", "1.0", tag="py3-none-any")
     rc, log, outputs = run_hold_back_step(tmp_path, workflows)
     assert rc == 0, log

@@ -18,7 +18,7 @@ import pytest
 from wheelfactory import installed, make_wheel
 
 from tools.pipeline.venvs import uv_bin
-from tools.sitegen.generate import build_index
+from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.server import make_server
 
 LABEL = "cu128.torch2.9"
@@ -31,8 +31,8 @@ def index_url(tmp_path_factory) -> Iterator[str]:
     for version in ("1.0", "1.1"):
         make_wheel(wheels, "demo-y", version, local=LABEL, tag="py3-none-any")
     (root / "yanked.yaml").write_text(f'demo_y-1.1+{LABEL}-py3-none-any.whl: "broken"\n')
-    build_index(wheels_dir=wheels, output_dir=root / "site", base_url="/files",
-                ledger_path=root / "ledger.json", yanked_path=root / "yanked.yaml", init_ledger=True)
+    build_index(IndexRun(wheels_dir=wheels, output_dir=root / "site", base_url="/files",
+                ledger_path=root / "ledger.json", yanked_path=root / "yanked.yaml", init_ledger=True))
     server = make_server(root / "site", wheels, negotiate=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.finish.abi import SHIM_DIR, check_wheel, extract_shim, known_series, write_shim
+from tools.finish.abi import SHIM_DIR, check_wheel_shims, extract_shim, known_series, write_shim
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> int:
     series = args.series.split(",") if args.series else known_series(args.shim_dir)
-    found = check_wheel(args.wheel, series, root=args.shim_dir)
+    found = check_wheel_shims(args.wheel, series, root=args.shim_dir)
     report = found.stable
     for module, names in sorted(report.shim.items()):
         print(f"{module}: {len(names)} stable shim symbols, "

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.builder.orchestrate import DEFAULT_OUT, DEFAULT_WORK, build_cell
+from tools.builder.orchestrate import (DEFAULT_OUT, DEFAULT_WORK, BuildRequest, ContainerSettings,
+                                      build_cell)
 from tools.builder.planned import Planned
 from tools.core.errors import cli
+from tools.plan.job import Inputs
 from tools.plan.table import TABLE_PATH
 
 
@@ -74,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--offline needs --sdist or --sdist-dir (the sdist can't be downloaded)")
     planned = (Planned.read(args.plan, args.recipes, args.table) if args.plan
                else Planned.make(args.recipes, args.table))
-    result = build_cell(planned.cell(args.cell), planned, backend=args.backend,
-                        archs=args.archs, sdist=args.sdist, sdist_dir=args.sdist_dir,
-                        wheelhouse=args.wheelhouse, offline=args.offline,
-                        torch_index=args.torch_index, out_dir=args.out, work_root=args.work,
-                        engine=args.engine, dry_run=args.dry_run, memory_gib=args.memory,
-                        cpus=args.cpus, image=args.image, python=args.python,
-                        cache=not args.no_cache, shard_caches=args.shard_caches)
+    inputs = Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
+                    offline=args.offline, torch_index=args.torch_index)
+    container = ContainerSettings(engine=args.engine, image=args.image, memory_gib=args.memory,
+                                  cpus=args.cpus)
+    result = build_cell(planned.cell(args.cell), planned, BuildRequest(
+        backend=args.backend, archs=args.archs, inputs=inputs, out_dir=args.out,
+        work_root=args.work, dry_run=args.dry_run, cache=not args.no_cache,
+        shard_caches=args.shard_caches, container=container, python=args.python))
     if result.wheel:
         print(result.wheel)
     return 0

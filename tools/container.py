@@ -11,7 +11,7 @@ from pathlib import Path
 from tools import RECIPES_DIR
 from tools.backends import containerized
 from tools.core.errors import cli
-from tools.plan.cells import load_cell
+from tools.plan.job import Inputs, load_job
 from tools.plan.table import TABLE_PATH
 
 
@@ -36,9 +36,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Stage a cell's source, tools and planned cell (the first command of the printed plan)."""
     args = parser().parse_args(argv)
-    cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
-    staged = containerized.stage(cell, recipe, table, args.work / cell.id, sdist=args.sdist,
-                             sdist_dir=args.sdist_dir)
+    job = load_job(args.cell, args.recipes, args.table)
+    staged = containerized.stage(job, args.work / job.id,
+                                 Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir))
     print(staged.tree)
     return 0
 

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     yanked = args.yanked
     if yanked is None and DEFAULT_YANKED.exists():
         yanked = DEFAULT_YANKED
-    report = generate.build_index(
+    report = generate.build_index(generate.IndexRun(
         wheels_dir=args.wheels_dir,
         output_dir=args.output_dir,
         base_url=args.base_url,
@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         recipes_dir=args.recipes,
         reports_dir=args.reports,
         table_path=args.table,
-    )
+    ))
     print(
         f"index: {report.files} files in {report.projects} projects, "
         f"{len(report.variant_indexes)} variant indexes -> {args.output_dir} "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import CompileError, ProbeError, cli
-from tools.plan.cells import load_cell
+from tools.plan.job import Inputs, load_job
 from tools.plan.table import TABLE_PATH
 from tools.probing import probe_build
 
@@ -59,15 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.count < 1:
         ap.error("--count must be at least 1")
     units = tuple(u.strip() for u in (args.units or "").split(",") if u.strip())
-    cell, recipe, table = load_cell(args.cell, args.recipes, args.table)
+    job = load_job(args.cell, args.recipes, args.table)
+    inputs = Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
+                    offline=args.offline, torch_index=args.torch_index)
     try:
-        report = probe_build.probe_cell(cell, recipe, table, units=units, count=args.count,
-                                  archs=args.archs, sdist=args.sdist, sdist_dir=args.sdist_dir,
-                                  wheelhouse=args.wheelhouse, offline=args.offline,
-                                  torch_index=args.torch_index, work_root=args.work,
-                                  unit_timeout=args.unit_timeout)
+        report = probe_build.probe_cell(job, probe_build.ProbeRequest(
+            units=units, count=args.count, archs=args.archs, inputs=inputs, work_root=args.work,
+            unit_timeout=args.unit_timeout))
     except CompileError:
-        path = args.work / cell.id / "probe" / "probe.json"
+        path = args.work / job.id / "probe" / "probe.json"
         if path.is_file():
             print(probe_build.format_report(probe_build.read_report(path)))
         raise

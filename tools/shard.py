@@ -1,14 +1,15 @@
 """``python -m tools.shard``: a compile group's kernel shards and its unit list.
 
 ``python -m tools.shard run GROUP --shard K/N [--archs 90]`` compiles shard K of N of the group
-into ``<cache>/<group>-shard<K>`` (``tools.staging.shard_build``); ``python -m tools.shard units CELL
+into ``<cache>/<group>-shard<K>`` (``tools.sharding.shard_build``); ``python -m tools.shard units CELL
 [--write]`` reads the cell's build's translation units and prints (or writes) the recipe's
-``units.yaml`` (``tools.staging.unitlist``). The command line only.
+``units.yaml`` (``tools.sharding.unitlist``). The command line only.
 """
 
 import argparse
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
@@ -16,8 +17,9 @@ from tools.builder.orchestrate import resolve_archs
 from tools.builder.planned import Planned
 from tools.core.errors import cli
 from tools.plan.groups import UNITS_FILE, find_group
+from tools.plan.job import Inputs
 from tools.plan.table import TABLE_PATH
-from tools.staging import local_release, shard_build, unitlist
+from tools.sharding import local_release, shard_build, unitlist
 
 DEFAULT_WORK = ROOT / "build-cells"
 DEFAULT_CACHE = ROOT / "build-cells" / "shard-caches"
@@ -89,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     # A terminated shard unwinds (and so stops the compilers it started).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     planned = Planned.make(args.recipes, args.table)
-    common = dict(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
-                  offline=args.offline, torch_index=args.torch_index)
+    inputs = Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
+                    offline=args.offline, torch_index=args.torch_index)
+    common = asdict(inputs)
     if args.command == "units":
         cell = planned.cell(args.cell)
         recipe = planned.recipe(cell)
-        found, torch = unitlist.read_build_units(cell, recipe, planned.table,
-                                                 args.work / cell.id / "units", **common)
+        found, torch = unitlist.read_build_units(planned.job(cell), args.work / cell.id / "units",
+                                                 inputs)
         text = unitlist.render_units(cell, recipe, found, torch)
         if args.write:
             (recipe.folder / UNITS_FILE).write_text(text)
@@ -123,16 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     cell = planned.cell(group.cells[0])
     archs = resolve_archs(cell, args.archs, planned.table)
     k, n = args.shard
+    target = shard_build.ShardTarget(group, k, n, planned.job(cell), archs)
     if args.backend == "container":
         record = shard_build.run_container_shard(
-            group, k, n, cell=cell, recipe=planned.recipe(cell), table=planned.table,
-            archs=archs, work_root=args.work, cache_root=args.cache, engine=args.engine,
-            image=args.image, sdist=args.sdist, sdist_dir=args.sdist_dir)
+            target, work_root=args.work, cache_root=args.cache, engine=args.engine,
+            image=args.image, inputs=inputs)
         print(args.cache / record["shard"])
         return 0
-    report = shard_build.run_shard(group, k, n, cell=cell, recipe=planned.recipe(cell),
-                             table=planned.table, archs=archs, work_root=args.work,
-                             cache_root=args.cache, **common)
+    report = shard_build.run_shard(target, work_root=args.work, cache_root=args.cache,
+                                   inputs=inputs)
     print(args.cache / report.shard)
     return 0
 

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tools.plan.job import BuildJob
 from tools.pipeline.report import Progress
-from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
-from tools.plan.table import Table
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,7 @@ class Backend(Protocol):
         """The steps the build runs, as the progress lines and the report name them."""
         ...
 
-    def build(self, cell: Cell, recipe: Recipe, table: Table, *, options: BuildOptions,
-              progress: Progress) -> BuildResult:
-        """Build ``cell``'s wheel, its steps run and timed by ``progress``, and write the build
+    def build(self, job: BuildJob, *, options: BuildOptions, progress: Progress) -> BuildResult:
+        """Build ``job``'s wheel, its steps run and timed by ``progress``, and write the build
         report; raise the failed step's CuwheelsError (after writing the report) on failure."""
         ...

@@ -6,7 +6,7 @@ hand-written per-package file: the image (``cuda.<v>.image``), one build identif
 the recipe's build requirements from the default index, pip without build isolation, the build
 environment (arch list, MAX_JOBS/NVCC_THREADS sized for the container's memory limit,
 SOURCE_DATE_EPOCH), a repair command that runs this project's finish stage in the image
-(``python -m tools.incontainer finish``: ``tools.finish.stage``) and a test command importing the
+(``python -m tools.incontainer finish``: ``tools.finish.steps``) and a test command importing the
 recipe's modules next to the cell's torch (``tools.finish.checks.smoke_argv``).
 
 Nothing here touches the network or a container engine: ``plan_invocation`` is what
@@ -33,6 +33,7 @@ from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
 from tools.plan.cells import Cell, torch_index
 from .rlimit_runtime import trust_store
+from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.venvs import PYPI_SIMPLE
 from tools.plan.recipe_model import Recipe
 from tools.plan.table import TABLE_PATH, Table
@@ -145,6 +146,18 @@ CONTAINER_CCACHE_WORK = PurePosixPath("/tmp/cuwheels-ccache")
 CONTAINER_CCACHE_STATS = CONTAINER_CCACHE_WORK / compiler_cache.STATS_LOG
 #: How ``incontainer ccache stats`` marks its JSON line in the log, for the build report.
 CCACHE_STATS_PREFIX = "cuwheels-ccache-stats: "
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """The container a cell builds in: the engine that starts it, its limits, its image (default:
+    the cell's), what is mounted, and the containers.conf podman reads (the runtime wrapper)."""
+
+    engine: str
+    limits: Limits
+    image: Image | None = None
+    mounts: Mounts = Mounts()
+    containers_conf: Path | None = None
 
 
 def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None, *,
@@ -351,7 +364,7 @@ def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = 
 
 def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str,
                    image: Image | None = None, ccache: bool = False) -> str:
-    """The finish stage (``tools.finish.stage.finish_wheel``) on cibuildwheel's ``{wheel}``, writing
+    """The finish stage (``tools.finish.steps.finish_wheel``) on cibuildwheel's ``{wheel}``, writing
     the finished wheel to ``{dest_dir}``, repaired to the policy the image can give; with
     ``ccache``, first what the cache did for the compile (``incontainer ccache stats``)."""
     image = image or Image(cell.image, cell.platform_tag)
@@ -400,13 +413,14 @@ def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: Limits) -> Sizin
     return size_for(recipe, archs, cores=limits.cpus, available_gib=float(limits.memory_gib))
 
 
-def cibw_options(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
-                 engine: str, limits: Limits, recipe_revision: str, image: Image | None = None,
-                 mounts: Mounts = Mounts(), containers_conf: Path | None = None
-                 ) -> dict[str, str]:
+def cibw_options(job: BuildJob, spec: ContainerSpec, *, archs: tuple[str, ...],
+                 recipe_revision: str) -> dict[str, str]:
     """Every cibuildwheel option for one cell, as the ``CIBW_*`` variables that set them (and
     ``CONTAINERS_CONF`` where podman needs the runtime wrapper)."""
-    image = image or Image(cell.image, cell.platform_tag)
+    cell, recipe, table = job.cell, job.recipe, job.table
+    engine, limits, mounts, containers_conf = (spec.engine, spec.limits, spec.mounts,
+                                               spec.containers_conf)
+    image = spec.image or Image(cell.image, cell.platform_tag)
     env = build_env(recipe, cell, cell_sizing(recipe, archs, limits), archs=archs,
                     cuda_home=CONTAINER_CUDA_HOME)
     env.update(mounts.env)
@@ -505,17 +519,18 @@ class Invocation:
         return "\n".join(lines) + "\n"
 
 
-def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[str, ...],
-                    engine: str, limits: Limits, work_root: Path, tree_name: str | None = None,
-                    sdist: Path | None = None, sdist_dir: Path | None = None,
-                    recipe_revision: str = "unknown", image: Image | None = None,
-                    mounts: Mounts = Mounts(), containers_conf: Path | None = None
-                    ) -> Invocation:
+def plan_invocation(job: BuildJob, spec: ContainerSpec, *, archs: tuple[str, ...],
+                    work_root: Path, tree_name: str | None = None, inputs: Inputs = Inputs(),
+                    recipe_revision: str = "unknown") -> Invocation:
     """The whole plan for a cell, without touching the network or an engine.
 
     ``tree_name`` is the sdist's top directory once extracted; before that it is the sdist's
-    file name without ``.tar.gz`` (what sdists use).
+    file name without ``.tar.gz`` (what sdists use). ``inputs``: the sdist (or folder of them)
+    the staging command is given.
     """
+    cell, recipe, table = job.cell, job.recipe, job.table
+    engine, limits, mounts = spec.engine, spec.limits, spec.mounts
+    sdist, sdist_dir = inputs.sdist, inputs.sdist_dir
     work = work_root / cell.id
     tree_name = tree_name or recipe.source.sdist.removesuffix(".tar.gz")
     stage_argv = [sys.executable, "-m", "tools.container", "stage", cell.id, "--work",
@@ -528,10 +543,9 @@ def plan_invocation(cell: Cell, recipe: Recipe, table: Table, *, archs: tuple[st
         stage_argv += ["--sdist", str(sdist)]
     elif sdist_dir:
         stage_argv += ["--sdist-dir", str(sdist_dir)]
-    image = image or Image(cell.image, cell.platform_tag)
-    options = cibw_options(cell, recipe, table, archs=archs, engine=engine, limits=limits,
-                           recipe_revision=recipe_revision, image=image, mounts=mounts,
-                           containers_conf=containers_conf)
+    image = spec.image or Image(cell.image, cell.platform_tag)
+    options = cibw_options(job, replace(spec, image=image), archs=archs,
+                           recipe_revision=recipe_revision)
     sizing = cell_sizing(recipe, archs, limits)
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     index = torch_index(cell, table)

@@ -52,6 +52,7 @@ from .shardninja import CONTAINER_SHARD, CONTAINER_SHARDS, SHIM_DIR, ContainerSh
 from .cibw import (
     CCACHE_STATS_PREFIX,
     CELL_FILE,
+    ContainerSpec,
     PROJECT,
     TOOLS_DIR,
     TOOLS_PYTHON,
@@ -67,10 +68,11 @@ from .cibw import (
     with_needs,
 )
 from tools.pipeline.compilelog import failing_file
+from tools.plan.job import BuildJob, Inputs
 from .emulated import TOOLS_PYTHON_LABEL, emulated_machine, emulation_volumes
 from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
-from tools.finish.stage import recipe_git_revision
+from tools.finish.steps import recipe_git_revision
 from tools.core.manifest import read_manifest
 from tools.core.variant import group_id
 from tools.pipeline import ccache, shardcache
@@ -78,9 +80,7 @@ from tools.plan.groups import group_key, read_units
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.wheelhouse import publish
-from tools.plan.recipe_model import Recipe
 from tools.pipeline.source import prepare_source
-from tools.plan.table import Table
 
 #: The container backend's steps, as the progress lines and the report name them.
 CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
@@ -147,13 +147,13 @@ class Staged:
     patches: tuple[str, ...]
 
 
-def stage(cell: Cell, recipe: Recipe, table: Table, work: Path, *, sdist: Path | None = None,
-          sdist_dir: Path | None = None) -> Staged:
+def stage(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
     """Fetch, verify, extract and patch the sdist into ``work/src/``, and put this project's
     tools, the cell's recipe and the table beside it (``work/src/cuwheels``), with the planned
     cell as ``cell.json``: the commands in the container read the cell from there instead of
     planning it again (which would need every recipe it depends on)."""
-    prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
+    cell, recipe, table = job.cell, job.recipe, job.table
+    prepared = prepare_source(recipe, work, sdist=inputs.sdist, sdist_dir=inputs.sdist_dir)
     project = prepared.tree.parent
     dest = project / TOOLS_DIR
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -322,8 +322,7 @@ class ContainerBackend:
         """The container backend's steps."""
         return CONTAINER_STEPS
 
-    def build(self, cell: Cell, recipe: Recipe, table: Table, *, options: BuildOptions,
-              progress: Progress) -> BuildResult:
+    def build(self, job: BuildJob, *, options: BuildOptions, progress: Progress) -> BuildResult:
         """Build one cell with cibuildwheel in its image; the report goes to
         ``<work_root>/<cell id>/report.json`` however the build ends.
 
@@ -336,7 +335,9 @@ class ContainerBackend:
         into the test venv before the wheel.
         """
         stdout = self.stdout or sys.stdout
+        cell, recipe, table = job.cell, job.recipe, job.table
         engine, can_build, archs = self.engine, self.can_build, options.archs
+        inputs = Inputs(sdist=options.sdist, sdist_dir=options.sdist_dir)
         limits = default_limits()
         limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
         mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
@@ -352,11 +353,10 @@ class ContainerBackend:
                                   "archs": list(archs), "label": cell.label,
                                   "limits": asdict(limits), "workarounds": workarounds}
         if options.dry_run:
-            inv = plan_invocation(cell, recipe, table, archs=archs, engine=engine or "docker",
-                                  limits=limits, work_root=options.work_root, sdist=options.sdist,
-                                  sdist_dir=options.sdist_dir,
-                                  recipe_revision=recipe_git_revision(recipe),
-                                  image=Image(image_name, cell.platform_tag), mounts=mounts)
+            spec = ContainerSpec(engine or "docker", limits, Image(image_name, cell.platform_tag),
+                                 mounts)
+            inv = plan_invocation(job, spec, archs=archs, work_root=options.work_root,
+                                  inputs=inputs, recipe_revision=recipe_git_revision(recipe))
             check_options(inv.env, inv.cwd / inv.argv[-1], inv.cwd.parent / "wheels",
                           identifier(cell))
             stdout.write(inv.shell())
@@ -413,8 +413,7 @@ class ContainerBackend:
                 report["emulated"] = emulated_machine(ready.labels)
 
             def source(step) -> Staged:
-                staged = stage(cell, recipe, table, work, sdist=options.sdist,
-                               sdist_dir=options.sdist_dir)
+                staged = stage(job, work, inputs)
                 step.detail.update(sdist=staged.sdist.name, sha256=staged.sha256,
                                    patches=list(staged.patches), tree=str(staged.tree))
                 return staged
@@ -428,12 +427,10 @@ class ContainerBackend:
                 report["shards"] = use.describe()
 
             def plan_step(step) -> Invocation:
-                inv = plan_invocation(cell, recipe, table, archs=archs, engine=ready.engine,
-                                      limits=limits, work_root=options.work_root,
-                                      tree_name=staged.tree.name, sdist=options.sdist,
-                                      sdist_dir=options.sdist_dir,
-                                      recipe_revision=recipe_git_revision(recipe), image=chosen,
-                                      mounts=mounts, containers_conf=ready.containers_conf)
+                spec = ContainerSpec(ready.engine, limits, chosen, mounts, ready.containers_conf)
+                inv = plan_invocation(job, spec, archs=archs, work_root=options.work_root,
+                                      tree_name=staged.tree.name, inputs=inputs,
+                                      recipe_revision=recipe_git_revision(recipe))
                 check_options(inv.env, staged.tree, work / "wheels", identifier(cell))
                 step.detail.update(env=inv.env, argv=list(inv.argv), cwd=str(inv.cwd))
                 if relaxed:

@@ -1,7 +1,7 @@
 """Host backend: build a cell with this machine's toolchain, in a fresh venv per cell.
 
 :class:`HostBackend` (a ``tools.backends.base.Backend``) runs every step here: toolchain ->
-source -> python -> compile -> the finish stage (``tools.finish.stage``) -> verify (import smoke
+source -> python -> compile -> the finish stage (``tools.finish.steps``) -> verify (import smoke
 test) -> kernels -> publish, with the toolchain of ``tools.pipeline.build_toolchain``. Wheels built
 here need this host's glibc or newer (auditwheel tags them accordingly, e.g. manylinux_2_34 on
 Debian 12); the container backend builds the broadly installable manylinux_2_28 wheels CI
@@ -25,18 +25,19 @@ from packaging.version import InvalidVersion, Version
 
 from tools.core.errors import CompileError, ToolchainError
 from tools.core.variant import group_id, torch_series
-from tools.finish.stage import finish_wheel, record_kernel_check
+from tools.finish.steps import FinishSettings, RawWheel, finish_wheel, record_kernel_check
 from tools.finish.checks import smoke_test, smoke_test_existing, smoke_venv
 from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
 from tools.pipeline import ccache, shardcache
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
 from tools.pipeline.compilelog import failing_file
+from tools.pipeline.prelude import prepare
+from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.report import Progress, Step, reporting
 from tools.pipeline.wheelhouse import publish
-from tools.pipeline.source import prepare_source
-from tools.pipeline.build_toolchain import (BuildPython, Nvcc, build_process_env, check_nvcc, find_nvcc,
-                                      pip_wheel_command, torch_info)
-from tools.pipeline.venvs import prepare_python, venv_python
+from tools.pipeline.build_toolchain import (BuildPython, build_process_env, pip_wheel_command,
+                                            torch_info)
+from tools.pipeline.venvs import PackageSources, venv_python
 from tools.plan.groups import group_key, read_units
 from tools.plan.cells import Cell, torch_index
 from tools.plan.recipe_model import Recipe
@@ -161,9 +162,20 @@ def missing_requirements(python: Path, requirements: list[str]
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
-def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, log: Path,
-                  *, isolation: bool, on_line: Callable[[str], None] | None = None,
-                  timeout: float = 6 * 3600, offline: bool = False,
+@dataclass(frozen=True)
+class PipWheel:
+    """The package's own build as the host backend runs it: ``pip wheel`` of ``tree`` with
+    ``python`` into ``out_dir`` (``isolation``: the recipe's; ``offline``: no index)."""
+
+    python: Path
+    tree: Path
+    out_dir: Path
+    isolation: bool = True
+    offline: bool = False
+
+
+def compile_wheel(build: PipWheel, env: dict[str, str], log: Path, *,
+                  on_line: Callable[[str], None] | None = None, timeout: float = 6 * 3600,
                   path_prefix: tuple[str, ...] = ()) -> Path:
     """Run the package's own build (``pip wheel``) and return the unrepaired wheel.
 
@@ -172,8 +184,10 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     log. ``path_prefix`` goes first on PATH (the compiler cache's ``c++``); an inherited
     PYTHONPATH is dropped, one in ``env`` is kept.
     """
+    python, tree, out_dir = build.python, build.tree, build.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = pip_wheel_command(python, tree, out_dir, isolation=isolation, offline=offline)
+    cmd = pip_wheel_command(python, tree, out_dir, isolation=build.isolation,
+                            offline=build.offline)
     full_env = build_process_env(python, env, first_on_path=tuple(map(Path, path_prefix)))
     start = time.monotonic()
     with log.open("a") as fh:
@@ -207,10 +221,18 @@ def compile_wheel(python: Path, tree: Path, env: dict[str, str], out_dir: Path, 
     return wheels[0]
 
 
-def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, python: Path,
-                  pythonpath: tuple[Path, ...], work: Path, gpu_finder: GpuFinder = find_gpu,
+@dataclass(frozen=True)
+class Installed:
+    """Where a wheel is installed: the interpreter, and what goes first on its path."""
+
+    python: Path
+    pythonpath: tuple[Path, ...] = ()
+
+
+def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe,
+                  installed: Installed, work: Path, gpu_finder: GpuFinder = find_gpu,
                   device: str = "cuda", detail: dict | None = None) -> tuple[Path, dict]:
-    """Run the recipe's kernel check with ``python`` (where ``wheel`` is installed) and return
+    """Run the recipe's kernel check where ``wheel`` is ``installed`` and return
     the wheel to publish (``<work>/checked``, its manifest holding the check's summary) with
     that summary. A failing or broken check raises VerifyError naming op, dtype, shape, error
     and tolerance, and nothing is written; no GPU, or no check in the recipe, is recorded as
@@ -219,8 +241,8 @@ def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe, py
     if recipe.check is None:
         result = {"verdict": "not run: the recipe has no kernel check", "results": []}
     else:
-        result = run_check(recipe.check.path, python, workdir=work / "kernelcheck",
-                           device=device, pythonpath=pythonpath, gpu_finder=gpu_finder)
+        result = run_check(recipe.check.path, installed.python, workdir=work / "kernelcheck",
+                           device=device, pythonpath=installed.pythonpath, gpu_finder=gpu_finder)
     kept = summary(result)
     if detail is not None:
         detail.update(kernel_check=kept)
@@ -264,15 +286,15 @@ class HostBackend:
     ``python``: build against that existing interpreter's torch and build requirements, as
     they are (checked first; no venv, nothing installed); ``cells``: the plan the built cell
     comes from, whose cells its errors name. Otherwise a fresh venv gets the cell's torch from
-    ``torch_index`` (default: the cell's CUDA index) and its build requirements, from
-    ``wheelhouse`` too, or only from there when ``offline``. ``gpu_finder`` says which GPU the
+    the inputs' ``torch_index`` (default: the cell's CUDA index) and its build requirements,
+    from their ``wheelhouse`` too, or only from there when ``offline``. ``gpu_finder`` says which GPU the
     kernel check may use (none: the check is recorded as not run).
     """
 
     name: ClassVar[str] = "host"
-    wheelhouse: Path | None = None
-    offline: bool = False
-    torch_index: str | None = None
+    #: Where the fresh venv's torch and build requirements come from (the sdist comes with
+    #: the build's options).
+    inputs: Inputs = Inputs()
     python: Path | None = None
     cells: tuple[Cell, ...] = ()
     gpu_finder: GpuFinder = find_gpu
@@ -282,8 +304,7 @@ class HostBackend:
         """The host's steps; with ``python`` the interpreter is checked first."""
         return EXISTING_PYTHON_STEPS if self.python is not None else HOST_STEPS
 
-    def build(self, cell: Cell, recipe: Recipe, table: Table, *, options: BuildOptions,
-              progress: Progress) -> BuildResult:
+    def build(self, job: BuildJob, *, options: BuildOptions, progress: Progress) -> BuildResult:
         """Build the cell here and publish its wheel; the report goes to
         ``<work_root>/<cell id>/report.json`` however the build ends. The compiler cache's hits
         and misses go in the compile step's report; ``options.needed`` are installed beside the
@@ -291,6 +312,7 @@ class HostBackend:
         if options.dry_run:
             raise ToolchainError("--dry-run is for the container backend (it prints the "
                                  "cibuildwheel command)", hint="add --backend container")
+        cell = job.cell
         work = options.work_root / cell.id
         work.mkdir(parents=True, exist_ok=True)
         for stale in ("compile.log", "python.log", "repair.log", "ccache-stats.log"):
@@ -301,7 +323,7 @@ class HostBackend:
         if options.needed:
             report["needs"] = [str(p) for p in options.needed]
         with reporting(work / "report.json", report, progress):
-            wheel = self._run(cell, recipe, table, options, work, progress)
+            wheel = self._run(job, options, work, progress)
             report.update(verdict="passed", wheel=str(wheel))
         return BuildResult(report, wheel)
 
@@ -319,50 +341,27 @@ class HostBackend:
                      + (f" (partial: {', '.join(use.partial)})" if use.partial else ""))
         return use
 
-    def _run(self, cell: Cell, recipe: Recipe, table: Table, options: BuildOptions, work: Path,
-             progress: Progress) -> Path:
+    def _existing(self, job: BuildJob, step: Step) -> BuildPython:
+        """The ``python`` step with ``--python``: that interpreter checked against the cell."""
+        bp = check_existing_python(self.python, job.cell, job.recipe, job.table,
+                                   cells=self.cells)
+        step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
+                           torch_cuda=bp.torch_cuda, cxx11_abi=bp.cxx11_abi)
+        return bp
+
+    def _run(self, job: BuildJob, options: BuildOptions, work: Path, progress: Progress) -> Path:
         """Every step, in ``work``; returns the published wheel."""
-        python, wheelhouse, offline, archs = (self.python, self.wheelhouse, self.offline,
-                                              options.archs)
+        cell, recipe, table = job.cell, job.recipe, job.table
+        python, archs = self.python, options.archs
+        wheelhouse, offline = self.inputs.wheelhouse, self.inputs.offline
 
-        def existing(step: Step) -> BuildPython:
-            bp = check_existing_python(python, cell, recipe, table, cells=self.cells)
-            step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
-                               torch_cuda=bp.torch_cuda, cxx11_abi=bp.cxx11_abi)
-            return bp
-
+        existing = None
         if python is not None:
-            bp = progress.run("python", existing)
-
-        def toolchain(step: Step) -> Nvcc:
-            nvcc = find_nvcc()
-            if warning := check_nvcc(nvcc, cell):
-                progress.say(f"note: {warning}")
-            step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version,
-                               cuda_home=nvcc.cuda_home)
-            return nvcc
-
-        nvcc = progress.run("toolchain", toolchain)
-
-        def source(step: Step):
-            prepared = prepare_source(recipe, work, sdist=options.sdist,
-                                      sdist_dir=options.sdist_dir)
-            step.detail.update(sdist=prepared.sdist.name, sha256=prepared.sha256,
-                               patches=list(prepared.patches))
-            return prepared
-
-        prepared = progress.run("source", source)
-
-        def fresh_python(step: Step) -> BuildPython:
-            bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse,
-                                offline=offline, index_url=self.torch_index,
-                                log=work / "python.log")
-            step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda,
-                               cxx11_abi=bp.cxx11_abi)
-            return bp
-
-        if python is None:
-            bp = progress.run("python", fresh_python)
+            # Checked first: an interpreter that can't build this cell stops before anything
+            # is fetched.
+            existing = progress.run("python", lambda step: self._existing(job, step))
+        prelude = prepare(job, work, self.inputs, progress, python=existing)
+        nvcc, prepared, bp = prelude.nvcc, prelude.source, prelude.python
 
         sizing = size_for(recipe, archs, cores=usable_cores(),
                           available_gib=available_memory_gib())
@@ -399,11 +398,11 @@ class HostBackend:
                     name = Path(source.group(1)).name if source else line[len(counter):80]
                     progress.say(f"compiling {counter} {name}")
             try:
-                return compile_wheel(bp.python, prepared.tree,
+                build = PipWheel(bp.python, prepared.tree, work / "dist",
+                                 isolation=recipe.build.isolation, offline=offline)
+                return compile_wheel(build,
                                      {**env, **(setup.env if setup else ccache.disabled_env())},
-                                     work / "dist", work / "compile.log",
-                                     isolation=recipe.build.isolation, on_line=on_line,
-                                     offline=offline,
+                                     work / "compile.log", on_line=on_line,
                                      path_prefix=setup.path_prefix if setup else ())
             finally:
                 if setup:
@@ -413,10 +412,10 @@ class HostBackend:
 
         raw = progress.run("compile", compile_)
         final, manifest = finish_wheel(
-            raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
-            torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
-            progress=progress, plat="auto", backend="host", nvcc=nvcc.path,
-            manifest_extra={"existing_python": True} if python is not None else None)
+            RawWheel(raw, cell, recipe, archs, bp.torch_lib, bp.torch_version, bp.torch_cuda,
+                     backend="host", nvcc=nvcc.path), work, progress,
+            FinishSettings(manifest_extra={"existing_python": True} if python is not None
+                           else None))
 
         def verify(step: Step) -> tuple[Path, tuple[Path, ...]]:
             """The import smoke test; returns the Python and path the kernel check runs with."""
@@ -429,13 +428,14 @@ class HostBackend:
                 step.detail.update(smoke_test="passed", imports=list(recipe.imports),
                                    seconds=seconds, python=str(bp.python))
                 return bp.python, (site,)
-            index = self.torch_index or torch_index(cell, table)
+            index = self.inputs.torch_index or torch_index(cell, table)
             seconds = smoke_test(final, python=cell.python,
                                  torch_requirement=cell.torch_requirement,
                                  torch_version=cell.torch_version, imports=recipe.imports,
-                                 workdir=work / "smoke",
-                                 extra_index_urls=(index,) if index else (),
-                                 find_links=(wheelhouse,) if wheelhouse else (), offline=offline,
+                                 workdir=work / "smoke", sources=PackageSources(
+                                     extra_index_urls=(index,) if index else (),
+                                     find_links=(wheelhouse,) if wheelhouse else (),
+                                     offline=offline),
                                  extra_wheels=options.needed)
             step.detail.update(smoke_test="passed", imports=list(recipe.imports),
                                seconds=seconds)
@@ -445,7 +445,7 @@ class HostBackend:
 
         def kernels(step: Step) -> Path:
             checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
-                                          python=check_python, pythonpath=check_path,
+                                          installed=Installed(check_python, check_path),
                                           work=work, gpu_finder=self.gpu_finder,
                                           detail=step.detail)
             progress.say(f"kernel check: {kept['verdict']}"

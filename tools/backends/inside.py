@@ -4,7 +4,7 @@
 ``toolchain --cell-file FILE`` (before-all: the image's nvcc against the cell's CUDA, the host
 backend's own check, ``tools.pipeline.build_toolchain``), ``relax-nvcc-check --python PY``
 (before-build, only where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL
-DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.stage``, on cibuildwheel's
+DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.steps``, on cibuildwheel's
 raw wheel, repaired to the cell's manylinux target). With the compiler cache mounted, ``ccache
 setup --python PY`` (before-build, after torch went to its fixed directory) points the build
 Python at that torch through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache
@@ -35,7 +35,7 @@ from .cibw import (
 )
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError, ToolchainError
-from tools.finish.stage import FINISH_STEPS, finish_wheel
+from tools.finish.steps import FINISH_STEPS, FinishSettings, RawWheel, finish_wheel
 from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
 from tools.plan.cells import Cell
@@ -97,14 +97,13 @@ def finish(raw: Path, dest_dir: Path, *, cell: Cell, archs: tuple[str, ...],
     relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
     work = Path(tempfile.mkdtemp(prefix="cuwheels-finish-"))
     final, _ = finish_wheel(
-        raw, cell=cell, recipe=recipe, archs=archs, torch_lib=bp.torch_lib,
-        torch_version=bp.torch_version, torch_cuda=bp.torch_cuda, work=work,
-        progress=Progress(cell.id, FINISH_STEPS, sys.stdout), plat=plat,
-        backend="container", nvcc=str(Path(cuda_home) / "bin" / "nvcc"),
-        recipe_revision=recipe_revision,
-        epoch=int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_SOURCE_DATE_EPOCH),
-        manifest_extra={"image": image or cell.image,
-                        "workarounds": [f"relax_nvcc_check: {relaxed}"] if relaxed else []})
+        RawWheel(raw, cell, recipe, archs, bp.torch_lib, bp.torch_version, bp.torch_cuda,
+                 backend="container", nvcc=str(Path(cuda_home) / "bin" / "nvcc")),
+        work, Progress(cell.id, FINISH_STEPS, sys.stdout), FinishSettings(
+            plat=plat, recipe_revision=recipe_revision,
+            epoch=int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_SOURCE_DATE_EPOCH),
+            manifest_extra={"image": image or cell.image,
+                            "workarounds": [f"relax_nvcc_check: {relaxed}"] if relaxed else []}))
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = dest_dir / final.name
     shutil.copyfile(final, out)

@@ -10,7 +10,7 @@ compile database, checks that the build's CUDA units are the plan's (else it wri
 difference into ``shard.json`` and stops), and has the real ninja build only the objects of the
 shard's units (``ninja <object> ...``, ``MAX_JOBS`` at a time). It then writes ``shard.json``
 (complete, with the compile's seconds) and stops the build with :data:`STOP_STATUS`: a shard
-makes no wheel. The host's shards (``tools.staging.shard_build``) run the recorded command lines
+makes no wheel. The host's shards (``tools.sharding.shard_build``) run the recorded command lines
 directly; the record is the same.
 """
 

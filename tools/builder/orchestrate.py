@@ -15,7 +15,9 @@ names the step, explains itself and exits non-zero.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from tools import ROOT
 from tools.backends.base import Backend, BuildOptions, BuildResult
@@ -25,6 +27,7 @@ from tools.backends.host import HostBackend
 from tools.core.errors import ToolchainError
 from tools.core.variant import group_id
 from tools.kernels.check import GpuFinder, find_gpu
+from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.report import Progress
 from tools.pipeline.shardcache import candidates
 from tools.plan.cells import Cell
@@ -78,72 +81,105 @@ def choose_backend(requested: str, engine: str | None, image: str,
                     "; ".join(reasons) + "), using host"), None
 
 
-def build_cell(cell: Cell, planned: Planned, *, backend: str = "auto",
-               archs: str | None = None, sdist: Path | None = None,
-               sdist_dir: Path | None = None, wheelhouse: Path | None = None,
-               offline: bool = False, torch_index: str | None = None,
-               out_dir: Path = DEFAULT_OUT, work_root: Path = DEFAULT_WORK,
-               engine: str | None = None, dry_run: bool = False, memory_gib: int | None = None,
-               cpus: int | None = None, image: str | None = None, stream=None,
-               can_build: ReadinessCheck = readiness, python: Path | None = None,
-               gpu_finder: GpuFinder = find_gpu, cache: bool = True,
-               shard_caches: Path | None = None) -> BuildResult:
-    """Build ``cell``, a cell of ``planned``, and return what its backend answered (the report
-    is also written to ``<work>/<cell id>/report.json``).
+@dataclass(frozen=True)
+class ContainerSettings:
+    """What only the container backend takes (``tools.backends.containerized.ContainerBackend``)."""
 
-    The cells it needs are taken from ``planned`` and their wheels found in ``out_dir`` or
-    ``wheelhouse``, else built first the same way (``tools.builder.needs``). ``can_build`` says
-    whether an engine can build from an image (for ``auto`` and the container backend);
-    ``image`` replaces the table's image for the cell's CUDA. ``python`` builds on the host
-    against that existing interpreter's torch. ``gpu_finder`` answers which GPU the kernel
-    check may use (``tools.kernels.check.find_gpu``). ``cache``: both backends compile through
-    ccache (``tools.pipeline.ccache``; the container mounts the same cache directory).
-    ``shard_caches``: a directory of kernel shard caches (``<group>-shard<k>``, written by
-    ``python -m tools.shard run``); the build reads its compile group's, read-only.
-    Raises the step's CuwheelsError on failure, after writing the report.
+    #: docker or podman (default: the first that can build from the image).
+    engine: str | None = None
+    #: Replaces the table's image for the cell's CUDA (a local stand-in, a mirror).
+    image: str | None = None
+    memory_gib: int | None = None
+    cpus: int | None = None
+    #: Whether an engine can build from an image (for ``auto`` and the container backend).
+    can_build: ReadinessCheck = readiness
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """How to build a cell, as ``python -m tools.build`` (and ``nox -s build-<cell id>``) asks.
+
+    The cells it needs are built by the same request, into their own folder: one object handed
+    down, so nothing is re-forwarded (or dropped) by hand."""
+
+    #: ``auto``, ``host`` or ``container`` (``auto``: the container when an engine can build).
+    backend: str = "auto"
+    #: ``--archs`` (``90`` or ``80,90``), checked against the toolkit; None: the cell's.
+    archs: str | None = None
+    inputs: Inputs = Inputs()
+    #: Where the wheel goes once every check passed.
+    out_dir: Path = DEFAULT_OUT
+    #: Per-cell work directories: ``<work_root>/<cell id>``.
+    work_root: Path = DEFAULT_WORK
+    #: Plan only (the container backend prints the cibuildwheel command).
+    dry_run: bool = False
+    #: Compile through ccache (``tools.pipeline.ccache``; the container mounts the same cache).
+    cache: bool = True
+    #: A directory of kernel shard caches (``<group>-shard<k>``, from ``python -m tools.shard
+    #: run``): the build reads its compile group's, read-only.
+    shard_caches: Path | None = None
+    container: ContainerSettings = ContainerSettings()
+    #: Build on the host against this existing interpreter's torch (implies ``host``).
+    python: Path | None = None
+    #: Which GPU the kernel check may use (``tools.kernels.check.find_gpu``).
+    gpu_finder: GpuFinder = find_gpu
+    #: Where progress lines go (default: stderr).
+    stream: TextIO | None = None
+
+
+def build_cell(cell: Cell, planned: Planned, request: BuildRequest = BuildRequest()) -> BuildResult:
+    """Build ``cell``, a cell of ``planned``, as ``request`` says, and return what its backend
+    answered (the report is also written to ``<work>/<cell id>/report.json``).
+
+    The cells it needs are taken from ``planned`` and their wheels found in the output
+    directory or the inputs' wheelhouse, else built first by the same request
+    (``tools.builder.needs``). Raises the step's CuwheelsError on failure, after writing the
+    report.
     """
-    recipe, table = planned.recipe(cell), planned.table
-    if python is not None:
+    recipe, table, inputs = planned.recipe(cell), planned.table, request.inputs
+    backend, settings = request.backend, request.container
+    if request.python is not None:
         if backend == "container":
             raise ToolchainError("--python builds against an interpreter on this machine; the "
                                  "container backend brings its own",
                                  hint="drop --backend container (--python implies host)")
         backend = "host"
-    chosen, why, engine = choose_backend(backend, engine, image or cell.image, can_build)
-    if python is not None:
-        why = f"--python {python}"
-    cell_archs = resolve_archs(cell, archs, table)
+    chosen, why, engine = choose_backend(backend, settings.engine,
+                                         settings.image or cell.image, settings.can_build)
+    if request.python is not None:
+        why = f"--python {request.python}"
+    cell_archs = resolve_archs(cell, request.archs, table)
     needed: tuple[Path, ...] = ()
-    if cell.needs and not dry_run:
+    if cell.needs and not request.dry_run:
         def build_needed(other: Cell, out: Path) -> Path:
-            # The same backend, archs and sources as this build; the wheel goes to ``out``,
-            # not to the output directory (the needed cell's own build publishes it).
-            result = build_cell(
-                other, planned, backend=chosen, archs=archs, sdist_dir=sdist_dir,
-                wheelhouse=wheelhouse, offline=offline, torch_index=torch_index, out_dir=out,
-                work_root=work_root, engine=engine, memory_gib=memory_gib, cpus=cpus,
-                image=image, stream=stream, can_build=can_build, python=python,
-                gpu_finder=gpu_finder, cache=cache)
+            # The same request, on the backend and engine chosen here; the wheel goes to
+            # ``out``, not to the output directory (the needed cell's own build publishes it).
+            result = build_cell(other, planned, replace(
+                request, backend=chosen, out_dir=out,
+                container=replace(settings, engine=engine)))
             assert result.wheel is not None   # only a dry run builds nothing
             return result.wheel
 
         needed = provide(cell, planned.needed(cell),
-                         search=tuple(d for d in (out_dir, wheelhouse) if d),
-                         into=work_root / cell.id / "needs", build=build_needed,
-                         say=lambda line: print(f"[{cell.id}] {line}", file=stream or sys.stderr))
+                         search=tuple(d for d in (request.out_dir, inputs.wheelhouse) if d),
+                         into=request.work_root / cell.id / "needs", build=build_needed,
+                         say=lambda line: print(f"[{cell.id}] {line}",
+                                                file=request.stream or sys.stderr))
     runner: Backend
     if chosen == "container":
-        runner = ContainerBackend(engine=engine, image=image, memory_gib=memory_gib, cpus=cpus,
-                                  can_build=can_build)
+        runner = ContainerBackend(engine=engine, image=settings.image,
+                                  memory_gib=settings.memory_gib, cpus=settings.cpus,
+                                  can_build=settings.can_build)
     else:
-        runner = HostBackend(wheelhouse=wheelhouse, offline=offline, torch_index=torch_index,
-                             python=python, cells=planned.cells, gpu_finder=gpu_finder)
-    progress = Progress(cell.id, runner.steps, stream or sys.stderr)
+        runner = HostBackend(inputs=inputs, python=request.python, cells=planned.cells,
+                             gpu_finder=request.gpu_finder)
+    progress = Progress(cell.id, runner.steps, request.stream or sys.stderr)
     progress.say(f"backend: {runner.name} ({why})")
-    result = runner.build(cell, recipe, table, progress=progress, options=BuildOptions(
-        archs=cell_archs, out_dir=out_dir, work_root=work_root, why=why, sdist=sdist,
-        sdist_dir=sdist_dir, needed=needed, cache=cache, dry_run=dry_run,
-        shard_caches=tuple(candidates(shard_caches, group_id(cell.id)))
-        if shard_caches else ()))
+    shard_caches = request.shard_caches
+    result = runner.build(BuildJob(cell, recipe, table), progress=progress, options=BuildOptions(
+        archs=cell_archs, out_dir=request.out_dir, work_root=request.work_root, why=why,
+        sdist=inputs.sdist, sdist_dir=inputs.sdist_dir, needed=needed, cache=request.cache,
+        dry_run=request.dry_run,
+        shard_caches=tuple(candidates(shard_caches, group_id(cell.id))) if shard_caches else ()))
     result.report.setdefault("why", why)
     return result

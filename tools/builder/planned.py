@@ -15,6 +15,7 @@ from pathlib import Path
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError
 from tools.plan.cells import Cell, find_cell, plan
+from tools.plan.job import BuildJob
 from tools.plan.recipe_model import Recipe, load_all, load_recipe
 from tools.plan.table import TABLE_PATH, Table, load_table
 
@@ -80,6 +81,10 @@ class Planned:
                             hint="plan again from the recipes as they are "
                                  "(python -m tools.matrix --format json)")
         return recipe
+
+    def job(self, cell: Cell) -> BuildJob:
+        """``cell`` with its recipe (:meth:`recipe`) and this plan's table."""
+        return BuildJob(cell, self.recipe(cell), self.table)
 
     def needed(self, cell: Cell) -> list[Cell]:
         """The cells ``cell`` needs (``Cell.needs``), in order, from this plan."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tools import ROOT
 from tools.pipeline import venvs as pyenv
-from tools.builder.orchestrate import build_cell
+from tools.builder.orchestrate import BuildRequest, build_cell
 from tools.builder.planned import Planned
 from tools.core.errors import CuwheelsError, PlanError, ToolchainError
 from tools.pipeline.build_toolchain import find_nvcc
@@ -97,8 +97,8 @@ def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
 
         current = "building (host backend: source, compile, repair, verify)"
         _step(2, total, current, start)
-        wheel = build_cell(cell, planned, backend="host", archs=archs, out_dir=wheels,
-                           stream=sys.stdout).wheel
+        wheel = build_cell(cell, planned, BuildRequest(backend="host", archs=archs,
+                                                       out_dir=wheels, stream=sys.stdout)).wheel
 
         current = "emitting the index (make index)"
         _step(3, total, current, start)

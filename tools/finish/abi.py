@@ -386,7 +386,7 @@ class WheelShimReport:
     python: dict[str, tuple[str, ...]]
 
 
-def check_wheel(wheel: Path, series: list[str] | tuple[str, ...] | None = None, *,
+def check_wheel_shims(wheel: Path, series: list[str] | tuple[str, ...] | None = None, *,
                 root: Path = SHIM_DIR) -> WheelShimReport:
     """Look up the shim symbols of every extension module in ``wheel`` in the committed list of
     each of ``series`` (default: every committed list); VerifyError when it holds no module."""

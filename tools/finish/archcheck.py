@@ -20,7 +20,7 @@ from tools.core.errors import VerifyError
 
 
 @dataclass(frozen=True)
-class ArchReport:
+class BinaryReport:
     """The binaries of one wheel, by member name, and the platform tags they were checked for."""
 
     platforms: tuple[str, ...]
@@ -41,7 +41,7 @@ def wheel_platforms(wheel: Path) -> tuple[str, ...]:
     return tuple(sorted({tag.platform for tag in tags}))
 
 
-def check_binaries(wheel: Path) -> ArchReport:
+def check_binaries(wheel: Path) -> BinaryReport:
     """Read the header of every compiled member of ``wheel`` (``*.so``, ``*.so.N``, ``*.pyd``,
     ``*.dll``) and check it against the wheel's platform tags.
 
@@ -77,4 +77,4 @@ def check_binaries(wheel: Path) -> ArchReport:
                           hint="build the cell on (or for) the machine its platform names: the "
                                "aarch64 builder image for linux_aarch64, a Windows runner for "
                                "win_amd64; a renamed wheel is never right")
-    return ArchReport(platforms, binaries)
+    return BinaryReport(platforms, binaries)

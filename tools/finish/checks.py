@@ -386,12 +386,13 @@ def smoke_argv(python: str, torch_version: str, imports: tuple[str, ...] | list[
 
 
 def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tuple[str, ...],
-               workdir: Path, torch_version: str = "", index_url: str | None = None,
-               extra_index_urls: tuple[str, ...] = (), find_links: tuple[Path, ...] = (),
-               offline: bool = False, extra_wheels: tuple[Path, ...] = ()) -> float:
-    """Install ``wheel`` with ``torch_requirement`` (and ``extra_wheels``: the wheels of the
-    cells it needs) into a fresh Python ``python`` venv under ``workdir``, import torch
-    (``torch_version``, when given) then each of ``imports``; return the step's wall seconds.
+               workdir: Path, torch_version: str = "",
+               sources: pyenv.PackageSources = pyenv.PackageSources(),
+               extra_wheels: tuple[Path, ...] = ()) -> float:
+    """Install ``wheel`` with ``torch_requirement`` (from ``sources``; and ``extra_wheels``: the
+    wheels of the cells it needs) into a fresh Python ``python`` venv under ``workdir``, import
+    torch (``torch_version``, when given) then each of ``imports``; return the step's wall
+    seconds.
 
     Both are installed in one resolution, so a wheel pinning another torch fails here instead
     of silently swapping torch. The imports run from an empty directory, so a source tree
@@ -405,8 +406,10 @@ def smoke_test(wheel: Path, *, python: str, torch_requirement: str, imports: tup
     try:
         pyenv.install(venv_python, [torch_requirement, str(Path(wheel).resolve()),
                                     *(str(Path(w).resolve()) for w in extra_wheels)],
-                      index_url=index_url, extra_index_urls=tuple(extra_index_urls),
-                      find_links=tuple(Path(p) for p in find_links), offline=offline, log=log,
+                      index_url=sources.index_url,
+                      extra_index_urls=tuple(sources.extra_index_urls),
+                      find_links=tuple(Path(p) for p in sources.find_links),
+                      offline=sources.offline, log=log,
                       what=f"{Path(wheel).name} with {torch_requirement}")
     except ToolchainError as exc:
         if "No solution found" not in exc.message:

@@ -5,8 +5,7 @@
 not OOM-killed (exit 137) yet doesn't crawl at one job when the machine can take more.
 
 Every backend's build variables come from :func:`build_env`, so a Windows (``win_amd64``) cell
-gets its MSVC variables whichever backend builds it (the Windows runner's host backend, or
-cibuildwheel's options in tools.backends.cibw_windows):
+gets its MSVC variables on the backend that builds it (the Windows runner's host backend):
 
 - ``DISTUTILS_USE_SDK=1``: setuptools uses the MSVC environment the runner's developer prompt
   set up instead of looking for its own (torch's cpp_extension warns without it).

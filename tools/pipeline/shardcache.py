@@ -1,6 +1,6 @@
 """Shard caches as a cell's build sees them: which ones it may read, and what it got from them.
 
-A kernel shard (``tools.staging.shard_build``) compiles part of a compile group's CUDA units into a
+A kernel shard (``tools.sharding.shard_build``) compiles part of a compile group's CUDA units into a
 cache directory of its own (ccache's file storage) holding ``shard.json``: the group, its key,
 the shard's units, whether it finished, and the build variable that reaches the command lines
 and depends on the machine (``NVCC_THREADS``). A cell's build reads the caches of its group

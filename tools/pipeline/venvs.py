@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
 from tools.core.hostos import WINDOWS
-from tools.plan.cells import Cell, torch_index
-from tools.plan.recipe_model import Recipe
-from tools.plan.table import Table
+from tools.plan.cells import torch_index
+from tools.plan.job import BuildJob, Inputs
 from .pythons import find_cpython
 from .build_toolchain import BuildPython, inspect_torch
 
@@ -79,6 +79,17 @@ def create_venv(path: Path, python: str, *, seed: bool = False, install: bool = 
     return venv_python(path)
 
 
+@dataclass(frozen=True)
+class PackageSources:
+    """Where an install finds its packages: an index instead of PyPI, more indexes, local
+    folders of wheels, and whether only those folders (offline)."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[Path, ...] = ()
+    offline: bool = False
+
+
 def install(python: Path, requirements: list[str], *, index_url: str | None = None,
             extra_index_urls: tuple[str, ...] = (), find_links: tuple[Path, ...] = (),
             offline: bool = False, log: Path | None = None, what: str = "packages") -> None:
@@ -112,10 +123,12 @@ def install(python: Path, requirements: list[str], *, index_url: str | None = No
                              hint=hint)
 
 
-def prepare_python(cell: Cell, recipe: Recipe, table: Table, workdir: Path, *,
-                   wheelhouse: Path | None, offline: bool, index_url: str | None,
-                   log: Path) -> BuildPython:
-    """A fresh venv for the cell's Python with its torch and the recipe's build requirements."""
+def prepare_python(job: BuildJob, workdir: Path, inputs: Inputs, *, log: Path) -> BuildPython:
+    """A fresh venv for the cell's Python with its torch (from the inputs' ``torch_index``,
+    default the table's for its CUDA) and the recipe's build requirements (from the inputs'
+    wheelhouse too; only from there when offline)."""
+    cell, recipe, table = job.cell, job.recipe, job.table
+    wheelhouse, offline, index_url = inputs.wheelhouse, inputs.offline, inputs.torch_index
     python = create_venv(workdir / "venv", cell.python, seed=True, install=not offline)
     extra = (index_url,) if index_url else ()
     if not index_url and (url := torch_index(cell, table)):

@@ -353,16 +353,6 @@ def find_cell(cell_id: str, cells: list[Cell] | None = None) -> Cell:
     raise PlanError(f"no cell {cell_id!r} in the plan", hint=hint)
 
 
-def load_cell(cell_id: str, recipes_root: Path = RECIPES_DIR, table_path: Path = TABLE_PATH
-              ) -> tuple[Cell, Recipe, Table]:
-    """The cell with this id, its recipe and the table, loaded from ``recipes_root`` and
-    ``table_path``: PlanError (near misses named) when no recipe plans that cell."""
-    table = load_table(table_path)
-    recipes = load_all(recipes_root, table)
-    cell = find_cell(cell_id, plan(recipes, table))
-    return cell, next(r for r in recipes if r.package == cell.package), table
-
-
 def changed_packages(paths: list[str], known: set[str]) -> set[str]:
     """Packages whose recipe a list of changed repository paths touches.
 

@@ -158,7 +158,7 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
 
 def shard_id(group: str, index: int) -> str:
     """``flash_attn-cu130-shard2``: shard K (1-based) of a group: the shard's cache directory,
-    its CI job and its artifact (``tools.staging.shard_build.shard_id`` spells it the same way)."""
+    its CI job and its artifact (``tools.sharding.shard_build.shard_id`` spells it the same way)."""
     return f"{group}-shard{index}"
 
 

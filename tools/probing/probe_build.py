@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
@@ -43,12 +43,10 @@ from tools.core.hostos import WINDOWS
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, reporting
-from tools.pipeline.source import prepare_source
-from tools.pipeline.build_toolchain import build_process_env, check_nvcc, find_nvcc
-from tools.pipeline.venvs import prepare_python
-from tools.plan.cells import Cell
+from tools.pipeline.build_toolchain import build_process_env
+from tools.pipeline.prelude import prepare
+from tools.plan.job import BuildJob, Inputs
 from tools.plan.recipe_model import Recipe, load_recipe
-from tools.plan.table import Table
 from .compdb import Unit, capture_commands
 
 PROBE_STEPS = ["toolchain", "source", "python", "commands", "compile"]
@@ -381,65 +379,53 @@ def judge_memory(report: ProbeReport, recipe: Recipe) -> None:
                                  f"it to {supported:g} in {recipe.path}")
 
 
-def probe_cell(cell: Cell, recipe: Recipe, table: Table, *, units: tuple[str, ...] = (),
-               count: int = DEFAULT_COUNT, archs: str | None = None,
-               sdist: Path | None = None, sdist_dir: Path | None = None,
-               wheelhouse: Path | None = None, offline: bool = False,
-               torch_index: str | None = None, work_root: Path = DEFAULT_WORK,
-               available_gib: float | None = None, unit_timeout: float = UNIT_TIMEOUT,
-               stream=None) -> ProbeReport:
-    """Probe one planned cell (see the module docstring) of ``recipe`` and ``table``; the
-    report is also written to ``<work_root>/<cell>/probe/probe.json``. Raises ProbeError
-    (memory, no commands, unknown unit) or CompileError (a unit failed, each failure named)
-    after writing the report."""
-    cell_archs = resolve_archs(cell, archs, table)
-    check_memory(recipe, cell_archs,
-                 available_memory_gib() if available_gib is None else available_gib)
-    work = work_root / cell.id / "probe"
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What ``python -m tools.probe`` asks of a probe."""
+
+    #: The units to compile (file names or paths); empty: the recipe's ``probe.units``, else
+    #: the heaviest ``count`` found.
+    units: tuple[str, ...] = ()
+    count: int = DEFAULT_COUNT
+    #: ``--archs``; None: the cell's.
+    archs: str | None = None
+    inputs: Inputs = Inputs()
+    work_root: Path = DEFAULT_WORK
+    #: This machine's memory, for the check before anything runs (None: measured).
+    available_gib: float | None = None
+    unit_timeout: float = UNIT_TIMEOUT
+    stream: TextIO | None = None
+
+
+def probe_cell(job: BuildJob, request: ProbeRequest = ProbeRequest()) -> ProbeReport:
+    """Probe one planned cell (see the module docstring); the report is also written to
+    ``<work_root>/<cell>/probe/probe.json``. Raises ProbeError (memory, no commands, unknown
+    unit) or CompileError (a unit failed, each failure named) after writing the report."""
+    cell, recipe = job.cell, job.recipe
+    cell_archs = resolve_archs(cell, request.archs, job.table)
+    check_memory(recipe, cell_archs, available_memory_gib() if request.available_gib is None
+                 else request.available_gib)
+    work = request.work_root / cell.id / "probe"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    progress = Progress(cell.id, PROBE_STEPS, stream or sys.stderr)
+    progress = Progress(cell.id, PROBE_STEPS, request.stream or sys.stderr)
     report = ProbeReport(cell.id, list(cell_archs), min(threads_for(recipe), len(cell_archs)),
                          recipe.build.job_memory_gib)
     data: dict[str, Any] = {}
     with reporting(work / "probe.json", data, progress):
         try:
-            _probe(cell, recipe, table, report, work, progress, units=units, count=count,
-                   archs=cell_archs, sdist=sdist, sdist_dir=sdist_dir, wheelhouse=wheelhouse,
-                   offline=offline, torch_index=torch_index, unit_timeout=unit_timeout,
-                   data=data)
+            _probe(job, request, cell_archs, report, work, progress, data)
         finally:
             data.update(asdict(report))
     return report
 
 
-def _probe(cell: Cell, recipe: Recipe, table: Table, report: ProbeReport, work: Path,
-           progress: Progress, *, units, count, archs, sdist, sdist_dir, wheelhouse, offline,
-           torch_index, unit_timeout, data) -> None:
-    def toolchain(step):
-        nvcc = find_nvcc()
-        if warning := check_nvcc(nvcc, cell):
-            progress.say(f"note: {warning}")
-        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version)
-        return nvcc
-
-    nvcc = progress.run("toolchain", toolchain)
-
-    def source(step):
-        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
-        step.detail.update(sdist=prepared.sdist.name, patches=list(prepared.patches))
-        return prepared
-
-    tree = progress.run("source", source).tree
-
-    def python(step):
-        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
-                            index_url=torch_index, log=work / "python.log")
-        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda)
-        return bp
-
-    bp = progress.run("python", python)
+def _probe(job: BuildJob, request: ProbeRequest, archs: tuple[str, ...], report: ProbeReport,
+           work: Path, progress: Progress, data: dict[str, Any]) -> None:
+    cell, recipe = job.cell, job.recipe
+    prelude = prepare(job, work, request.inputs, progress)
+    nvcc, tree, bp = prelude.nvcc, prelude.source.tree, prelude.python
     data["torch"] = bp.torch_version
     # One job, and one nvcc thread unless the package fixes its own: the figures are per thread.
     sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
@@ -455,15 +441,16 @@ def _probe(cell: Cell, recipe: Recipe, table: Table, report: ProbeReport, work: 
 
     found = progress.run("commands", commands)
     report.commands_recorded = len(found)
+    units = request.units
     where = "--units" if units else f"{recipe.path} (probe.units)"
     chosen, report.selection = select_units(found, units or (recipe.probe.units if recipe.probe
                                                              else ()),
-                                            count=count, tree=tree, where=where)
+                                            count=request.count, tree=tree, where=where)
     progress.say(f"units ({report.selection}): {', '.join(u.name for u in chosen)}")
 
     def compile_(step):
         results = compile_units(chosen, build_process_env(bp.python, env), work / "units",
-                                progress, timeout=unit_timeout)
+                                progress, timeout=request.unit_timeout)
         step.detail.update(units=[asdict(r) for r in results])
         report.units = results
         judge_memory(report, recipe)

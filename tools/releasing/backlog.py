@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +177,22 @@ class Backlog:
     unplanned_attempts: tuple[str, ...]
 
 
-def backlog(cells: list[Cell], recipes: list[Recipe], table: Table, entries: list[Entry],
-            attempts: dict[str, Attempt], prints: dict[str, str], tries: int,
-            pending: list[Entry] = ()) -> Backlog:
-    """The backlog of ``cells`` (the full plan) over the ledger's ``entries``, the ``pending``
-    wheels of releases the ledger lacks yet (:func:`pending_entries`) and the ``attempts`` (a
-    cell with ``tries`` failures under its recipe's fingerprint is given up)."""
+@dataclass(frozen=True)
+class History:
+    """What has happened to the plan so far: the ledger's published ``entries``, the
+    ``attempts`` of cells that failed, and the ``pending`` wheels of releases the ledger lacks
+    yet (:func:`pending_entries`)."""
+
+    entries: Sequence[Entry] = ()
+    attempts: Mapping[str, Attempt] = field(default_factory=dict)
+    pending: Sequence[Entry] = ()
+
+
+def backlog(cells: list[Cell], recipes: list[Recipe], table: Table, history: History,
+            prints: dict[str, str], tries: int) -> Backlog:
+    """The backlog of ``cells`` (the full plan) over ``history`` (a cell with ``tries``
+    failures under its recipe's fingerprint, ``prints``, is given up)."""
+    entries, attempts, pending = list(history.entries), history.attempts, list(history.pending)
     published = published_cells(cells, recipes, table, entries)
     waiting = (published_cells(cells, recipes, table, [*entries, *pending]) - published
                if pending else set())

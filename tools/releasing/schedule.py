@@ -50,7 +50,7 @@ from tools.plan.runners import Runners
 from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group, toolchain_cells
 from tools.plan.table import Table, version_key
 from tools.sitegen.ledger_file import Entry
-from .backlog import Attempt, backlog
+from .backlog import History, backlog
 from .batch import STAGES, Batch, output_bytes
 
 #: A wheel's size per arch for a recipe that states none (``build.wheel_mib_per_arch``): above
@@ -562,14 +562,13 @@ def as_markdown(schedule: Schedule) -> str:
 
 
 def drain(selected: list[Cell], everything: list[Cell], recipes: list[Recipe], table: Table,
-          runners: Runners, limits: Limits, entries: list[Entry],
-          attempts: dict[str, Attempt], prints: dict[str, str],
-          pending: list[Entry] = ()) -> Schedule:
+          runners: Runners, limits: Limits, history: History,
+          prints: dict[str, str]) -> Schedule:
     """The schedule of the backlog of ``selected`` (cells of the full plan ``everything``) over
-    the ledger's ``entries``, the ``pending`` released wheels and the ``attempts``: what
+    ``history`` (the ledger's entries, the released wheels pending, the attempts): what
     ``--format schedule`` prints and what ``python -m tools.release batch`` takes its first run
     from."""
-    log = backlog(everything, recipes, table, entries, attempts, prints, limits.tries, pending)
+    log = backlog(everything, recipes, table, history, prints, limits.tries)
     chosen = {c.id for c in selected}
     todo = [c for c in log.cells if c.id in chosen]
     account = {"planned": len(everything), "selected": len(selected),

@@ -26,7 +26,8 @@ from tools.plan.runners import load_runners
 from tools.plan.table import load_table
 from tools.sitegen.ledger_file import load_ledger
 from .artifacts import fetch
-from .backlog import fingerprints, load_attempts, pending_entries, record, write_attempts
+from .backlog import (History, fingerprints, load_attempts, pending_entries, record,
+                      write_attempts)
 from .batch import Batch, github_output_text, job_entry
 from .ghapi import Api, ApiError
 from .schedule import Schedule, as_markdown, drain, first_batch
@@ -93,8 +94,8 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
         say(f"capped: {len(selected)} cells changed, a pull request builds the first "
             f"{limits.pull_request_cells} (recipes/limits.yaml pull_request_cells)")
         selected = selected[:limits.pull_request_cells]
-    found = drain(selected, cells, recipes, table, runners, limits, entries, tries,
-                  fingerprints(recipes, src.table, runners.path), released)
+    found = drain(selected, cells, recipes, table, runners, limits,
+                  History(entries, tries, released), fingerprints(recipes, src.table, runners.path))
     # the wheels a cell needs come from the index: the ledger's entries, never the released ones
     return first_batch(found, cells, recipes, entries), found
 
@@ -133,8 +134,8 @@ def schedule_of(src: Sources, selected: list, cells: list, recipes: list, table:
     """The schedule of the backlog of ``selected`` (``python -m tools.matrix --format
     schedule``) over the ledger and attempts files."""
     runners = load_runners(src.runners_path(), {r.package for r in recipes})
-    return drain(selected, cells, recipes, table, runners, load_limits(src.limits),
-                 list(load_ledger(ledger).values()), load_attempts(attempts),
+    history = History(list(load_ledger(ledger).values()), load_attempts(attempts))
+    return drain(selected, cells, recipes, table, runners, load_limits(src.limits), history,
                  fingerprints(recipes, src.table, runners.path))
 
 

@@ -218,7 +218,7 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Planned:
+class PlanFacts:
     """What the front page compares the index with: the recipes, the cells the planner plans for
     them (tools.plan.cells.plan, each with its one id) and the build reports by cell id."""
 
@@ -227,11 +227,11 @@ class Planned:
     reports: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def load_planned(recipes_dir: Path, table: Table, reports_dir: Path | None = None) -> Planned:
+def load_planned(recipes_dir: Path, table: Table, reports_dir: Path | None = None) -> PlanFacts:
     """The recipes under ``recipes_dir`` (checked against ``table``), the cells the planner plans
     for them, and the build reports under ``reports_dir`` (``<cell>/report.json``) when given."""
     recipes = load_all(recipes_dir, table)
-    return Planned(tuple(recipes), tuple(plan(recipes, table)),
+    return PlanFacts(tuple(recipes), tuple(plan(recipes, table)),
                    load_reports(reports_dir) if reports_dir else {})
 
 
@@ -285,7 +285,7 @@ def _torch_shown(cell: Cell) -> str:
     return ", ".join(sorted(cell.serves_torch or (cell.torch,), key=version_key))
 
 
-def missing_cells(planned: Planned, table: Table,
+def missing_cells(planned: PlanFacts, table: Table,
                   placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
     """Per recipe, its planned cells: ``published`` (their ids), and in ``groups`` the others by
     (torch series, CUDA) of the table and why: ``failed`` (a build report with an error; its cell
@@ -315,18 +315,19 @@ def missing_cells(planned: Planned, table: Table,
                     cells = by_pair.get((recipe.package, series, cuda, platform), [])
                     if cells:
                         _file_cells(cells, name, version, have, planned, published, groups,
-                                    cuda, series, platform, listed)
+                                    listed)
         out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
                     "published": published, "groups": groups})
     return out
 
 
 def _file_cells(cells: list[Cell], name: str, version: str,
-                have: Mapping[tuple[str, str, str, str, bool], list[str]], planned: Planned,
-                published: list[str], groups: list[dict[str, Any]], cuda: str, series: str,
-                platform: str, listed: Mapping[str, tuple[str, ...]]) -> None:
+                have: Mapping[tuple[str, str, str, str, bool], list[str]], planned: PlanFacts,
+                published: list[str], groups: list[dict[str, Any]],
+                listed: Mapping[str, tuple[str, ...]]) -> None:
     """The cells of one (torch series, CUDA, platform) of a recipe: each published one's id
     into ``published``, the others into a ``failed`` or ``todo`` group."""
+    cuda, series, platform = cells[0].cuda, cells[0].torch, cells[0].platform
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in cells:
         if _is_published(cell, name, version, have):

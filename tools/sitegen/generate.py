@@ -205,25 +205,39 @@ def _os_errors_named(func: Callable[..., BuildReport]) -> Callable[..., BuildRep
     return wrapper
 
 
+@dataclass(frozen=True)
+class IndexRun:
+    """One run of the index: what it reads, where it writes, and what it changes.
+
+    ``remove`` takes files out (recorded in the ledger), ``restore`` puts removed ones back.
+    ``jobs``: the most worker processes that read a large batch of wheels (see
+    tools.core.workers). ``recipes_dir``: the front page also says, per recipe, which planned
+    cells have no wheel yet and why (with the build reports under ``reports_dir``,
+    ``<cell>/report.json``, for the failed ones). ``table_path``: the compatibility table of the
+    run (default: ``recipes_dir``'s ``table.yaml``, else recipes/table.yaml), loaded once, with
+    the recipes, before anything is written. ``init_ledger`` and ``start_over``: see the
+    module's docstring.
+    """
+
+    wheels_dir: Path
+    output_dir: Path
+    base_url: str
+    ledger_path: Path
+    yanked_path: Path | None = None
+    site_url: str | None = None
+    init_ledger: bool = False
+    start_over: bool = False
+    remove: Sequence[str] = ()
+    restore: Sequence[str] = ()
+    now: datetime | None = None
+    jobs: int = 1
+    recipes_dir: Path | None = None
+    reports_dir: Path | None = None
+    table_path: Path | None = None
+
+
 @_os_errors_named
-def build_index(
-    *,
-    wheels_dir: Path,
-    output_dir: Path,
-    base_url: str,
-    ledger_path: Path,
-    yanked_path: Path | None = None,
-    site_url: str | None = None,
-    init_ledger: bool = False,
-    start_over: bool = False,
-    remove: Sequence[str] = (),
-    restore: Sequence[str] = (),
-    now: datetime | None = None,
-    jobs: int = 1,
-    recipes_dir: Path | None = None,
-    reports_dir: Path | None = None,
-    table_path: Path | None = None,
-) -> BuildReport:
+def build_index(run: IndexRun) -> BuildReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
     Writes each new wheel's ``.metadata`` beside it, the new site into a staging directory, then
@@ -231,15 +245,13 @@ def build_index(
     neither the site nor the ledger) for a changed immutable file, a bad yank list, a missing
     ledger (see the module's docstring: ``init_ledger``, ``start_over``), a site that would lose
     or change files, a ledger or site held by another run, or a file system error (a full disk).
-    ``remove`` takes files out (recorded in the ledger), ``restore`` puts removed ones back.
-    ``jobs``: the most worker processes that read a large batch of wheels (see
-    tools.core.workers). ``recipes_dir``: the front page also says, per recipe, which planned
-    cells have no wheel yet and why (with the build reports under ``reports_dir``,
-    ``<cell>/report.json``, for the failed ones). ``table_path``: the compatibility table of the
-    run (default: ``recipes_dir``'s ``table.yaml``, else recipes/table.yaml), loaded once, with
-    the recipes, before anything is written.
     """
-    wheels_dir, output_dir, ledger_path = Path(wheels_dir), Path(output_dir).absolute(), Path(ledger_path)
+    wheels_dir, output_dir, ledger_path = (Path(run.wheels_dir), Path(run.output_dir).absolute(),
+                                           Path(run.ledger_path))
+    base_url, yanked_path, site_url, remove, restore = (run.base_url, run.yanked_path,
+                                                        run.site_url, run.remove, run.restore)
+    init_ledger, start_over, now, jobs = run.init_ledger, run.start_over, run.now, run.jobs
+    recipes_dir, reports_dir, table_path = run.recipes_dir, run.reports_dir, run.table_path
     if not base_url:
         raise IndexBuildError("--base-url is empty", hint="give the URL the wheels directory is uploaded to")
     if not wheels_dir.is_dir():

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
-from .frontpage import Planned, coverage_matrix, missing_cells, missing_report_pages
+from .frontpage import PlanFacts, coverage_matrix, missing_cells, missing_report_pages
 from .ledger_file import Entry, dump_ledger
 from .placement import FileView, is_candidate_build, place_variants, project_name
 from tools.plan.table import Table, load_table
@@ -188,7 +188,7 @@ def render_site(
     ledger_text: str | None = None,
     pages: dict[str, bytes] | None = None,
     reuse: Reuse | None = None,
-    planned: Planned | None = None,
+    planned: PlanFacts | None = None,
 ) -> Site:
     """Every page of the site; writes nothing itself (``pages`` may be a dict that writes).
 

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tools.backends.base import BuildOptions
 from tools.backends.containerized import ContainerBackend
@@ -37,13 +37,10 @@ from tools.pipeline.shardcache import write_record
 from tools.pipeline.buildenv import (available_memory_gib, build_env, size_for,
                                      usable_cores)
 from tools.pipeline.report import Progress, reporting
-from tools.pipeline.source import prepare_source
-from tools.pipeline.build_toolchain import build_process_env, check_nvcc, find_nvcc
-from tools.pipeline.venvs import prepare_python
+from tools.pipeline.build_toolchain import build_process_env
+from tools.pipeline.prelude import prepare
 from tools.plan.groups import UNITS_FILE, Group, UnitList, group_key, read_units, split
-from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
-from tools.plan.table import Table
+from tools.plan.job import BuildJob, Inputs
 from tools.probing.compdb import Unit, capture_commands
 from tools.probing.probe_build import UNIT_TIMEOUT, first_error, measure
 
@@ -97,16 +94,31 @@ def check_units(found: list[Unit], units: UnitList) -> list[Unit]:
     return [by_name[name] for name in units.sharded()]
 
 
-def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recipe,
-              table: Table, archs: tuple[str, ...], work_root: Path, cache_root: Path,
-              sdist: Path | None = None, sdist_dir: Path | None = None,
-              wheelhouse: Path | None = None, offline: bool = False,
-              torch_index: str | None = None, unit_timeout: float = UNIT_TIMEOUT,
-              stream=None) -> ShardReport:
-    """Compile shard ``index`` of ``count`` of ``group`` (whose cell ``cell`` gives the
-    toolchain and the Python) into ``<cache_root>/<shard id>``; the report also goes to
+@dataclass(frozen=True)
+class ShardTarget:
+    """What a shard build makes: shard ``index`` of ``count`` of ``group``, compiled with the
+    toolchain and Python of ``job``'s cell (one of the group's) for ``archs``."""
+
+    group: Group
+    index: int
+    count: int
+    job: BuildJob
+    archs: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        """The shard's id (``<group>-shard<k>``): its cache's and its work directory's name."""
+        return shard_id(self.group.id, self.index)
+
+
+def run_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
+              inputs: Inputs = Inputs(), unit_timeout: float = UNIT_TIMEOUT,
+              stream: TextIO | None = None) -> ShardReport:
+    """Compile ``target`` into ``<cache_root>/<shard id>``; the report also goes to
     ``<work_root>/<shard id>/report.json``. PlanError when the recipe has no unit list or the
     build's units differ from it; CompileError naming each unit that failed."""
+    group, index, count, archs = target.group, target.index, target.count, target.archs
+    cell, recipe = target.job.cell, target.job.recipe
     units = read_units(recipe)
     if units is None:
         raise PlanError(f"{recipe.folder}: no {UNITS_FILE}, so {group.id} has no shards",
@@ -120,7 +132,7 @@ def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recip
         raise PlanError(f"{group.id} has {len(units.sharded())} units, so at most "
                         f"{len(parts)} shards, not {count}")
     mine = parts[index - 1]
-    sid = shard_id(group.id, index)
+    sid = target.id
     work, cache = work_root / sid, cache_root / sid
     work.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
@@ -131,40 +143,17 @@ def run_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recip
     data: dict[str, Any] = {}
     with reporting(work / "report.json", data, progress):
         try:
-            _run(report, cell, recipe, table, archs, units, work, cache, progress,
-                 sdist=sdist, sdist_dir=sdist_dir, wheelhouse=wheelhouse, offline=offline,
-                 torch_index=torch_index, unit_timeout=unit_timeout)
+            _run(report, target, units, work, cache, progress, inputs, unit_timeout)
         finally:
             data.update(asdict(report))
     return report
 
 
-def _run(report: ShardReport, cell: Cell, recipe: Recipe, table: Table,
-         archs: tuple[str, ...], units: UnitList, work: Path, cache: Path, progress: Progress,
-         *, sdist, sdist_dir, wheelhouse, offline, torch_index, unit_timeout) -> None:
-    def toolchain(step):
-        nvcc = find_nvcc()
-        if warning := check_nvcc(nvcc, cell):
-            progress.say(f"note: {warning}")
-        step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version)
-        return nvcc
-
-    nvcc = progress.run("toolchain", toolchain)
-
-    def source(step):
-        prepared = prepare_source(recipe, work, sdist=sdist, sdist_dir=sdist_dir)
-        step.detail.update(sdist=prepared.sdist.name, patches=list(prepared.patches))
-        return prepared
-
-    tree = progress.run("source", source).tree
-
-    def python(step):
-        bp = prepare_python(cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
-                            index_url=torch_index, log=work / "python.log")
-        step.detail.update(torch=bp.torch_version, torch_cuda=bp.torch_cuda)
-        return bp
-
-    bp = progress.run("python", python)
+def _run(report: ShardReport, target: ShardTarget, units: UnitList, work: Path, cache: Path,
+         progress: Progress, inputs: Inputs, unit_timeout: float) -> None:
+    cell, recipe, archs = target.job.cell, target.job.recipe, target.archs
+    prelude = prepare(target.job, work, inputs, progress)
+    nvcc, tree, bp = prelude.nvcc, prelude.source.tree, prelude.python
     sizing = size_for(recipe, archs, cores=usable_cores(), available_gib=available_memory_gib())
     env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
     # A cell reads the shards only if its command lines are the shard's: the one variable that
@@ -234,16 +223,17 @@ def _compile(units: list[Unit], env: dict[str, str], logs: Path, progress: Progr
     return failures
 
 
-def run_container_shard(group: Group, index: int, count: int, *, cell: Cell, recipe: Recipe,
-                        table: Table, archs: tuple[str, ...], work_root: Path,
-                        cache_root: Path, engine: str | None = None, image: str | None = None,
-                        sdist: Path | None = None, sdist_dir: Path | None = None,
-                        stream=None) -> dict[str, Any]:
-    """Compile shard ``index`` of ``count`` of ``group`` through the container backend: the
-    cell's own cibuildwheel build in its image, with a stand-in ninja that builds only the
-    shard's objects (``tools.backends.shardninja``), so the command lines are exactly those of
-    the group's container cells. Returns the shard's ``shard.json``; the build report goes to
-    ``<work_root>/<shard id>/report.json``."""
+def run_container_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
+                        engine: str | None = None, image: str | None = None,
+                        inputs: Inputs = Inputs(), stream: TextIO | None = None
+                        ) -> dict[str, Any]:
+    """Compile ``target`` through the container backend: the cell's own cibuildwheel build in
+    its image (``image``: another one; ``engine``: docker or podman), with a stand-in ninja that
+    builds only the shard's objects (``tools.backends.shardninja``), so the command lines are
+    exactly those of the group's container cells. Returns the shard's ``shard.json``; the build
+    report goes to ``<work_root>/<shard id>/report.json``."""
+    group, index, count, archs = target.group, target.index, target.count, target.archs
+    cell, recipe = target.job.cell, target.job.recipe
     units = read_units(recipe)
     if units is None:
         raise PlanError(f"{recipe.folder}: no {UNITS_FILE}, so {group.id} has no shards",
@@ -261,9 +251,9 @@ def run_container_shard(group: Group, index: int, count: int, *, cell: Cell, rec
     backend = ContainerBackend(engine=engine, image=image, shard=shard)
     progress = Progress(sid, backend.steps, stream or sys.stderr)
     options = BuildOptions(archs=archs, out_dir=work_root / sid / "unused", work_root=work_root,
-                           why="a kernel shard", sdist=sdist, sdist_dir=sdist_dir)
+                           why="a kernel shard", sdist=inputs.sdist, sdist_dir=inputs.sdist_dir)
     # The backend works in <work_root>/<cell id>: a shard of that cell gets its own directory.
-    result = backend.build(cell, recipe, table,
+    result = backend.build(target.job,
                            options=replace(options, work_root=work_root / sid),
                            progress=progress)
     return result.report["shard"]

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import yaml
 
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.report import Progress
-from tools.pipeline.source import prepare_source
-from tools.pipeline.build_toolchain import check_nvcc, find_nvcc
-from tools.pipeline.venvs import prepare_python
+from tools.pipeline.prelude import prepare
 from tools.plan.groups import UNITS_FILE, UNITS_SCHEMA
 from tools.plan.cells import Cell
+from tools.plan.job import BuildJob, Inputs
 from tools.plan.recipe_model import Recipe
 from tools.plan.schema import load_yaml
-from tools.plan.table import Table
 from tools.core.errors import PlanError
 from tools.probing.compdb import Unit, capture_commands
 
@@ -47,21 +46,14 @@ HEADER = """\
 """
 
 
-def read_build_units(cell: Cell, recipe: Recipe, table: Table, work: Path, *,
-                     sdist: Path | None = None, sdist_dir: Path | None = None,
-                     wheelhouse: Path | None = None, offline: bool = False,
-                     torch_index: str | None = None, stream=None) -> tuple[list[Unit], str]:
+def read_build_units(job: BuildJob, work: Path, inputs: Inputs = Inputs(),
+                     stream: TextIO | None = None) -> tuple[list[Unit], str]:
     """The cell's build's translation units, and the torch version they were read with."""
+    cell, recipe = job.cell, job.recipe
     progress = Progress(cell.id, ["toolchain", "source", "python", "commands"],
                         stream or sys.stderr)
-    nvcc = progress.run("toolchain", lambda step: find_nvcc())
-    if warning := check_nvcc(nvcc, cell):
-        progress.say(f"note: {warning}")
-    tree = progress.run("source", lambda step: prepare_source(
-        recipe, work, sdist=sdist, sdist_dir=sdist_dir)).tree
-    bp = progress.run("python", lambda step: prepare_python(
-        cell, recipe, table, work, wheelhouse=wheelhouse, offline=offline,
-        index_url=torch_index, log=work / "python.log"))
+    prelude = prepare(job, work, inputs, progress)
+    nvcc, tree, bp = prelude.nvcc, prelude.source.tree, prelude.python
     sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
                        job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=1,
                        archs=len(cell.archs))

@@ -1,4 +1,4 @@
-"""The finish stage: what turns a raw wheel from a package's own build into a publishable one.
+"""The finish steps: what turns a raw wheel from a package's own build into a publishable one.
 
 repair (auditwheel, torch/CUDA libraries excluded; delvewheel for Windows) -> inspect (every
 binary is for the machine the tag names; every torch symbol resolves in the cell's torch, or on
@@ -18,6 +18,7 @@ import platform
 import shutil
 import subprocess
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,42 +85,72 @@ def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str,
     return out, updated
 
 
-def finish_wheel(raw: Path, *, cell: Cell, recipe: Recipe, archs: tuple[str, ...],
-                 torch_lib: Path, torch_version: str, torch_cuda: str, work: Path,
-                 progress: Progress, plat: str, backend: str, nvcc: str | None,
-                 manifest_extra: dict[str, Any] | None = None,
-                 recipe_revision: str | None = None,
-                 epoch: int = DEFAULT_SOURCE_DATE_EPOCH,
-                 wheel_platform: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
-    ``raw``, a wheel of ``cell`` built against torch ``torch_version`` (its libraries in
-    ``torch_lib``).
+@dataclass(frozen=True)
+class RawWheel:
+    """A wheel as a build made it: the cell and recipe it is of, the archs it was compiled for,
+    the torch it was built against (its libraries in ``torch_lib``), the backend that built it
+    and the nvcc it compiled with (None: not known here)."""
 
-    ``plat`` is auditwheel's target (``auto``: the lowest this build allows; the container
-    passes the table's manylinux target, ``manylinux_2_28_aarch64`` for an aarch64 cell).
-    ``wheel_platform``: the cell's platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``;
-    default: the cell's). A Windows wheel is repaired with delvewheel and its DLL imports
-    checked in place of the ABI check, which can't run there (tools.finish.winrepair).
-    Returns the finished wheel (under ``work``) and the manifest it carries, whose ``checks``
-    say what ran.
+    path: Path
+    cell: Cell
+    recipe: Recipe
+    archs: tuple[str, ...]
+    torch_lib: Path
+    torch_version: str
+    torch_cuda: str
+    backend: str
+    nvcc: str | None
+
+
+@dataclass(frozen=True)
+class FinishSettings:
+    """How a wheel is finished, where the backends differ."""
+
+    #: auditwheel's target (``auto``: the lowest this build allows; the container passes the
+    #: table's manylinux target, ``manylinux_2_28_aarch64`` for an aarch64 cell).
+    plat: str = "auto"
+    #: The cell's platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``; None: the
+    #: cell's).
+    wheel_platform: str | None = None
+    #: The recipe's git revision for the manifest (None: read from the checkout).
+    recipe_revision: str | None = None
+    #: SOURCE_DATE_EPOCH for the rewritten wheel's timestamps.
+    epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    #: More facts for the manifest's ``extra`` (the image, the workarounds, ``--python``).
+    manifest_extra: dict[str, Any] | None = None
+
+
+def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
+                 settings: FinishSettings = FinishSettings()) -> tuple[Path, dict[str, Any]]:
+    """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
+    ``raw``.
+
+    A Windows wheel is repaired with delvewheel and its DLL imports checked in place of the ABI
+    check, which can't run there (tools.finish.winrepair). Returns the finished wheel (under
+    ``work``) and the manifest it carries, whose ``checks`` say what ran.
     """
+    cell, recipe, archs, backend, nvcc = raw.cell, raw.recipe, raw.archs, raw.backend, raw.nvcc
+    torch_lib, torch_version, torch_cuda = raw.torch_lib, raw.torch_version, raw.torch_cuda
+    plat, wheel_platform, epoch = settings.plat, settings.wheel_platform, settings.epoch
+    recipe_revision, manifest_extra = settings.recipe_revision, settings.manifest_extra
+    built = raw.path
     # Cells name their platform once the plan does; until then every cell is Linux x86_64.
     platform_name = wheel_platform or getattr(cell, "platform", DEFAULT_PLATFORM)
     windows = platform_name.startswith("win")
     checks: dict[str, str] = {}
     # A wheel built on another machine than its cell's, or holding a binary for another, is
     # refused before a repair tool chokes on it (delvewheel raises a traceback on an ELF .pyd).
-    check_tags(raw, platform=platform_name)
-    check_binaries(raw)
+    check_tags(built, platform=platform_name)
+    check_binaries(built)
 
     def repair(step: Step) -> Path:
         if windows:
-            done = repair_windows_wheel(raw, work / "repaired", log=work / "repair.log")
+            done = repair_windows_wheel(built, work / "repaired", log=work / "repair.log")
             checks["repair"] = "delvewheel, torch's and the CUDA runtime's DLLs excluded"
             step.detail.update(size_before=done.size_before, size_after=done.size_after,
                                platform_tags=list(wheel_platforms(done.wheel)))
             return done.wheel
-        result = repair_wheel(raw, work / "repaired", plat=plat, log=work / "repair.log")
+        result = repair_wheel(built, work / "repaired", plat=plat, log=work / "repair.log")
         checks["repair"] = f"auditwheel --plat {plat}, torch's and CUDA's libraries excluded"
         step.detail.update(size_before=result.size_before, size_after=result.size_after,
                            platform_tags=list(result.platform_tags))

@@ -1,1 +1,0 @@
-"""Staged release: kernel shards of compile groups, then the cells that read them."""
