@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from tools import ROOT
-from tools.backends.emulated import CPUINFO
+from tools.devtools.emulated import CPUINFO
 from tools.core.binarch import read_binary
 from tools.finish import checks
 

@@ -16,6 +16,7 @@ import yaml
 
 from tools.backends import containerized
 from tools.backends.cibw import ContainerSpec, Limits, plan_invocation
+from tools.backends.machine import HOOK_VARIABLE, SANDBOX_HOOK
 from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
 from tools.core.errors import ToolchainError
@@ -97,6 +98,22 @@ def _compiler_cache_dir(tmp_path_factory):
         os.environ.pop("CUWHEELS_CCACHE_DIR", None)
     else:
         os.environ["CUWHEELS_CCACHE_DIR"] = before
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _machine_hook():
+    """Container builds in the tests go through this project's development-machine hook
+    (``tools.devtools.sandbox``: the rlimit-stripping runtime where the sandbox needs it, the
+    stand-in images' labels), as a developer here sets it; a machine that needs neither is
+    unaffected (containers start plainly first). A test of the plain machine passes its own
+    environment."""
+    before = os.environ.get(HOOK_VARIABLE)
+    os.environ[HOOK_VARIABLE] = SANDBOX_HOOK
+    yield
+    if before is None:
+        os.environ.pop(HOOK_VARIABLE, None)
+    else:
+        os.environ[HOOK_VARIABLE] = before
 
 
 @pytest.fixture(autouse=True, scope="session")

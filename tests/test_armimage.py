@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tools.backends.containerized import image_for
-from tools.backends.emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
+from tools.devtools.emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
 from tools.core.errors import ToolchainError
 from tools.devtools import armimage, standin_image
 from tools.devtools.armimage import (PYTHON, TOOLS_PYTHON, VENVS, add_venv, build_image,

@@ -1,8 +1,8 @@
-"""tools.backends.emulated: what an emulated image gets in place of the host's /proc/cpuinfo."""
+"""tools.devtools.emulated: what an emulated image gets in place of the host's /proc/cpuinfo."""
 
 from __future__ import annotations
 
-from tools.backends.emulated import (CPUINFO, MACHINE_LABEL, cpuinfo_file, emulated_machine,
+from tools.devtools.emulated import (CPUINFO, MACHINE_LABEL, cpuinfo_file, emulated_machine,
                                      emulation_volumes)
 
 

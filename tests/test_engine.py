@@ -17,7 +17,7 @@ from tools.backends.engine import (
     readiness,
 )
 from tools.core.errors import ToolchainError
-from tools.backends.rlimit_runtime import StartCheck
+from tools.backends.machine import StartCheck
 
 IMAGE = "pytorch/manylinux2_28-builder:cuda13.0"
 

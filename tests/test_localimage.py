@@ -27,7 +27,7 @@ from tools.devtools.standin_image import (
     rootfs_dir,
     write_image_tar,
 )
-from tools.backends.rlimit_runtime import trust_store
+from tools.backends.truststore import trust_store
 from tools.localimage import main, parse_pythons
 
 

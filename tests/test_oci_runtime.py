@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.backends.rlimit_runtime import (
-    StartCheck,
+from tools.backends.machine import StartCheck, runtime_conf as containers_conf
+from tools.devtools.rlimit_runtime import (
     RuntimeFiles,
-    containers_conf,
     install_wrapper,
     is_rlimit_failure,
     parse_runtime_args,
@@ -22,7 +21,6 @@ from tools.backends.rlimit_runtime import (
     strip_bundle_rlimits,
     strip_process_rlimits,
     strip_rlimits,
-    trust_store,
 )
 
 RLIMITS = [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576},
@@ -247,26 +245,3 @@ def test_probe_docker_cannot_use_the_wrapper():
     engine = FakeEngine(plain=(126, CRUN_ERROR))
     result = check_starts("docker", "img", run=engine, install=lambda r: pytest.fail("installed"))
     assert not result.ok and "only podman" in result.why
-
-
-def test_trust_store_mounts_bundles_and_passes_variables(tmp_path):
-    certs = tmp_path / "certs"
-    certs.mkdir()
-    bundle = certs / "ca.pem"
-    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
-    other = tmp_path / "corp.pem"
-    other.write_text("x")
-    env = {"SSL_CERT_FILE": str(bundle), "SSL_CERT_DIR": str(certs), "PIP_CERT": str(bundle),
-           "REQUESTS_CA_BUNDLE": str(other), "CURL_CA_BUNDLE": str(tmp_path / "missing.pem"),
-           "HTTPS_PROXY": "http://proxy:3128", "HOME": "/root"}
-    store = trust_store(env)
-    # ca.pem lies inside the mounted certs directory: mounted once, through it.
-    assert store.volumes == (f"{certs}:{certs}:ro", f"{other}:{other}:ro")
-    assert store.create_args == ("--volume", f"{certs}:{certs}:ro",
-                                 "--volume", f"{other}:{other}:ro")
-    assert store.variables == ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE",
-                               "CURL_CA_BUNDLE", "HTTPS_PROXY")
-
-
-def test_trust_store_empty_without_variables():
-    assert trust_store({"HOME": "/root"}).create_args == ()

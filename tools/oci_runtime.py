@@ -1,14 +1,14 @@
 """``python -m tools.oci_runtime``: make a container engine start containers where the OCI runtime may not set resource limits.
 
-The command line only; the logic is ``tools.backends.rlimit_runtime``, whose rlimit-stripping
-wrapper script runs ``tools.backends.rlimit_runtime.wrap`` directly.
+The command line only; the logic is ``tools.devtools.rlimit_runtime``, whose rlimit-stripping
+wrapper script runs ``tools.devtools.rlimit_runtime.wrap`` directly.
 """
 
 import argparse
 import shlex
 import sys
 
-from tools.backends import rlimit_runtime
+from tools.devtools import rlimit_runtime
 
 
 def parser() -> argparse.ArgumentParser:

@@ -32,7 +32,7 @@ from tools.pipeline.buildenv import Sizing, available_memory_gib, build_env, siz
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
 from tools.plan.cells import Cell, torch_index
-from .rlimit_runtime import trust_store
+from .truststore import trust_store
 from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.venvs import PYPI_SIMPLE
 from tools.plan.recipe_model import Recipe
@@ -162,7 +162,7 @@ class ContainerSpec:
 
 def default_mounts(env: dict[str, str] | None = None, cache_root: Path | None = None, *,
                    ccache: bool = True) -> Mounts:
-    """The trust store (``tools.backends.rlimit_runtime.trust_store``), a pip cache of its own
+    """The trust store (``tools.backends.truststore.trust_store``), a pip cache of its own
     (``CUWHEELS_CONTAINER_PIP_CACHE``, default ``~/.cache/cuwheels/container-pip``; empty:
     none) and, with ``ccache``, the compiler cache (``tools.pipeline.ccache.cache_dir``: what CI
     restores and saves). The container runs as root: a pip cache of its own keeps root-owned

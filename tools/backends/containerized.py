@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
@@ -69,7 +69,7 @@ from .cibw import (
 )
 from tools.pipeline.compilelog import failing_file
 from tools.plan.job import BuildJob, Inputs
-from .emulated import TOOLS_PYTHON_LABEL, emulated_machine, emulation_volumes
+from .machine import Machine, current_machine
 from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.steps import recipe_git_revision
@@ -86,26 +86,19 @@ from tools.pipeline.source import prepare_source
 CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
 #: Labels of a local stand-in image (``tools.localimage``): what it is and which policy its
 #: glibc allows.
-STAND_IN_LABEL = "org.cuwheels.builder.stand-in"
-POLICY_LABEL = "org.cuwheels.builder.manylinux"
 #: What cibuildwheel itself runs in the container (``oci_container.UTILITY_PYTHON``).
 CIBW_UTILITY_PYTHON = "/opt/python/cp39-cp39/bin/python"
 
 
-def image_for(cell: Cell, name: str, labels: dict[str, str]) -> Image:
+def image_for(cell: Cell, name: str, labels: Mapping[str, str],
+              machine: Machine | None = None) -> Image:
     """The image the cell builds in and the policy its wheels are repaired to: the cell's
-    manylinux tag, or, in a local stand-in image (its labels say so), the lowest policy the
-    wheel's symbols allow (``auto``): its glibc is newer than the tag's."""
-    tools_python = labels.get(TOOLS_PYTHON_LABEL) or TOOLS_PYTHON
-    if labels.get(STAND_IN_LABEL) == "true":
-        policy = labels.get(POLICY_LABEL, "its glibc's")
-        emulated = emulated_machine(labels)
-        return Image(name, "auto", f"a local stand-in (wheels up to {policy}): they are "
-                     "repaired to the lowest policy their symbols allow, not "
-                     f"{cell.platform_tag}" + (f"; its {emulated} binaries run here under "
-                                               "qemu-user, slowly" if emulated else ""),
-                     tools_python=tools_python)
-    return Image(name, cell.platform_tag, tools_python=tools_python)
+    manylinux tag, unless this machine's hook says otherwise for an image with these labels
+    (``tools.backends.machine``: a local stand-in is repaired to the lowest policy the wheel's
+    symbols allow)."""
+    facts = (machine or current_machine()).image_facts(cell.platform_tag, labels)
+    return Image(name, facts.plat or cell.platform_tag, facts.note,
+                 tools_python=facts.tools_python or TOOLS_PYTHON)
 
 
 def image_paths(cell: Cell, tools_python: str = TOOLS_PYTHON) -> dict[str, str]:
@@ -118,10 +111,12 @@ def image_paths(cell: Cell, tools_python: str = TOOLS_PYTHON) -> dict[str, str]:
             CIBW_UTILITY_PYTHON: "cibuildwheel's own helper Python (cp39)"}
 
 
-def check_image(ready: Readiness, cell: Cell, run=subprocess.run) -> list[str]:
+def check_image(ready: Readiness, cell: Cell, run=subprocess.run,
+                machine: Machine | None = None) -> list[str]:
     """Start one container from the image and list what of :func:`image_paths` it lacks, as
     ``path (what it is for)``; ToolchainError when no container starts."""
-    paths = image_paths(cell, ready.labels.get(TOOLS_PYTHON_LABEL) or TOOLS_PYTHON)
+    facts = (machine or current_machine()).image_facts(cell.platform_tag, ready.labels)
+    paths = image_paths(cell, facts.tools_python or TOOLS_PYTHON)
     script = "for p in " + " ".join(paths) + '; do [ -e "$p" ] || echo "$p"; done'
     argv = [ready.engine, *ready.runtime_args, "run", "--rm", "--pull=never", "--network=none",
             ready.image, "sh", "-c", script]
@@ -316,6 +311,9 @@ class ContainerBackend:
     stdout: TextIO | None = None
     #: Build a kernel shard instead of a wheel (``tools.backends.shardninja``).
     shard: ContainerShard | None = None
+    #: What this machine adds (``tools.backends.machine``; default: the hook the environment
+    #: names, else nothing).
+    machine: Machine | None = None
 
     @property
     def steps(self) -> list[str]:
@@ -337,6 +335,7 @@ class ContainerBackend:
         stdout = self.stdout or sys.stdout
         cell, recipe, table = job.cell, job.recipe, job.table
         engine, can_build, archs = self.engine, self.can_build, options.archs
+        machine = self.machine or current_machine()
         inputs = Inputs(sdist=options.sdist, sdist_dir=options.sdist_dir)
         limits = default_limits()
         limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
@@ -389,7 +388,7 @@ class ContainerBackend:
             report["engine"] = ready.engine
 
             def image_step(step) -> Image:
-                missing = check_image(ready, cell)
+                missing = check_image(ready, cell, machine=machine)
                 if missing:
                     raise ToolchainError(
                         f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
@@ -400,7 +399,7 @@ class ContainerBackend:
                 # podman won't resolve a short name without a terminal to ask on; docker
                 # assumes Docker Hub, which is what the qualified name says.
                 name = qualified(image_name) if ready.engine.endswith("podman") else image_name
-                chosen = image_for(cell, name, ready.labels)
+                chosen = image_for(cell, name, ready.labels, machine)
                 step.detail.update(image=chosen.name, plat=chosen.plat, labels=ready.labels)
                 if chosen.note:
                     progress.say(f"image: {chosen.note}")
@@ -408,9 +407,10 @@ class ContainerBackend:
 
             chosen = progress.run("image", image_step)
             report["plat"] = chosen.plat
-            if emulated := emulation_volumes(ready.labels):
-                mounts = replace(mounts, volumes=mounts.volumes + emulated)
-                report["emulated"] = emulated_machine(ready.labels)
+            facts = machine.image_facts(cell.platform_tag, ready.labels)
+            if facts.volumes:
+                mounts = replace(mounts, volumes=mounts.volumes + facts.volumes)
+            report.update(facts.report)
 
             def source(step) -> Staged:
                 staged = stage(job, work, inputs)

@@ -8,9 +8,9 @@ order, each from the real engine:
 1. does the engine answer (``<engine> info``)?
 2. is the image here (``<engine> image inspect``, which also gives its labels), or can it be
    pulled (``<engine> manifest inspect``, which reads the registry without downloading layers)?
-3. does a container start from it (``tools.backends.rlimit_runtime.check_starts``: plainly, else through
-   the rlimit-stripping runtime wrapper)? Only a local image can be started; a pullable one is
-   started after the pull, by the container backend.
+3. does a container start from it (this machine's hook, ``tools.backends.machine``: plainly,
+   or as the hook starts it)? Only a local image can be started; a pullable one is started
+   after the pull, by the container backend.
 
 The readiness check is a parameter wherever it is used (``ReadinessCheck``: ``(engine, image) -> Readiness``), so a
 caller (a test) can say what the machine has instead of asking it.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from .rlimit_runtime import containers_conf, check_starts
+from .machine import StartCheck, current_machine, runtime_conf
 
 #: The engines tried, in order, when none is named.
 ENGINES = ("docker", "podman")
@@ -117,9 +117,10 @@ def image_pullable(engine: str, image: str, run: Runner = _run) -> tuple[bool, s
 
 
 def readiness(engine: str, image: str, *, run: Runner = _run,
-              start: Callable[[str, str], object] = check_starts) -> Readiness:
+              start: Callable[[str, str], StartCheck] | None = None) -> Readiness:
     """Whether ``engine`` can build from ``image`` here (see the module docstring), asked of the
-    real engine. ``start(engine, image)`` starts a container (``tools.backends.rlimit_runtime.StartCheck``)."""
+    real engine. ``start(engine, image)`` starts a container (default: this machine's hook,
+    ``tools.backends.machine.current_machine``)."""
     answers, why = engine_answers(engine, run)
     if not answers:
         return Readiness(engine, image, False, why)
@@ -128,11 +129,11 @@ def readiness(engine: str, image: str, *, run: Runner = _run,
         pullable, why = image_pullable(engine, image, run)
         return Readiness(engine, image, pullable, why + (
             "; a container is started from it after the pull" if pullable else ""))
-    started = start(engine, image)
+    started = (start or current_machine().start)(engine, image)
     if not started.ok:
         return Readiness(engine, image, False, f"{engine} cannot start a container from "
                          f"{image}: {started.why}", local=True, labels=labels)
-    conf = containers_conf(started.wrapper) if started.wrapper is not None else None
+    conf = runtime_conf(started.wrapper) if started.wrapper is not None else None
     return Readiness(engine, image, True, f"{image} is here and {started.why}", local=True,
                      runtime_args=tuple(started.runtime_args), containers_conf=conf,
                      labels=labels)

@@ -26,7 +26,7 @@ image's ``manylinux_2_28_aarch64``; the labels say so, as the x86_64 stand-in's 
 Under qemu-user an aarch64 program reads the host's ``/proc/cpuinfo``, finds no ARM core and
 ``import torch`` dies of SIGSEGV in torch's cpuinfo library; the backend mounts an aarch64 one
 over it when the image's machine (its ``machine`` label) isn't this one's
-(``tools.backends.emulated``).
+(``tools.devtools.emulated``).
 
 ``python -m tools.localimage --cuda 13.0 --arch arm64`` builds
 ``localhost/cuwheels-builder:cuda13.0-bookworm-arm64`` once; later runs reuse it.
@@ -44,7 +44,7 @@ import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from tools.backends.emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
+from .emulated import MACHINE_LABEL, TOOLS_PYTHON_LABEL
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir

@@ -39,7 +39,8 @@ from pathlib import Path, PurePosixPath
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.backends.rlimit_runtime import containers_conf, check_starts
+from tools.backends.machine import runtime_conf
+from .rlimit_runtime import check_starts
 
 SUITE = "bookworm"
 GLIBC = "2.36"
@@ -363,7 +364,7 @@ def _start_checked(engine: str, name: str, check_start: bool) -> str:
     if result.wrapper is not None:
         # cibuildwheel runs `podman create/start/exec` itself, so a global --runtime can't
         # reach it; containers.conf can.
-        conf = containers_conf(result.wrapper)
+        conf = runtime_conf(result.wrapper)
         print(f"engine arguments: {' '.join(result.runtime_args)}; for tools that run {engine} "
               f"themselves (cibuildwheel): export CONTAINERS_CONF={conf}")
     return name

@@ -15,9 +15,10 @@ This module holds:
 - :func:`install_wrapper`, which writes a script calling it to a stable path
   (``~/.cache/cuwheels/runc-no-rlimits``) for ``podman --runtime`` or containers.conf;
 - :func:`check_starts`, which starts a tiny container plainly and, only if that fails with the
-  rlimit error, through the wrapper, and says which worked;
-- :func:`trust_store`, the mounts and variables that let pip inside a container trust the same
-  certificate authorities as this machine (a TLS-intercepting corporate proxy).
+  rlimit error, through the wrapper, and says which worked.
+
+It is a development machine's workaround, not the product's path: it reaches the container
+backend only through the machine hook (``tools.backends.machine``, ``tools.devtools.sandbox``).
 
 ``python -m tools.oci_runtime check --engine podman --image NAME`` runs that check (``probe``
 is its old name, still accepted).
@@ -31,10 +32,11 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from tools.backends.machine import StartCheck
 from tools.core.paths import cache_dir
 
 #: What the runtime prints when it may not set a limit, lowercased: runc says "error setting
@@ -42,11 +44,6 @@ from tools.core.paths import cache_dir
 #: permitted".
 RLIMIT_MARKERS = ("rlimit", "not permitted")
 WRAPPER_NAME = "runc-no-rlimits"
-#: Variables naming a CA bundle (file or directory) that pip, requests, uv and curl read.
-CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE",
-                "CURL_CA_BUNDLE")
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-                   "no_proxy")
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
@@ -144,7 +141,7 @@ def wrap(runtime: str, args: Sequence[str]) -> None:
 
 
 def wrapper_script(runtime: str, python: str = sys.executable,
-                   package_parent: Path = Path(__file__).resolve().parent.parent) -> str:
+                   package_parent: Path = Path(__file__).resolve().parents[2]) -> str:
     """The text of the wrapper: an isolated Python running :func:`wrap` for ``runtime``.
 
     ``package_parent`` (the directory holding ``tools/``) goes first on ``sys.path`` so the
@@ -152,11 +149,11 @@ def wrapper_script(runtime: str, python: str = sys.executable,
     caller's PYTHONPATH and user site out of a process the engine starts.
     """
     return (f"#!{python} -I\n"
-            "# Written by cuwheels (tools/backends/rlimit_runtime.py): runs the OCI runtime without the\n"
+            "# Written by cuwheels (tools/devtools/rlimit_runtime.py): runs the OCI runtime without the\n"
             "# rlimits this machine does not let it set.\n"
             "import sys\n"
             f"sys.path.insert(0, {str(package_parent)!r})\n"
-            "from tools.backends.rlimit_runtime import wrap\n"
+            "from tools.devtools.rlimit_runtime import wrap\n"
             f"wrap({runtime!r}, sys.argv[1:])\n")
 
 
@@ -172,20 +169,6 @@ def install_wrapper(runtime: str, dest: Path | None = None, *,
         tmp.write_text(text)
         tmp.chmod(0o755)
         os.replace(tmp, dest)
-    return dest
-
-
-def containers_conf(wrapper: Path, dest: Path | None = None) -> Path:
-    """A containers.conf making the wrapper podman's runtime, for tools that call podman
-    themselves (cibuildwheel runs ``podman create/start/exec``): set ``CONTAINERS_CONF`` to it."""
-    dest = dest or cache_dir() / "containers.conf"
-    text = ("# Written by cuwheels (tools/backends/rlimit_runtime.py).\n"
-            "[engine]\n"
-            'runtime = "cuwheels-runc"\n'
-            "[engine.runtimes]\n"
-            f"cuwheels-runc = [{json.dumps(str(wrapper))}]\n")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(text)
     return dest
 
 
@@ -209,21 +192,6 @@ def engine_runtime(engine: str, run: Runner = _run) -> str | None:
     proc = run([engine, "info", "--format", "{{.Host.OCIRuntime.Path}}"])
     path = (proc.stdout or "").strip()
     return path if proc.returncode == 0 and path.startswith("/") else None
-
-
-@dataclass(frozen=True)
-class StartCheck:
-    """What :func:`check_starts` found: whether containers start, the global engine arguments
-    that make them (``("--runtime", wrapper)`` or none), and why, in words."""
-
-    ok: bool
-    runtime_args: tuple[str, ...] = ()
-    why: str = ""
-    wrapper: Path | None = field(default=None, compare=False)
-
-    def __iter__(self):
-        # Unpacks as (ok, runtime_args, why), the shape callers use.
-        return iter((self.ok, self.runtime_args, self.why))
 
 
 def check_starts(engine: str, image: str, *, run: Runner = _run,
@@ -253,36 +221,3 @@ def check_starts(engine: str, image: str, *, run: Runner = _run,
                      f"containers start through {wrapper}, which drops them", wrapper)
     return StartCheck(False, (), f"{runtime} may not set rlimits here, and through {wrapper} "
                  f"the container still fails (exit {wrapped.returncode}): {_output(wrapped)}")
-
-
-@dataclass(frozen=True)
-class TrustStore:
-    """What a container needs to trust this machine's certificate authorities: read-only
-    mounts at the same paths, and the variables to pass through unchanged."""
-
-    volumes: tuple[str, ...]
-    variables: tuple[str, ...]
-
-    @property
-    def create_args(self) -> tuple[str, ...]:
-        """``docker/podman create`` flags mounting each path read-only."""
-        return tuple(arg for volume in self.volumes for arg in ("--volume", volume))
-
-
-def trust_store(environ: Mapping[str, str] | None = None) -> TrustStore:
-    """Mounts and variables for the CA bundles (and proxies) set in ``environ``.
-
-    Behind a TLS-intercepting proxy the machine trusts its CA through ``SSL_CERT_FILE``,
-    ``PIP_CERT``... An image's own bundle lacks it, so pip fails with CERTIFICATE_VERIFY_FAILED
-    until the same file is at the same path inside and the same variables are set. A path
-    inside an already-mounted directory is not mounted again.
-    """
-    environ = os.environ if environ is None else environ
-    paths = sorted({Path(environ[name]) for name in CA_VARIABLES
-                    if environ.get(name) and Path(environ[name]).exists()})
-    mounted: list[Path] = []
-    for path in paths:
-        if not any(path.is_relative_to(parent) for parent in mounted):
-            mounted.append(path)
-    variables = tuple(name for name in (*CA_VARIABLES, *PROXY_VARIABLES) if environ.get(name))
-    return TrustStore(tuple(f"{p}:{p}:ro" for p in mounted), variables)
