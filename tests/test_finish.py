@@ -20,7 +20,8 @@ import pytest
 from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
 
 from tools.core.errors import VerifyError
-from tools.finish.steps import FINISH_STEPS, FinishSettings, RawWheel, finish_wheel
+from tools.finish.raw import FinishSettings, RawWheel
+from tools.finish.steps import FINISH_STEPS, finish_wheel
 from tools.core.manifest import read_manifest
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress

@@ -18,7 +18,7 @@ from wheelfactory import make_wheel
 from tests.fixtures.binaries.make_binaries import AMD64, EM_X86_64, elf_header, pe_dll
 from tools.core.errors import VerifyError
 from tools.core.manifest import read_manifest
-from tools.finish import steps
+from tools.finish import raw as raw_module, steps
 from tools.finish.checks import ArchReport
 from tools.finish.winrepair import WINDOWS_ABI_NOTE
 from tools.pipeline.report import Progress
@@ -41,9 +41,9 @@ def sm90(monkeypatch):
 
 def _finish(raw, work, wheel_platform):
     progress = Progress(CELL.id, steps.FINISH_STEPS, io.StringIO())
-    built = steps.RawWheel(raw, CELL, RECIPE, ("90",), work, "2.13.0+cu130", "13.0",
+    built = raw_module.RawWheel(raw, CELL, RECIPE, ("90",), work, "2.13.0+cu130", "13.0",
                            backend="host", nvcc=None)
-    return steps.finish_wheel(built, work, progress, steps.FinishSettings(
+    return steps.finish_wheel(built, work, progress, raw_module.FinishSettings(
         recipe_revision="test", wheel_platform=wheel_platform))
 
 

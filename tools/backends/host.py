@@ -25,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from tools.core.errors import CompileError, ToolchainError
 from tools.core.variant import group_id, torch_series
-from tools.finish.steps import FinishSettings, RawWheel, finish_wheel, record_kernel_check
+from tools.finish.raw import FinishSettings, RawWheel
+from tools.finish.steps import finish_wheel, record_kernel_check
 from tools.finish.checks import smoke_test, smoke_test_existing, smoke_venv
 from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
 from tools.pipeline import ccache, shardcache

@@ -35,7 +35,8 @@ from .cibw import (
 )
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError, ToolchainError
-from tools.finish.steps import FINISH_STEPS, FinishSettings, RawWheel, finish_wheel
+from tools.finish.raw import FinishSettings, RawWheel
+from tools.finish.steps import FINISH_STEPS, finish_wheel
 from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
 from tools.plan.cells import Cell

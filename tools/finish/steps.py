@@ -18,23 +18,20 @@ import platform
 import shutil
 import subprocess
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .abi import check_claims
-from .archcheck import check_binaries, wheel_platforms
+from .archcheck import check_binaries
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
-from tools.core.errors import VerifyError
 from tools.core.manifest import DEFAULT_PLATFORM, Manifest
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, Step
 from tools.plan.recipe_model import Recipe
-from .auditwheel_repair import repair_wheel
 from .usertools import check_as_users_do
-from .checks import abi_check, check_archs, check_tags, cuda_archs, extension_modules
+from .checks import check_archs, check_tags, cuda_archs
 from .wheelmeta import set_version_and_pin
-from .winrepair import WINDOWS_ABI_NOTE, check_imports, repair_windows_wheel
+from .raw import FinishSettings, RawWheel
+from .wheelplatform import finish_platform
 
 #: The finish stage's own steps, as the progress lines and the report name them.
 FINISH_STEPS = ["repair", "inspect", "metadata"]
@@ -85,58 +82,23 @@ def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str,
     return out, updated
 
 
-@dataclass(frozen=True)
-class RawWheel:
-    """A wheel as a build made it: the cell and recipe it is of, the archs it was compiled for,
-    the torch it was built against (its libraries in ``torch_lib``), the backend that built it
-    and the nvcc it compiled with (None: not known here)."""
-
-    path: Path
-    cell: Cell
-    recipe: Recipe
-    archs: tuple[str, ...]
-    torch_lib: Path
-    torch_version: str
-    torch_cuda: str
-    backend: str
-    nvcc: str | None
-
-
-@dataclass(frozen=True)
-class FinishSettings:
-    """How a wheel is finished, where the backends differ."""
-
-    #: auditwheel's target (``auto``: the lowest this build allows; the container passes the
-    #: table's manylinux target, ``manylinux_2_28_aarch64`` for an aarch64 cell).
-    plat: str = "auto"
-    #: The cell's platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``; None: the
-    #: cell's).
-    wheel_platform: str | None = None
-    #: The recipe's git revision for the manifest (None: read from the checkout).
-    recipe_revision: str | None = None
-    #: SOURCE_DATE_EPOCH for the rewritten wheel's timestamps.
-    epoch: int = DEFAULT_SOURCE_DATE_EPOCH
-    #: More facts for the manifest's ``extra`` (the image, the workarounds, ``--python``).
-    manifest_extra: dict[str, Any] | None = None
-
-
 def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
                  settings: FinishSettings = FinishSettings()) -> tuple[Path, dict[str, Any]]:
     """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
     ``raw``.
 
-    A Windows wheel is repaired with delvewheel and its DLL imports checked in place of the ABI
-    check, which can't run there (tools.finish.winrepair). Returns the finished wheel (under
+    What differs by platform (the repair tool, the inspection) is the wheel platform's
+    (``tools.finish.wheelplatform``). Returns the finished wheel (under
     ``work``) and the manifest it carries, whose ``checks`` say what ran.
     """
     cell, recipe, archs, backend, nvcc = raw.cell, raw.recipe, raw.archs, raw.backend, raw.nvcc
-    torch_lib, torch_version, torch_cuda = raw.torch_lib, raw.torch_version, raw.torch_cuda
+    torch_version, torch_cuda = raw.torch_version, raw.torch_cuda
     plat, wheel_platform, epoch = settings.plat, settings.wheel_platform, settings.epoch
     recipe_revision, manifest_extra = settings.recipe_revision, settings.manifest_extra
     built = raw.path
     # Cells name their platform once the plan does; until then every cell is Linux x86_64.
     platform_name = wheel_platform or getattr(cell, "platform", DEFAULT_PLATFORM)
-    windows = platform_name.startswith("win")
+    target = finish_platform(platform_name)
     checks: dict[str, str] = {}
     # A wheel built on another machine than its cell's, or holding a binary for another, is
     # refused before a repair tool chokes on it (delvewheel raises a traceback on an ELF .pyd).
@@ -144,22 +106,10 @@ def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
     check_binaries(built)
 
     def repair(step: Step) -> Path:
-        if windows:
-            done = repair_windows_wheel(built, work / "repaired", log=work / "repair.log")
-            checks["repair"] = "delvewheel, torch's and the CUDA runtime's DLLs excluded"
-            step.detail.update(size_before=done.size_before, size_after=done.size_after,
-                               platform_tags=list(wheel_platforms(done.wheel)))
-            return done.wheel
-        result = repair_wheel(built, work / "repaired", plat=plat, log=work / "repair.log")
-        checks["repair"] = f"auditwheel --plat {plat}, torch's and CUDA's libraries excluded"
-        step.detail.update(size_before=result.size_before, size_after=result.size_after,
-                           platform_tags=list(result.platform_tags))
-        if plat == "auto" and cell.platform_tag not in result.platform_tags:
-            where = "the local stand-in image" if backend == "container" else "this host"
-            progress.say(f"note: tagged {', '.join(result.platform_tags)}: it needs {where}'s "
-                         f"glibc or newer; the table's manylinux image makes "
-                         f"{cell.platform_tag}")
-        return result.wheel
+        done = target.repair(raw, work, plat, progress)
+        checks["repair"] = done.check
+        step.detail.update(done.detail)
+        return done.wheel
 
     repaired = progress.run("repair", repair)
 
@@ -173,28 +123,7 @@ def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
                               f"{', '.join(binaries.platforms)}")
         with zipfile.ZipFile(repaired) as zf:
             zf.extractall(unpacked)
-        if windows:
-            imports = check_imports(repaired)
-            modules = sorted(unpacked.rglob("*.pyd"))
-            checks["dll_imports"] = (f"passed: every DLL of {len(imports.imports)} file(s) is "
-                                     "vendored, torch's, Python's or Windows'")
-            checks["abi_check"] = WINDOWS_ABI_NOTE
-            step.detail["abi"] = {"python": cell.python_abi, "torch": cell.torch_abi,
-                                  "checked": WINDOWS_ABI_NOTE}
-        else:
-            modules = extension_modules(unpacked)
-            if not modules:
-                raise VerifyError(f"{repaired.name} holds no compiled extension module",
-                                  hint="the package's build skipped its CUDA extension: check the "
-                                       "recipe's FORCE_BUILD/SKIP_CUDA_BUILD env and that nvcc "
-                                       "was found")
-            abi = abi_check(modules, torch_lib, torch_version=torch_version)
-            checks["abi_check"] = f"passed: {abi.checked} torch symbols resolve in torch {torch_version}"
-            step.detail["abi_symbols_checked"] = abi.checked
-            # What the recipe's abi claims beyond this torch: one build for many Pythons/torches.
-            step.detail["abi"] = check_claims(repaired, modules, python_abi=cell.python_abi,
-                                              torch_abi=cell.torch_abi, torch_from=cell.torch_from,
-                                              serves=cell.serves_torch)
+        modules = target.inspect(raw, repaired, unpacked, checks, step.detail)
         found = {m.relative_to(unpacked).as_posix(): cuda_archs(m) for m in modules}
         step.detail.update(binaries=binaries.summary(),
                            archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
