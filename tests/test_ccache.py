@@ -267,7 +267,7 @@ def test_without_the_fixed_torch_path_nothing_hits_across_pythons(tmp_path):
 @needs_nvcc
 @pytest.mark.cuda
 def test_nvcc_units_hit_across_pythons_through_pytorch_nvcc(tmp_path):
-    from tools.backends.host import find_nvcc
+    from tools.pipeline.build_toolchain import find_nvcc
     cuda_home = find_nvcc().cuda_home
     cache = tmp_path / "cache"
     results = []
