@@ -25,15 +25,14 @@ decides whether it is fatal (a page) or a note (a wheel read for its GPU archs).
 from __future__ import annotations
 
 import io
-import os
-import stat
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
+from tools.core import regularfile
 from tools.core.errors import CuwheelsError
 from tools.core.httpclient import DEFAULT_PORTS, MAX_REDIRECTS, Client
 
@@ -182,33 +181,28 @@ def _too_large(url: str, limit: int) -> IndexReadError:
                           hint=BROKEN_INDEX)
 
 
-def open_regular(path: Path) -> Any:
-    """``path`` opened for reading in binary mode, if it is a regular file: IndexReadError for a
-    FIFO, a device, a directory or a socket, checked on the open file (no window for a swap).
-    FileNotFoundError when it doesn't exist."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer; the check below refuses it anyway.
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading in binary mode, if it is a regular file (tools.core.regularfile):
+    IndexReadError for a FIFO, a device, a directory or a socket, checked on the open file (no
+    window for a swap). FileNotFoundError when it doesn't exist."""
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
-            raise IndexReadError(f"{path}: is {kind}, not a regular file: the selector reads only "
-                                 "regular files from a local site",
-                                 hint="point --index at a site directory written by the index step")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        return regularfile.open_regular(path)
+    except regularfile.NotRegularFile as exc:
+        raise _not_regular(path, exc) from None
 
 
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of the regular file ``path`` (see open_regular), IndexReadError over ``limit``."""
-    with open_regular(path) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
+    try:
+        return regularfile.read_regular(path, limit)
+    except regularfile.NotRegularFile as exc:
+        raise _not_regular(path, exc) from None
+    except regularfile.FileTooLarge:
         raise IndexReadError(f"{path}: is larger than {limit >> 20} MiB, the most the selector reads "
-                             "for it", hint="a cuwheels page is far smaller: the site is broken")
-    return data
+                             "for it", hint="a cuwheels page is far smaller: the site is broken") from None
+
+
+def _not_regular(path: Path, exc: regularfile.NotRegularFile) -> IndexReadError:
+    return IndexReadError(f"{path}: is {exc.kind}, not a regular file: the selector reads only "
+                          "regular files from a local site",
+                          hint="point --index at a site directory written by the index step")
