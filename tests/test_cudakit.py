@@ -369,3 +369,12 @@ def test_an_aarch64_toolkit_holding_an_x86_64_nvcc_is_refused(tmp_path):
                                              r"for x86_64"):
         ensure_toolkit(environ, say=lambda _: None, parts=parts, machine="aarch64")
     assert not toolkit_home(environ, "aarch64").exists()
+
+
+def test_the_pins_file_is_read_as_pip_reads_it_and_a_stray_line_is_named(tmp_path):
+    pins = tmp_path / "pins.txt"
+    pins.write_text(f"# a comment\n\nnvidia-nvtx==13.0.85 --hash=sha256:{'a' * 64}  # include/nvtx3/\n")
+    assert cudakit.read_pins(pins) == (Part("nvidia-nvtx", "13.0.85", "a" * 64, "include/nvtx3/"),)
+    pins.write_text("nvidia-nvtx>=13.0\n")
+    with pytest.raises(ToolchainError, match=r"pins.txt, line 1: 'nvidia-nvtx>=13.0' is not"):
+        cudakit.read_pins(pins)

@@ -1,4 +1,4 @@
-"""tools.core.download: one origin, a size cap and a total deadline, against a server on
+"""tools.core.httpclient (download): one origin, a size cap and a total deadline, against a server on
 127.0.0.1 (the hostile-input suite runs the same through the source step and the registry)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tools.core.download import check_url, download, origin, shown
+from tools.core.httpclient import check_url, download, origin, shown
 from tools.core.errors import SourceError
 
 BODY = b"0123456789" * 1000

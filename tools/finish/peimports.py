@@ -1,27 +1,26 @@
 """The import table of a Windows ``.pyd``/``.dll``: which DLLs it loads, and what it takes from each.
 
-The ABI check's Windows counterpart reads this (tools.finish.wincheck). It is the PE/COFF format
-as Microsoft's reference describes it: the optional header's data directories give the import
-directory (entry 1) and the delay-load directory (entry 13) as RVAs, which the section table maps
-to file offsets; each import descriptor names a DLL and points at a zero-terminated table of
-64-bit (PE32+) or 32-bit (PE32) thunks, each an ordinal (high bit set) or the RVA of a hint and a
-name. Standard library only, bounded for a crafted file: at most MAX_DLLS DLLs and MAX_FUNCTIONS
-names per DLL are read, and every offset is checked against the file.
+tools.finish.winrepair reads this to check that every DLL an extension loads is vendored, torch's,
+Python's or Windows'. The PE/COFF parsing is ``pefile``'s (installed with delvewheel, the Windows
+repair tool, and pinned beside it): its import directory (data directory 1) and delay-load
+directory (13). Around it, this module keeps what the check needs from a reader of untrusted
+files: every failure is a VerifyError naming the file, never a traceback, and an import table
+pefile could read only in part (it notes what it skipped as a warning, and goes on) is a failure
+too, so that no imported DLL goes unseen. pefile caps the symbols it reads (MAX_IMPORT_SYMBOLS,
+8192 over the file: a torch extension imports a few thousand), the DLL and function names' lengths,
+and the entries of a table.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import VerifyError
 
-#: The most DLLs one file's import tables are read for (a real extension imports tens).
-MAX_DLLS = 1024
-#: The most functions read per imported DLL (torch extensions import thousands from torch_cpu).
-MAX_FUNCTIONS = 1 << 16
-_IMPORT, _DELAY = 1, 13
+#: pefile's one warning of the import parse that is no damage: a heuristic about packers (a DLL
+#: that imports LoadLibrary and GetProcAddress and little else).
+_NOT_DAMAGE = ("Imported symbols contain entries typical of packed executables",)
 
 
 @dataclass(frozen=True)
@@ -39,93 +38,57 @@ class PeImports:
         return [*self.dlls, *(d for d in self.delayed if d not in self.dlls)]
 
 
-class _Image:
-    """A PE file's bytes with its section table, mapping RVAs to file offsets."""
+def _fail(where: str, why: str) -> VerifyError:
+    return VerifyError(f"{where} is not a PE file this check can read: {why}",
+                       hint="a .pyd/.dll must come from MSVC's linker (or one like it)")
 
-    def __init__(self, data: bytes, where: str):
-        self.data, self.where = data, where
-        if data[:2] != b"MZ" or len(data) < 0x40:
-            self.fail("no MZ header")
-        (pe,) = struct.unpack_from("<I", data, 0x3C)
-        if data[pe:pe + 4] != b"PE\0\0":
-            self.fail(f"no PE signature at offset {pe}")
-        self.machine, sections, _, _, _, optional_size, _ = self.unpack("<HHIIIHH", pe + 4)
-        optional = pe + 24
-        (magic,) = self.unpack("<H", optional)
-        if magic not in (0x10B, 0x20B):
-            self.fail(f"optional header magic 0x{magic:X} is neither PE32 nor PE32+")
-        self.wide = magic == 0x20B
-        count_at = optional + (108 if self.wide else 92)
-        (count,) = self.unpack("<I", count_at)
-        self.directories = [self.unpack("<II", count_at + 4 + 8 * k) for k in range(min(count, 16))]
-        self.sections = [self.unpack("<IIII", optional + optional_size + 40 * k + 8)
-                         for k in range(sections)]
 
-    def fail(self, why: str) -> None:
-        raise VerifyError(f"{self.where} is not a PE file this check can read: {why}",
-                          hint="a .pyd/.dll must come from MSVC's linker (or one like it)")
+def _check_headers(data: bytes, where: str) -> None:
+    """VerifyError, in this check's words, for a file without the MZ header, the PE signature
+    or a whole COFF header (pefile's own words for these are less plain)."""
+    if data[:2] != b"MZ" or len(data) < 0x40:
+        raise _fail(where, "no MZ header")
+    pe = int.from_bytes(data[0x3C:0x40], "little")
+    if data[pe:pe + 4] != b"PE\0\0":
+        raise _fail(where, f"no PE signature at offset {pe}")
+    if pe + 4 + 20 > len(data):
+        raise _fail(where, f"a header at offset {pe + 4} runs past the end of the file")
 
-    def unpack(self, fmt: str, offset: int) -> tuple:
-        if offset < 0 or offset + struct.calcsize(fmt) > len(self.data):
-            self.fail(f"a header at offset {offset} runs past the end of the file")
-        return struct.unpack_from(fmt, self.data, offset)
 
-    def offset(self, rva: int) -> int:
-        for virtual_size, address, raw_size, raw_at in self.sections:
-            if address <= rva < address + max(virtual_size, raw_size):
-                return raw_at + rva - address
-        self.fail(f"RVA 0x{rva:X} is in no section")
-        return -1
-
-    def string(self, rva: int) -> str:
-        at = self.offset(rva)
-        end = self.data.find(b"\0", at, at + 4096)
-        if end < 0:
-            self.fail(f"the name at RVA 0x{rva:X} is not terminated")
-        return self.data[at:end].decode("latin-1")
-
-    def directory(self, index: int) -> int:
-        return self.directories[index][0] if index < len(self.directories) else 0
-
-    def thunks(self, rva: int) -> tuple[str, ...]:
-        fmt, size, ordinal = ("<Q", 8, 1 << 63) if self.wide else ("<I", 4, 1 << 31)
-        names, at = [], self.offset(rva)
-        for _ in range(MAX_FUNCTIONS):
-            (value,) = self.unpack(fmt, at)
-            if value == 0:
-                break
-            # A hint/name entry: two bytes of hint, then the name.
-            names.append(f"#{value & 0xFFFF}" if value & ordinal else self.string((value & 0x7FFFFFFF) + 2))
-            at += size
-        return tuple(names)
-
-    def descriptors(self, index: int, size: int, name_at: int, lookup_at: tuple[int, ...]
-                    ) -> dict[str, tuple[str, ...]]:
-        found: dict[str, tuple[str, ...]] = {}
-        start = self.directory(index)
-        if not start:
-            return found
-        at = self.offset(start)
-        for _ in range(MAX_DLLS):
-            entry = self.unpack(f"<{size // 4}I", at)
-            if not any(entry):
-                break
-            first = next((entry[k] for k in lookup_at if entry[k]), 0)
-            found[self.string(entry[name_at])] = self.thunks(first) if first else ()
-            at += size
-        return found
+def _names(entries: list) -> dict[str, tuple[str, ...]]:
+    """DLL name -> function names (``#N`` for ordinal N) of pefile's import entries."""
+    found: dict[str, tuple[str, ...]] = {}
+    for entry in entries:
+        functions = tuple(f"#{imp.ordinal}" if imp.import_by_ordinal or imp.name is None
+                          else imp.name.decode("latin-1") for imp in entry.imports)
+        found[entry.dll.decode("latin-1")] = functions
+    return found
 
 
 def read_imports(data: bytes, where: str = "the file") -> PeImports:
     """The imports of the PE file whose bytes are ``data`` (``where`` names it in errors);
-    VerifyError for a file that is not a readable PE file."""
-    image = _Image(data, where)
-    # Import descriptor: OriginalFirstThunk, TimeDateStamp, ForwarderChain, Name, FirstThunk.
-    dlls = image.descriptors(_IMPORT, 20, 3, (0, 4))
-    # Delay-load descriptor: Attributes, DllName, ModuleHandle, IAT, INT, bound IAT, unload
-    # IAT, TimeDateStamp (all RVAs for the attributes MSVC writes).
-    delayed = image.descriptors(_DELAY, 32, 1, (4, 3))
-    return PeImports(image.machine, dlls, delayed)
+    VerifyError for a file that is not a readable PE file, or whose import tables are damaged."""
+    # Imported here: the finish step in a Linux container imports this module (through
+    # winrepair) with only the Linux tools installed, and never reads a PE file there.
+    import pefile
+
+    _check_headers(data, where)
+    try:
+        pe = pefile.PE(data=data, fast_load=True)
+        try:
+            before = len(pe.get_warnings())
+            pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"],
+                                                   pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT"]])
+            damage = [w for w in pe.get_warnings()[before:] if not w.startswith(_NOT_DAMAGE)]
+            if damage:
+                raise _fail(where, f"its import tables are damaged ({damage[0]})")
+            return PeImports(pe.FILE_HEADER.Machine,
+                             _names(getattr(pe, "DIRECTORY_ENTRY_IMPORT", [])),
+                             _names(getattr(pe, "DIRECTORY_ENTRY_DELAY_IMPORT", [])))
+        finally:
+            pe.close()
+    except pefile.PEFormatError as exc:
+        raise _fail(where, str(exc.value)) from None
 
 
 def file_imports(path: Path) -> PeImports:

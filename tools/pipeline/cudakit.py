@@ -17,9 +17,10 @@ stand-in image carries it. Its nvcc can't run here except under emulation, so it
 its ELF header instead of ``nvcc --version``.
 
 :func:`ensure_toolkit` installs it once into ``cache_dir() / "cuda-13.0"``: the wheels are
-downloaded by pip with their sha256 pinned (:data:`PARTS`), assembled in a scratch directory
-beside it and renamed into place, so an interrupted install is never taken for a toolkit; a
-marker file lists the parts, so a toolkit of other pins is installed again. About 110 MB is
+downloaded by pip with their sha256 pinned (:data:`PARTS`, from ``recipes/cuda-toolkit/x86_64.txt``:
+a requirements file in pip's hash-checking form, installed with ``--require-hashes``), assembled
+in a scratch directory beside it and renamed into place, so an interrupted install is never taken
+for a toolkit; a marker file lists the parts, so a toolkit of other pins is installed again. About 110 MB is
 downloaded and 315 MB is written. ``CUWHEELS_CUDA_WHEELS`` names a folder that holds the pinned
 wheels, for machines that can't reach PyPI.
 """
@@ -42,6 +43,7 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
+from tools import RECIPES_DIR
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
 
@@ -80,55 +82,42 @@ class Part:
         return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
 
 
-#: The toolkit's wheels, at the versions NVIDIA's ``cuda-toolkit==13.0.2`` metapackage pins for
-#: them (CUDA 13.0 Update 2). What each holds was read from the wheel (``pip download --no-deps``).
-PARTS = (
-    Part("nvidia-cuda-nvcc", "13.0.88",
-         "56fe502eb77625a12f25172caa3cdddb4e4c8ba2c8c17dba44b164761b380f03",
-         "bin/: nvcc, nvcc.profile, ptxas, fatbinary, nvlink, cudafe++, bin2c, crt/*.stub"),
-    Part("nvidia-nvvm", "13.0.88",
-         "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0",
-         "nvvm/bin/cicc, nvvm/libdevice, libnvvm"),
-    Part("nvidia-cuda-crt", "13.0.88",
-         "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4",
-         "include/crt/ (host_defines.h, ...), which cuda_runtime.h includes"),
-    Part("nvidia-cuda-runtime", "13.0.96",
-         "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548",
-         "include/cuda_runtime.h and the runtime's headers, libcudart, libcudadevrt.a"),
-    Part("nvidia-cuda-cccl", "13.0.85",
-         "e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649",
-         "include/cccl/ (CUB, Thrust, libcu++), which torch's CUDA headers include"),
-    Part("nvidia-cuda-culibos", "13.0.85",
-         "5c178858405f485367175e14f8a7536af6c86c5c428d25301f2218406c316ba0",
-         "lib/libculibos.a"),
-    Part("nvidia-cuda-cupti", "13.0.85",
-         "4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8",
-         "include/cupti*.h, libcupti"),
-    Part("nvidia-cuda-cuxxfilt", "13.0.85",
-         "a3449fe64974ddc97419cf2c2a8fc560e159601d74d80fa120ffe953e40d67e9",
-         "include/nv_decode.h"),
-    Part("nvidia-cuda-profiler-api", "13.0.85",
-         "73d2671deac833db6686d6fbde4753fa3a3a497d87540fc246f081f375243f66",
-         "include/cuda_profiler_api.h, cudaProfiler.h"),
-    Part("nvidia-nvtx", "13.0.85",
-         "4936d1d6780fbe68db454f5e72a42ff64d1fd6397df9f363ae786930fd5c1cd4",
-         "include/nvtx3/"),
-)
+#: Where the pins live: a requirements file per machine, in pip's hash-checking form. Data, not
+#: code, beside the project's other shared facts (recipes/: the table, the limits, the torch
+#: shim's records): a pin is reviewed as the line pip reads, and bumped without editing Python.
+PINS_DIR = RECIPES_DIR / "cuda-toolkit"
+_PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!-]*)"
+                  r" --hash=sha256:(?P<sha256>[0-9a-f]{64})")
 
-#: The same parts' manylinux aarch64 wheels (sha256 from PyPI's simple index, JSON form); what
-#: each holds is what its x86_64 twin holds (cupti's aarch64 wheel is tagged manylinux_2_25).
-PARTS_AARCH64 = tuple(Part(p.name, p.version, sha, p.holds) for p, sha in zip(PARTS, (
-    "c7ff28f86a24effdc6c034fa15230c549a273e4771b10a7fec14996f8cf3307f",   # nvidia-cuda-nvcc
-    "c4376a291d72d22a315d9d2f69bdae8f8cd83a627f75bad395cee49a0fe65dc1",   # nvidia-nvvm
-    "ee2ea2a97073e02ee62bb27841f437332be2c248e3eac013df07997ada39c003",   # nvidia-cuda-crt
-    "ef9bcbe90493a2b9d810e43d249adb3d02e98dd30200d86607d8d02687c43f55",   # nvidia-cuda-runtime
-    "6f0203e29fed809ee2b7fe9b1344df66ecab990c37d6a2e0e189b26d6c97ed7c",   # nvidia-cuda-cccl
-    "0fbc37f8139bafb5d36e57a19d381b0722df18a65d9395eb697420f78cc21aad",   # nvidia-cuda-culibos
-    "796bd679890ee55fb14a94629b698b6db54bcfd833d391d5e94017dd9d7d3151",   # nvidia-cuda-cupti
-    "1c2f8f6624844a2596f3145118cf3ef7ad0990676c0e5ad8dd7b9b2e35b4a447",   # nvidia-cuda-cuxxfilt
-    "b307d61f574ab60666d0b2cb204738338dbd0e05a9fa609eaab198222f0a13c2",   # nvidia-cuda-profiler-api
-    "cb7780edb6b14107373c835bf8b72e7a178bac7367e23da7acb108f973f157a6",   # nvidia-nvtx
-), strict=True))
+
+def read_pins(path: Path) -> tuple[Part, ...]:
+    """The parts a pins file names: one ``name==version --hash=sha256:HEX  # what it holds``
+    per line (blank lines and ``#`` comments aside); ToolchainError naming the file and line
+    for any other line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolchainError(f"{path}: the CUDA toolkit's pins can't be read ({exc})",
+                             hint="restore it from the repository") from None
+    parts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        pin, _, holds = line.partition("#")
+        if not pin.strip():
+            continue
+        found = _PIN.fullmatch(pin.strip())
+        if found is None:
+            raise ToolchainError(f"{path}, line {number}: {line.strip()!r} is not "
+                                 "'name==version --hash=sha256:<64 hex digits>'",
+                                 hint="each pin is one wheel, exact, with its sha256 (pip's "
+                                      "--require-hashes form)")
+        parts.append(Part(found["name"], found["version"], found["sha256"], holds.strip()))
+    return tuple(parts)
+
+
+#: The toolkit's wheels (recipes/cuda-toolkit/x86_64.txt).
+PARTS = read_pins(PINS_DIR / f"{MACHINE}.txt")
+#: The same parts' manylinux aarch64 wheels (recipes/cuda-toolkit/aarch64.txt).
+PARTS_AARCH64 = read_pins(PINS_DIR / "aarch64.txt")
 #: The pins per machine.
 MACHINE_PARTS = {"x86_64": PARTS, "aarch64": PARTS_AARCH64}
 
@@ -151,7 +140,7 @@ def machine_parts(machine: str) -> tuple[Part, ...]:
         return MACHINE_PARTS[machine]
     except KeyError:
         raise ToolchainError(f"no CUDA {CUDA} toolkit pins for {machine} "
-                             f"(tools/pipeline/cudakit.py has {', '.join(MACHINE_PARTS)})",
+                             f"(recipes/cuda-toolkit/ has {', '.join(MACHINE_PARTS)})",
                              hint="install NVIDIA's CUDA toolkit for that machine") from None
 
 
@@ -178,7 +167,7 @@ def check_machine(machine: str | None = None, system: str | None = None) -> None
     if machine != MACHINE or not system.startswith("linux"):
         raise ToolchainError(
             f"the CUDA {CUDA} toolkit from PyPI is pinned for x86_64 Linux "
-            f"(tools/pipeline/cudakit.py, PARTS); this machine is {system} {machine}",
+            f"(recipes/cuda-toolkit/x86_64.txt); this machine is {system} {machine}",
             hint="install NVIDIA's CUDA toolkit for this machine and set CUDA_HOME to it")
 
 
@@ -212,7 +201,7 @@ def download(dest: Path, *, parts: Iterable[Part] = PARTS, wheels: Path | None =
         if "DO NOT MATCH THE HASHES" in proc.stderr:
             hint = ("a wheel's bytes differ from its pinned sha256 (a tampered or cut-short "
                     "file): remove it" + (f" from {wheels}" if wheels else "") + " and retry; "
-                    "pins change only with tools/pipeline/cudakit.py (PARTS)")
+                    "pins change only with recipes/cuda-toolkit/")
         elif wheels:
             hint = (f"put the wheels of {', '.join(p.name + '==' + p.version for p in parts)} "
                     f"in {wheels}")
@@ -265,7 +254,7 @@ def assemble(wheels: Iterable[Path], dest: Path, target_dir: str = TARGET_DIR) -
         if not taken:
             raise ToolchainError(f"{wheel.name} holds no file under {WHEEL_ROOT}: it is not a "
                                  f"CUDA {CUDA.split('.')[0]} toolkit wheel",
-                                 hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+                                 hint="check the pins in recipes/cuda-toolkit/x86_64.txt")
     _link(dest / "lib64", "lib")
     for sub in ("include", "lib"):
         (dest / target_dir).mkdir(parents=True, exist_ok=True)
@@ -301,18 +290,17 @@ def _check_assembled(home: Path, machine: str = MACHINE) -> None:
         if found is None or found.arch != machine:
             raise ToolchainError(f"the toolkit assembled in {home} has no {machine} nvcc "
                                  f"(bin/nvcc: {found.describe() if found else 'missing'})",
-                                 hint="check the pins in tools/pipeline/cudakit.py "
-                                      "(PARTS_AARCH64)")
+                                 hint="check the pins in recipes/cuda-toolkit/aarch64.txt")
         release = CUDA
     else:
         release = nvcc_release(home / "bin" / "nvcc")
     if release != CUDA:
         raise ToolchainError(f"the toolkit assembled in {home} has no working CUDA {CUDA} nvcc "
                              f"(bin/nvcc --version: release {release})",
-                             hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+                             hint="check the pins in recipes/cuda-toolkit/x86_64.txt")
     if not (home / "include" / "cuda_runtime.h").is_file():
         raise ToolchainError(f"the toolkit assembled in {home} lacks include/cuda_runtime.h",
-                             hint="check the pins in tools/pipeline/cudakit.py (PARTS)")
+                             hint="check the pins in recipes/cuda-toolkit/x86_64.txt")
 
 
 def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = "",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.digest import sha256_file
-from tools.core.download import PYPI_FILES, download
+from tools.core.httpclient import PYPI_FILES, download
 from tools.core.errors import PatchError, SourceError
 from tools.core.hostos import WINDOWS
 from tools.plan.recipe_model import Patch, Recipe

@@ -11,7 +11,6 @@ keys (an alias bomb of a few lines expands to gigabytes before anything could lo
 
 from __future__ import annotations
 
-import os
 import reprlib
 import stat
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from tools.core.errors import CuwheelsError
+from tools.core.regularfile import FileTooLarge, NotRegularFile, read_regular
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
                list: "a list", dict: "a mapping", type(None): "null"}
@@ -94,25 +94,17 @@ def read_text(path: Path, error: type[CuwheelsError], limit: int = MAX_YAML_BYTE
     """The UTF-8 text of the regular file ``path``, at most ``limit`` bytes; ``error`` names the
     file and the rule otherwise (a FIFO or a device is never opened for a blocking read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise error(f"{path}: cannot be read: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            what = "a folder" if stat.S_ISDIR(mode) else \
-                "a device, FIFO or socket (or a link to one)"
-            raise error(f"{path}: is not a regular file but {what}",
-                        hint="it must be a plain text file in the repository")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        raise error(f"{path}: cannot be read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
+        data = read_regular(path, limit)
+    except NotRegularFile as exc:
+        what = "a folder" if stat.S_ISDIR(exc.mode) else \
+            "a device, FIFO or socket (or a link to one)"
+        raise error(f"{path}: is not a regular file but {what}",
+                    hint="it must be a plain text file in the repository") from None
+    except FileTooLarge:
         raise error(f"{path}: larger than {limit} bytes", hint="these files are a few kilobytes; "
-                    "check that it is the file meant")
+                    "check that it is the file meant") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read: {exc.strerror}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -31,12 +31,13 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from tools.core.httpclient import describe
 from tools.core.manifest import manifest_member
 from tools.core.rangeread import RangeLimitExceeded, RangeReader, RangeUnsupported
 from .detect import series_or_none
 from .facts import FACTS_FILE, SiteFacts, parse_facts
 from .fetch import (DEFAULT_DEADLINE, FACTS_LIMIT, MANIFEST_LIMIT, PAGE_LIMIT, PEEK_FULL_LIMIT, PEEK_READ_LIMIT,
-                    BROKEN_INDEX, USER_AGENT, Fetcher, IndexReadError, describe, open_regular, read_regular,
+                    BROKEN_INDEX, USER_AGENT, Fetcher, IndexReadError, open_regular, read_regular,
                     url_origin)
 
 #: What zipfile raises for bytes that are not a readable zip (besides OSError).

@@ -84,8 +84,9 @@ from pathlib import Path
 
 from .frontpage import load_planned
 from tools.core.errors import IndexBuildError
+from tools.core.regularfile import read_regular
 from .ledger_file import (
-    Ledger, Removal, atomic_write, dump_ledger, lock_path, parse_ledger_document, read_ledger_text, read_regular,
+    Ledger, Removal, atomic_write, dump_ledger, lock_path, parse_ledger_document, read_ledger_text,
 )
 from .render import json_text, render_site
 from .scan import CACHE_SCHEMA, Rejected, load_hash_cache, scan_wheels, utc_timestamp

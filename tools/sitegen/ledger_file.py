@@ -56,17 +56,16 @@ that two runs with different sites can't both merge into the same ledger.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tools.core.errors import IndexBuildError
+from tools.core.regularfile import read_regular
 from tools.core.variant import Variant
 
 _encode_str = json.encoder.encode_basestring_ascii
@@ -333,24 +332,6 @@ def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
                               hint="restore it from the site it was published with (<site>/ledger.json)") from None
     except OSError as exc:
         raise IndexBuildError(f"ledger {path} can't be read: {exc}") from None
-
-
-def read_regular(path: Path, *, limit: int | None = None) -> bytes:
-    """The bytes of the regular file at ``path``; OSError for anything else (a FIFO, a device, a
-    directory) or, with ``limit``, for a file over ``limit`` bytes (EFBIG).
-
-    O_NONBLOCK: opening a FIFO put where a file was expected would otherwise wait for a writer
-    forever, and reading a device like /dev/zero would never end.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    with os.fdopen(fd, "rb") as f:
-        data = f.read() if limit is None else f.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise OSError(errno.EFBIG, f"over {limit} bytes", str(path))
-    return data
 
 
 def load_ledger_document(path: Path, *, init: bool = False) -> Ledger:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from tools.core.digest import hash_files, jobs_for
 from tools.core.errors import IndexBuildError
-from .ledger_file import Entry, Removal, read_regular
+from tools.core.regularfile import read_regular
+from .ledger_file import Entry, Removal
 from .wheelread import (
     WheelRejected, index_wheel, parse_indexed, project_of, read_wheel_metadata, wheel_identity,
 )

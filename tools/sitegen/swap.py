@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tools.core.errors import IndexBuildError
-from .ledger_file import read_regular
+from tools.core.regularfile import read_regular
 from .render import FINGERPRINTS, Reuse
 
 #: The largest fingerprint record read (a line per page): a larger file is ignored.

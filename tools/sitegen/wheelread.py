@@ -31,7 +31,6 @@ import errno
 import hashlib
 import json
 import os
-import stat
 import struct
 import zipfile
 import zlib
@@ -49,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 from tools.core.binarch import HEAD_BYTES, NotABinary, expected_for, is_binary_name, mismatch, read_binary
 from tools.core.digest import hash_fd
 from tools.core.errors import IndexBuildError
+from tools.core.regularfile import NotRegularFile, open_fd
 from .ledger_file import FILENAME_CHARS, Entry, encode_entry, entry_from_json
 from .wheelzip import Unsupported, WheelRejected, ZipDirectory, ZipfileMembers, check_members, shown
 from tools.core.manifest import MANIFEST_NAME, parse_manifest, variant_from_manifest
@@ -221,13 +221,12 @@ def read_wheel_metadata(path: str | os.PathLike) -> bytes:
 def _open_regular(path: str | os.PathLike) -> int:
     """A read-only descriptor of the regular file at ``path``; WheelRejected for anything else.
 
-    O_NONBLOCK: a FIFO put where a wheel was listed would otherwise hang the open itself.
+    (tools.core.regularfile: a FIFO put where a wheel was listed never hangs the open itself.)
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise WheelRejected("not a regular file: wheels must be plain files")
-    return fd
+    try:
+        return open_fd(path)
+    except NotRegularFile:
+        raise WheelRejected("not a regular file: wheels must be plain files") from None
 
 
 def check_binaries(zf: Any, platforms: frozenset[str]) -> None:

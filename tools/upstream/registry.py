@@ -27,7 +27,7 @@ from elftools.elf.gnuversions import GNUVerNeedSection
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from tools.core.download import PYPI_FILES, check_url, download
+from tools.core.httpclient import PYPI_FILES, check_url, download
 from tools.core.errors import RegistryError
 from tools.core.rangeread import RangeReader
 from tools.plan.table import version_key
