@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tinyext_support import TORCH_VERSION, cuda_torch_venv, shared_tinyext
-from tools.pipeline import prelude, venvs as pyenv
+from tools.pipeline import compile as compile_step, prelude, venvs as pyenv
 from tools.core.errors import CompileError, ToolchainError, VerifyError
 from tools.backends import host
 from tools.backends.base import BuildOptions
@@ -293,9 +293,9 @@ def _compile_env(monkeypatch, tmp_path, recipe: Recipe, cell) -> dict[str, str]:
     monkeypatch.setattr(prelude, "prepare_source", lambda *a, **k: Prepared())
     monkeypatch.setattr(prelude, "prepare_python", lambda *a, **k: BuildPython(
         tmp_path / "python", f"{cell.torch}.0", cell.cuda, tmp_path / "lib", cell.cxx11_abi))
-    monkeypatch.setattr(host, "available_memory_gib", lambda: 24.0)
-    monkeypatch.setattr(host, "usable_cores", lambda: 2)
-    monkeypatch.setattr(host, "compile_wheel", compile_wheel)
+    monkeypatch.setattr(compile_step, "available_memory_gib", lambda: 24.0)
+    monkeypatch.setattr(compile_step, "usable_cores", lambda: 2)
+    monkeypatch.setattr(compile_step, "compile_wheel", compile_wheel)
     options = BuildOptions(archs=cell.archs, out_dir=tmp_path / "out", work_root=tmp_path,
                            why="--backend host", cache=False)
     with pytest.raises(CompileError, match="stopped before compiling"):

@@ -12,34 +12,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-from tools.core.errors import CompileError, ToolchainError
-from tools.core.variant import group_id, torch_series
+from tools.core.errors import ToolchainError
+from tools.core.variant import torch_series
 from tools.finish.raw import FinishSettings, RawWheel
 from tools.finish.steps import finish_wheel, record_kernel_check
 from tools.finish.checks import smoke_test, smoke_test_existing, smoke_venv
 from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check, summary
-from tools.pipeline import ccache, shardcache
-from tools.pipeline.buildenv import available_memory_gib, build_env, size_for, usable_cores
-from tools.pipeline.compilelog import failing_file
+from tools.pipeline.compile import CompileSettings, compile_package
 from tools.pipeline.prelude import prepare
 from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.report import Progress, Step, reporting
 from tools.pipeline.wheelhouse import publish
-from tools.pipeline.build_toolchain import (BuildPython, build_process_env, pip_wheel_command,
-                                            torch_info)
+from tools.pipeline.build_toolchain import BuildPython, torch_info
 from tools.pipeline.venvs import PackageSources, venv_python
-from tools.plan.groups import group_key, read_units
 from tools.plan.cells import Cell, torch_index
 from tools.plan.recipe_model import Recipe
 from tools.plan.table import Table
@@ -160,68 +154,6 @@ def missing_requirements(python: Path, requirements: list[str]
     return missing
 
 
-_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-
-
-@dataclass(frozen=True)
-class PipWheel:
-    """The package's own build as the host backend runs it: ``pip wheel`` of ``tree`` with
-    ``python`` into ``out_dir`` (``isolation``: the recipe's; ``offline``: no index)."""
-
-    python: Path
-    tree: Path
-    out_dir: Path
-    isolation: bool = True
-    offline: bool = False
-
-
-def compile_wheel(build: PipWheel, env: dict[str, str], log: Path, *,
-                  on_line: Callable[[str], None] | None = None, timeout: float = 6 * 3600,
-                  path_prefix: tuple[str, ...] = ()) -> Path:
-    """Run the package's own build (``pip wheel``) and return the unrepaired wheel.
-
-    Every line goes to ``log``; ninja's ``[N/M]`` progress lines go to ``on_line``. A failure
-    raises CompileError naming the file that failed, the exit status (137: OOM-killed) and the
-    log. ``path_prefix`` goes first on PATH (the compiler cache's ``c++``); an inherited
-    PYTHONPATH is dropped, one in ``env`` is kept.
-    """
-    python, tree, out_dir = build.python, build.tree, build.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = pip_wheel_command(python, tree, out_dir, isolation=build.isolation,
-                            offline=build.offline)
-    full_env = build_process_env(python, env, first_on_path=tuple(map(Path, path_prefix)))
-    start = time.monotonic()
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, cwd=tree, env=full_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            fh.write(line)
-            if on_line and _PROGRESS.match(line.strip()):
-                on_line(line.strip())
-            if time.monotonic() - start > timeout:
-                proc.kill()
-                break
-        code = proc.wait()
-    if code != 0:
-        text = log.read_text(errors="replace")
-        culprit = failing_file(text)
-        if code in (-9, 137) or "Killed" in text[-5000:]:
-            raise CompileError(
-                f"the compile was killed (exit {code}), most likely out of memory; log: {log}",
-                hint="lower MAX_JOBS (raise build.job_memory_gib in the recipe), or build on a "
-                     "machine with more memory")
-        where = f" while compiling {culprit}" if culprit else ""
-        raise CompileError(f"the package's build failed (exit {code}){where}; full log: {log}",
-                           hint="read the first error in the log; a patch in the recipe may be "
-                                "needed for this CUDA/torch version")
-    wheels = sorted(out_dir.glob("*.whl"))
-    if len(wheels) != 1:
-        raise CompileError(f"the build made {len(wheels)} wheels in {out_dir}, expected one")
-    return wheels[0]
-
-
 @dataclass(frozen=True)
 class Installed:
     """Where a wheel is installed: the interpreter, and what goes first on its path."""
@@ -251,33 +183,6 @@ def check_kernels(wheel: Path, manifest: dict, *, cell: Cell, recipe: Recipe,
     checked, _ = record_kernel_check(wheel, manifest, kept, cell=cell, recipe=recipe,
                                      out_dir=work / "checked")
     return checked, kept
-
-
-def _report_cache(setup: ccache.CompilerCache, step: Step, progress: Progress) -> None:
-    """Put the build's cache hits and misses in the report, also after a failed compile (an
-    unreadable stats log is noted, never hides the compile's own error)."""
-    try:
-        stats = ccache.read_stats(setup)
-    except ToolchainError as exc:
-        step.detail["cache"]["stats_error"] = str(exc)
-        return
-    step.detail["cache"].update(hits=stats.hits, direct_hits=stats.direct_hits,
-                                preprocessed_hits=stats.preprocessed_hits, misses=stats.misses,
-                                counters=stats.counters)
-    progress.say(f"compiler cache: {stats.summary}")
-
-
-def _report_units(setup: ccache.CompilerCache, use: shardcache.ShardUse, recipe: Recipe,
-                  step: Step, progress: Progress) -> None:
-    """Put each unit's cache result in the report, each miss with its reason."""
-    units = read_units(recipe)
-    per_unit = shardcache.sort_results(ccache.unit_results(setup.stats_log), use,
-                                       units.sharded() if units else ())
-    step.detail["cache"]["per_unit"] = per_unit
-    progress.say(f"shard caches: {per_unit['shard_hits']} unit(s) read from "
-                 f"{len(use.used)} shard cache(s), {len(per_unit['misses'])} compiled here")
-    for miss in per_unit["misses"]:
-        progress.say(f"  compiled here: {miss['unit']}: {miss['why']}")
 
 
 @dataclass(frozen=True)
@@ -328,20 +233,6 @@ class HostBackend:
             report.update(verdict="passed", wheel=str(wheel))
         return BuildResult(report, wheel)
 
-    @staticmethod
-    def _shards(cell: Cell, recipe: Recipe, options: BuildOptions,
-                progress: Progress) -> shardcache.ShardUse | None:
-        """Which offered shard caches the build reads (None when none were offered)."""
-        if not options.shard_caches:
-            return None
-        use = shardcache.choose(list(options.shard_caches), group=group_id(cell.id),
-                                key=group_key(cell, recipe))
-        for refused in use.refused:
-            progress.say(f"shard cache not read: {refused['cache']}: {refused['why']}")
-        progress.say(f"shard caches read: {len(use.used)}"
-                     + (f" (partial: {', '.join(use.partial)})" if use.partial else ""))
-        return use
-
     def _existing(self, job: BuildJob, step: Step) -> BuildPython:
         """The ``python`` step with ``--python``: that interpreter checked against the cell."""
         bp = check_existing_python(self.python, job.cell, job.recipe, job.table,
@@ -352,106 +243,60 @@ class HostBackend:
 
     def _run(self, job: BuildJob, options: BuildOptions, work: Path, progress: Progress) -> Path:
         """Every step, in ``work``; returns the published wheel."""
-        cell, recipe, table = job.cell, job.recipe, job.table
-        python, archs = self.python, options.archs
-        wheelhouse, offline = self.inputs.wheelhouse, self.inputs.offline
-
+        cell, recipe, python = job.cell, job.recipe, self.python
         existing = None
         if python is not None:
             # Checked first: an interpreter that can't build this cell stops before anything
             # is fetched.
             existing = progress.run("python", lambda step: self._existing(job, step))
         prelude = prepare(job, work, self.inputs, progress, python=existing)
-        nvcc, prepared, bp = prelude.nvcc, prelude.source, prelude.python
-
-        sizing = size_for(recipe, archs, cores=usable_cores(),
-                          available_gib=available_memory_gib())
-        env = build_env(recipe, cell, sizing, archs=archs, cuda_home=nvcc.cuda_home)
-
-        def compile_(step: Step) -> Path:
-            use = self._shards(cell, recipe, options, progress) if options.cache else None
-            if use is not None:
-                env.update(use.env)   # the shards' command lines are the cell's
-                step.detail["shards"] = use.describe()
-            progress.say(f"sizing: {sizing.note}")
-            progress.say("environment: "
-                         + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
-            step.detail.update(env=env, sizing=asdict(sizing), log=str(work / "compile.log"))
-            setup = ccache.prepare(work, site=ccache.site_packages(bp.python),
-                                   cuda_home=nvcc.cuda_home) if options.cache else None
-            if setup:
-                progress.say(f"compiler cache: ccache {setup.version} in {setup.directory} "
-                             "(--no-cache builds without it)")
-                step.detail["cache"] = setup.describe()
-                if use is not None and use.used:
-                    setup.env.update(ccache.shard_reader_env(use.used))
-            else:
-                step.detail["cache"] = {"tool": None, "why": "--no-cache"}
-            last = [0.0]
-
-            def on_line(line: str) -> None:
-                now = time.monotonic()
-                if now - last[0] > 5:
-                    last[0] = now
-                    counter = line.split("]", 1)[0] + "]"
-                    # torch may pass -c twice
-                    source = re.search(r"\s-c\s+(?:-c\s+)*(\S+)", line)
-                    name = Path(source.group(1)).name if source else line[len(counter):80]
-                    progress.say(f"compiling {counter} {name}")
-            try:
-                build = PipWheel(bp.python, prepared.tree, work / "dist",
-                                 isolation=recipe.build.isolation, offline=offline)
-                return compile_wheel(build,
-                                     {**env, **(setup.env if setup else ccache.disabled_env())},
-                                     work / "compile.log", on_line=on_line,
-                                     path_prefix=setup.path_prefix if setup else ())
-            finally:
-                if setup:
-                    _report_cache(setup, step, progress)
-                if setup and use is not None:
-                    _report_units(setup, use, recipe, step, progress)
-
-        raw = progress.run("compile", compile_)
+        settings = CompileSettings(options.archs, cache=options.cache,
+                                   shard_caches=options.shard_caches, offline=self.inputs.offline)
+        raw = progress.run("compile", lambda step: compile_package(job, prelude, settings, work,
+                                                                   step, progress))
+        bp = prelude.python
         final, manifest = finish_wheel(
-            RawWheel(raw, cell, recipe, archs, bp.torch_lib, bp.torch_version, bp.torch_cuda,
-                     backend="host", nvcc=nvcc.path), work, progress,
+            RawWheel(raw, cell, recipe, options.archs, bp.torch_lib, bp.torch_version,
+                     bp.torch_cuda, backend="host", nvcc=prelude.nvcc.path), work, progress,
             FinishSettings(manifest_extra={"existing_python": True} if python is not None
                            else None))
-
-        def verify(step: Step) -> tuple[Path, tuple[Path, ...]]:
-            """The import smoke test; returns the Python and path the kernel check runs with."""
-            if python is not None:
-                seconds, site = smoke_test_existing(final, python=bp.python,
-                                                    torch_series=cell.torch,
-                                                    imports=recipe.imports,
-                                                    workdir=work / "smoke",
-                                                    extra_wheels=options.needed)
-                step.detail.update(smoke_test="passed", imports=list(recipe.imports),
-                                   seconds=seconds, python=str(bp.python))
-                return bp.python, (site,)
-            index = self.inputs.torch_index or torch_index(cell, table)
-            seconds = smoke_test(final, python=cell.python,
-                                 torch_requirement=cell.torch_requirement,
-                                 torch_version=cell.torch_version, imports=recipe.imports,
-                                 workdir=work / "smoke", sources=PackageSources(
-                                     extra_index_urls=(index,) if index else (),
-                                     find_links=(wheelhouse,) if wheelhouse else (),
-                                     offline=offline),
-                                 extra_wheels=options.needed)
-            step.detail.update(smoke_test="passed", imports=list(recipe.imports),
-                               seconds=seconds)
-            return venv_python(smoke_venv(work / "smoke")), ()
-
-        check_python, check_path = progress.run("verify", verify)
-
-        def kernels(step: Step) -> Path:
-            checked, kept = check_kernels(final, manifest, cell=cell, recipe=recipe,
-                                          installed=Installed(check_python, check_path),
-                                          work=work, gpu_finder=self.gpu_finder,
-                                          detail=step.detail)
-            progress.say(f"kernel check: {kept['verdict']}"
-                         + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
-            return checked
-
-        checked = progress.run("kernels", kernels)
+        installed = progress.run("verify", lambda step: self._verify(
+            job, final, bp, options.needed, work, step))
+        checked = progress.run("kernels", lambda step: self._kernels(
+            job, final, manifest, installed, work, step, progress))
         return progress.run("publish", lambda step: publish(checked, options.out_dir, step))
+
+    def _verify(self, job: BuildJob, final: Path, bp: BuildPython, needed: tuple[Path, ...],
+                work: Path, step: Step) -> Installed:
+        """The ``verify`` step, the import smoke test: in a fresh venv with the cell's torch,
+        or with ``--python`` in that interpreter (the wheel unpacked beside it); returns where
+        the kernel check runs."""
+        cell, recipe = job.cell, job.recipe
+        if self.python is not None:
+            seconds, site = smoke_test_existing(final, python=bp.python, torch_series=cell.torch,
+                                                imports=recipe.imports, workdir=work / "smoke",
+                                                extra_wheels=needed)
+            step.detail.update(smoke_test="passed", imports=list(recipe.imports),
+                               seconds=seconds, python=str(bp.python))
+            return Installed(bp.python, (site,))
+        index = self.inputs.torch_index or torch_index(cell, job.table)
+        wheelhouse = self.inputs.wheelhouse
+        seconds = smoke_test(final, python=cell.python, torch_requirement=cell.torch_requirement,
+                             torch_version=cell.torch_version, imports=recipe.imports,
+                             workdir=work / "smoke", sources=PackageSources(
+                                 extra_index_urls=(index,) if index else (),
+                                 find_links=(wheelhouse,) if wheelhouse else (),
+                                 offline=self.inputs.offline),
+                             extra_wheels=needed)
+        step.detail.update(smoke_test="passed", imports=list(recipe.imports), seconds=seconds)
+        return Installed(venv_python(smoke_venv(work / "smoke")))
+
+    def _kernels(self, job: BuildJob, final: Path, manifest: dict, installed: Installed,
+                 work: Path, step: Step, progress: Progress) -> Path:
+        """The ``kernels`` step: the recipe's kernel check where the wheel is installed."""
+        checked, kept = check_kernels(final, manifest, cell=job.cell, recipe=job.recipe,
+                                      installed=installed, work=work,
+                                      gpu_finder=self.gpu_finder, detail=step.detail)
+        progress.say(f"kernel check: {kept['verdict']}"
+                     + (f" on {kept['gpu']}" if kept.get("gpu") else ""))
+        return checked
