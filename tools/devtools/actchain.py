@@ -289,7 +289,7 @@ class Podman:
             raise ToolchainError("podman (with runc or crun) is not installed",
                                  hint="apt-get install -y podman runc")
         wrapper = oci_runtime.install_wrapper(runtime, self.cache / "runtime-no-rlimits",
-                                              python="/usr/bin/python3")
+                                              python=sys.executable)
         conf, storage = self.cache / "containers.conf", self.cache / "storage.conf"
         conf.write_text(f'[engine]\nruntime = "cuwheels"\n[engine.runtimes]\n'
                         f'cuwheels = ["{wrapper}"]\n')
@@ -450,10 +450,13 @@ def free_port() -> int:
 
 def act_argv(tools: Tools, image: str, actions: dict[str, Path], *, event: str, event_file: Path,
              workflow: str, artifacts: Path, artifact_port: int, env: dict[str, str],
-             secrets: dict[str, str], variables: dict[str, str], mounts: Sequence[str]) -> list[str]:
+             secrets: dict[str, str], variables: dict[str, str], mounts: Sequence[str],
+             hosts: dict[str, str] | None = None) -> list[str]:
     """act's command line: the job image for GitHub's Ubuntu labels, the actions offline from
     their directories, act's artifact server on 127.0.0.1, no cache server (actions/cache is a
-    stand-in), the jobs' containers removed after them."""
+    stand-in), the jobs' containers removed after them; ``hosts``: names the jobs resolve to
+    an address (GitHub's server stand-in: the artifact actions take any other name than
+    github.com, *.ghe.com or *.localhost for GHES, which they refuse)."""
     argv = [str(tools.act), event, "-W", workflow, "-e", str(event_file), "--remote-name", "act",
             "--pull=false", "--container-daemon-socket", "-", "--action-offline-mode",
             "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
@@ -465,8 +468,9 @@ def act_argv(tools: Tools, image: str, actions: dict[str, Path], *, event: str, 
     for flag, values in (("--env", env), ("-s", secrets), ("--var", variables)):
         for key, value in values.items():
             argv += [flag, f"{key}={value}"]
-    if mounts:
-        argv += ["--container-options", " ".join(f"-v {m}" for m in mounts)]
+    options = [f"-v {m}" for m in mounts] + [f"--add-host={h}:{ip}" for h, ip in (hosts or {}).items()]
+    if options:
+        argv += ["--container-options", " ".join(options)]
     return argv
 
 
