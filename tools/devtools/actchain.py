@@ -368,7 +368,8 @@ def _add_link(tar: tarfile.TarFile, name: str, target: str) -> None:
 
 def write_runner_tar(out, rootfs: Path, node: Path, ca_bundle: Path | None) -> None:
     """The job image's file system as a tar: the tree, node, the CA bundle, ``gh`` (stand-in)
-    and setup-python's tool-cache entry: a venv of the image's Python, marked complete."""
+    and setup-python's tool-cache entry: links to the image's Python, marked complete (links,
+    not a venv: the host backend takes no virtual environment for a cell's Python)."""
     version = _python_version(rootfs)
     short = ".".join(version.split(".")[:2])
     entry = f"./opt/hostedtoolcache/Python/{version}/x64"
@@ -394,8 +395,6 @@ def write_runner_tar(out, rootfs: Path, node: Path, ca_bundle: Path | None) -> N
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        _add_bytes(tar, f"{entry}/pyvenv.cfg", f"home = /usr/bin\ninclude-system-site-packages "
-                   f"= false\nversion = {version}\n".encode())
         for link in ("python", "python3", f"python{short}"):
             _add_link(tar, f"{entry}/bin/{link}", f"/usr/bin/python{short}")
         _add_bytes(tar, f"{entry}.complete", b"")
