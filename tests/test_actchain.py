@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from github_standin import serve
 from tools import ROOT
-from tools.devtools import actchain, localimage
+from tools.devtools import actchain, standin_image
 
 #: The batch: one small cell, one arch (the dispatch's filters, the repository variable).
 CELL = "causal_conv1d-3.11-cu130-torch2.13"
@@ -47,11 +46,10 @@ def test_every_action_the_release_workflows_pin_has_a_way_to_run_under_act():
 
 def test_act_argv_maps_the_pins_to_their_directories(tmp_path):
     tools = actchain.Tools(tmp_path / "act", tmp_path)
-    argv = actchain.act_argv(tools, "img", {"a/b@" + "1" * 40: tmp_path}, event="push",
-                             event_file=tmp_path / "e.json", workflow="w.yml",
-                             artifacts=tmp_path, artifact_port=1234, env={"K": "v"},
-                             secrets={"GITHUB_TOKEN": "t"}, variables={"V": "1"},
-                             mounts=["/x:/y:ro"], hosts={"github.localhost": "127.0.0.1"})
+    argv = actchain.act_argv(tools, "img", {"a/b@" + "1" * 40: tmp_path}, actchain.ActRequest(
+        event="push", event_file=tmp_path / "e.json", workflow="w.yml", artifacts=tmp_path,
+        artifact_port=1234, env={"K": "v"}, secrets={"GITHUB_TOKEN": "t"}, variables={"V": "1"},
+        mounts=["/x:/y:ro"], hosts={"github.localhost": "127.0.0.1"}))
     joined = " ".join(argv)
     assert f"--local-repository a/b@{'1' * 40}={tmp_path}" in joined
     assert "--env K=v" in joined and "-s GITHUB_TOKEN=t" in joined and "--var V=1" in joined
@@ -111,11 +109,11 @@ def test_the_release_chain_runs_under_act(tmp_path):
     state.pages = {"html_url": f"{base}/site/", "build_type": "workflow"}
     event = actchain.write_json(tmp_path / "event.json", {"inputs": INPUTS,
                                                           "ref": "refs/heads/main"})
-    toolkit = localimage.find_cuda("13.0")
+    toolkit = standin_image.find_cuda("13.0")
     uv_cache = Path(os.environ.get("UV_CACHE_DIR") or Path.home() / ".cache" / "uv")
     ca = "/etc/ssl/certs/ca-certificates.crt"
-    argv = actchain.act_argv(
-        tools, image, actions, event="workflow_dispatch", event_file=event,
+    argv = actchain.act_argv(tools, image, actions, actchain.ActRequest(
+        event="workflow_dispatch", event_file=event,
         workflow=".github/workflows/wheels.yml", artifacts=artifacts,
         artifact_port=actchain.free_port(),
         # GitHub's server: the stand-in under a *.localhost name, which the artifact actions
@@ -127,7 +125,7 @@ def test_the_release_chain_runs_under_act(tmp_path):
         secrets={"GITHUB_TOKEN": "stand-in-token"},
         variables={"CUWHEELS_CELL_BACKEND": "host", "CUWHEELS_CELL_ARCHS": "90"},
         mounts=[f"{toolkit}:/usr/local/cuda:ro", f"{uv_cache}:/root/.cache/uv"],
-        hosts={SERVER: "127.0.0.1"})
+        hosts={SERVER: "127.0.0.1"}))
     log = tmp_path / "act.log"
     try:
         podman.clean()  # a stale act-toolcache volume hides the image's tool cache

