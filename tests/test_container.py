@@ -116,7 +116,9 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     assert not list(tools.rglob("__pycache__"))
     assert (tools / "recipes" / "table.yaml").read_text() == (tmp_path / "table.yaml").read_text()
     assert (tools / "recipes" / "flashy" / "patches" / "0001-Read-arch-list.patch").is_file()
-    assert sorted(p.name for p in (tools / "recipes").iterdir()) == ["flashy", "table.yaml"]
+    # the recipe, the table and the toolkit's pins (read when the tools are imported), no more
+    assert sorted(p.name for p in (tools / "recipes").iterdir()) == [
+        "cuda-toolkit", "flashy", "table.yaml"]
     # the planned cell goes with them: the commands in the container read it, never re-plan
     assert Cell.from_json(json.loads((tools / "cell.json").read_text())) == cell
 
@@ -126,7 +128,8 @@ def test_stage_of_a_dependent_stages_its_own_recipe_and_the_planned_needs(staged
     what it needs is in the staged cell."""
     _, cell, staged = staged_dependent
     tools = staged.project / "cuwheels"
-    assert sorted(p.name for p in (tools / "recipes").iterdir()) == ["dep_ext", "table.yaml"]
+    assert sorted(p.name for p in (tools / "recipes").iterdir()) == [
+        "cuda-toolkit", "dep_ext", "table.yaml"]
     saved = Cell.from_json(json.loads((tools / "cell.json").read_text()))
     assert saved == cell and saved.needs == ("demo_ext-3.12-cu130-torch2.9",)
 

@@ -76,6 +76,7 @@ from tools.finish.steps import recipe_git_revision
 from tools.core.manifest import read_manifest
 from tools.core.variant import group_id
 from tools.pipeline import ccache, shardcache
+from tools.pipeline.cudakit import PINS_DIR as TOOLKIT_PINS
 from tools.plan.groups import group_key, read_units
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, reporting
@@ -156,6 +157,9 @@ def stage(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
     (dest / "recipes").mkdir(parents=True)
     shutil.copyfile(table.path, dest / "recipes" / "table.yaml")
     shutil.copytree(recipe.folder, dest / "recipes" / recipe.package, ignore=ignore)
+    # The toolkit's pins are read when the tools are imported (tools.pipeline.cudakit), in the
+    # container too, though the image brings its own toolkit.
+    shutil.copytree(TOOLKIT_PINS, dest / "recipes" / TOOLKIT_PINS.name, ignore=ignore)
     (dest / CELL_FILE).write_text(json.dumps(cell.to_json(), indent=1) + "\n")
     return Staged(project, prepared.tree, prepared.sdist, prepared.sha256, prepared.patches)
 
