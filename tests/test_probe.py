@@ -205,7 +205,7 @@ def test_a_terminated_probe_stops_its_compiler(tmp_path):
     marker = tmp_path / "alive"
     script = (f"import sys, time\nsys.argv = ['probe']\nfrom tools.probing import probe_build\n"
               f"import signal\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
-              f"probe.measure('sleep 60; touch {marker}', cwd={str(tmp_path)!r}, env={{}}, "
+              f"probe_build.measure('sleep 60; touch {marker}', cwd={str(tmp_path)!r}, env={{}}, "
               f"log=__import__('pathlib').Path({str(tmp_path / 'm.log')!r}))\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
     time.sleep(1.5)
