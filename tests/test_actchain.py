@@ -83,6 +83,9 @@ def test_the_api_stand_in_says_so_and_keeps_the_documented_limits(tmp_path):
 
 
 @pytest.mark.slow
+# past the suite's 900 s: the cell compiles four units for sm_90 (12 min on 2 shared cores);
+# act itself is bounded at 3000 s (run_act)
+@pytest.mark.timeout(3600)
 def test_the_release_chain_runs_under_act(tmp_path):
     lack = actchain.missing_prerequisites()
     if lack:
