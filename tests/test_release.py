@@ -10,6 +10,7 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -63,6 +64,23 @@ def test_a_jobs_entry_becomes_its_environment(batch):
     with pytest.raises(PlanError, match="no job 'nope'"):
         job_env(document, "nope")
 
+
+def test_no_name_of_a_jobs_environment_is_read_by_ccache(batch):
+    # a build on the runner (Windows, the host backend) inherits the job's environment: ccache
+    # read CCACHE_PREFIX, once the cache key's prefix, as a program to run before the compiler
+    from tools.core.errors import ToolchainError
+    from tools.pipeline.ccache import find_ccache
+    try:
+        ccache = find_ccache()
+    except ToolchainError as exc:
+        pytest.skip(str(exc))
+    document, outputs, _ = batch
+    cell = json.loads(outputs["cells1"])["include"][0]["id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCACHE_")}
+    env.update(line.split("=", 1) for line in job_env(document, cell))
+    shown = subprocess.run([ccache, "--show-config"], env=env, capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    assert [line for line in shown.splitlines() if line.startswith("(environment)")] == []
 
 @pytest.fixture
 def served(tmp_path):

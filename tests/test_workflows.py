@@ -604,7 +604,7 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
     # this cell's newest cache first, then another Python's of the same package, CUDA and torch
     # (and platform): the planner's prefix (tools.plan.stages ccache_prefix), from the entry
     from tools.releasing.steps import ENV_FIELDS
-    assert ENV_FIELDS["cell"]["ccache_prefix"] == "CCACHE_PREFIX"
+    assert ENV_FIELDS["cell"]["ccache_prefix"] == "COMPILER_CACHE_PREFIX"
     assert ENV_FIELDS["cell"]["python"] == "CELL_PYTHON"
     # trimmed to the job's share of the repository's cache just before it is saved, under the
     # same conditions, with the size in ccache's units (a bare number would be gigabytes)
@@ -613,7 +613,7 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
     assert 'CCACHE_MAXSIZE="$(( CCACHE_SAVE_BYTES / 1000 ))kB"' in trim_step["run"]
     assert trim_step["run"].endswith("--cleanup")
     keys = restore_step["with"]["restore-keys"].strip().splitlines()
-    assert keys == [_cell_key(), "${{ env.CCACHE_PREFIX }}-"]
+    assert keys == [_cell_key(), "${{ env.COMPILER_CACHE_PREFIX }}-"]
     run_key = _cell_key() + "${{ github.run_id }}-${{ github.run_attempt }}"
     assert restore_step["with"]["key"] == save_step["with"]["key"] == run_key
     # the budget of the runner file's runners ends the build well before the step's backstop,
@@ -625,13 +625,13 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
 
 
 def _cell_key() -> str:
-    return "${{ env.CCACHE_PREFIX }}-py${{ env.CELL_PYTHON }}-"
+    return "${{ env.COMPILER_CACHE_PREFIX }}-py${{ env.CELL_PYTHON }}-"
 
 
 def _render_key(entry: dict) -> str:
     """A cell job's compiler cache key (before the run id) for a matrix entry, as Actions
     expands the called job's env into the template."""
-    return _cell_key().replace("${{ env.CCACHE_PREFIX }}", entry["ccache_prefix"]) \
+    return _cell_key().replace("${{ env.COMPILER_CACHE_PREFIX }}", entry["ccache_prefix"]) \
         .replace("${{ env.CELL_PYTHON }}", entry["python"])
 
 

@@ -34,10 +34,13 @@ from .schedule import Schedule, as_markdown, drain, first_batch
 from .site import fetch_state, find_site
 
 #: The fields of a job's entry that reach its steps' environment, and their names there, per
-#: kind of job (the called workflows' names).
+#: kind of job (the called workflows' names). None may be a variable ccache reads: a build on
+#: the runner (Windows, the host backend) inherits them, and ccache took CCACHE_PREFIX, the
+#: cache key's prefix, for its prefix_command and ran it before every compiler call.
 ENV_FIELDS = {
     "cell": {"id": "CELL_ID", "group": "GROUP", "shards": "SHARDS", "image": "IMAGE",
-             "python": "CELL_PYTHON", "cuda": "CELL_CUDA", "ccache_prefix": "CCACHE_PREFIX",
+             "python": "CELL_PYTHON", "cuda": "CELL_CUDA",
+             "ccache_prefix": "COMPILER_CACHE_PREFIX",
              "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"},
     "shard": {"id": "SHARD_ID", "group": "GROUP", "shard": "SHARD", "of": "OF",
               "image": "IMAGE", "cuda": "CELL_CUDA", "cache_key": "CACHE_KEY",
