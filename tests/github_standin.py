@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import mimetypes
 import re
 import tarfile
 import threading
@@ -129,9 +130,11 @@ def _handler(state: StandIn, base: list[str]):
             self.wfile.write(data)
             state.log.append((self.command, self.path, code))
 
-        def _bytes(self, data):
+        def _bytes(self, data, content_type=None):
             self.send_response(200)
             self.send_header(*STAND_IN_HEADER)
+            if content_type:
+                self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -249,7 +252,10 @@ def _handler(state: StandIn, base: list[str]):
                 target = target / "index.html"
             if not (target and target.is_file() and target.is_relative_to(root)):
                 return self._send(404, {"message": "Not Found"})
-            return self._bytes(target.read_bytes())
+            # with its type, as Pages sends it: pip skips an index page of no known type
+            kind = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+            return self._bytes(target.read_bytes(),
+                               kind + ("; charset=utf-8" if kind.startswith("text/") else ""))
 
         do_GET = do_POST = do_PATCH = do_DELETE = _any
     return H

@@ -84,6 +84,26 @@ def test_the_api_stand_in_says_so_and_keeps_the_documented_limits(tmp_path):
         server.server_close()
 
 
+def test_the_site_stand_in_serves_pages_with_their_type(tmp_path):
+    """As Pages does: a folder's index.html as text/html (pip skips an index page of no known
+    type), a wheel's .metadata as bytes."""
+    import urllib.request
+    site = tmp_path / "site"
+    (site / "simple" / "demo").mkdir(parents=True)
+    (site / "simple" / "demo" / "index.html").write_text("<!DOCTYPE html><html></html>")
+    (site / "demo-1.0-py3-none-any.whl.metadata").write_text("Metadata-Version: 2.1\n")
+    state, base, server = serve(site_dir=site)
+    try:
+        with urllib.request.urlopen(f"{base}/site/simple/demo/", timeout=10) as page:
+            assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+        with urllib.request.urlopen(f"{base}/site/demo-1.0-py3-none-any.whl.metadata",
+                                    timeout=10) as meta:
+            assert meta.headers["Content-Type"] == "application/octet-stream"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.slow
 # past the suite's 900 s: the cell compiles four units for sm_90 (12 min on 2 shared cores);
 # act itself is bounded at 3000 s (run_act)
