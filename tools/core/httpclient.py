@@ -27,6 +27,7 @@ selector's zipapp, which runs on the oldest Python a user may have.
 
 from __future__ import annotations
 
+import abc
 import http.client
 import io
 import socket
@@ -274,7 +275,7 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-class Client:
+class Client(abc.ABC):
     """Reads URLs by the rules of the module docstring; a subclass says which URLs
     (:meth:`check`) and how its failures read.
 
@@ -302,10 +303,11 @@ class Client:
         for handler in handlers:
             self._opener.add_handler(handler)
 
+    @abc.abstractmethod
     def check(self, url: str, *, context: str = "") -> None:
         """Raise the caller's error unless ``url`` may be read; ``context`` says where it came
-        from (a redirect), else the URL itself is named."""
-        raise NotImplementedError
+        from (a redirect), else the URL itself is named. Each client has its own rules (the
+        build's downloads: an origin list; the selector: its index's host)."""
 
     def redirect_loop(self, url: str) -> Exception:
         """The error for a request of ``url`` that redirected more than MAX_REDIRECTS times."""
