@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from tools.core.errors import PlanError
-from tools.plan.groups import UNITS_FILE, group_key, groups, read_units, shard_id, split
+from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel_span,
+                               read_units, shard_id, split)
 from tools.plan.cells import plan
 from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
@@ -142,3 +143,74 @@ def test_the_repository_plan_groups_every_cell():
     found = groups(cells, recipes)
     assert sum(len(g.cells) for g in found) == len(cells)
     assert len({g.id for g in found}) == len(found)
+
+
+# --------------------------------------------------------------------------- kernels shared by torch series
+
+
+def _span(cells, cuda=None):
+    """The torch series of flashy's first CUDA version with more than one, newest first."""
+    by_cuda: dict[str, list[str]] = {}
+    for c in cells:
+        if c.python == cells[0].python:
+            by_cuda.setdefault(c.cuda, []).append(c.torch)
+    cuda = cuda or next(k for k, v in by_cuda.items() if len(v) > 1)
+    return cuda, sorted(set(by_cuda[cuda]), key=lambda t: tuple(map(int, t.split("."))),
+                        reverse=True)
+
+
+def test_a_measured_span_makes_one_group_of_its_torch_series(flashy):
+    _, recipe, cells, write = flashy
+    cuda, series = _span(cells)
+    before = {g.id: g for g in groups(cells, [recipe])}
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series,
+                                       "digest": "d" * 64, "read_with": "a test"}}})
+    after = {g.id: g for g in groups(cells, [recipe])}
+    shared = f"flashy-cu{cuda.replace('.', '')}-kernels"
+    members = [c for c in cells if c.cuda == cuda and c.torch in series]
+    assert set(after[shared].cells) == {c.id for c in members}
+    # every one of those series had a group of its own before, and has none now
+    had = {gid for gid, g in before.items() if set(g.cells) & {c.id for c in members}}
+    assert len(had) == len(series) and shared not in before
+    assert len(before) - len(after) == len(series) - 1
+    # one key for all of them: the measured text's digest stands for the torch series
+    assert {group_key(c, recipe) for c in members} == {after[shared].key}
+    span = kernel_span(members[0], recipe)
+    assert span.torch == tuple(series) and span.digest == "d" * 64
+    # another digest is another key: caches of the old text are not read
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series,
+                                       "digest": "e" * 64}}})
+    assert group_key(members[0], recipe) != after[shared].key
+    # the cells of other CUDA versions keep their groups
+    assert all(g in after for g in before if not g.startswith(f"flashy-cu{cuda.replace('.', '')}"))
+
+
+def test_a_series_outside_the_span_or_another_platform_keeps_its_group(flashy):
+    _, recipe, cells, write = flashy
+    cuda, series = _span(cells)
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series[:2],
+                                       "digest": "d" * 64}}})
+    for cell in cells:
+        shared = cell.cuda == cuda and cell.torch in series[:2]
+        assert (cell_group(cell, recipe).endswith("-kernels")) == shared, cell.id
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_aarch64", "torch": series,
+                                       "digest": "d" * 64}}})
+    assert not any(cell_group(c, recipe).endswith("-kernels") for c in cells
+                   if c.platform == "linux_x86_64")
+
+
+@pytest.mark.parametrize("entry,message", [
+    ({"platform": "linux_x86_64", "torch": ["2.9"], "digest": "d" * 64},
+     "kernels.12.6.torch: names fewer than two torch series: there is nothing to share"),
+    ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "not a digest"},
+     "kernels.12.6.digest: must be a sha256 (64 lowercase hex digits)"),
+    ({"torch": ["2.9", "2.8"], "digest": "d" * 64}, "kernels.12.6.platform"),
+])
+def test_a_bad_kernels_block_is_refused(flashy, entry, message):
+    _, recipe, _, write = flashy
+    write({**UNITS, "kernels": {"12.6": entry}})
+    with pytest.raises(PlanError) as info:
+        read_units(recipe)
+    assert message in str(info.value)
+    assert "python -m tools.probe <cell> --across-torch --write" in str(info.value) \
+        or "platform" in message

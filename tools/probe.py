@@ -12,7 +12,7 @@ from tools import RECIPES_DIR
 from tools.core.errors import CompileError, ProbeError, cli
 from tools.plan.job import Inputs, load_job
 from tools.plan.table import TABLE_PATH
-from tools.probing import probe_build
+from tools.probing import kernelsame, probe_build
 
 
 @cli
@@ -24,6 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", type=Path, metavar="WORK",
                     help="print the probes' results under WORK (a --work directory) as the "
                          "README's markdown table, and probe nothing")
+    ap.add_argument("--across-torch", action="store_true",
+                    help="compile nothing: preprocess the cell's CUDA units against every torch "
+                         "series its CUDA version builds and say which units differ and which "
+                         "torch headers make them differ (tools/probing/kernelsame.py)")
+    ap.add_argument("--write", action="store_true",
+                    help="with --across-torch: record the torch series that share the kernels "
+                         "in the recipe's units.yaml (kernels:), which the plan groups by")
     ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
                                     "tree, or their file names), instead of the heaviest")
     ap.add_argument("--count", type=int, default=probe_build.DEFAULT_COUNT,
@@ -62,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     job = load_job(args.cell, args.recipes, args.table)
     inputs = Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
                     offline=args.offline, torch_index=args.torch_index)
+    if args.across_torch:
+        print(kernelsame.across_torch(job, inputs, args.work, write=args.write)["table"])
+        return 0
     try:
         report = probe_build.probe_cell(job, probe_build.ProbeRequest(
             units=units, count=args.count, archs=args.archs, inputs=inputs, work_root=args.work,

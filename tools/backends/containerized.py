@@ -74,10 +74,9 @@ from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, rea
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.steps import recipe_git_revision
 from tools.core.manifest import read_manifest
-from tools.core.variant import group_id
 from tools.pipeline import ccache, shardcache
 from tools.pipeline.cudakit import PINS_DIR as TOOLKIT_PINS
-from tools.plan.groups import group_key, read_units
+from tools.plan.groups import cell_group, group_key, read_units
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.wheelhouse import publish
@@ -345,7 +344,7 @@ class ContainerBackend:
         limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
         mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
                             else self.mounts, options.needed)
-        use = (shardcache.choose(list(options.shard_caches), group=group_id(cell.id),
+        use = (shardcache.choose(list(options.shard_caches), group=cell_group(cell, recipe),
                                  key=group_key(cell, recipe))
                if options.shard_caches and options.cache and self.shard is None else None)
         mounts = _with_shards(mounts, use, self.shard)

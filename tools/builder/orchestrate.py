@@ -25,12 +25,12 @@ from tools.backends.containerized import ContainerBackend
 from tools.backends.engine import ReadinessCheck, first_ready, readiness
 from tools.backends.host import HostBackend
 from tools.core.errors import ToolchainError
-from tools.core.variant import group_id
 from tools.kernels.check import GpuFinder, find_gpu
 from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.report import Progress
 from tools.pipeline.shardcache import candidates
 from tools.plan.cells import Cell
+from tools.plan.groups import cell_group
 from tools.plan.table import Table, arch_key
 from .needs import provide
 from .planned import Planned
@@ -180,6 +180,7 @@ def build_cell(cell: Cell, planned: Planned, request: BuildRequest = BuildReques
         archs=cell_archs, out_dir=request.out_dir, work_root=request.work_root, why=why,
         sdist=inputs.sdist, sdist_dir=inputs.sdist_dir, needed=needed, cache=request.cache,
         dry_run=request.dry_run,
-        shard_caches=tuple(candidates(shard_caches, group_id(cell.id))) if shard_caches else ()))
+        shard_caches=tuple(candidates(shard_caches, cell_group(cell, recipe))) if shard_caches
+        else ()))
     result.report.setdefault("why", why)
     return result

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tools.core.errors import CompileError, ToolchainError
-from tools.core.variant import group_id
-from tools.plan.groups import group_key, read_units
+from tools.plan.groups import cell_group, group_key, read_units
 from tools.plan.job import BuildJob
 from tools.plan.recipe_model import Recipe
 from . import ccache, shardcache
@@ -98,7 +97,7 @@ def choose_shards(job: BuildJob, shard_caches: tuple[Path, ...],
     cell, recipe = job.cell, job.recipe
     if not shard_caches:
         return None
-    use = shardcache.choose(list(shard_caches), group=group_id(cell.id),
+    use = shardcache.choose(list(shard_caches), group=cell_group(cell, recipe),
                             key=group_key(cell, recipe))
     for refused in use.refused:
         progress.say(f"shard cache not read: {refused['cache']}: {refused['why']}")

@@ -20,13 +20,15 @@ compiler cache into a cache of its own, and the cells read every shard's cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import PlanError
-from tools.core.variant import DEFAULT_PLATFORM, group_id
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART, cuda_nodot, group_id
 from .cells import Cell
 from .recipe_model import Recipe
 from .schema import Problems, load_yaml
@@ -48,6 +50,19 @@ class UnitCost:
 
 
 @dataclass(frozen=True)
+class KernelSpan:
+    """The torch series of one CUDA version whose CUDA units all preprocess the same (measured),
+    on one platform, and the digest of that text."""
+
+    cuda: str
+    platform: str
+    torch: tuple[str, ...]
+    #: sha256 over every CUDA unit's preprocessed-text digest: what the group's key holds.
+    digest: str
+    read_with: str = ""
+
+
+@dataclass(frozen=True)
 class UnitList:
     """A recipe's ``units.yaml``: its build's translation units by kind, and their cost."""
 
@@ -56,6 +71,8 @@ class UnitList:
     units: dict[str, tuple[str, ...]]         # kind -> unit names (paths in the source tree)
     cost: dict[str, UnitCost]                 # kind -> cost of one unit (per arch for cuda)
     measured: dict[str, float]                # unit -> measured seconds per arch (the probe's)
+    #: CUDA version -> the torch series that share its kernels (the ``kernels:`` block)
+    kernels: dict[str, KernelSpan] = field(default_factory=dict)
 
     def sharded(self) -> tuple[str, ...]:
         """The units shards compile, in the file's order."""
@@ -71,22 +88,36 @@ def read_units(recipe: Recipe) -> UnitList | None:
     """The recipe's unit list, None when it has none; PlanError naming the file, the field and
     the fix when it is malformed or written for another version of the package."""
     path = recipe.folder / UNITS_FILE
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
     if not path.is_file():
         return None
+    # A plan asks once per cell (its group's id and key); the file is read once per version.
+    return _read_units(path, stat.st_mtime_ns, stat.st_size, recipe.package,
+                       recipe.source.version)
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@functools.lru_cache(maxsize=64)
+def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str) -> UnitList:
     raw = load_yaml(path, PlanError)
     p = Problems(path, PlanError)
     m = p.entry(raw, "", {"schema": int, "version": str, "units": dict, "cost": dict},
-                {"read_from": dict, "measured": dict})
+                {"read_from": dict, "measured": dict, "kernels": dict})
     if m is None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a unit list")
     if m["schema"] != UNITS_SCHEMA:
         p.add("schema", f"must be {UNITS_SCHEMA}", "write the file again: python -m tools.shard "
                                                    "units <cell> --write")
-    if m["version"] != recipe.source.version:
-        p.add("version", f"the units were read from {recipe.package} {m['version']}, the recipe "
-                         f"builds {recipe.source.version}",
-              f"read them again: python -m tools.shard units <a cell of {recipe.package}> --write")
+    if m["version"] != version:
+        p.add("version", f"the units were read from {package} {m['version']}, the recipe "
+                         f"builds {version}",
+              f"read them again: python -m tools.shard units <a cell of {package}> --write")
     units: dict[str, tuple[str, ...]] = {}
     for kind, names in m["units"].items():
         got = p.strings(names, f"units.{kind}")
@@ -107,14 +138,48 @@ def read_units(recipe: Recipe) -> UnitList | None:
                   "remove it or list the unit under units")
         elif p.typed(seconds, f"measured.{unit}", (int, float)):
             measured[unit] = float(seconds)
+    kernels = _read_spans(m.get("kernels") or {}, p)
     p.raise_if_any()
-    return UnitList(path, m["version"], units, cost, measured)
+    return UnitList(path, m["version"], units, cost, measured, kernels)
+
+
+def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
+    fix = "measure it again: python -m tools.probe <cell> --across-torch --write"
+    spans: dict[str, KernelSpan] = {}
+    for cuda, entry in block.items():
+        where = f"kernels.{cuda}"
+        e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str},
+                    {"read_with": str, "units": int})
+        if e is None:
+            continue
+        torch = p.strings(e["torch"], f"{where}.torch")
+        if torch is not None and len(torch) < 2:
+            p.add(f"{where}.torch", "names fewer than two torch series: there is nothing to "
+                                    "share", fix)
+        if not _DIGEST.fullmatch(e["digest"]):
+            p.add(f"{where}.digest", "must be a sha256 (64 lowercase hex digits)", fix)
+        elif torch is not None and len(torch) >= 2:
+            spans[str(cuda)] = KernelSpan(str(cuda), e["platform"], tuple(torch), e["digest"],
+                                          e.get("read_with", ""))
+    return spans
+
+
+def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
+    """The measured span ``cell``'s kernels belong to, None when its torch series compiles its
+    own (no record for its CUDA version and platform, or its series is not in it)."""
+    units = read_units(recipe)
+    span = units.kernels.get(cell.cuda) if units else None
+    if span is None or span.platform != cell.platform or cell.torch not in span.torch:
+        return None
+    return span
 
 
 def group_key(cell: Cell, recipe: Recipe) -> str:
     """A digest of what decides a group's kernel objects: the sdist, the patches' bytes, CUDA,
-    the torch series, the archs, the recipe's build variables and its arch variable; 16 hex."""
-    data = {
+    the torch series, the archs, the recipe's build variables and its arch variable; 16 hex.
+    A group whose kernels are shared by several torch series (:func:`kernel_span`) has the
+    measured text's digest in place of the torch series."""
+    data: dict = {
         "package": cell.package, "version": cell.version, "sha256": recipe.source.sha256,
         "patches": [[p.file, hashlib.sha256(p.path.read_bytes()).hexdigest()]
                     for p in recipe.patches],
@@ -124,6 +189,11 @@ def group_key(cell: Cell, recipe: Recipe) -> str:
         "arch_env": [recipe.arch_env.name, recipe.arch_env.style],
         "nvcc_threads": recipe.build.nvcc_threads,
     }
+    span = kernel_span(cell, recipe)
+    if span is not None:
+        for name in ("torch", "torch_abi", "torch_from"):
+            del data[name]
+        data["kernels"] = span.digest
     if cell.platform != DEFAULT_PLATFORM:
         # Another platform's objects differ; Linux x86_64 keys stay what they were before
         # platforms were a dimension, so its shard caches stay valid.
@@ -148,7 +218,7 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
     by_package = {r.package: r for r in recipes}
     out: dict[str, tuple[str, str, list[str], str]] = {}
     for cell in cells:
-        gid = cell_group(cell)
+        gid = cell_group(cell, by_package[cell.package])
         if gid not in out:
             out[gid] = (group_key(cell, by_package[cell.package]), cell.package, [], cell.platform)
         out[gid][2].append(cell.id)
@@ -172,9 +242,23 @@ def find_group(group: str, cells: list[Cell], recipes: list[Recipe]) -> Group:
                          "tools.matrix --format groups lists them")
 
 
-def cell_group(cell: Cell) -> str:
-    """The id of the compile group ``cell`` belongs to."""
-    return group_id(cell.id)
+#: The last part of a group id whose kernels several torch series share.
+SHARED_PART = "kernels"
+
+
+def cell_group(cell: Cell, recipe: Recipe) -> str:
+    """The id of the compile group ``cell`` belongs to: its id without the Python part, or,
+    when its kernels are shared by torch series (:func:`kernel_span`),
+    ``<package>-cu<nodot>-kernels`` with the platform part (a group id never reads as a cell
+    id: its second part starts with ``cu``).
+
+    The id names the shard caches the cell reads; the key (:func:`group_key`) decides whether
+    it may."""
+    if kernel_span(cell, recipe) is None:
+        return group_id(cell.id)
+    platform = PLATFORM_PART[cell.platform]
+    base = f"{cell.package}-cu{cuda_nodot(cell.cuda)}-{SHARED_PART}"
+    return f"{base}-{platform}" if platform else base
 
 
 def split(units: list[tuple[str, float]], count: int) -> list[tuple[str, ...]]:

@@ -49,8 +49,8 @@ import math
 from dataclasses import dataclass
 
 from tools.core.errors import PlanError
-from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART, group_id
-from .groups import Group, UnitList, groups, read_units, shard_id, split
+from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
+from .groups import Group, UnitList, cell_group, groups, read_units, shard_id, split
 from .cells import Cell
 from .recipe_model import Recipe
 from .runners import Runner, Runners
@@ -318,13 +318,14 @@ def plan_release(cells: list[Cell], recipes: list[Recipe], runners: Runners,
         plan_group(g, by_package[g.package], runners.for_package(g.package, cell_of[g.cells[0]].platform),
                    cell_of[g.cells[0]].archs, units[g.package])
         for g in groups(cells, recipes))
-    return Release(planned, tuple(cells), toolchain_cells(everything or cells))
+    return Release(planned, tuple(cells), toolchain_cells(everything or cells, recipes))
 
 
-def toolchain_cells(everything: list[Cell]) -> dict[str, Cell]:
-    """Per group id, the group's first cell in the full plan: the one whose toolchain and Python
-    ``python -m tools.shard run`` compiles the group's shards with."""
+def toolchain_cells(everything: list[Cell], recipes: list[Recipe]) -> dict[str, Cell]:
+    """Per group id, the group's first cell in the full plan: the one whose toolchain, Python
+    and torch ``python -m tools.shard run`` compiles the group's shards with."""
+    by_package = {r.package: r for r in recipes}
     out: dict[str, Cell] = {}
     for cell in everything:
-        out.setdefault(group_id(cell.id), cell)
+        out.setdefault(cell_group(cell, by_package[cell.package]), cell)
     return out

@@ -422,7 +422,7 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
     cells already ``published``, those ``pending`` (released, indexed by the first run's
     publish: a cell that needs one waits for the second run) and those ``unavailable`` (given
     up on: a cell that needs one is refused). See the module docstring for the rule."""
-    toolchain = toolchain_cells(everything)
+    toolchain = toolchain_cells(everything, recipes)
     items, refused = _items(cells, recipes, runners, limits)
     items.sort(key=lambda i: priority(i, limits))
     budget = runners.default.budget_hours
@@ -480,7 +480,8 @@ def first_batch(schedule: Schedule, everything: list[Cell], recipes: list[Recipe
     """The batch of the schedule's first run (no jobs: nothing to build), with the published
     wheels its cells need (:func:`needed_wheels`)."""
     run = schedule.runs[0] if schedule.runs else ()
-    return Batch(_release(run, toolchain_cells(everything)), needed_wheels(run, everything, recipes, entries),
+    return Batch(_release(run, toolchain_cells(everything, recipes)),
+                 needed_wheels(run, everything, recipes, entries),
                  schedule.limits.jobs_per_matrix, cache_share(run, schedule.limits))
 
 

@@ -1,0 +1,153 @@
+"""tools.probing.kernelsame: a unit's compile command turned into a preprocessing one, the text
+compared across torch series with the paths that differ by construction made equal, the torch
+headers that make two series differ named, and the span the plan groups by written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tools.core.errors import ProbeError
+from tools.plan.groups import UNITS_FILE
+from tools.plan.job import load_job
+from tools.probing import kernelsame
+from tools.probing.compdb import Unit
+
+NINJA_NVCC = ("/usr/local/cuda/bin/nvcc -MD -MF /w/build/x.o.d --generate-dependencies-with-"
+              "compile --dependency-output /w/build/x.o.d -I/w/site/torch/include -c "
+              "/w/src/csrc/x.cu -o /w/build/x.o -O3 -std=c++20 '-DNAME=\"a b\"'")
+
+
+def test_preprocess_argv_swaps_the_compile_for_e_and_drops_dependency_files(tmp_path):
+    argv = kernelsame.preprocess_argv(NINJA_NVCC, tmp_path / "x.ii")
+    assert argv[0] == "/usr/local/cuda/bin/nvcc" and "-E" in argv and "-c" not in argv
+    assert argv[argv.index("-o") + 1] == str(tmp_path / "x.ii")
+    for gone in ("-MD", "-MF", "/w/build/x.o.d", "--generate-dependencies-with-compile",
+                 "--dependency-output", "/w/build/x.o"):
+        assert gone not in argv
+    assert argv[-3:] == ["-O3", "-std=c++20", '-DNAME="a b"']       # the rest as written
+
+
+def test_preprocess_argv_refuses_a_line_that_compiles_nothing(tmp_path):
+    with pytest.raises(ProbeError, match="not a compile command"):
+        kernelsame.preprocess_argv("nvcc --version", tmp_path / "x.ii")
+
+
+def test_normalize_and_included_under():
+    text = ('# 1 "/w/cell-a/work/src/x.cu"\n# 1 "/v/site-packages/torch/include/c10/a.h" 1\n'
+            'int a;\n#line 7 "/v/site-packages/torch/include/ATen/b.h"\n'
+            '# 3 "/usr/include/stdio.h" 3\n')
+    assert kernelsame.included_under(text, "/v/site-packages/torch/include") == [
+        "ATen/b.h", "c10/a.h"]
+    out = kernelsame.normalize(text, {"/w/cell-a/work": "<work>", "/w/cell-a": "<cell>",
+                                      "/v/site-packages": "<site-packages>"})
+    assert '"<work>/src/x.cu"' in out and "<site-packages>/torch/include/c10/a.h" in out
+
+
+def _series(torch: str, **units: tuple[str, dict[str, str]]) -> kernelsame.SeriesKernels:
+    return kernelsame.SeriesKernels(f"pkg-3.12-cu130-torch{torch}", torch, {
+        name: kernelsame.UnitText(digest, headers) for name, (digest, headers) in units.items()})
+
+
+def test_compare_names_the_headers_that_differ():
+    a = _series("2.14.1", **{"k1.cu": ("x", {"c10/a.h": "1", "c10/b.h": "2"}),
+                             "k2.cu": ("y", {})})
+    b = _series("2.13.0", **{"k1.cu": ("z", {"c10/a.h": "1", "c10/b.h": "3"}),
+                             "k2.cu": ("y", {})})
+    verdicts = {v.unit: v for v in kernelsame.compare([a, b])}
+    assert verdicts["k2.cu"].same and verdicts["k2.cu"].torch_headers == 0
+    k1 = verdicts["k1.cu"]
+    assert not k1.same and k1.torch_headers == 2 and k1.differing_headers == ["c10/b.h"]
+    assert k1.digests == {"2.14.1": "x", "2.13.0": "z"}
+    table = kernelsame.format_table("pkg-3.12-cu130", [a, b], list(verdicts.values()))
+    assert "1 of 2 CUDA units preprocess the same against torch 2.14.1, 2.13.0" in table
+    assert "| `k1.cu` | 2 | 1: `c10/b.h` |" in table
+
+
+def test_a_unit_one_series_lacks_is_not_the_same():
+    a = _series("2.14.1", **{"k1.cu": ("x", {}), "k3.cu": ("w", {})})
+    b = _series("2.13.0", **{"k1.cu": ("x", {})})
+    verdicts = {v.unit: v for v in kernelsame.compare([a, b])}
+    assert verdicts["k1.cu"].same and not verdicts["k3.cu"].same
+    assert verdicts["k3.cu"].digests["2.13.0"] == "absent"
+
+
+def test_the_span_is_the_series_that_preprocess_like_the_newest(tmp_path):
+    job = load_job("causal_conv1d-3.12-cu130")
+    new = _series("2.14.1+cu130", **{"a.cu": ("x", {}), "b.cu": ("y", {})})
+    same = _series("2.13.0+cu130", **{"a.cu": ("x", {}), "b.cu": ("y", {})})
+    other = _series("2.11.0+cu130", **{"a.cu": ("x", {}), "b.cu": ("q", {})})
+    record = kernelsame.span_record(job, [new, same, other])
+    assert record["torch"] == ["2.14", "2.13"] and record["units"] == 2
+    assert record["digest"] == kernelsame.combined_digest(new) == kernelsame.combined_digest(same)
+    assert record["platform"] == "linux_x86_64" and "--across-torch --write" in record["read_with"]
+    assert kernelsame.span_record(job, [new, other]) is None
+
+
+def test_write_span_keeps_the_header_and_every_other_field(tmp_path):
+    path = tmp_path / UNITS_FILE
+    path.write_text("# a header line\n# and another\nschema: 1\nversion: '1.0'\nunits:\n"
+                    "  cuda: [a.cu]\n")
+    record = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "digest": "d" * 64}
+    kernelsame.write_span(path, "13.0", record)
+    text = path.read_text()
+    assert text.startswith("# a header line\n# and another\n")
+    data = yaml.safe_load(text)
+    assert data["units"] == {"cuda": ["a.cu"]} and data["kernels"] == {"13.0": record}
+    kernelsame.write_span(path, "13.0", None)                 # measured again: none share
+    assert "kernels" not in yaml.safe_load(path.read_text())
+
+
+def test_siblings_are_the_cells_that_differ_only_in_torch():
+    job = load_job("flash_attn-3.12-cu130")
+    found = kernelsame.siblings(job)
+    assert [c.torch for c in found] == ["2.14", "2.13", "2.12", "2.11"]
+    assert {(c.python, c.cuda, c.platform) for c in found} == {("3.12", "13.0", "linux_x86_64")}
+
+
+HEADER = "#pragma once\ninline int kern(int x) { return x + 1; }\n"
+
+
+def _torch_tree(root: Path, header: str) -> Path:
+    include = root / "site-packages" / "torch" / "include"
+    (include / "c10").mkdir(parents=True)
+    (include / "c10" / "kern.h").write_text(header)
+    (include / "c10" / "unused.h").write_text(f"// {root.name}\n")
+    return include
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_a_unit_preprocesses_the_same_until_a_header_it_includes_changes(tmp_path):
+    """Real preprocessing (the host compiler; nvcc's -E is driven the same way): two torch
+    trees in different places with the same header give one digest; a comment added to the
+    header (its code unchanged) gives another, and the header is named."""
+    results = {}
+    for name, header in (("a", HEADER), ("b", HEADER), ("c", "// a comment\n" + HEADER)):
+        root = tmp_path / name
+        include = _torch_tree(root, header)
+        (root / "src").mkdir()
+        (root / "src" / "k.cpp").write_text('#include "c10/kern.h"\nint k() { return kern(1); }\n')
+        command = (f"c++ -MMD -MF {root}/k.o.d -I{include} -c {root}/src/k.cpp -o {root}/k.o "
+                   "-O2")
+        unit = Unit("src/k.cpp", "c++", command, root, root / "k.o")
+        results[name] = kernelsame.preprocess_unit(
+            unit, None, root / "pp" / "k.ii", include,
+            {str(root): "<work>", str(include.parent.parent): "<site-packages>"})
+        assert not (root / "k.o").exists() and not (root / "pp" / "k.ii").exists()
+    assert results["a"].digest == results["b"].digest != results["c"].digest
+    assert set(results["a"].torch_headers) == {"c10/kern.h"}        # unused.h isn't included
+    series = [kernelsame.SeriesKernels(n, n, {"src/k.cpp": r}) for n, r in results.items()]
+    verdict, = kernelsame.compare(series)
+    assert not verdict.same and verdict.differing_headers == ["c10/kern.h"]
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_a_unit_that_does_not_preprocess_is_named(tmp_path):
+    (tmp_path / "k.cpp").write_text('#include "missing.h"\n')
+    unit = Unit("src/k.cpp", "c++", f"c++ -c {tmp_path}/k.cpp -o {tmp_path}/k.o", tmp_path,
+                tmp_path / "k.o")
+    with pytest.raises(ProbeError, match=r"(?s)src/k.cpp: preprocessing failed .*missing.h"):
+        kernelsame.preprocess_unit(unit, None, tmp_path / "k.ii", tmp_path, {})
