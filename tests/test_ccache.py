@@ -182,15 +182,16 @@ class FakeCell:
     build_temp: Path
 
 
-def fake_cell(root: Path, python: str) -> FakeCell:
+def fake_cell(root: Path, python: str, *, kernel_h: str = KERNEL_H, name: str = "") -> FakeCell:
     """torch's headers in the venv's site-packages (the same bytes for every Python), a
-    ``Python.h`` of this Python, and the package tree with setuptools' build directory."""
-    work = root / f"cell-{python}"
+    ``Python.h`` of this Python, and the package tree with setuptools' build directory.
+    ``kernel_h``: the text of the torch header the units include (another torch series')."""
+    work = root / (name or f"cell-{python}")
     site = work / "venv" / "lib" / f"python{python}" / "site-packages"
     (site / "torch" / "include").mkdir(parents=True)
-    (site / "torch" / "include" / "kern.h").write_text(KERNEL_H)
+    (site / "torch" / "include" / "kern.h").write_text(kernel_h)
     pyinc = root / f"python{python}" / "include"
-    pyinc.mkdir(parents=True)
+    pyinc.mkdir(parents=True, exist_ok=True)
     (pyinc / "Python.h").write_text(f"#define PY_MINOR_VERSION {python.split('.')[1]}\n")
     tree = work / "src" / "pkg-1.0"
     (tree / "csrc").mkdir(parents=True)
@@ -262,6 +263,24 @@ def test_without_the_fixed_torch_path_nothing_hits_across_pythons(tmp_path):
         setup = ccache.prepare(cell.work, site=cell.site, cuda_home="/unused", directory=cache)
         compile_units(cell, setup, ["kernel.cpp"], torch_include=cell.site / "torch/include")
         assert counts(setup) == (0, 0, 1)
+
+
+def test_a_kernel_unit_hits_across_torch_series_only_while_its_text_is_the_same(tmp_path):
+    """What lets one kernel group serve several torch series, and keeps it safe: a cell of
+    another series reads the object only when the unit preprocesses to the same text. The
+    same header bytes in another series' venv hit; the header with one comment added (code
+    unchanged, but every line after it moved) misses and compiles, as it must."""
+    cache = tmp_path / "cache"
+    results = []
+    for series, header in (("2.14", KERNEL_H), ("2.13", KERNEL_H),
+                           ("2.12", "// one comment more\n" + KERNEL_H)):
+        cell = fake_cell(tmp_path, "3.12", kernel_h=header, name=f"torch{series}")
+        setup = ccache.prepare(cell.work, site=cell.site, cuda_home="/unused", directory=cache)
+        compile_units(cell, setup, ["kernel.cpp"],
+                      torch_include=cell.work / "torch-root/torch/include")
+        results.append(counts(setup))
+    # (hits of either kind, misses): the same bytes hit even in direct mode
+    assert [(d + p, m) for d, p, m in results] == [(0, 1), (1, 0), (0, 1)]
 
 
 @needs_nvcc

@@ -64,7 +64,15 @@ def test_compare_names_the_headers_that_differ():
     assert k1.digests == {"2.14.1": "x", "2.13.0": "z"}
     table = kernelsame.format_table("pkg-3.12-cu130", [a, b], list(verdicts.values()))
     assert "1 of 2 CUDA units preprocess the same against torch 2.14.1, 2.13.0" in table
-    assert "| `k1.cu` | 2 | 1: `c10/b.h` |" in table
+    assert "| `k1.cu` | 2 | 1: `c10/b.h` | the same |" in table
+
+
+def test_another_command_line_is_not_the_same_though_the_text_is():
+    a = _series("2.14.1", **{"k1.cu": ("x", {})})
+    b = _series("2.11.0", **{"k1.cu": ("x", {})})
+    b.units["k1.cu"].flags = "another -std"
+    verdict, = kernelsame.compare([a, b])
+    assert not verdict.same and verdict.flags_differ and verdict.differing_headers == []
 
 
 def test_a_unit_one_series_lacks_is_not_the_same():

@@ -14,8 +14,9 @@ venv with that torch), reads the package's compile commands through the stand-in
 (``tools.probing.compdb``), and runs each CUDA unit's own command line with ``-E`` in place of
 ``-c``. The text is hashed after the paths that differ by construction between two cells (the
 cell's work directory, the venv's site-packages) are replaced by fixed names, as the compiler
-cache's own setup makes them equal. A unit is **the same** when every series gives one digest;
-otherwise the report names, per unit, the torch headers it includes whose bytes differ between
+cache's own setup makes them equal; so is the command line, whose other options (``-O3``, the
+C++ standard) decide the object too. A unit is **the same** when every series gives one text
+and one command line; otherwise the report names, per unit, the torch headers it includes whose bytes differ between
 the series: what a patch would have to take out of the kernel units.
 
 The result is written to ``<work>/<cell>/kernels/kernels.json`` and printed as a table.
@@ -116,6 +117,9 @@ class UnitText:
     digest: str                        # sha256 of the normalized text
     #: torch headers it includes: path under torch/include -> sha256 of the header's bytes
     torch_headers: dict[str, str] = field(default_factory=dict)
+    #: sha256 of the normalized command line: options that don't reach the text (-O3,
+    #: --use_fast_math, ...) still decide the object, and the compiler cache hashes them
+    flags: str = ""
 
 
 @dataclass
@@ -136,6 +140,8 @@ class UnitVerdict:
     digests: dict[str, str]                                   # torch series -> digest
     torch_headers: int                                        # how many it includes
     differing_headers: list[str] = field(default_factory=list)
+    #: the command lines differ (another C++ standard, other options), whatever the text
+    flags_differ: bool = False
 
 
 def preprocess_unit(unit: Unit, env: dict[str, str], out: Path, torch_include: Path,
@@ -160,8 +166,9 @@ def preprocess_unit(unit: Unit, env: dict[str, str], out: Path, torch_include: P
         data = (torch_include / rel).read_bytes()
         headers[rel] = hashlib.sha256(data).hexdigest()
     digest = hashlib.sha256(normalize(text, replacements).encode()).hexdigest()
+    line = normalize(shlex.join(a for a in argv if a != str(out)), replacements)
     out.unlink()   # flash-attn's are 10 MB each; the digest is what is kept
-    return UnitText(digest, headers)
+    return UnitText(digest, headers, hashlib.sha256(line.encode()).hexdigest())
 
 
 def measure_series(job: BuildJob, inputs: Inputs, work: Path, progress: Progress
@@ -218,14 +225,15 @@ def compare(series: list[SeriesKernels]) -> list[UnitVerdict]:
         headers = sorted({h for u in present for h in u.torch_headers})
         differing = [h for h in headers
                      if len({u.torch_headers.get(h) for u in present}) > 1]
-        verdicts.append(UnitVerdict(name, len(set(digests.values())) == 1, digests,
-                                    len(headers), differing))
+        flags_differ = len({u.flags for u in present}) > 1
+        same = len(set(digests.values())) == 1 and not flags_differ
+        verdicts.append(UnitVerdict(name, same, digests, len(headers), differing, flags_differ))
     return verdicts
 
 
 def combined_digest(kernels: SeriesKernels) -> str:
     """One digest of every CUDA unit's text in one series: what a kernel group's key holds."""
-    lines = "".join(f"{name} {u.digest}\n" for name, u in sorted(kernels.units.items()))
+    lines = "".join(f"{name} {u.digest} {u.flags}\n" for name, u in sorted(kernels.units.items()))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
@@ -277,13 +285,14 @@ def format_table(cell: str, series: list[SeriesKernels], verdicts: list[UnitVerd
              f"torch {torches}", ""]
     differ = [v for v in verdicts if not v.same]
     if differ:
-        lines += ["| unit | torch headers it includes | of them differing between the series |",
-                  "| --- | --- | --- |"]
+        lines += ["| unit | torch headers it includes | of them differing between the series "
+                  "| command lines |", "| --- | --- | --- | --- |"]
         for v in differ:
             shown = ", ".join(f"`{h}`" for h in v.differing_headers[:6])
             more = len(v.differing_headers) - 6
             lines.append(f"| `{v.unit}` | {v.torch_headers} | {len(v.differing_headers)}: "
-                         f"{shown}{f' and {more} more' if more > 0 else ''} |")
+                         f"{shown}{f' and {more} more' if more > 0 else ''} | "
+                         f"{'differ' if v.flags_differ else 'the same'} |")
     return "\n".join(lines)
 
 
