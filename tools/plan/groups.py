@@ -211,18 +211,24 @@ class Group:
     cells: tuple[str, ...]
     #: The wheel platform of its cells (a group never spans two).
     platform: str = DEFAULT_PLATFORM
+    #: Its kernels are shared by several torch series (:func:`kernel_span`).
+    shared: bool = False
 
 
 def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
     """The compile groups of ``cells``, in the order of their first cell."""
     by_package = {r.package: r for r in recipes}
     out: dict[str, tuple[str, str, list[str], str]] = {}
+    shared: set[str] = set()
     for cell in cells:
-        gid = cell_group(cell, by_package[cell.package])
+        recipe = by_package[cell.package]
+        gid = cell_group(cell, recipe)
         if gid not in out:
-            out[gid] = (group_key(cell, by_package[cell.package]), cell.package, [], cell.platform)
+            out[gid] = (group_key(cell, recipe), cell.package, [], cell.platform)
+            if kernel_span(cell, recipe) is not None:
+                shared.add(gid)
         out[gid][2].append(cell.id)
-    return [Group(gid, key, package, tuple(ids), platform)
+    return [Group(gid, key, package, tuple(ids), platform, gid in shared)
             for gid, (key, package, ids, platform) in out.items()]
 
 

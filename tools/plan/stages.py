@@ -21,7 +21,10 @@ kernel unit a cell reads from a shard's cache costs :data:`CACHE_HIT_SECONDS`. A
 unit list is estimated by :data:`NO_UNITS_SECONDS_PER_ARCH`.
 
 **How many shards.** A group whose one cell (compiling everything) fits its runner's budget needs
-no shards: each of its cells compiles its kernels. Otherwise its CUDA units are split
+no shards: each of its cells compiles its kernels. A group whose kernels several torch series
+share (``tools.plan.groups.kernel_span``) gets one shard anyway when that costs fewer
+runner-hours: one shard compiling the kernels once, plus every cell reading them, against every
+cell compiling them. Otherwise its CUDA units are split
 (``tools.plan.groups.split``, the split ``python -m tools.shard run`` makes) into the fewest
 shards whose every job fits the budget, starting from ``ceil(kernel hours / (budget - setup))``.
 A unit that doesn't fit a shard of its own, or a cell that doesn't fit even with every kernel
@@ -161,12 +164,24 @@ def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, .
     kernels = units.sharded()
     cell_units = _hours(cell_unit_seconds(units, sizing))
     whole = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs))) + cell_units + finish
-    if whole <= budget:
-        return GroupPlan(group, runner, sizing, archs, units, (), (), whole, whole,
-                         f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}): no "
-                         f"shards, each cell compiles its kernels")
     cell = setup + _hours(CACHE_HIT_SECONDS * len(kernels) / max(1, sizing.max_jobs)) \
         + cell_units + finish
+    cells = len(group.cells)
+    if whole <= budget:
+        # Fits without shards: a group whose kernels several torch series share still gets
+        # one when it compiles them once for all its cells instead of once per cell (the
+        # shard's setup is the price). Other groups (the Pythons of one series) don't: their
+        # cells would all wait for shards, and the cell matrices that wait are full.
+        one = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs)))
+        if not group.shared or one + cells * cell >= cells * whole:
+            return GroupPlan(group, runner, sizing, archs, units, (), (), whole, whole,
+                             f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}) and "
+                             f"a shard would not save runner-hours: no shards, each cell "
+                             f"compiles its kernels")
+        return GroupPlan(group, runner, sizing, archs, units, (tuple(kernels),), (one,), cell,
+                         whole, f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}), "
+                                 f"but its {cells} cells would compile the same kernels "
+                                 f"{cells} times: one shard of {one:.1f} h compiles them once")
     if cell > budget:
         raise PlanError(f"{group.id}: a cell is estimated at {cell:.1f} h {on} even with every "
                         f"kernel from the shards, over the {budget:g} h budget per job",
