@@ -169,6 +169,19 @@ def test_a_partial_shard_means_its_units_compile_in_the_cell_with_the_reason(tmp
          "why": "no shard compiles it (the binding or another C++ unit)"}]
 
 
+def test_a_unit_whose_text_differs_from_the_shards_compiles_in_the_cell_and_is_named(tmp_path):
+    """A group shared by torch series: a cell whose unit preprocesses otherwise (a header of
+    its torch, a patch for its series only) misses the complete shard's entry; the unit is
+    compiled in the cell, never read from another text, and the report says why."""
+    done = _cache(tmp_path, f"{GROUP}-shard1", units=list(KERNELS))
+    use = shardcache.choose([done], group=GROUP, key="k1")
+    logged = {f"../../{KERNELS[0]}": "shard hit", f"../../{KERNELS[1]}": "miss"}
+    miss, = shardcache.sort_results(logged, use, tuple(KERNELS))["misses"]
+    assert miss["unit"] == KERNELS[1] and miss["result"] == "miss"
+    assert miss["why"].startswith(f"{GROUP}-shard1 lists it but its cache had no entry")
+    assert "its preprocessed text or its command line differs from the shard's" in miss["why"]
+
+
 def test_the_release_runs_shards_then_cells_and_goes_on_after_a_failure(tmp_path):
     from tools.plan.groups import Group
     group = Group(GROUP, "k1", "tinyext", ("tinyext-3.11-cu130", "tinyext-3.12-cu130"))

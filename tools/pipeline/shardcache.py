@@ -123,7 +123,9 @@ def sort_results(results: dict[str, str], use: ShardUse, sharded: tuple[str, ...
         elif sid in use.partial:
             why = f"{sid} did not finish (a partial cache)"
         else:
-            why = f"{sid} lists it but its cache had no entry for this command line"
+            why = (f"{sid} lists it but its cache had no entry for this unit as this cell "
+                   "compiles it: its preprocessed text or its command line differs from the "
+                   "shard's (a header, a patch or a flag of this cell's torch series)")
         misses.append({"unit": unit, "result": result, "why": why})
     hits = sum(1 for r in units.values() if r in ("shard hit", "hit"))
     return {"units": units, "hits": hits, "shard_hits": sum(1 for r in units.values()

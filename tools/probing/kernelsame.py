@@ -316,11 +316,12 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
     verdicts = compare(series)
     record = {"cell": job.id, "cuda": job.cell.cuda, "torch": [s.torch for s in series],
               "same": sum(v.same for v in verdicts), "units": len(verdicts),
-              "verdicts": [asdict(v) for v in verdicts]}
+              "span": span_record(job, series),
+              "verdicts": [asdict(v) for v in verdicts],
+              "series": [asdict(s) for s in series]}
     out = work_root / job.id / "kernels" / "kernels.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
-    record["span"] = span_record(job, series)
     if write:
         write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["span"])
     table = format_table(job.id, series, verdicts)
