@@ -1,6 +1,7 @@
 """Do two torch series compile a kernel unit to the same object? Compile it in both and compare.
 
-    python -m benchmarks.same_objects WORK_A WORK_B --units NAME[,NAME...] [--json out.json]
+    python -m benchmarks.same_objects WORK_A WORK_B --units NAME[,NAME...] [--arch 90]
+        [--json out.json]
 
 (from the repository root.) ``WORK_A`` and ``WORK_B`` are two cells' work directories written
 by ``python -m tools.probe CELL --across-torch`` (``<work>/<cell>/kernels``): each holds the
@@ -43,7 +44,24 @@ def find_tree(work: Path) -> Path:
     return trees[0]
 
 
-def compile_in(work: Path, unit_name: str, link: Path, out: Path) -> float:
+def only_arch(argv: list[str], arch: str | None) -> list[str]:
+    """``argv`` with every ``-gencode X`` pair but ``arch``'s dropped (``arch`` None: as is)."""
+    if arch is None:
+        return argv
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "-gencode" and i + 1 < len(argv):
+            if argv[i + 1] == f"arch=compute_{arch},code=sm_{arch}":
+                out += argv[i:i + 2]
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def compile_in(work: Path, unit_name: str, link: Path, out: Path, arch: str | None = None
+               ) -> float:
     """Compile one unit of ``work`` through ``link`` (pointed at ``work``) into ``out``;
     the seconds it took."""
     tree = find_tree(work)
@@ -62,7 +80,7 @@ def compile_in(work: Path, unit_name: str, link: Path, out: Path) -> float:
     venv_bin = link / "venv" / "bin"
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
     start = time.monotonic()
-    proc = subprocess.run(shlex.split(command), cwd=directory, env=env, capture_output=True,
+    proc = subprocess.run(only_arch(shlex.split(command), arch), cwd=directory, env=env, capture_output=True,
                           text=True)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
@@ -86,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("work_a", type=Path)
     ap.add_argument("work_b", type=Path)
     ap.add_argument("--units", required=True, help="comma-separated unit names")
+    ap.add_argument("--arch", help="keep only this arch's -gencode, e.g. 90")
     ap.add_argument("--json", type=Path, help="also write the result here")
     args = ap.parse_args(argv)
     results = []
@@ -95,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             objs, secs = [], []
             for i, work in enumerate((args.work_a, args.work_b)):
                 out = Path(tmp) / f"{i}-{Path(name).name}.o"
-                secs.append(round(compile_in(work, name, link, out), 1))
+                secs.append(round(compile_in(work, name, link, out, args.arch), 1))
                 objs.append(out.read_bytes())
             row = {"unit": name, "seconds": secs, **compare(*objs)}
             results.append(row)

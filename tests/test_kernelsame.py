@@ -95,18 +95,26 @@ def test_the_span_is_the_series_that_preprocess_like_the_newest(tmp_path):
     assert kernelsame.span_record(job, [new, other]) is None
 
 
-def test_write_span_keeps_the_header_and_every_other_field(tmp_path):
+def test_write_span_rewrites_only_the_kernels_block(tmp_path):
     path = tmp_path / UNITS_FILE
-    path.write_text("# a header line\n# and another\nschema: 1\nversion: '1.0'\nunits:\n"
-                    "  cuda: [a.cu]\n")
+    original = ("# a header line\nschema: 1\nversion: '1.0'\nunits:\n  cuda: [a.cu]\n"
+                "# a comment inside the file\nmeasured:\n  a.cu: 10\n")
+    path.write_text(original)
     record = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "digest": "d" * 64}
     kernelsame.write_span(path, "13.0", record)
     text = path.read_text()
-    assert text.startswith("# a header line\n# and another\n")
-    data = yaml.safe_load(text)
-    assert data["units"] == {"cuda": ["a.cu"]} and data["kernels"] == {"13.0": record}
-    kernelsame.write_span(path, "13.0", None)                 # measured again: none share
-    assert "kernels" not in yaml.safe_load(path.read_text())
+    assert text.startswith(original)                       # every line before, comments too
+    assert yaml.safe_load(text)["kernels"] == {"13.0": record}
+    kernelsame.write_span(path, "12.8", {**record, "torch": ["2.10", "2.9"]})
+    assert set(yaml.safe_load(path.read_text())["kernels"]) == {"13.0", "12.8"}
+    # a block in the middle of the file is replaced, and what follows it kept
+    path.write_text(original.replace("measured:", "kernels:\n  '13.0': {old: 1}\nmeasured:"))
+    kernelsame.write_span(path, "13.0", record)
+    data = yaml.safe_load(path.read_text())
+    assert data["kernels"] == {"13.0": record} and data["measured"] == {"a.cu": 10}
+    assert "# a comment inside the file" in path.read_text()
+    kernelsame.write_span(path, "13.0", None)                    # measured again: none share
+    assert path.read_text() == original
 
 
 def test_siblings_are_the_cells_that_differ_only_in_torch():

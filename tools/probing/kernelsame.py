@@ -25,7 +25,6 @@ The result is written to ``<work>/<cell>/kernels/kernels.json`` and printed as a
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
 import shlex
@@ -258,22 +257,32 @@ def torch_series_of(version: str) -> str:
 
 def write_span(units_path: Path, cuda: str, record: dict | None) -> None:
     """Put ``record`` under ``kernels.<cuda>`` in ``units_path`` (or remove the entry when it
-    is None), keeping the file's leading comment and every other field."""
+    is None). Only the ``kernels:`` block is rewritten, at the end of the file: every other
+    line, comments included, stays as it was."""
     text = units_path.read_text()
-    lines = text.splitlines(keepends=True)
-    header = "".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
     data = yaml.safe_load(text) or {}
     kernels = dict(data.get("kernels") or {})
     if record is None:
         kernels.pop(cuda, None)
     else:
         kernels[cuda] = record
+    lines = text.splitlines(keepends=True)
+    kept, inside = [], False
+    for line in lines:
+        if line.startswith("kernels:"):
+            inside = True
+            continue
+        if inside and line.strip() and not line[0].isspace():
+            inside = False          # the next top-level key or comment
+        if not inside:
+            kept.append(line)
+    body = "".join(kept)
+    if body and not body.endswith("\n"):
+        body += "\n"
     if kernels:
-        data["kernels"] = kernels
-    else:
-        data.pop("kernels", None)
+        body += yaml.safe_dump({"kernels": kernels}, sort_keys=False, width=100)
     tmp = units_path.with_suffix(".tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    tmp.write_text(body)
     tmp.replace(units_path)
 
 
