@@ -10,7 +10,7 @@ import yaml
 
 from tools.core.errors import PlanError
 from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel_span,
-                               read_units, shard_id, split)
+                               read_units, shard_id, sources_digest, split)
 from tools.plan.cells import plan
 from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
@@ -164,7 +164,8 @@ def test_a_measured_span_makes_one_group_of_its_torch_series(flashy):
     cuda, series = _span(cells)
     before = {g.id: g for g in groups(cells, [recipe])}
     write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series,
-                                       "digest": "d" * 64, "read_with": "a test"}}})
+                                       "digest": "d" * 64, "sources": sources_digest(recipe),
+                                       "read_with": "a test"}}})
     after = {g.id: g for g in groups(cells, [recipe])}
     shared = f"flashy-cu{cuda.replace('.', '')}-kernels"
     members = [c for c in cells if c.cuda == cuda and c.torch in series]
@@ -179,7 +180,7 @@ def test_a_measured_span_makes_one_group_of_its_torch_series(flashy):
     assert span.torch == tuple(series) and span.digest == "d" * 64
     # another digest is another key: caches of the old text are not read
     write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series,
-                                       "digest": "e" * 64}}})
+                                       "digest": "e" * 64, "sources": sources_digest(recipe)}}})
     assert group_key(members[0], recipe) != after[shared].key
     # the cells of other CUDA versions keep their groups
     assert all(g in after for g in before if not g.startswith(f"flashy-cu{cuda.replace('.', '')}"))
@@ -189,22 +190,40 @@ def test_a_series_outside_the_span_or_another_platform_keeps_its_group(flashy):
     _, recipe, cells, write = flashy
     cuda, series = _span(cells)
     write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series[:2],
-                                       "digest": "d" * 64}}})
+                                       "digest": "d" * 64, "sources": sources_digest(recipe)}}})
     for cell in cells:
         shared = cell.cuda == cuda and cell.torch in series[:2]
         assert (cell_group(cell, recipe).endswith("-kernels")) == shared, cell.id
     write({**UNITS, "kernels": {cuda: {"platform": "linux_aarch64", "torch": series,
-                                       "digest": "d" * 64}}})
+                                       "digest": "d" * 64, "sources": sources_digest(recipe)}}})
     assert not any(cell_group(c, recipe).endswith("-kernels") for c in cells
                    if c.platform == "linux_x86_64")
 
 
+def test_a_span_measured_with_other_patches_is_ignored_until_measured_again(flashy):
+    _, recipe, cells, write = flashy
+    cuda, series = _span(cells)
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series,
+                                       "digest": "d" * 64, "sources": sources_digest(recipe)}}})
+    member = next(c for c in cells if c.cuda == cuda and c.torch == series[0])
+    assert kernel_span(member, recipe) is not None
+    patch = recipe.patches[0].path
+    patch.write_text(patch.read_text() + "# applies to one series only, say\n")
+    assert kernel_span(member, recipe) is None
+    assert not cell_group(member, recipe).endswith("-kernels")
+
+
 @pytest.mark.parametrize("entry,message", [
-    ({"platform": "linux_x86_64", "torch": ["2.9"], "digest": "d" * 64},
+    ({"platform": "linux_x86_64", "torch": ["2.9"], "digest": "d" * 64, "sources": "e" * 64},
      "kernels.12.6.torch: names fewer than two torch series: there is nothing to share"),
-    ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "not a digest"},
-     "kernels.12.6.digest: must be a sha256 (64 lowercase hex digits)"),
-    ({"torch": ["2.9", "2.8"], "digest": "d" * 64}, "kernels.12.6.platform"),
+    ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "not a digest",
+      "sources": "e" * 64}, "kernels.12.6.digest: must be a sha256 (64 lowercase hex digits)"),
+    ({"platform": "linux-x86_64", "torch": ["2.9", "2.8"], "digest": "d" * 64,
+      "sources": "e" * 64}, "kernels.12.6.platform: 'linux-x86_64' is not a wheel platform"),
+    ({"torch": ["2.9", "2.8"], "digest": "d" * 64, "sources": "e" * 64},
+     "kernels.12.6.platform"),
+    ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "d" * 64},
+     "kernels.12.6.sources"),
 ])
 def test_a_bad_kernels_block_is_refused(flashy, entry, message):
     _, recipe, _, write = flashy
@@ -212,5 +231,6 @@ def test_a_bad_kernels_block_is_refused(flashy, entry, message):
     with pytest.raises(PlanError) as info:
         read_units(recipe)
     assert message in str(info.value)
-    assert "python -m tools.probe <cell> --across-torch --write" in str(info.value) \
-        or "platform" in message
+    # a wrong value asks for a new measurement; a missing key names the key to add
+    assert ("python -m tools.probe <cell> --across-torch --write" in str(info.value)
+            or "required key is missing" in str(info.value))

@@ -59,6 +59,10 @@ class KernelSpan:
     torch: tuple[str, ...]
     #: sha256 over every CUDA unit's preprocessed-text digest: what the group's key holds.
     digest: str
+    #: :func:`sources_digest` of the recipe it was measured with: another sdist or patch and
+    #: the record no longer says anything (the series compile their own kernels until measured
+    #: again).
+    sources: str
     read_with: str = ""
 
 
@@ -148,30 +152,50 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
     spans: dict[str, KernelSpan] = {}
     for cuda, entry in block.items():
         where = f"kernels.{cuda}"
-        e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str},
-                    {"read_with": str, "units": int})
+        e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str,
+                                   "sources": str}, {"read_with": str, "units": int})
         if e is None:
             continue
+        if e["platform"] not in PLATFORM_PART:
+            p.add(f"{where}.platform", f"{e['platform']!r} is not a wheel platform (one of "
+                                       f"{', '.join(PLATFORM_PART)})", fix)
         torch = p.strings(e["torch"], f"{where}.torch")
         if torch is not None and len(torch) < 2:
             p.add(f"{where}.torch", "names fewer than two torch series: there is nothing to "
                                     "share", fix)
-        if not _DIGEST.fullmatch(e["digest"]):
-            p.add(f"{where}.digest", "must be a sha256 (64 lowercase hex digits)", fix)
-        elif torch is not None and len(torch) >= 2:
+        bad = [k for k in ("digest", "sources") if not _DIGEST.fullmatch(e[k])]
+        for k in bad:
+            p.add(f"{where}.{k}", "must be a sha256 (64 lowercase hex digits)", fix)
+        if not bad and torch is not None and len(torch) >= 2:
             spans[str(cuda)] = KernelSpan(str(cuda), e["platform"], tuple(torch), e["digest"],
-                                          e.get("read_with", ""))
+                                          e["sources"], e.get("read_with", ""))
     return spans
 
 
+def sources_digest(recipe: Recipe) -> str:
+    """sha256 of what a kernel measurement depends on in the recipe: the sdist and the bytes
+    of every patch."""
+    return _sources_digest(recipe.source.sha256, tuple(
+        (p.file, str(p.path), p.path.stat().st_mtime_ns, p.path.stat().st_size)
+        for p in recipe.patches))
+
+
+@functools.lru_cache(maxsize=64)
+def _sources_digest(sdist_sha256: str, patches: tuple[tuple[str, str, int, int], ...]) -> str:
+    # read once per recipe state: a plan asks for every cell
+    data = [sdist_sha256, [[file, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
+                           for file, path, _mtime, _size in patches]]
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()
+
 def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
     """The measured span ``cell``'s kernels belong to, None when its torch series compiles its
-    own (no record for its CUDA version and platform, or its series is not in it)."""
+    own (no record for its CUDA version and platform, its series is not in it, or the record
+    was measured with another sdist or other patches)."""
     units = read_units(recipe)
     span = units.kernels.get(cell.cuda) if units else None
     if span is None or span.platform != cell.platform or cell.torch not in span.torch:
         return None
-    return span
+    return span if span.sources == sources_digest(recipe) else None
 
 
 def group_key(cell: Cell, recipe: Recipe) -> str:

@@ -42,7 +42,7 @@ from tools.pipeline.build_toolchain import build_process_env
 from tools.pipeline.prelude import prepare
 from tools.pipeline.report import Progress
 from tools.plan.cells import Cell, plan
-from tools.plan.groups import UNITS_FILE
+from tools.plan.groups import UNITS_FILE, sources_digest
 from tools.plan.job import BuildJob, Inputs
 from .compdb import Unit, capture_commands
 
@@ -245,7 +245,8 @@ def span_record(job: BuildJob, series: list[SeriesKernels]) -> dict | None:
         return None
     return {"platform": job.cell.platform,
             "torch": [torch_series_of(s.torch) for s in same],
-            "digest": newest, "units": len(series[0].units),
+            "digest": newest, "sources": sources_digest(job.recipe),
+            "units": len(series[0].units),
             "read_with": f"python -m tools.probe {job.id} --across-torch --write "
                          f"(torch {', '.join(s.torch for s in same)})"}
 
