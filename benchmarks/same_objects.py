@@ -1,21 +1,28 @@
 """Do two torch series compile a kernel unit to the same object? Compile it in both and compare.
 
     python -m benchmarks.same_objects WORK_A WORK_B --units NAME[,NAME...] [--arch 90]
-        [--json out.json]
+        [--control] [--keep DIR] [--json out.json]
 
 (from the repository root.) ``WORK_A`` and ``WORK_B`` are two cells' work directories written
 by ``python -m tools.probe CELL --across-torch`` (``<work>/<cell>/kernels``): each holds the
 patched source, the venv with that cell's torch and the package's compile commands as its
 ninja file lists them. For each unit (a file name or a path in the source tree) the unit's own
 command line is run in each, with ``-c`` as the build has it, and the two objects compared.
+``--arch 90`` keeps only that arch's ``-gencode`` in both command lines (the same edit to
+both; a unit of four archs takes four times as long).
 
 Both compiles run from one path, a link re-pointed from one work directory to the other, so
 that the paths the compiler writes into an object (``__FILE__`` in an error message, the
 include paths) are the same string, as the compiler cache's ``base_dir`` makes them in a real
-build. What still differs between any two nvcc runs, even of one input, is the name of nvcc's
-temporary file (``tmpxft_<8 hex digits of its process id>_...cudafe1.cpp``), which the host
-compiler records as the object's source file name: the comparison reports the raw bytes and
-then the bytes with that one name masked.
+build. What differs between any two nvcc runs, even of one input in one place, are the names
+nvcc makes up per compile: its temporary file's (``tmpxft_<process id>_...``), which the host
+compiler records as the source file name, and the ids of the unit's internal-linkage symbols
+(``_INTERNAL_<hash>``, ``_GLOBAL__N__<hash>``, ``..._cu_<hash>_<number>``), derived from the
+compile's path and process. The comparison reports the raw bytes, then the bytes with those
+names masked; ``--control`` compiles the unit in ``WORK_A`` a second time, to show the same
+names differing between two compiles of one input. (In a real build the compiler cache hands
+the second cell the first one's object whole.) ``--keep DIR`` keeps the objects
+(``0-<unit>.o`` from WORK_A, ``1-`` from WORK_B, ``2-`` the control).
 """
 
 from __future__ import annotations
@@ -33,7 +40,19 @@ from pathlib import Path
 
 from tools.probing.compdb import read_units
 
-_TMPXFT = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}")
+#: The names nvcc makes up per compile: its temporary file's (with its process id), and the ids
+#: it gives a unit's internal-linkage symbols (a hash of the compile's path and process).
+_PER_COMPILE = (re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}"),
+                re.compile(rb"(?<=_INTERNAL_)[0-9a-f]{8}"),
+                re.compile(rb"(?<=GLOBAL__N__)[0-9a-f]{8}"),
+                re.compile(rb"(?<=_cu_)[0-9a-f]{8}_[0-9]+"))
+
+
+def masked(data: bytes) -> bytes:
+    """``data`` with nvcc's per-compile names replaced by ``#``."""
+    for pattern in _PER_COMPILE:
+        data = pattern.sub(b"#", data)
+    return data
 
 
 def find_tree(work: Path) -> Path:
@@ -89,12 +108,22 @@ def compile_in(work: Path, unit_name: str, link: Path, out: Path, arch: str | No
     return seconds
 
 
-def compare(a: bytes, b: bytes) -> dict:
-    """Raw and masked comparison of two objects."""
-    raw = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-    masked_a, masked_b = _TMPXFT.sub(b"tmpxft_X", a), _TMPXFT.sub(b"tmpxft_X", b)
-    return {"size": [len(a), len(b)], "identical": a == b, "bytes_differing": len(raw) +
-            abs(len(a) - len(b)), "identical_with_tmpxft_masked": masked_a == masked_b}
+def differing(a: bytes, b: bytes) -> set[int]:
+    """The offsets where two objects differ (every offset past the shorter one's end too)."""
+    out = {i for i, (x, y) in enumerate(zip(a, b)) if x != y}
+    return out | set(range(min(len(a), len(b)), max(len(a), len(b))))
+
+
+def compare(a: bytes, b: bytes, control: bytes | None = None) -> dict:
+    """Raw and masked comparison of two objects, and of ``a`` with ``control`` (``a``'s unit
+    compiled again in ``a``'s place) when given."""
+    row = {"size": [len(a), len(b)], "identical": a == b, "bytes_differing": len(differing(a, b)),
+           "identical_with_nvcc_names_masked": masked(a) == masked(b)}
+    if control is not None:
+        row.update(control_identical=a == control,
+                   control_bytes_differing=len(differing(a, control)),
+                   control_identical_with_nvcc_names_masked=masked(a) == masked(control))
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("work_b", type=Path)
     ap.add_argument("--units", required=True, help="comma-separated unit names")
     ap.add_argument("--arch", help="keep only this arch's -gencode, e.g. 90")
+    ap.add_argument("--control", action="store_true",
+                    help="compile each unit in WORK_A a second time, and say whether WORK_B's "
+                         "object differs from WORK_A's only where that rerun's does")
+    ap.add_argument("--keep", type=Path, help="keep the objects in this directory")
     ap.add_argument("--json", type=Path, help="also write the result here")
     args = ap.parse_args(argv)
     results = []
@@ -112,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         link = Path(tmp) / "cell"
         for name in [u.strip() for u in args.units.split(",") if u.strip()]:
             objs, secs = [], []
-            for i, work in enumerate((args.work_a, args.work_b)):
-                out = Path(tmp) / f"{i}-{Path(name).name}.o"
+            works = (args.work_a, args.work_b) + ((args.work_a,) if args.control else ())
+            for i, work in enumerate(works):
+                out = (args.keep or Path(tmp)) / f"{i}-{Path(name).name}.o"
+                out.parent.mkdir(parents=True, exist_ok=True)
                 secs.append(round(compile_in(work, name, link, out, args.arch), 1))
                 objs.append(out.read_bytes())
             row = {"unit": name, "seconds": secs, **compare(*objs)}
@@ -121,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
-    return 0 if all(r["identical_with_tmpxft_masked"] for r in results) else 1
+    return 0 if all(r["identical_with_nvcc_names_masked"] for r in results) else 1
 
 
 if __name__ == "__main__":
