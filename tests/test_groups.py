@@ -10,7 +10,8 @@ import yaml
 
 from tools.core.errors import PlanError
 from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel_span,
-                               read_units, shard_id, sources_digest, split)
+                               read_units, shard_id, sources_digest, split,
+                               stale_spans)
 from tools.plan.cells import plan
 from tools.plan.recipe_model import load_all
 from tools.plan.table import load_table
@@ -207,10 +208,12 @@ def test_a_span_measured_with_other_patches_is_ignored_until_measured_again(flas
                                        "digest": "d" * 64, "sources": sources_digest(recipe)}}})
     member = next(c for c in cells if c.cuda == cuda and c.torch == series[0])
     assert kernel_span(member, recipe) is not None
+    assert stale_spans(recipe) == []
     patch = recipe.patches[0].path
     patch.write_text(patch.read_text() + "# applies to one series only, say\n")
     assert kernel_span(member, recipe) is None
     assert not cell_group(member, recipe).endswith("-kernels")
+    assert [s.cuda for s in stale_spans(recipe)] == [cuda]       # python -m tools.recipe says so
 
 
 @pytest.mark.parametrize("entry,message", [

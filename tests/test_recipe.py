@@ -327,3 +327,23 @@ def test_repository_recipes_are_valid():
             assert t.torch, r.package
             # ranges that follow the table, never lists a new series would have to be added to
             assert t.range is not None, (r.package, t.cuda)
+
+
+def test_the_command_notes_a_kernel_span_measured_with_other_patches(tmp_path):
+    """``python -m tools.recipe``: a recipe whose ``units.yaml`` span was measured with other
+    patches is valid (the plan compiles those series apart) and the command says how to
+    measure it again."""
+    import shutil
+    folder = tmp_path / "causal_conv1d"
+    shutil.copytree(ROOT / "recipes" / "causal_conv1d", folder)
+    run = lambda: subprocess.run([sys.executable, "-m", "tools.recipe", str(folder)], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=300)
+    first = run()
+    assert first.returncode == 0 and "note:" not in first.stdout
+    patch = next((folder / "patches").glob("0002-*.patch"))
+    patch.write_text(patch.read_text() + "\n")
+    second = run()
+    assert second.returncode == 0, second.stderr
+    assert ("note: units.yaml kernels.13.0 was measured with another sdist or other patches, so "
+            "torch 2.14, 2.13, 2.12, 2.11 compile their kernels apart") in second.stdout
+    assert "--across-torch --write" in second.stdout

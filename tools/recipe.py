@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import RecipeError, cli
+from tools.plan.groups import stale_spans
 from tools.plan.recipe_model import check_distinct, load_recipe, recipe_folders
 from tools.plan.table import load_table
 
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         loaded.append(r)
         print(f"ok  {r.package} {r.source.version}: CUDA {', '.join(t.cuda for t in r.cuda)}")
+        for span in stale_spans(r):
+            # not an error: the plan gives each of those series its own kernels meanwhile
+            print(f"    note: units.yaml kernels.{span.cuda} was measured with another sdist or "
+                  f"other patches, so torch {', '.join(span.torch)} compile their kernels "
+                  f"apart until it is measured again: python -m tools.probe <a cell of CUDA "
+                  f"{span.cuda}> --across-torch --write")
     clash = False
     try:
         check_distinct(loaded)

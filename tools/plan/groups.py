@@ -187,6 +187,16 @@ def _sources_digest(sdist_sha256: str, patches: tuple[tuple[str, str, int, int],
                            for file, path, _mtime, _size in patches]]
     return hashlib.sha256(json.dumps(data).encode()).hexdigest()
 
+def stale_spans(recipe: Recipe) -> list[KernelSpan]:
+    """The recipe's recorded spans that were measured with another sdist or other patches
+    (the plan ignores them until they are measured again)."""
+    units = read_units(recipe)
+    if units is None:
+        return []
+    now = sources_digest(recipe)
+    return [span for span in units.kernels.values() if span.sources != now]
+
+
 def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
     """The measured span ``cell``'s kernels belong to, None when its torch series compiles its
     own (no record for its CUDA version and platform, its series is not in it, or the record
