@@ -167,3 +167,12 @@ def test_a_unit_that_does_not_preprocess_is_named(tmp_path):
                 tmp_path / "k.o")
     with pytest.raises(ProbeError, match=r"(?s)src/k.cpp: preprocessing failed .*missing.h"):
         kernelsame.preprocess_unit(unit, None, tmp_path / "k.ii", tmp_path, {})
+
+
+def test_a_cuda_version_with_one_torch_series_has_nothing_to_compare(tmp_path):
+    job = load_job("flash_attn-3.12-cu129")              # CUDA 12.9 builds torch 2.8 alone
+    assert [c.torch for c in kernelsame.siblings(job)] == ["2.8"]
+    with pytest.raises(ProbeError, match="builds one torch series here .2.8., so there is "
+                                         "nothing to compare"):
+        kernelsame.across_torch(job, kernelsame.Inputs(), tmp_path)
+    assert not any(tmp_path.iterdir())                     # refused before anything ran

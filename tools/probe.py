@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.cell:
         ap.error("name a cell to probe (or --summary WORK)")
+    if args.write and not args.across_torch:
+        ap.error("--write records what --across-torch measures: give both")
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
     if args.count < 1:
