@@ -150,7 +150,7 @@ def test_a_unit_preprocesses_the_same_until_a_header_it_includes_changes(tmp_pat
                    "-O2")
         unit = Unit("src/k.cpp", "c++", command, root, root / "k.o")
         results[name] = kernelsame.preprocess_unit(
-            unit, None, root / "pp" / "k.ii", include,
+            unit, None, root / "pp" / "k.ii", kernelsame.TorchHeaders(include),
             {str(root): "<work>", str(include.parent.parent): "<site-packages>"})
         assert not (root / "k.o").exists() and not (root / "pp" / "k.ii").exists()
     assert results["a"].digest == results["b"].digest != results["c"].digest
@@ -166,7 +166,8 @@ def test_a_unit_that_does_not_preprocess_is_named(tmp_path):
     unit = Unit("src/k.cpp", "c++", f"c++ -c {tmp_path}/k.cpp -o {tmp_path}/k.o", tmp_path,
                 tmp_path / "k.o")
     with pytest.raises(ProbeError, match=r"(?s)src/k.cpp: preprocessing failed .*missing.h"):
-        kernelsame.preprocess_unit(unit, None, tmp_path / "k.ii", tmp_path, {})
+        kernelsame.preprocess_unit(unit, None, tmp_path / "k.ii",
+                                   kernelsame.TorchHeaders(tmp_path), {})
 
 
 def test_a_cuda_version_with_one_torch_series_has_nothing_to_compare(tmp_path):

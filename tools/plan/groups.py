@@ -172,20 +172,27 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
     return spans
 
 
-def sources_digest(recipe: Recipe) -> str:
-    """sha256 of what a kernel measurement depends on in the recipe: the sdist and the bytes
-    of every patch."""
-    return _sources_digest(recipe.source.sha256, tuple(
+def patch_digests(recipe: Recipe) -> list[list[str]]:
+    """``[file, sha256 of its bytes]`` of every patch of the recipe, in order. A plan asks for
+    each cell's group key and span: each patch is read once per state of its file."""
+    return [list(pair) for pair in _patch_digests(tuple(
         (p.file, str(p.path), p.path.stat().st_mtime_ns, p.path.stat().st_size)
-        for p in recipe.patches))
+        for p in recipe.patches))]
 
 
 @functools.lru_cache(maxsize=64)
-def _sources_digest(sdist_sha256: str, patches: tuple[tuple[str, str, int, int], ...]) -> str:
-    # read once per recipe state: a plan asks for every cell
-    data = [sdist_sha256, [[file, hashlib.sha256(Path(path).read_bytes()).hexdigest()]
-                           for file, path, _mtime, _size in patches]]
+def _patch_digests(patches: tuple[tuple[str, str, int, int], ...]
+                   ) -> tuple[tuple[str, str], ...]:
+    return tuple((file, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+                 for file, path, _mtime, _size in patches)
+
+
+def sources_digest(recipe: Recipe) -> str:
+    """sha256 of what a kernel measurement depends on in the recipe: the sdist and the bytes
+    of every patch."""
+    data = [recipe.source.sha256, patch_digests(recipe)]
     return hashlib.sha256(json.dumps(data).encode()).hexdigest()
+
 
 def stale_spans(recipe: Recipe) -> list[KernelSpan]:
     """The recipe's recorded spans that were measured with another sdist or other patches
@@ -215,8 +222,7 @@ def group_key(cell: Cell, recipe: Recipe) -> str:
     measured text's digest in place of the torch series."""
     data: dict = {
         "package": cell.package, "version": cell.version, "sha256": recipe.source.sha256,
-        "patches": [[p.file, hashlib.sha256(p.path.read_bytes()).hexdigest()]
-                    for p in recipe.patches],
+        "patches": patch_digests(recipe),
         "cuda": cell.cuda, "torch": cell.torch, "torch_abi": cell.torch_abi,
         "torch_from": cell.torch_from, "archs": list(cell.archs),
         "env": sorted((v.name, v.value) for v in recipe.env),

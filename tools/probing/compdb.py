@@ -31,6 +31,10 @@ from distlib.scripts import ScriptMaker, enquote_executable
 from tools.core.errors import ProbeError
 from tools.core.hostos import WINDOWS
 from tools.pipeline.build_toolchain import build_process_env, pip_wheel_command
+from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
+from tools.pipeline.prelude import Prelude, prepare
+from tools.pipeline.report import Progress
+from tools.plan.job import BuildJob, Inputs
 
 #: The package's build with nothing compiled (setup.py, torch's import, links of empty objects)
 #: takes seconds to a few minutes.
@@ -227,3 +231,33 @@ def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, 
                  "with isolation false")
     raise ProbeError(f"the build of {tree.name} wrote no compile commands: {why}; log: {log}\n"
                      f"{tail}", hint=hint + "; read the log for the first error")
+
+
+@dataclass(frozen=True)
+class BuildCommands:
+    """A cell's prelude and the compile commands of its package's build."""
+
+    prelude: Prelude
+    #: The build's variables the commands were read with (one nvcc thread, the cell's archs).
+    env: dict[str, str]
+    units: list[Unit]
+
+
+def read_build(job: BuildJob, work: Path, inputs: Inputs, progress: Progress) -> BuildCommands:
+    """Run the cell's ``toolchain``, ``source`` and ``python`` steps, then the ``commands``
+    step: the package's build through the stand-in ninja, as :func:`capture_commands` reads it,
+    sized for one nvcc thread (the unit list and the kernel measurement read it so)."""
+    cell, recipe = job.cell, job.recipe
+    prelude = prepare(job, work, inputs, progress)
+    sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
+                       job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=1,
+                       archs=len(cell.archs))
+    env = build_env(recipe, cell, sizing, archs=cell.archs, cuda_home=prelude.nvcc.cuda_home)
+
+    def commands(step):
+        found = capture_commands(prelude.python.python, prelude.source.tree, env, work,
+                                 isolation=recipe.build.isolation)
+        step.detail.update(recorded=len(found))
+        return found
+
+    return BuildCommands(prelude, env, progress.run("commands", commands))

@@ -37,14 +37,15 @@ from typing import TextIO
 import yaml
 
 from tools.core.errors import ProbeError
-from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
+from tools.core.variant import torch_series
 from tools.pipeline.build_toolchain import build_process_env
-from tools.pipeline.prelude import prepare
+from tools.pipeline.ccache import site_packages
 from tools.pipeline.report import Progress
 from tools.plan.cells import Cell, plan
 from tools.plan.groups import UNITS_FILE, sources_digest
 from tools.plan.job import BuildJob, Inputs
-from .compdb import Unit, capture_commands
+from tools.plan.table import version_key
+from .compdb import Unit, read_build
 
 STEPS = ["toolchain", "source", "python", "commands", "preprocess"]
 #: One unit's preprocessing (flash-attn's take about 2 s).
@@ -63,7 +64,7 @@ def siblings(job: BuildJob) -> list[Cell]:
     same = [c for c in plan([job.recipe], job.table)
             if (c.package, c.python, c.cuda, c.platform, c.archs)
             == (cell.package, cell.python, cell.cuda, cell.platform, cell.archs)]
-    return sorted(same, key=lambda c: tuple(int(x) for x in c.torch.split(".")), reverse=True)
+    return sorted(same, key=lambda c: version_key(c.torch), reverse=True)
 
 
 def preprocess_argv(command: str, out: Path) -> list[str]:
@@ -143,7 +144,25 @@ class UnitVerdict:
     flags_differ: bool = False
 
 
-def preprocess_unit(unit: Unit, env: dict[str, str], out: Path, torch_include: Path,
+class TorchHeaders:
+    """One torch's ``include`` directory, each header hashed once however many units
+    include it (flash_attn's 72 units include the same 180)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._digests: dict[str, str] = {}
+
+    def digests(self, text: str) -> dict[str, str]:
+        """The headers under the root that the preprocessed ``text`` includes -> sha256."""
+        out = {}
+        for rel in included_under(text, str(self.root)):
+            if rel not in self._digests:
+                self._digests[rel] = hashlib.sha256((self.root / rel).read_bytes()).hexdigest()
+            out[rel] = self._digests[rel]
+        return out
+
+
+def preprocess_unit(unit: Unit, env: dict[str, str] | None, out: Path, headers: TorchHeaders,
                     replacements: dict[str, str]) -> UnitText:
     """Preprocess ``unit`` with its own command line into ``out`` and describe the text."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,50 +179,33 @@ def preprocess_unit(unit: Unit, env: dict[str, str], out: Path, torch_include: P
                               "recipe's patches: probe it (python -m tools.probe CELL --units "
                               f"{Path(unit.name).name}) to see the first error")
     text = out.read_text(errors="replace")
-    headers = {}
-    for rel in included_under(text, str(torch_include)):
-        data = (torch_include / rel).read_bytes()
-        headers[rel] = hashlib.sha256(data).hexdigest()
     digest = hashlib.sha256(normalize(text, replacements).encode()).hexdigest()
     line = normalize(shlex.join(a for a in argv if a != str(out)), replacements)
     out.unlink()   # flash-attn's are 10 MB each; the digest is what is kept
-    return UnitText(digest, headers, hashlib.sha256(line.encode()).hexdigest())
+    return UnitText(digest, headers.digests(text), hashlib.sha256(line.encode()).hexdigest())
 
 
 def measure_series(job: BuildJob, inputs: Inputs, work: Path, progress: Progress
                    ) -> SeriesKernels:
     """Preprocess every CUDA unit of ``job``'s cell (see the module docstring)."""
-    cell, recipe = job.cell, job.recipe
-    prelude = prepare(job, work, inputs, progress)
-    bp, tree = prelude.python, prelude.source.tree
-    sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
-                       job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=1,
-                       archs=len(cell.archs))
-    env = build_env(recipe, cell, sizing, archs=cell.archs, cuda_home=prelude.nvcc.cuda_home)
-
-    def commands(step):
-        found = capture_commands(bp.python, tree, env, work, isolation=recipe.build.isolation)
-        step.detail.update(recorded=len(found))
-        return [u for u in found if u.kind == "cuda"]
-
-    units = progress.run("commands", commands)
+    read = read_build(job, work, inputs, progress)
+    units = [u for u in read.units if u.kind == "cuda"]
     if not units:
-        raise ProbeError(f"{cell.id}: the build lists no CUDA units",
+        raise ProbeError(f"{job.id}: the build lists no CUDA units",
                          hint="a package without CUDA units has no kernels to share")
-    site = Path(subprocess.run([str(bp.python), "-c", "import torch, pathlib; print(pathlib."
-                                "Path(torch.__file__).parent.parent)"], capture_output=True,
-                               text=True, timeout=300, check=True).stdout.strip())
-    torch_include = site / "torch" / "include"
+    bp = read.prelude.python
+    site = site_packages(bp.python)
     replacements = {str(work.resolve()): "<work>", str(work): "<work>",
                     str(site): "<site-packages>"}
-    process_env = build_process_env(bp.python, env)
-    result = SeriesKernels(cell.id, bp.torch_version)
+    process_env = build_process_env(bp.python, read.env)
+    headers = TorchHeaders(site / "torch" / "include")
+    result = SeriesKernels(job.id, bp.torch_version)
 
     def preprocess(step):
         for unit in units:
             result.units[unit.name] = preprocess_unit(
                 unit, process_env, work / "preprocessed" / (Path(unit.name).name + ".ii"),
-                torch_include, replacements)
+                headers, replacements)
         step.detail.update(units=len(units))
 
     progress.run("preprocess", preprocess)
@@ -244,16 +246,11 @@ def span_record(job: BuildJob, series: list[SeriesKernels]) -> dict | None:
     if len(same) < 2:
         return None
     return {"platform": job.cell.platform,
-            "torch": [torch_series_of(s.torch) for s in same],
+            "torch": [torch_series(s.torch) for s in same],
             "digest": newest, "sources": sources_digest(job.recipe),
             "units": len(series[0].units),
             "read_with": f"python -m tools.probe {job.id} --across-torch --write "
                          f"(torch {', '.join(s.torch for s in same)})"}
-
-
-def torch_series_of(version: str) -> str:
-    """``2.14`` from ``2.14.1+cu130``."""
-    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def write_span(units_path: Path, cuda: str, record: dict | None) -> None:

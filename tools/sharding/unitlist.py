@@ -16,16 +16,14 @@ from typing import TextIO
 
 import yaml
 
-from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.report import Progress
-from tools.pipeline.prelude import prepare
 from tools.plan.groups import UNITS_FILE, UNITS_SCHEMA
 from tools.plan.cells import Cell
 from tools.plan.job import BuildJob, Inputs
 from tools.plan.recipe_model import Recipe
 from tools.plan.schema import load_yaml
 from tools.core.errors import PlanError
-from tools.probing.compdb import Unit, capture_commands
+from tools.probing.compdb import Unit, read_build
 
 #: The estimate of a unit without a measurement, per kind (CUDA: per arch), and the rule's why.
 DEFAULT_COST = {
@@ -49,18 +47,10 @@ HEADER = """\
 def read_build_units(job: BuildJob, work: Path, inputs: Inputs = Inputs(),
                      stream: TextIO | None = None) -> tuple[list[Unit], str]:
     """The cell's build's translation units, and the torch version they were read with."""
-    cell, recipe = job.cell, job.recipe
-    progress = Progress(cell.id, ["toolchain", "source", "python", "commands"],
+    progress = Progress(job.id, ["toolchain", "source", "python", "commands"],
                         stream or sys.stderr)
-    prelude = prepare(job, work, inputs, progress)
-    nvcc, tree, bp = prelude.nvcc, prelude.source.tree, prelude.python
-    sizing = size_jobs(cores=1, available_gib=available_memory_gib(),
-                       job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=1,
-                       archs=len(cell.archs))
-    env = build_env(recipe, cell, sizing, archs=cell.archs, cuda_home=nvcc.cuda_home)
-    found = progress.run("commands", lambda step: capture_commands(
-        bp.python, tree, env, work, isolation=recipe.build.isolation))
-    return found, bp.torch_version
+    read = read_build(job, work, inputs, progress)
+    return read.units, read.prelude.python.torch_version
 
 
 def render_units(cell: Cell, recipe: Recipe, units: list[Unit], torch: str) -> str:
