@@ -21,8 +21,9 @@ from tools.core.symbols import demangle
 from tools.core.variant import parse_label, torch_index_url
 from .answer import Answer, abi_from_manifest, build_command, select
 from .client import Index, IndexReadError
-from .detect import Machine, run_quietly, series_or_none
+from .detect import Machine, series_or_none
 from .gpu import arch_list, arch_problem, module_archs
+from .localread import run_capped
 
 
 @dataclass
@@ -81,9 +82,11 @@ _IMPORT = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.impor
 def reproduce_import(inst: Installed, m: Machine) -> str | None:
     """Import torch, the package and its compiled modules in a subprocess; the error text, or None."""
     names = (["torch"] if m.torch else []) + inst.top_level + inst.modules
-    proc = run_quietly([sys.executable, "-c", _IMPORT, *names], timeout=300)
+    proc = run_capped([sys.executable, "-c", _IMPORT, *names], timeout=300)
     if proc is None:
-        return "the import timed out after 300 s"
+        return f"the import could not be run ({sys.executable} could not be started)"
+    if proc.problem:
+        return f"the import was stopped: {proc.problem}"
     if proc.returncode == 0:
         return None
     lines = proc.stderr.strip().splitlines()
