@@ -447,7 +447,7 @@ class Index:
             # html.parser raises on some declarations (``<![`` and a non-name): AssertionError
             # from 3.10 on, _HtmlError (through error()) before; no page of ours has one.
             raise IndexReadError(f"{where}: is not an HTML page the selector can read (html.parser: "
-                                 f"{visible(describe(str(exc)))})", hint=BROKEN_INDEX) from None
+                                 f"{visible(str(exc)[:200])})", hint=BROKEN_INDEX) from None
         return parser.links
 
     def _http(self, url: str, accept: str, limit: int) -> tuple[int, str, bytes]:

@@ -19,6 +19,7 @@ ships in the selector's zipapp.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ LIBRARY_LIMIT = 256 << 20
 OUTPUT_LIMIT = 1 << 20
 #: The size of one read of a file scan or a program's output.
 _CHUNK = 1 << 16
+_POSIX = os.name == "posix"
 
 
 def _size_words(limit: int) -> str:
@@ -142,8 +144,13 @@ class _Drain(threading.Thread):
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """Kill the program and, on POSIX, what it started (its own session: a pipeline in a script
+    would go on writing to the pipe after the script itself is gone)."""
     try:
-        proc.kill()
+        if _POSIX:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
     except OSError:
         pass
 
@@ -153,7 +160,8 @@ def run_capped(cmd: list[str], *, timeout: float, limit: int = OUTPUT_LIMIT) -> 
     stdout and stderr and waiting at most ``timeout`` seconds: past either it is killed and
     ``problem`` says which. None when it can't be started."""
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=_POSIX)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
     drains = [_Drain(proc.stdout, limit, proc), _Drain(proc.stderr, limit, proc)]  # type: ignore[arg-type]
@@ -168,7 +176,10 @@ def run_capped(cmd: list[str], *, timeout: float, limit: int = OUTPUT_LIMIT) -> 
         proc.wait()
     for d in drains:
         # A child it started may hold the pipe open: the output read so far is what counts.
-        d.join(timeout=2)
+        d.join(timeout=2 if not _POSIX else 0.5)
+        if d.is_alive():
+            _kill(proc)
+            d.join(timeout=2)
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None and not any(d.is_alive() for d in drains):
             pipe.close()
