@@ -5,6 +5,7 @@ killed by the function under test or, failing that, by its timeout)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 import time
@@ -101,3 +102,32 @@ def test_run_capped_does_not_wait_for_what_the_program_left_behind():
 
 def test_run_capped_says_none_for_a_program_that_cannot_start(tmp_path):
     assert localread.run_capped([str(tmp_path / "nvidia-smi")], timeout=5) is None
+
+
+def _dist(tmp_path: Path, metadata: bytes | None) -> importlib.metadata.PathDistribution:
+    info = tmp_path / "torch-2.8.0+cu128.dist-info"
+    info.mkdir()
+    if metadata is not None:
+        (info / "METADATA").write_bytes(metadata)
+    return importlib.metadata.PathDistribution(info)
+
+
+def test_dist_version_reads_the_headers_only(tmp_path):
+    dist = _dist(tmp_path, b"Metadata-Version: 2.1\nName: torch\nVersion: 2.8.0+cu128\n\nVersion: 9.9 (the body)\n")
+    assert localread.dist_version(dist) == ("2.8.0+cu128", "")
+    assert localread.dist_headers(dist)[0]["name"] == "torch"
+
+
+def test_dist_metadata_that_is_a_fifo_is_named_not_waited_for(tmp_path):
+    dist = _dist(tmp_path, None)
+    os.mkfifo(tmp_path / "torch-2.8.0+cu128.dist-info" / "METADATA")
+    version, why = localread.dist_version(dist)
+    assert version is None and why.endswith("METADATA is a FIFO, not a regular file")
+    assert localread.dist_text(dist, "RECORD")[0] is None
+
+
+def test_dist_text_caps_what_it_reads(tmp_path):
+    dist = _dist(tmp_path, b"Version: 1\n")
+    with open(tmp_path / "torch-2.8.0+cu128.dist-info" / "RECORD", "wb") as f:
+        f.truncate(3 << 20)
+    assert localread.dist_text(dist, "RECORD", 1 << 20)[1].endswith("is larger than 1 MiB, the most read of it")

@@ -26,7 +26,8 @@ from packaging.version import Version
 from tools.core.platforms import PLATFORMS, normalize_os, platform_name, tag_arch
 from tools.core.variant import cuda_from_nodot, torch_series
 from .gpu import Gpu, parse_sm
-from .localread import LIBRARY_LIMIT, PROC_LIMIT, VERSION_PY_LIMIT, Output, contains, read_text, run_capped
+from .localread import (LIBRARY_LIMIT, PROC_LIMIT, VERSION_PY_LIMIT, Output, contains, dist_version, read_text,
+                        run_capped)
 
 #: Seconds nvidia-smi may take (it answers in well under one on a healthy machine).
 SMI_TIMEOUT = 20
@@ -266,10 +267,14 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
     if dist is None:
         machine.unknown["torch"] = f"torch is not installed for {sys.executable}"
         return
-    machine.torch = dist.version
+    version, why = dist_version(dist)
+    if version is None:
+        machine.unknown["torch"] = f"torch's dist metadata can't be read: {why}"
+        return
+    machine.torch = version
     machine.sources["torch"] = "torch dist metadata"
     version_py = Path(str(dist.locate_file("torch/version.py")))
-    build, cuda = torch_build_from_version(dist.version)
+    build, cuda = torch_build_from_version(version)
     facts: dict[str, Any] = {}
     source, why = read_text(version_py, VERSION_PY_LIMIT)
     if source is None and version_py.exists():
@@ -312,7 +317,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
                 machine.sources["gpus"] = "torch.cuda"
     machine.torch_build, machine.torch_cuda, machine.cxx11_abi = build, cuda, abi
     if build is None:
-        machine.unknown["torch_cuda"] = f"couldn't tell whether torch {dist.version} is a CUDA build"
+        machine.unknown["torch_cuda"] = f"couldn't tell whether torch {version} is a CUDA build"
     if abi is None and has_abi:
         machine.unknown["cxx11_abi"] = "couldn't read torch's C++ ABI"
 

@@ -24,7 +24,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tools.core import regularfile
 
@@ -34,6 +34,10 @@ VERSION_PY_LIMIT = 1 << 20
 PROC_LIMIT = 64 << 10
 #: The most bytes of libc10.so scanned for its C++ ABI (a real one is 1 to 2 MB).
 LIBRARY_LIMIT = 256 << 20
+#: The most bytes of a distribution's METADATA read (torch's is a few KB).
+METADATA_LIMIT = 1 << 20
+#: The most bytes of a distribution's RECORD read (one line a file: torch's is about 2 MB).
+RECORD_LIMIT = 64 << 20
 #: The most bytes a probe may print on each of stdout and stderr (nvidia-smi prints a line a GPU).
 OUTPUT_LIMIT = 1 << 20
 #: The size of one read of a file scan or a program's output.
@@ -99,6 +103,47 @@ def contains(path: Path, needle: bytes, limit: int) -> tuple[bool | None, int, s
     except OSError as exc:
         return None, scanned, f"{path} can't be read ({exc.strerror or exc})"
     return None, scanned, f"{path} is larger than {_size_words(limit)}, the most scanned of it"
+
+
+def dist_text(dist: Any, name: str, limit: int = METADATA_LIMIT) -> tuple[str | None, str]:
+    """(text, "") of the file ``name`` of an installed distribution's metadata directory
+    (``METADATA``, ``RECORD``, ``cuwheels.json``...), read as :func:`read_text` reads; (None,
+    why) when it is missing or can't be read. A distribution importlib.metadata didn't find in a
+    directory (another finder's) is asked for the file itself."""
+    where = getattr(dist, "_path", None)  # importlib.metadata.PathDistribution's directory
+    if where is None:
+        text = dist.read_text(name)
+        return text, "" if text is not None else f"the distribution has no {name}"
+    return read_text(Path(str(where)) / name, limit)
+
+
+def dist_headers(dist: Any) -> tuple[dict[str, str], str]:
+    """(headers, "") of an installed distribution's METADATA (or an egg's PKG-INFO), keys
+    lowercased, the first of each kept; ({}, why) when neither can be read."""
+    first_why = ""
+    for name in ("METADATA", "PKG-INFO"):
+        text, why = dist_text(dist, name)
+        if text is None:
+            first_why = first_why or why  # METADATA's reason is the one to give
+            continue
+        headers: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                break  # the headers end at the first blank line
+            key, sep, value = line.partition(":")
+            if sep and not key.startswith((" ", "\t")):
+                headers.setdefault(key.strip().lower(), value.strip())
+        return headers, ""
+    return {}, first_why
+
+
+def dist_version(dist: Any) -> tuple[str | None, str]:
+    """(version, "") of an installed distribution (:func:`dist_headers`); (None, why) when its
+    metadata can't be read or names no version."""
+    headers, why = dist_headers(dist)
+    if headers.get("version"):
+        return headers["version"], ""
+    return None, why or "its METADATA names no Version"
 
 
 @dataclass
