@@ -281,7 +281,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
         machine.unknown["torch_version_py"] = why
     try:
         facts = _literal_assignments(source or "")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError, RecursionError):
         pass
     if facts:
         machine.sources["torch_cuda"] = str(version_py)
