@@ -187,9 +187,11 @@ def test_escapes_stay_escaped_in_json(cases, served):
 
 
 def test_the_wheel_another_host_serves_needs_the_users_word(cases, served, hostile):
-    """The same page: refused without --allow-host, read with it, and --no-peek reads nothing."""
+    """The same page: not read without --allow-host (the answer stands, the arch check skipped,
+    the flag named), read with it (other-host-allowed), and --no-peek reads nothing."""
     index = f"{served}other-host/"
-    refused = run_selector(selector("module", None, PROJECT, "--index", index, *MACHINE))
-    assert refused.returncode == 3 and "--allow-host 127.0.0.1:" in refused.stderr, refused.stderr
+    unasked = run_selector(selector("module", None, PROJECT, "--index", index, *MACHINE))
+    assert unasked.returncode == 0 and "skipped the GPU arch check" in unasked.stdout, unasked.stdout
+    assert "pass --allow-host 127.0.0.1:" in unasked.stdout, unasked.stdout
     unread = run_selector(selector("module", None, PROJECT, "--index", index, "--no-peek", *MACHINE))
     assert unread.returncode == 0 and "didn't check the GPU arch (--no-peek)" in unread.stdout, unread.stderr

@@ -112,6 +112,7 @@ def test_file_json_is_what_json_dumps_would_say():
             "requires-python": ">=3.9", "core-metadata": {"sha256": e.metadata_sha256},
             "yanked": yanked, "size": e.size,
             "upload-time": e.upload_time,
+            "_cuwheels": {"cuda": None, "torch": None, "cxx11_abi": None, "archs": None},
         }
 
 
@@ -127,7 +128,9 @@ def test_json_pages_carry_cuwheels_build_data(tmp_path):
         files = {f["filename"]: f for f in project_json(site, rel)["files"]}
         assert files[fn]["_cuwheels"] == want
         assert files[labelled]["_cuwheels"] == {"cuda": "12.8", "torch": "2.8", "cxx11_abi": None, "archs": None}
-    assert "_cuwheels" not in project_json(site, "simple/pure/index.json")["files"][0]
+    # Every file says what the index knows of it: a pure-Python wheel, no variant and no GPU code.
+    assert project_json(site, "simple/pure/index.json")["files"][0]["_cuwheels"] == {
+        "cuda": None, "torch": None, "cxx11_abi": None, "archs": None}
     assert load_ledger(tmp_path / "ledger.json")[pure].archs is None
     assert "_cuwheels" not in page(site, "simple/ext/index.html")
     assert_site_valid(site)

@@ -994,3 +994,78 @@ def test_a_local_wheel_must_be_a_regular_file(tmp_path):
         index.wheel_manifest(fifo.as_uri(), None)
     with pytest.raises(fetch.IndexReadError, match="reads only http:// and https:// URLs"):
         index.wheel_manifest("data:,x", None)
+
+
+# --------------------------------------------------------------------------- hostile pages, another host
+
+
+@pytest.mark.parametrize("tail", ["<![ ]]>", "<![1[x]]>", "<![-", "<![\x00", "<![\x1b[2J"])
+def test_an_html_page_the_parser_gives_up_on_is_an_index_error(tail):
+    body = f'<a href="x.whl">x.whl</a>{tail}'.encode()
+    with pytest.raises(fetch.IndexReadError, match=r"page: is not an HTML page the selector can read \(html.parser: ") \
+            as exc:
+        client.Index._parse(body, False, "page")
+    assert client.visible(exc.value.message) == exc.value.message  # nothing raw in it
+
+
+@pytest.mark.parametrize("filename, project", [
+    ("demo_ext-1.0+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl", "demo-ext"),
+    ("Demo.Ext-1.0-py3-none-any.whl", "demo-ext"),
+    ("evil_ext-9.0-py3-none-any.whl", "evil-ext"),
+    ("demo-ext-1.0.tar.gz", "demo-ext"),
+    ("not a wheel.whl", None),
+    ("README.txt", None),
+])
+def test_the_project_a_file_name_gives(filename, project):
+    assert client.file_project(filename) == project
+
+
+def test_a_pages_files_of_another_project_are_skipped_with_a_note(tmp_path):
+    page = tmp_path / "simple" / "demo-ext" / "index.json"
+    page.parent.mkdir(parents=True)
+    page.write_text(json.dumps({"files": [
+        {"filename": "evil_ext-9.0-py3-none-any.whl", "url": "e.whl"},
+        {"filename": "Demo_Ext-1.0-py3-none-any.whl", "url": "d.whl"}]}))
+    index = client.Index(str(tmp_path))
+    assert [f.filename for f in index.files("", "demo-ext")] == ["Demo_Ext-1.0-py3-none-any.whl"]
+    assert index.notes == ["simple/demo-ext/: skipped evil_ext-9.0-py3-none-any.whl: it is a file of evil-ext, "
+                           "not of demo-ext"]
+
+
+@pytest.mark.parametrize("url, named", [
+    ("http://127.0.0.1:9/x.whl", "127.0.0.1:9"),
+    ("https://github.com/o/r/releases/download/v1/x.whl", "github.com:443"),
+    ("http://[::1]:9/x.whl", "[::1]:9"),
+    ("http://127.0.0.1:8000/files/x.whl", None),      # the index's own host: read
+    ("http://pypi.org@127.0.0.1:9/x.whl", None),      # refused outright, not "elsewhere"
+    ("file:///dev/zero", None),
+    ("http://127.0.0.1:99999/x.whl", None),
+])
+def test_which_wheel_urls_are_on_another_host(url, named):
+    assert fetch.Fetcher([("127.0.0.1", 8000)], timeout=5, deadline=5).elsewhere(url) == named
+
+
+def _candidate(extra, url="https://github.com/o/r/releases/download/v1/demo_ext-1.0-cp311-cp311-linux_x86_64.whl"):
+    f = client.IndexFile(filename=url.rsplit("/", 1)[1], url=url, extra=extra)
+    return checks.Candidate(f, checks.parse_wheel(f.filename), None, "cu128/torch2.8")
+
+
+def test_a_wheel_on_another_host_is_not_read_and_the_note_says_why():
+    index = client.Index("http://127.0.0.1:8000/")
+    c, budget = _candidate(None), [checks.PEEK_MAX]
+    checks.check_arch(c, machine(), index=index, peek=True, budget=budget)
+    assert not c.problems and budget == [checks.PEEK_MAX]
+    assert c.notes == ["skipped the GPU arch check for demo_ext-1.0-cp311-cp311-linux_x86_64.whl: the index's page "
+                       "lists no GPU archs for it and the wheel is on github.com:443, not on the index's host; pass "
+                       "--allow-host github.com:443 to read its build manifest from there"]
+    assert index.wheel_manifest(c.file.url, None)[0] is None  # and the build hint's read is not made either
+
+
+def test_archs_the_index_records_as_null_are_its_word():
+    """Every file of a page tools.index writes has ``_cuwheels``: null archs mean none on record."""
+    extra = client.parse_cuwheels({"cuda": None, "torch": None, "cxx11_abi": None, "archs": None}, "page", "f")
+    assert extra == {"cxx11_abi": None, "archs": None}
+    c = _candidate(extra, "http://127.0.0.1:8000/files/demo_ext-1.0-cp311-cp311-linux_x86_64.whl")
+    checks.check_arch(c, machine(), index=client.Index("http://127.0.0.1:8000/"), peek=True, budget=[1])
+    assert c.notes == ["skipped the GPU arch check for demo_ext-1.0-cp311-cp311-linux_x86_64.whl: the index records "
+                       "no GPU code for it (a wheel without a build manifest)"]

@@ -15,7 +15,8 @@ file), never yaml, jinja2 or torch (torch only as a last
 resort, in a subprocess).
 
 Modules, one job each: ``gpu`` (which GPU code runs on which GPU), ``detect`` (the machine:
-Python, OS, glibc, torch, driver, GPUs, with overrides), ``facts`` (what the site publishes for
+Python, OS, glibc, torch, driver, GPUs, with overrides), ``localread`` (every read of this
+machine's files and probes' output, bounded in size and time), ``facts`` (what the site publishes for
 the selector), ``fetch`` (what may be read, from which hosts, how much and for how long),
 ``client`` (reading a site: PEP 691 JSON, HTML fallback, a wheel's manifest by range requests,
 every field checked), ``checks`` (whether one wheel fits), ``answer`` (the pick and the pip/uv

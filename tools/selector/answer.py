@@ -270,6 +270,8 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
     if not ans.fits:
         abi = recipe_abi(index, index.files("", ans.package) or [], peek=peek)
         ans.build = build_command(ans.package, m, archs=archs, abi=abi)
+    # What the pages listed that isn't the project's (tools.selector.client.Index.files).
+    ans.notes = list(dict.fromkeys(ans.notes + index.notes))
     return ans
 
 

@@ -225,11 +225,23 @@ def check_arch(c: Candidate, m: Machine, *, index: Index, peek: bool, budget: li
     if not m.gpus:
         c.notes.append("couldn't check the GPU arch: no GPU detected (pass --sm to check one)")
         return
-    found: Any = (c.file.extra or {}).get("archs")
+    extra = c.file.extra or {}
+    found: Any = extra.get("archs")
     source = "the index"
+    if found is None and "archs" in extra:
+        # The index writes what the build manifest says for every file it places (null: no
+        # manifest, or none on record), so the wheel, often on another host, is never read.
+        c.notes.append(f"skipped the GPU arch check for {c.file.filename}: the index records no GPU "
+                       "code for it (a wheel without a build manifest)")
+        return
     if found is None:
         if not peek:
             c.notes.append("didn't check the GPU arch (--no-peek)")
+            return
+        elsewhere = index.not_read(c.file.url)
+        if elsewhere:
+            c.notes.append(f"skipped the GPU arch check for {c.file.filename}: the index's page lists "
+                           f"no GPU archs for it and {elsewhere}")
             return
         if budget[0] <= 0:
             c.notes.append("couldn't check the GPU arch: read enough wheels for one answer")

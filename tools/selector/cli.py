@@ -22,9 +22,12 @@ from .client import Index, IndexReadError, visible
 from .detect import Machine, detect_machine
 from .doctor import Diagnosis, doctor
 from .fetch import DEFAULT_DEADLINE, origin
+from .localread import read_tail
 from .target import DOWNLOAD_DIR
 
 EXIT_FITS, EXIT_NO_FIT, EXIT_INDEX = 0, 1, 3  # and 2 for bad arguments, from argparse
+#: The most of an --error-file read: its end (a log's error is at its end).
+ERROR_FILE_LIMIT = 1 << 20
 
 
 # --------------------------------------------------------------------------- output
@@ -203,10 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         index = Index(args.index, site_url=args.site_url, timeout=args.timeout, deadline=args.deadline,
                       allow_hosts=tuple(args.allow_host)) if args.index else None
         if args.doctor:
-            error = args.error
+            error, read_note = args.error, ""
             if args.error_file is not None:
-                error = args.error_file.read_text(encoding="utf-8", errors="replace")
+                error, read_note = read_tail(args.error_file, ERROR_FILE_LIMIT)
+                if error is None:
+                    parser.error(f"--error-file: {read_note}: give a log or a file holding the error's text")
             d = doctor(args.package, machine, error=error, index=index, peek=not args.no_peek)
+            d.details += [read_note] if read_note else []
             _say(json.dumps(d.to_json(machine), indent=2) if args.json else format_diagnosis(d, machine))
             return EXIT_FITS if d.kind == "ok" else EXIT_NO_FIT
         answer = select(index, args.package, machine, version=args.version, peek=not args.no_peek,

@@ -29,7 +29,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
+                             parse_wheel_filename)
 
 from tools.core.httpclient import describe
 from tools.core.manifest import manifest_member
@@ -88,6 +89,10 @@ class IndexFile:
     extra: dict[str, Any] | None = None  # the index's private ``_cuwheels`` data, checked (parse_cuwheels)
 
 
+class _HtmlError(ValueError):
+    """html.parser gave up on the page (Python 3.8 and 3.9 report it through ``error()``)."""
+
+
 class _Links(HTMLParser):
     """PEP 503 anchors: href, data-requires-python, data-yanked and the text."""
 
@@ -95,6 +100,10 @@ class _Links(HTMLParser):
         super().__init__()
         self.links: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
+
+    def error(self, message: str) -> None:
+        """Where Python 3.8 and 3.9's _markupbase reports markup it can't parse (``<![1``)."""
+        raise _HtmlError(message)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
@@ -136,7 +145,8 @@ def parse_archs(found: Any, where: str, field: str) -> dict[str, dict[str, list[
 def parse_cuwheels(extra: Any, where: str, field: str) -> dict[str, Any]:
     """A file's ``_cuwheels`` object (tools.sitegen.render writes it), checked: ``cuda`` a CUDA
     version, ``torch`` a torch version (kept as its series), ``cxx11_abi`` a boolean, ``serves`` a
-    list of torch series, ``archs`` as :func:`parse_archs` (or ``{found: ...}``); each optional."""
+    list of torch series, ``archs`` as :func:`parse_archs` (or ``{found: ...}``), or null where the
+    index records no GPU code for the file; each optional."""
     if not isinstance(extra, dict):
         raise _bad(where, field, "must be an object", extra)
     out: dict[str, Any] = {}
@@ -163,6 +173,8 @@ def parse_cuwheels(extra: Any, where: str, field: str) -> dict[str, Any]:
     if archs is not None:
         found = archs.get("found", archs) if isinstance(archs, dict) else archs
         out["archs"] = parse_archs(found, where, f"{field}.archs")
+    elif "archs" in extra:
+        out["archs"] = None  # the index's word: no GPU code on record (tools.selector.checks.check_arch)
     return out
 
 
@@ -250,16 +262,31 @@ class Index:
         self._facts_read = False
         #: Why ``facts()`` is None (empty while it isn't).
         self.facts_note = ""
+        #: What was left out of the pages read, and why (files of another project).
+        self.notes: list[str] = []
 
     def index_url(self, prefix: str) -> str:
         """The simple-index URL to give pip for ``prefix`` (``""`` or ``cu128/torch2.8/``)."""
         return f"{self.public_root}{prefix}simple/"
 
     def files(self, prefix: str, project: str) -> list[IndexFile] | None:
-        """The files of ``project`` in the simple index under ``prefix``; None when it has none."""
+        """The files of ``project`` in the simple index under ``prefix``; None when it has none.
+
+        A file whose name is another project's (its name part, canonicalized, is not
+        ``project``'s) is left out, and :attr:`notes` says so: pip would never install it for
+        ``project``, and a page that lists it is broken or hostile."""
         key = f"{prefix}simple/{project}/"
         if key not in self._cache:
-            self._cache[key] = self._read_project(key)
+            listed = self._read_project(key) or []
+            wanted = canonicalize_name(project)
+            kept = []
+            for f in listed:
+                other = file_project(f.filename)
+                if other is None or other == wanted:
+                    kept.append(f)
+                else:
+                    self.notes.append(f"{key}: skipped {f.filename}: it is a file of {other}, not of {wanted}")
+            self._cache[key] = kept or None
         return self._cache[key]
 
     def projects(self) -> list[str] | None:
@@ -291,10 +318,21 @@ class Index:
                     self.facts_note = f"{where} can't be read: {visible(str(exc))}"
         return self._facts
 
+    def not_read(self, url: str) -> str | None:
+        """Why the wheel at ``url`` is not read for its manifest: it is on another host than the
+        index's (one ``--allow-host`` doesn't name); None when it may be read, or when the URL is
+        one the selector refuses outright (:meth:`wheel_manifest` raises for it)."""
+        named = self.fetcher.elsewhere(url)
+        if named is None:
+            return None
+        return (f"the wheel is on {named}, not on the index's host; pass --allow-host {named} to "
+                "read its build manifest from there")
+
     def wheel_manifest(self, url: str, size: int | None) -> tuple[dict[str, Any] | None, str]:
         """(manifest or None, what happened) for the wheel at ``url``, reading as little as
-        possible. A wheel that can't be read is a None and why; IndexReadError for a URL the
-        selector refuses, a read past its caps, or a manifest that is not a JSON object."""
+        possible. A wheel that can't be read, or is on another host (:meth:`not_read`), is a
+        None and why; IndexReadError for a URL the selector refuses, a read past its caps, or a
+        manifest that is not a JSON object."""
         where = visible(url)
         if self.local is not None and url.startswith("file:"):
             path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
@@ -303,6 +341,9 @@ class Index:
                     return _manifest_in(zf, where), "read from the local wheel"
             except (OSError, *_ZIP_ERRORS) as exc:
                 return None, f"couldn't read the wheel: {visible(str(exc))}"
+        not_read = self.not_read(url)
+        if not_read:
+            return None, not_read
         self.fetcher.check(url)
         try:
             if size is None:
@@ -399,7 +440,14 @@ class Index:
             raise IndexReadError(f"{where}: is not UTF-8 text ({exc.reason} at byte {exc.start})",
                                  hint=BROKEN_INDEX) from None
         parser = _Links()
-        parser.feed(text)
+        try:
+            parser.feed(text)
+            parser.close()
+        except (AssertionError, ValueError, IndexError, RecursionError) as exc:
+            # html.parser raises on some declarations (``<![`` and a non-name): AssertionError
+            # from 3.10 on, _HtmlError (through error()) before; no page of ours has one.
+            raise IndexReadError(f"{where}: is not an HTML page the selector can read (html.parser: "
+                                 f"{visible(str(exc)[:200])})", hint=BROKEN_INDEX) from None
         return parser.links
 
     def _http(self, url: str, accept: str, limit: int) -> tuple[int, str, bytes]:
@@ -440,6 +488,19 @@ def _manifest_in(zf: zipfile.ZipFile, where: str) -> dict[str, Any] | None:
     if not isinstance(manifest, dict):
         raise _bad(named, "the manifest", "must be a JSON object", manifest)
     return manifest
+
+
+def file_project(filename: str) -> str | None:
+    """The canonical project name a wheel's or sdist's file name gives, or None for a name that
+    is neither (such a file is never offered: tools.selector.checks.parse_wheel skips it)."""
+    try:
+        if filename.endswith(".whl"):
+            return canonicalize_name(parse_wheel_filename(filename)[0])
+        if filename.endswith((".tar.gz", ".zip")):
+            return canonicalize_name(parse_sdist_filename(filename)[0])
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    return None
 
 
 def site_root(location: str) -> str:

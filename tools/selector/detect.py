@@ -15,7 +15,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -27,6 +26,11 @@ from packaging.version import Version
 from tools.core.platforms import PLATFORMS, normalize_os, platform_name, tag_arch
 from tools.core.variant import cuda_from_nodot, torch_series
 from .gpu import Gpu, parse_sm
+from .localread import (LIBRARY_LIMIT, PROC_LIMIT, VERSION_PY_LIMIT, Output, contains, dist_version, read_text,
+                        run_capped)
+
+#: Seconds nvidia-smi may take (it answers in well under one on a healthy machine).
+SMI_TIMEOUT = 20
 
 
 def release(text: str) -> tuple[int, ...]:
@@ -122,12 +126,11 @@ class Machine:
         }
 
 
-def run_quietly(cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess | None:
-    """Run a probe; None when it can't be started or hangs (a probe never raises)."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
+def run_quietly(cmd: list[str], timeout: float = 20) -> Output | None:
+    """Run a probe, its output capped (tools.selector.localread.run_capped); None when it can't
+    be started, hangs or prints without end (a probe never raises)."""
+    out = run_capped(cmd, timeout=timeout)
+    return None if out is None or out.problem else out
 
 
 def _which(program: str) -> str | None:
@@ -214,16 +217,16 @@ def _literal_assignments(source: str) -> dict[str, Any]:
     return out
 
 
-def _cxx11_abi_from_libc10(lib: Path) -> bool | None:
-    """torch's C++ ABI from ``libc10.so``: it exports many functions taking std::string, which the
-    C++11 ABI mangles with ``St7__cxx11``; a build with the old ABI has none."""
-    try:
-        data = lib.read_bytes()
-    except OSError:
-        return None
-    if b"St7__cxx11" in data:
-        return True
-    return False if len(data) > 100_000 else None
+def _cxx11_abi_from_libc10(lib: Path) -> tuple[bool | None, str]:
+    """(torch's C++ ABI, why unknown) from ``libc10.so``: it exports many functions taking
+    std::string, which the C++11 ABI mangles with ``St7__cxx11``; a build with the old ABI has
+    none. Scanned a chunk at a time, regular files only, at most LIBRARY_LIMIT bytes."""
+    found, scanned, why = contains(lib, b"St7__cxx11", LIBRARY_LIMIT)
+    if found:
+        return True, ""
+    if found is None:
+        return None, why
+    return (False, "") if scanned > 100_000 else (None, f"{lib} is too small to be torch's libc10")
 
 
 _TORCH_QUERY = r"""
@@ -264,14 +267,21 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
     if dist is None:
         machine.unknown["torch"] = f"torch is not installed for {sys.executable}"
         return
-    machine.torch = dist.version
+    version, why = dist_version(dist)
+    if version is None:
+        machine.unknown["torch"] = f"torch's dist metadata can't be read: {why}"
+        return
+    machine.torch = version
     machine.sources["torch"] = "torch dist metadata"
     version_py = Path(str(dist.locate_file("torch/version.py")))
-    build, cuda = torch_build_from_version(dist.version)
+    build, cuda = torch_build_from_version(version)
     facts: dict[str, Any] = {}
+    source, why = read_text(version_py, VERSION_PY_LIMIT)
+    if source is None and version_py.exists():
+        machine.unknown["torch_version_py"] = why
     try:
-        facts = _literal_assignments(version_py.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
+        facts = _literal_assignments(source or "")
+    except (SyntaxError, ValueError, RecursionError):
         pass
     if facts:
         machine.sources["torch_cuda"] = str(version_py)
@@ -283,7 +293,12 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
             build, cuda = "cpu", None
     # libstdc++'s dual ABI is Linux's: a Windows torch (MSVC) has none to match.
     has_abi = machine.os == "linux"
-    abi = _cxx11_abi_from_libc10(Path(str(dist.locate_file("torch/lib/libc10.so")))) if has_abi else None
+    abi = None
+    if has_abi:
+        libc10 = Path(str(dist.locate_file("torch/lib/libc10.so")))
+        abi, why = _cxx11_abi_from_libc10(libc10)
+        if why and libc10.exists():
+            machine.unknown["libc10"] = why
     if abi is not None:
         machine.sources["cxx11_abi"] = "symbols of torch/lib/libc10.so"
     if (build is None or (has_abi and abi is None)) and allow_import:
@@ -302,7 +317,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
                 machine.sources["gpus"] = "torch.cuda"
     machine.torch_build, machine.torch_cuda, machine.cxx11_abi = build, cuda, abi
     if build is None:
-        machine.unknown["torch_cuda"] = f"couldn't tell whether torch {dist.version} is a CUDA build"
+        machine.unknown["torch_cuda"] = f"couldn't tell whether torch {version} is a CUDA build"
     if abi is None and has_abi:
         machine.unknown["cxx11_abi"] = "couldn't read torch's C++ ABI"
 
@@ -351,9 +366,8 @@ def parse_nvidia_smi(text: str) -> tuple[str | None, list[Gpu]]:
 
 
 def _proc_driver_version() -> str | None:
-    try:
-        text = Path("/proc/driver/nvidia/version").read_text()
-    except OSError:
+    text, _ = read_text(Path("/proc/driver/nvidia/version"), PROC_LIMIT)
+    if text is None:
         return None
     m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
     return m.group(1) if m else None
@@ -362,8 +376,11 @@ def _proc_driver_version() -> str | None:
 def detect_nvidia(machine: Machine) -> None:
     """The NVIDIA driver (version and the CUDA version it supports) and the GPUs' capabilities."""
     smi = _which("nvidia-smi")
+    smi_problem = ""
     if smi:
-        proc = run_quietly([smi, "--query-gpu=compute_cap,driver_version,name", "--format=csv,noheader"])
+        proc = run_capped([smi, "--query-gpu=compute_cap,driver_version,name", "--format=csv,noheader"],
+                          timeout=SMI_TIMEOUT)
+        smi_problem = proc.problem if proc is not None else ""
         if proc is not None and proc.returncode == 0:
             driver, gpus = parse_nvidia_smi(proc.stdout)
             if driver:
@@ -385,7 +402,7 @@ def detect_nvidia(machine: Machine) -> None:
         machine.driver = _proc_driver_version()
         if machine.driver:
             machine.sources["driver"] = "/proc/driver/nvidia/version"
-    why = "no nvidia-smi on PATH" if not smi else "nvidia-smi failed"
+    why = "no nvidia-smi on PATH" if not smi else smi_problem or "nvidia-smi failed"
     if not probe:
         why += ", libcuda.so.1 can't be loaded"
     if machine.driver is None and machine.driver_cuda is None:

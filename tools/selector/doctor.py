@@ -8,6 +8,7 @@ built for (its build manifest, else its local label) and this machine's facts.
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata as md
 import re
 import sys
@@ -21,8 +22,9 @@ from tools.core.symbols import demangle
 from tools.core.variant import parse_label, torch_index_url
 from .answer import Answer, abi_from_manifest, build_command, select
 from .client import Index, IndexReadError
-from .detect import Machine, run_quietly, series_or_none
+from .detect import Machine, series_or_none
 from .gpu import arch_list, arch_problem, module_archs
+from .localread import RECORD_LIMIT, dist_headers, dist_text, run_capped
 
 
 @dataclass
@@ -60,18 +62,26 @@ def find_installed(package: str) -> Installed | None:
             continue
     if dist is None:
         return None
+    # Each file of its metadata read bounded (tools.selector.localread): a FIFO or a file of
+    # gigabytes where one belongs is a file this doctor can't read, not a hang.
+    headers, _ = dist_headers(dist)
+    shown = headers.get("name") or package
     manifest = None
+    text, _ = dist_text(dist, MANIFEST_NAME)
     try:
-        text = dist.read_text(MANIFEST_NAME)
-        manifest = parse_manifest(text, f"{dist.metadata['Name']}'s {MANIFEST_NAME}") if text else None
-    except (ValueError, OSError):
+        manifest = parse_manifest(text, f"{shown}'s {MANIFEST_NAME}") if text else None
+    except ValueError:
         manifest = None
-    files = [str(f) for f in (dist.files or [])]
+    record, _ = dist_text(dist, "RECORD", RECORD_LIMIT)
+    try:
+        files = [row[0] for row in csv.reader((record or "").splitlines()) if row]
+    except csv.Error:  # a NUL in it (Python < 3.11), a field over csv's limit
+        files = []
     modules = sorted({n for n in (module_name(f) for f in files) if n})
-    top = (dist.read_text("top_level.txt") or "").split()
+    top = (dist_text(dist, "top_level.txt")[0] or "").split()
     if not top:
         top = sorted({f.split("/")[0] for f in files if f.endswith("/__init__.py") and f.count("/") == 1})
-    return Installed(dist.metadata["Name"] or package, dist.version, manifest, modules, top,
+    return Installed(shown, headers.get("version") or "(version unknown)", manifest, modules, top,
                      str(dist.locate_file("")))
 
 
@@ -81,9 +91,11 @@ _IMPORT = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.impor
 def reproduce_import(inst: Installed, m: Machine) -> str | None:
     """Import torch, the package and its compiled modules in a subprocess; the error text, or None."""
     names = (["torch"] if m.torch else []) + inst.top_level + inst.modules
-    proc = run_quietly([sys.executable, "-c", _IMPORT, *names], timeout=300)
+    proc = run_capped([sys.executable, "-c", _IMPORT, *names], timeout=300)
     if proc is None:
-        return "the import timed out after 300 s"
+        return f"the import could not be run ({sys.executable} could not be started)"
+    if proc.problem:
+        return f"the import was stopped: {proc.problem}"
     if proc.returncode == 0:
         return None
     lines = proc.stderr.strip().splitlines()

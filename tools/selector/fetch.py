@@ -102,6 +102,21 @@ class Fetcher(Client):
             return False
         return any(host == h and (p is None or p == port) for h, p in self.hosts)
 
+    def elsewhere(self, url: str) -> str | None:
+        """``HOST:PORT`` when ``url`` is a plain http(s) URL on a host this fetcher may not read
+        (the only refusal a caller may take as "not read" rather than as a broken index: the
+        project's own sites publish their wheels on another host than their pages); None for a
+        URL it may read, and for one :meth:`check` refuses for any other reason."""
+        try:
+            parts = urlsplit(url)
+            host, port = url_origin(url)
+        except ValueError:
+            return None
+        if parts.scheme.lower() not in DEFAULT_PORTS or "@" in parts.netloc or not host or self.allows(url):
+            return None
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{port}" if port is not None else host
+
     def check(self, url: str, *, context: str = "") -> None:
         """IndexReadError unless ``url`` is one this fetcher may read; ``context`` says where it
         came from (a redirect), else the URL itself is named."""

@@ -5,10 +5,12 @@ HTML pages follow PEP 503 (normalized names, trailing slashes, ``#sha256=`` on e
 only: PEP 714 renamed the older ``data-dist-info-metadata`` and tells servers not to send it, because
 pip 22.3 to 23.1 break on it: ``TypeError: unhashable type: 'dict'`` on the JSON key, "inconsistent
 Name" on the HTML attribute, pypa/pip#12042 and #12038). Each page has a PEP 691 JSON twin (API 1.1, PEP 700: ``size``,
-``upload-time``, ``versions``) as ``index.json`` in the same directory. Every file with a variant
-also carries, in the JSON only, ``"_cuwheels": {cuda, torch, cxx11_abi, archs}`` (and ``serves``,
-the torch series of a stable-ABI build) (PEP 691 reserves
-``_`` keys; pip and uv ignore them), read by tools.selector.
+``upload-time``, ``versions``) as ``index.json`` in the same directory. Every file also carries, in the
+JSON only, ``"_cuwheels": {cuda, torch, cxx11_abi, archs}`` (and ``serves``, the torch series of
+a stable-ABI build) (PEP 691 reserves ``_`` keys; pip and uv ignore them), read by
+tools.selector: its variant (null fields for a file without one, a pure-Python wheel) and the
+GPU code its build manifest lists (``archs``: null when the ledger has none on record), so that
+the selector never reads a wheel of this index (nor needs its host) for the arch check.
 
 Every file's link is rendered once, in one template pass, however many pages list it; a project
 page whose inputs have the fingerprint recorded in the current site is reused instead (``reuse``).
@@ -43,9 +45,10 @@ from .wheelread import parse_version
 #: PEP 629 / PEP 691 API version of every page: 1.1 is PEP 700 (size, upload-time, versions).
 API_VERSION = "1.1"
 #: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``; 3: no more
-#: ``dist-info-metadata``); part of every page fingerprint, so a site built before is rendered
-#: again rather than reused.
-PAGE_FORMAT = 3
+#: ``dist-info-metadata``; 4: ``_cuwheels`` on every file, its variant fields null for a file
+#: without one); part of every page fingerprint, so a site built before is rendered again rather
+#: than reused.
+PAGE_FORMAT = 4
 
 _encode_str = json.encoder.encode_basestring_ascii
 
@@ -97,12 +100,15 @@ def _file_json(e: Entry, reason: str | None) -> str:
     yanked = "false" if reason is None else (s(reason) if reason else "true")
     requires = f'"requires-python":{s(e.requires_python)},' if e.requires_python else ""
     meta = f'{{"sha256":{s(e.metadata_sha256)}}}'
-    extra = ""
-    if e.variant is not None:
-        # Private build data for tools.selector (PEP 691 reserves "_" keys; installers ignore them).
-        v = e.variant
+    # Private build data for tools.selector (PEP 691 reserves "_" keys; installers ignore them), on
+    # every file: what the ledger recorded from its build manifest, null where it has none, so that
+    # the selector never needs the wheel (nor its host) to check a GPU arch.
+    archs = "null" if e.archs is None else json.dumps(e.archs, separators=(",", ":"), sort_keys=True)
+    v = e.variant
+    if v is None:
+        extra = f',"_cuwheels":{{"cuda":null,"torch":null,"cxx11_abi":null,"archs":{archs}}}'
+    else:
         abi = "null" if v.cxx11_abi is None else ("true" if v.cxx11_abi else "false")
-        archs = "null" if e.archs is None else json.dumps(e.archs, separators=(",", ":"), sort_keys=True)
         # A stable-ABI build also says which torch series it serves (absent otherwise, so that the
         # pages of every other file stay as they were).
         serves = f',"serves":[{",".join(map(s, v.serves))}]' if v.serves else ""
