@@ -19,9 +19,9 @@ from email.utils import formatdate, parsedate_to_datetime
 from functools import lru_cache
 
 #: Pages above this size are sent uncompressed: the cache holds a compressed copy of each page.
-GZIP_MAX_BYTES = 16 << 20
+GZIP_MAX_BYTES = 4 << 20
 #: Compressed pages kept (each at most GZIP_MAX_BYTES before compression).
-GZIP_CACHE_PAGES = 64
+GZIP_CACHE_PAGES = 32
 
 #: One ``bytes`` range: ``first-last``, ``first-`` or ``-suffix`` (ASCII digits only).
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d{0,30})\s*-\s*(\d{0,30})\s*", re.ASCII | re.IGNORECASE)

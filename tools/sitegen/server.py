@@ -156,6 +156,8 @@ class IndexHandler(BaseHTTPRequestHandler):
         # A request refused before its line is parsed must not log the previous request's path.
         self.command, self.path = None, None
         self._head.deadline = time.monotonic() + self.server.request_timeout
+        # An error http.server answers itself (a malformed request) is bounded like any response.
+        self._deadline = self._head.deadline + self.server.response_timeout
         super().handle_one_request()
 
     def parse_request(self) -> bool:
@@ -181,7 +183,7 @@ class IndexHandler(BaseHTTPRequestHandler):
     def _bound_write(self) -> None:
         # Each write waits at most the idle limit, and never past the response's deadline: a
         # client that reads slowly is cut off once the response has taken RESPONSE_TIMEOUT.
-        left = getattr(self, "_deadline", float("inf")) - time.monotonic()
+        left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"the response took longer than {self.server.response_timeout:g} s")
         self.connection.settimeout(min(self._head.idle, left))
