@@ -41,13 +41,30 @@ def test_project_page_links(basic):
     meta_sha = hashlib.sha256((wheel.parent / (wheel.name + ".metadata")).read_bytes()).hexdigest()
     assert (
         f'<a href="{BASE}/foo_bar_baz-1.0-py3-none-any.whl#sha256={sha}" '
-        f'data-requires-python="&gt;=3.9,&lt;4" data-core-metadata="sha256={meta_sha}">'
+        f'data-requires-python="&gt;=3.9,&lt;4" data-core-metadata="sha256={meta_sha}" '
+        f'data-upload-time="{load_ledger(site / "ledger.json")["foo_bar_baz-1.0-py3-none-any.whl"].upload_time}">'
         f'foo_bar_baz-1.0-py3-none-any.whl</a>'
     ) in html
     # PEP 714: the old name, which pip 22.3 to 23.1 break on, is never sent.
     assert "dist-info-metadata" not in html
     # The yank reason is escaped like any attribute value.
     assert 'data-yanked="broken &lt;b&gt;"' in html
+
+
+def test_every_html_page_declares_utf8_and_carries_upload_times(basic):
+    """A host that sends bare ``text/html`` must not garble a non-ASCII yank reason: every page
+    says its charset; each link carries its PEP 700 upload time the way uv reads it in HTML
+    (``data-upload-time``, the same value as the JSON's ``upload-time``)."""
+    site, _ = basic
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 4
+    for path in pages:
+        head = path.read_text().split("</head>", 1)[0]
+        assert '<meta charset="utf-8">' in head, path
+    html = page(site, "simple/flash-attn/index.html")
+    data = project_json(site, "simple/flash-attn/index.json")
+    times = re.findall(r'data-upload-time="([^"]+)"', html)
+    assert times and times == [f["upload-time"] for f in data["files"]]
 
 
 def test_local_version_plus_is_percent_encoded_in_urls(basic):

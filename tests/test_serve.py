@@ -6,11 +6,13 @@ client runs with a timeout, an isolated configuration and no cache.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
 import re
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import pytest
 from pypi_simple import ACCEPT_HTML_ONLY, ACCEPT_JSON_ONLY, PyPISimple
 from wheelfactory import installed, make_wheel
 
+from bounded import Run, run_bounded
 from tests.fixtures.hostile.make_pages import HALF_SENT, REQUESTS
 from tools import ROOT
 from tools.core.errors import CuwheelsError
@@ -140,7 +143,7 @@ def negotiating(demo_index) -> Iterator[Running]:
 def test_json_for_json_clients_html_for_others(negotiating):
     resp = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1})
     assert resp.status == 200 and resp.getheader("Content-Type") == JSON_V1
-    assert resp.getheader("Vary") == "Accept"
+    assert resp.getheader("Vary") == "Accept, Accept-Encoding"
     assert json.loads(resp.body)["meta"]["api-version"] == "1.1"
     resp = get(negotiating.url, "/simple/demo-lib/")
     assert resp.getheader("Content-Type") == "text/html; charset=utf-8" and b"<html>" in resp.body
@@ -491,3 +494,218 @@ def test_pip_command_from_the_front_page_works(demo_index, negotiating, venv):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert installed(venv) == {"demo_ext": "1.0+cu128.torch2.9"}
 
+
+
+# --------------------------------------------------------------------------- caching, compression, ranges
+
+
+def test_a_current_copy_gets_a_304(negotiating):
+    """ETag and Last-Modified on every file; If-None-Match (which wins) or If-Modified-Since
+    naming the current file is a 304 with no body."""
+    for path in ("/simple/demo-lib/", "/files/demo_lib-1.0-py3-none-any.whl"):
+        first = get(negotiating.url, path)
+        etag, modified = first.getheader("ETag"), first.getheader("Last-Modified")
+        assert first.status == 200 and etag.startswith('"') and modified.endswith(" GMT")
+        for headers in ({"If-None-Match": etag}, {"If-None-Match": f'"x", W/{etag}'},
+                        {"If-Modified-Since": modified}):
+            again = get(negotiating.url, path, headers)
+            assert (again.status, again.body, again.getheader("ETag")) == (304, b"", etag), headers
+        for headers in ({"If-None-Match": '"x"', "If-Modified-Since": modified},
+                        {"If-Modified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"},
+                        {"If-Modified-Since": "not a date"}):
+            assert get(negotiating.url, path, headers).body == first.body, headers
+
+
+def test_pages_are_gzipped_for_a_client_that_accepts_it(negotiating):
+    plain = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1})
+    packed = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1, "Accept-Encoding": "gzip, br"})
+    assert packed.getheader("Content-Encoding") == "gzip" and plain.getheader("Content-Encoding") is None
+    assert gzip.decompress(packed.body) == plain.body and len(packed.body) < len(plain.body)
+    assert packed.getheader("Vary") == plain.getheader("Vary") == "Accept, Accept-Encoding"
+    assert packed.getheader("ETag") != plain.getheader("ETag")  # another representation
+    again = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1, "Accept-Encoding": "gzip",
+                                                        "If-None-Match": packed.getheader("ETag")})
+    assert again.status == 304
+    assert get(negotiating.url, "/simple/", {"Accept-Encoding": "gzip;q=0"}).getheader("Content-Encoding") is None
+    head = get(negotiating.url, "/simple/demo-lib/", {"Accept": JSON_V1, "Accept-Encoding": "gzip"}, method="HEAD")
+    assert head.body == b"" and head.getheader("Content-Length") == str(len(packed.body))
+    # A wheel is a zip already: sent as it is.
+    wheel = get(negotiating.url, "/files/demo_lib-1.0-py3-none-any.whl", {"Accept-Encoding": "gzip"})
+    assert wheel.getheader("Content-Encoding") is None and wheel.body[:2] == b"PK"
+
+
+def test_one_byte_range_is_a_206(negotiating):
+    path = "/files/demo_lib-1.0-py3-none-any.whl"
+    whole = get(negotiating.url, path)
+    size = len(whole.body)
+    assert whole.getheader("Accept-Ranges") == "bytes"
+    for spec, first, last in (("0-3", 0, 3), ("-4", size - 4, size - 1), ("10-", 10, size - 1)):
+        part = get(negotiating.url, path, {"Range": f"bytes={spec}"})
+        assert part.status == 206 and part.body == whole.body[first:last + 1], spec
+        assert part.getheader("Content-Range") == f"bytes {first}-{last}/{size}"
+    beyond = get(negotiating.url, path, {"Range": f"bytes={size}-"})
+    assert beyond.status == 416 and beyond.getheader("Content-Range") == f"bytes */{size}"
+    # Several ranges, or an If-Range naming another version of the file: the whole file.
+    for headers in ({"Range": "bytes=0-1,4-5"}, {"Range": "bytes=0-3", "If-Range": '"stale"'}):
+        assert get(negotiating.url, path, headers).body == whole.body, headers
+    current = {"Range": "bytes=0-3", "If-Range": whole.getheader("ETag")}
+    assert get(negotiating.url, path, current).status == 206
+
+
+def test_a_slow_reader_is_cut_off(tmp_path):
+    """A client that stops reading a large file holds its connection RESPONSE bound seconds at
+    most; the server answers others meanwhile."""
+    site, files = tmp_path / "site", tmp_path / "files"
+    site.mkdir()
+    files.mkdir()
+    (site / "index.html").write_text("<html>home</html>")
+    size = 64 << 20
+    with open(files / "big.whl", "wb") as f:
+        f.truncate(size)
+    server = make_server(site, files, response_timeout=1.0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with sock:
+            sock.settimeout(10)
+            sock.connect(_address(server.url))
+            sock.sendall(b"GET /files/big.whl HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(2.5)  # reads nothing past the bound
+            assert get(server.url, "/").status == 200
+            received, started = 0, time.monotonic()
+            while time.monotonic() - started < 10:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                received += len(chunk)
+            else:
+                pytest.fail("the connection was still open")
+        assert received < size
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+# --------------------------------------------------------------------------- what the file system refuses
+
+
+def _serving(cmd: list[str], stderr) -> tuple[subprocess.Popen, str]:
+    """``cmd`` (a tools.serve command) started, and the URL it serves once it says so."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    assert line.startswith("serving http://"), line
+    return proc, line.split()[1].rstrip("/")
+
+
+def test_a_path_the_file_system_refuses_is_answered(tmp_path):
+    """A name too long for the file system is a 404 and a folder the server may not search a 403,
+    each with a body; no traceback, no dropped connection. As root, the server runs without the
+    capabilities that skip permission checks, as an ordinary user would."""
+    site = tmp_path / "site"
+    (site / "locked" / "inner").mkdir(parents=True)
+    (site / "index.html").write_text("<html>home</html>")
+    (site / "locked" / "index.html").write_text("<html>locked</html>")
+    (site / "locked" / "inner" / "index.html").write_text("<html>inner</html>")
+    cmd = [sys.executable, "-m", "tools.serve", "--site", str(site), "--port", "0", "--exit-after", "60"]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: permissions can't be refused")
+        cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *cmd]
+    (site / "locked").chmod(0)
+    long = "a" * 300
+    try:
+        with open(tmp_path / "stderr", "w") as stderr:
+            proc, url = _serving(cmd, stderr)
+        try:
+            for path, status in ((f"/{long}/x", 404), (f"/simple/{long}/", 404), (f"/files/{long}", 404),
+                                 (f"/{long}", 404), ("/locked/", 403), ("/locked/inner/", 403),
+                                 ("/locked/inner/index.html", 403)):
+                resp = get(url, path)
+                assert resp.status == status and resp.body.startswith(str(status).encode()), path
+            assert get(url, "/").status == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            proc.stdout.close()
+    finally:
+        (site / "locked").chmod(0o755)
+    assert "Traceback" not in (tmp_path / "stderr").read_text()
+
+
+# --------------------------------------------------------------------------- the command's options
+
+
+def _serve_bounded(demo_index: Path, *args: str) -> Run:
+    return run_bounded([sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), *args],
+                       seconds=30, address_space=4 << 30)
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--port", "99999"], 2, "99999 is outside 0-65535"),
+    (["--port", "-1"], 2, "-1 is outside 0-65535"),
+    (["--port", "http"], 2, "'http' is not a port number"),
+    (["--host", "localhost"], 1, "host 'localhost' is not an IP address"),
+    (["--host", "192.0.2.1"], 1, "192.0.2.1 is not an address of this machine"),
+    (["--exit-after", "nan"], 2, "'nan' is not a number of seconds above 0"),
+    (["--exit-after", "inf"], 2, "'inf' is not a number of seconds above 0"),
+    (["--exit-after", "0"], 2, "'0' is not a number of seconds above 0"),
+    (["--request-timeout", "-1"], 2, "'-1' is not a number of seconds above 0"),
+    (["--response-timeout", "nan"], 2, "'nan' is not a number of seconds above 0"),
+])
+def test_the_command_refuses_a_bad_option(demo_index, args, code, message):
+    run = _serve_bounded(demo_index, "--exit-after", "5", *args)
+    assert run.returncode == code and message in run.stderr, run
+    assert "Traceback" not in run.stderr and run.seconds < 20
+
+
+def test_the_command_refuses_a_port_in_use(demo_index):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        run = _serve_bounded(demo_index, "--port", str(port), "--exit-after", "5")
+    assert run.returncode == 1 and f"port {port} on 127.0.0.1 is already in use" in run.stderr, run
+    assert "Traceback" not in run.stderr
+
+
+def test_the_request_log_must_be_a_regular_file(demo_index, tmp_path):
+    """A FIFO nobody reads is refused at once (opening it would wait for a reader forever), and
+    so is a folder."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for log in (fifo, tmp_path):
+        run = _serve_bounded(demo_index, "--port", "0", "--log", str(log), "--exit-after", "5")
+        assert run.returncode == 1 and f"request log {log}" in run.stderr, run
+        assert "Traceback" not in run.stderr and run.seconds < 5
+
+
+def _has_ipv6() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+def test_ipv6_is_served_or_refused_by_name(demo_index):
+    if not _has_ipv6():
+        run = _serve_bounded(demo_index, "--host", "::1", "--port", "0", "--exit-after", "1")
+        assert run.returncode == 1 and "::1" in run.stderr and "Traceback" not in run.stderr, run
+        return
+    server = make_server(demo_index / "site", host="::1")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        assert server.url.startswith("http://[::1]:")
+        conn = http.client.HTTPConnection("::1", server.server_address[1], timeout=10)
+        conn.request("GET", "/simple/")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    run = _serve_bounded(demo_index, "--host", "::1", "--port", "0", "--exit-after", "1")
+    assert run.returncode == 0 and run.stdout.startswith("serving http://[::1]:"), run

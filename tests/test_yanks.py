@@ -13,6 +13,7 @@ from index_support import (
 
 from tools import ROOT
 from tools.core.errors import IndexBuildError
+from tools.index import main
 from tools.sitegen.ledger_file import Ledger, Removal, dump_ledger, load_ledger, load_ledger_document
 from tools.sitegen import yanks
 
@@ -135,3 +136,25 @@ def test_a_yank_list_that_is_not_utf8_or_too_large_is_refused(tmp_path):
     path.write_bytes(b"#" * (yanks.MAX_YANK_LIST + 1))
     with pytest.raises(IndexBuildError, match="larger than 8388608 bytes"):
         yanks.load_yanked(path)
+
+
+def test_a_yank_of_some_files_of_a_version_is_warned_about(tmp_path, capsys):
+    """Yanking one platform's file of a version: pip and uv pip skip that file, but uv lock keeps
+    the version whole and uv sync installs the yanked file (tests/test_uv_installs.py measures
+    it), so the run says so, once per such version, and still publishes."""
+    w = tmp_path / "wheels"
+    make_wheel(w, "demo", "1.0", tag=ANY)
+    linux = make_wheel(w, "demo", "1.1", tag="py3-none-manylinux_2_17_x86_64").name
+    make_wheel(w, "demo", "1.1", tag=ANY)
+    whole = make_wheel(w, "other", "2.0", tag=ANY).name  # a version's only file: no warning
+    yanked = yank_file(tmp_path, {linux: "broken on linux", whole: ""})
+    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", "/files",
+               "--ledger", str(tmp_path / "ledger.json"), "--init-ledger", "--yanked", str(yanked)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    warnings = [line for line in out.splitlines() if line.startswith("  warning: ")]
+    assert warnings == [
+        f"  warning: demo 1.1: the yank list yanks 1 of its 2 files ({linux}); pip and uv pip skip only "
+        "those, but uv lock keeps 1.1 and uv sync may install a yanked file: yank every file of the "
+        "version, or publish a fixed version"]
+    assert yanks.partial_yanks({}, load_ledger(tmp_path / "ledger.json")) == []

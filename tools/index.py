@@ -102,6 +102,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  restored: {fn}")
     for fn in report.kept_out:
         print(f"  left out, removed from the index: {fn} (--restore {fn} publishes it again)")
+    for warning in report.partial_yanks:
+        print(f"  warning: {warning}")
     if report.dropped:
         print(f"  started over: {len(report.dropped)} file(s) the site published are no longer listed:")
         for fn in report.dropped:

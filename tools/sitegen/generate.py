@@ -94,7 +94,7 @@ from .swap import (
     WrittenPages, check_replaceable, delete_in_background, locked, recover, reuser, side_path, swap_in,
 )
 from tools.plan.table import TABLE_PATH, load_table
-from .yanks import check_nothing_dropped, check_yanked, load_yanked
+from .yanks import check_nothing_dropped, check_yanked, load_yanked, partial_yanks
 
 
 def _read_site_copy(output_dir: Path) -> str | None:
@@ -190,6 +190,8 @@ class BuildReport:
     dropped: tuple[str, ...] = ()
     #: where the ledger came from: "ledger" (--ledger), "site" (the site's copy), "new" (empty)
     ledger_origin: str = "ledger"
+    #: a warning per version the yank list yanks only some files of (tools.sitegen.yanks.partial_yanks)
+    partial_yanks: tuple[str, ...] = ()
 
 
 def _os_errors_named(func: Callable[..., BuildReport]) -> Callable[..., BuildReport]:
@@ -369,4 +371,5 @@ def build_index(run: IndexRun) -> BuildReport:
         kept_out=tuple(scan.kept_out),
         dropped=dropped,
         ledger_origin=origin,
+        partial_yanks=tuple(partial_yanks(yanked, entries)),
     )

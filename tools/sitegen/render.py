@@ -46,8 +46,8 @@ from .wheelread import parse_version
 API_VERSION = "1.1"
 #: Bumped when what a page says about a file changes (2: the JSON's ``_cuwheels``; 3: no more
 #: ``dist-info-metadata``; 4: ``_cuwheels`` on every file, its variant fields null for a file
-#: without one); part of every page fingerprint, so a site built before is rendered again rather
-#: than reused.
+#: without one, and the HTML's ``data-upload-time`` and ``<meta charset>``); part of every page
+#: fingerprint, so a site built before is rendered again rather than reused.
 PAGE_FORMAT = 4
 
 _encode_str = json.encoder.encode_basestring_ascii
@@ -61,6 +61,7 @@ class _Link(NamedTuple):
     sha256: str
     requires_python: str | None
     metadata_sha256: str
+    upload_time: str
     yanked: str | None
 
 
@@ -82,7 +83,7 @@ def _render_files(files: Iterable[FileView]) -> None:
     todo = list({id(f): f for f in files if f.html is None}.values())
     links = [
         _Link(f.entry.filename, f.entry.url, f.entry.sha256, f.entry.requires_python,
-              f.entry.metadata_sha256, f.yanked)
+              f.entry.metadata_sha256, f.entry.upload_time, f.yanked)
         for f in todo
     ]
     lines = jinja_env().get_template("simple_links.html").render(files=links).split("\n")[:-1]

@@ -12,12 +12,14 @@ IndexBuildError naming the file.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tools.core.errors import IndexBuildError
 from tools.plan.schema import parse_yaml, read_text
 from .ledger_file import Entry
+from .placement import project_name
 
 #: The largest yank list read (a line per yanked file: far more than an index ever yanks).
 MAX_YANK_LIST = 8 << 20
@@ -71,6 +73,29 @@ def check_yanked(yanked: Mapping[str, str], entries: Mapping[str, Entry], *, sou
             f"yank list {source} names files that were never published: {shown}",
             hint="yank entries are exact wheel file names, as listed in the ledger",
         )
+
+
+def partial_yanks(yanked: Mapping[str, str], entries: Mapping[str, Entry]) -> list[str]:
+    """A warning per version of which the yank list yanks some files but not all.
+
+    pip and ``uv pip install`` judge each file, but ``uv lock`` keeps such a version (every file
+    of it, yanked ones too) and ``uv sync`` then installs the yanked file where it is the best
+    match, as ``uv pip install ==version`` does: installers that lock see a version as yanked
+    or not as a whole. Yanking every file of the version, or publishing a fixed one, avoids it.
+    """
+    files: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for filename, entry in entries.items():
+        files[(project_name(entry.name), entry.version)].append(filename)
+    warnings = []
+    for (project, version), names in sorted(files.items()):
+        hit = sorted(fn for fn in names if fn in yanked)
+        if hit and len(hit) < len(names):
+            shown = ", ".join(hit[:3]) + (f" and {len(hit) - 3} more" if len(hit) > 3 else "")
+            warnings.append(
+                f"{project} {version}: the yank list yanks {len(hit)} of its {len(names)} files ({shown}); "
+                f"pip and uv pip skip only those, but uv lock keeps {version} and uv sync may install a "
+                "yanked file: yank every file of the version, or publish a fixed version")
+    return warnings
 
 
 def check_nothing_dropped(previous: Mapping[str, Entry], entries: Mapping[str, Entry],
