@@ -47,7 +47,7 @@ def _environment(options: dict[str, str]) -> dict[str, str]:
     ("flashy-3.10-cu126", "cp310-manylinux_x86_64", "pytorch/manylinux2_28-builder:cuda12.6",
      "torch==2.8.0 --index-url https://download.pytorch.org/whl/cu126",
      {"FLASHY_ARCH_LIST": "8.0;9.0", "NVCC_THREADS": "2", "MAX_JOBS": "1",
-      "FLASHY_NVCC_FLAGS": "-O3 --use_fast_math"}, []),
+      "FLASHY_BUILD_TYPE": "Release fast math"}, []),
     # the same recipe, torch 2.9 for CUDA 12.6 comes from PyPI (its PyPI build is CUDA 12.6)
     ("flashy-3.13-cu126-torch2.9", "cp313-manylinux_x86_64",
      "pytorch/manylinux2_28-builder:cuda12.6",

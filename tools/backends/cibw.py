@@ -391,16 +391,45 @@ def smoke_command(cell: Cell, recipe: Recipe) -> str:
     return _sh([_q(word) for word in smoke_argv("python", cell.torch_version, recipe.imports)])
 
 
+#: A value cibuildwheel's parser takes as it is, bare (no ``=``: a bare ``X=a=b`` is parsed as an
+#: assignment, and its evaluator refuses one).
+_BARE_VALUE = re.compile(r"[A-Za-z0-9_@%+:,./-]+")
+#: Words bash (and so bashlex, cibuildwheel's parser) reads as syntax when one stands alone.
+_SHELL_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
+                          "while", "until", "do", "done", "in", "function", "time", "coproc"})
+
+
+def cibw_quote(value: str) -> str:
+    """``value`` written so that cibuildwheel's ``CIBW_ENVIRONMENT`` parser (bashlex, then its
+    own evaluator: ``cibuildwheel/environment.py``, ``bashlex_eval.py``) gives it back byte for
+    byte: bare when it is a plain word, else every character but ASCII letters, digits and
+    ``_`` after a backslash, the first one always. Quotes would not do: bashlex keeps a word
+    that starts and ends with ``'`` whole, quotes and all, drops a ``'`` in the middle of one
+    and expands what follows, and crashes on ``$((`` even between single quotes; a backslash
+    before one character is the one form it reads as bash does.
+
+    ValueError for a newline or another control character (``\\`` then a newline is a line
+    continuation: the newline would vanish); recipe values never hold one."""
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        raise ValueError("holds a newline or another control character, which "
+                         "CIBW_ENVIRONMENT cannot carry")
+    if _BARE_VALUE.fullmatch(value) and value not in _SHELL_WORDS:
+        return value
+    return "".join(c if i and c.isascii() and (c.isalnum() or c == "_") else "\\" + c
+                   for i, c in enumerate(value))
+
+
 def environment(env: dict[str, str]) -> str:
-    """``CIBW_ENVIRONMENT`` for a dict, every value taken literally by cibuildwheel's parser:
-    bare, double-quoted when nothing in it would expand, else single-quoted."""
-    def quote(value: str) -> str:
-        if re.fullmatch(r"[\w@%+=:,./-]+", value):
-            return value
-        if not re.search(r'["$`\\]', value):
-            return f'"{value}"'
-        return shlex.quote(value)
-    return " ".join(f"{k}={quote(v)}" for k, v in env.items())
+    """``CIBW_ENVIRONMENT`` for a dict, every value taken literally by cibuildwheel's parser
+    (:func:`cibw_quote`); ToolchainError naming a variable whose value cannot pass."""
+    out = []
+    for name, value in env.items():
+        try:
+            out.append(f"{name}={cibw_quote(value)}")
+        except ValueError as exc:
+            raise ToolchainError(f"CIBW_ENVIRONMENT: {name} {exc}",
+                                 hint="set the variable to one line of printable text") from None
+    return " ".join(out)
 
 
 def engine_option(engine: str, limits: Limits, mounts: Mounts = Mounts()) -> str:
