@@ -70,7 +70,7 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
                           f"use one of {', '.join(cudas)} (quoted) or \"*\"")
                     continue
                 got = p.strings(listed, at)
-                if got is not None:
+                if got is not None and p.once(got, at, "the arch"):
                     archs[str(key)] = tuple(sorted(got, key=arch_key))
         out[str(name)] = PlatformChoice(str(name), m["reason"], bool(m.get("exclude")), archs)
     for name in table.platforms:

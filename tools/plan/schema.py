@@ -218,6 +218,22 @@ class Problems:
             return None
         return tuple(value) if good else None
 
+    def once(self, items: Any, where: str, what: str, key: Any = None) -> bool:
+        """Report each item of ``items`` (strings) given again at ``where`` (``key`` of an item,
+        e.g. a normalized name, decides what counts as the same); True when none is."""
+        seen: set = set()
+        repeated = []
+        for item in items or ():
+            same = key(item) if key else item
+            if same in seen and item not in repeated:
+                repeated.append(item)
+            seen.add(same)
+        for item in repeated:
+            self.add(where, f"lists {what} {_SHORT.repr(item)} more than once (rule: each "
+                     f"{what} once; a repeat is a mistake, never a second build)",
+                     f"remove the repeated {_SHORT.repr(item)}")
+        return not repeated
+
     def reason(self, value: Any, where: str) -> None:
         """A ``reason:`` must say something: every recipe line carries its why."""
         if isinstance(value, str) and len(value.strip()) < 8:
