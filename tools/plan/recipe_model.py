@@ -238,7 +238,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     for i, mod in enumerate(imports or ()):
         if not _MODULE_RE.fullmatch(mod):
             p.add(f"imports[{i}]", f"{mod!r} is not an importable module name")
-    p.once(imports, "imports", "the module")
+    p.once(imports, "imports", "module")
 
     spec = SpecifierSet()
     if "python" in top:
@@ -390,8 +390,9 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
             p.add(where, f"{key!r} is not one of this recipe's CUDA versions or \"*\"")
             continue
         archs = p.strings(value, where)
-        if archs is not None and p.once(archs, where, "the arch"):
-            out[key] = tuple(sorted(archs, key=arch_key))
+        if archs is not None:
+            p.once(archs, where, "arch")
+            out[key] = tuple(sorted(set(archs), key=arch_key))
     for t in targets:
         archs = out.get(t.cuda, out.get("*"))
         if archs is None:
@@ -416,7 +417,7 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
         return None
     deps = []
     p.once([d["requirement"] for d in m["requires"] if isinstance(d, dict)
-            and isinstance(d.get("requirement"), str)], "build.requires", "the requirement",
+            and isinstance(d.get("requirement"), str)], "build.requires", "requirement",
            key=_project)
     for i, dep in enumerate(m["requires"]):
         d = p.entry(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
@@ -518,7 +519,7 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     names = [x.file for x in out]
     if names != sorted(names):
         p.add("patches", "patches must be listed in the order of their numbers")
-    p.once(names, "patches", "the patch")
+    p.once(names, "patches", "patch")
     if folder.is_dir():
         for extra in sorted(f.name for f in folder.iterdir() if f.name not in names):
             p.add("patches", f"patches/{extra} is in the folder but not listed",

@@ -70,8 +70,9 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
                           f"use one of {', '.join(cudas)} (quoted) or \"*\"")
                     continue
                 got = p.strings(listed, at)
-                if got is not None and p.once(got, at, "the arch"):
-                    archs[str(key)] = tuple(sorted(got, key=arch_key))
+                if got is not None:
+                    p.once(got, at, "arch")
+                    archs[str(key)] = tuple(sorted(set(got), key=arch_key))
         out[str(name)] = PlatformChoice(str(name), m["reason"], bool(m.get("exclude")), archs)
     for name in table.platforms:
         choice = out.get(name)

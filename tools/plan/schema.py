@@ -229,9 +229,9 @@ class Problems:
                 repeated.append(item)
             seen.add(same)
         for item in repeated:
-            self.add(where, f"lists {what} {_SHORT.repr(item)} more than once (rule: each "
-                     f"{what} once; a repeat is a mistake, never a second build)",
-                     f"remove the repeated {_SHORT.repr(item)}")
+            shown = repr(item[:100]) + ("..." if len(item) > 100 else "")
+            self.add(where, f"lists the {what} {shown} more than once (rule: each {what} "
+                     "once; a repeat is a mistake)", f"remove the repeated {what} {shown}")
         return not repeated
 
     def reason(self, value: Any, where: str) -> None:
