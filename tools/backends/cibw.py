@@ -391,9 +391,9 @@ def smoke_command(cell: Cell, recipe: Recipe) -> str:
     return _sh([_q(word) for word in smoke_argv("python", cell.torch_version, recipe.imports)])
 
 
-#: A value cibuildwheel's parser takes as it is, bare (no ``=``: a bare ``X=a=b`` is parsed as an
-#: assignment, and its evaluator refuses one).
-_BARE_VALUE = re.compile(r"[A-Za-z0-9_@%+:,./-]+")
+#: The characters cibuildwheel's parser takes as they are, bare (not ``=``: a bare ``X=a=b`` is
+#: parsed as an assignment, which its evaluator refuses).
+_BARE_CHAR = re.compile(r"[A-Za-z0-9_@%+:,./-]")
 #: Words bash (and so bashlex, cibuildwheel's parser) reads as syntax when one stands alone.
 _SHELL_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
                           "while", "until", "do", "done", "in", "function", "time", "coproc"})
@@ -402,21 +402,19 @@ _SHELL_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "f
 def cibw_quote(value: str) -> str:
     """``value`` written so that cibuildwheel's ``CIBW_ENVIRONMENT`` parser (bashlex, then its
     own evaluator: ``cibuildwheel/environment.py``, ``bashlex_eval.py``) gives it back byte for
-    byte: bare when it is a plain word, else every character but ASCII letters, digits and
-    ``_`` after a backslash, the first one always. Quotes would not do: bashlex keeps a word
-    that starts and ends with ``'`` whole, quotes and all, drops a ``'`` in the middle of one
-    and expands what follows, and crashes on ``$((`` even between single quotes; a backslash
-    before one character is the one form it reads as bash does.
+    byte: each character but ``[A-Za-z0-9_@%+:,./-]`` after a backslash, and one before a word
+    bash reads as syntax (``if``). Quotes would not do: bashlex keeps a word that starts and
+    ends with ``'`` whole, quotes and all, drops a ``'`` inside one and expands what follows,
+    and crashes on ``$((`` even between single quotes; a backslash before one character is the
+    one form it reads as bash does.
 
-    ValueError for a newline or another control character (``\\`` then a newline is a line
-    continuation: the newline would vanish); recipe values never hold one."""
+    ValueError for a newline or another control character (a backslash and a newline are a
+    line continuation: the newline would vanish); recipe values never hold one."""
     if re.search(r"[\x00-\x1f\x7f]", value):
         raise ValueError("holds a newline or another control character, which "
                          "CIBW_ENVIRONMENT cannot carry")
-    if _BARE_VALUE.fullmatch(value) and value not in _SHELL_WORDS:
-        return value
-    return "".join(c if i and c.isascii() and (c.isalnum() or c == "_") else "\\" + c
-                   for i, c in enumerate(value))
+    quoted = "".join(c if _BARE_CHAR.fullmatch(c) else "\\" + c for c in value)
+    return "\\" + quoted if value in _SHELL_WORDS else quoted
 
 
 def environment(env: dict[str, str]) -> str:
