@@ -21,6 +21,7 @@ RESERVED_ENV = {
     "CUDA_HOME": "the backend sets it to the toolkit it checked",
 }
 
+
 @dataclass(frozen=True)
 class EnvRule:
     """A class of variable a recipe may not set: ``pattern`` (a regular expression matched
@@ -36,10 +37,11 @@ class EnvRule:
 
 
 #: The classes of variable a recipe may not set, most specific first: the first that matches
-#: is the one named. A package's own switch has the package's own name (FLASH_ATTENTION_FORCE_BUILD,
-#: FORCE_CUDA, MMCV_WITH_OPS); these are what the system, a compiler, a linker, a build system,
-#: an installer or the pipeline reads, matched by family where the tool reads a family. (A
-#: one-word name, PATH, HOME, CC, CFLAGS, is refused by its form afterwards.)
+#: is the one named. A package's own switch has the package's own name
+#: (FLASH_ATTENTION_FORCE_BUILD, FORCE_CUDA, MMCV_WITH_OPS); these are what the system, a
+#: compiler, a linker, a build system, an installer or the pipeline reads, matched by family
+#: where the tool reads a family. (A one-word name, PATH, HOME, CC, CFLAGS, is refused by its
+#: form afterwards.)
 ENV_RULES = (
     EnvRule("loader", r"(LD|DYLD)_\w*",
             "the dynamic loader reads LD_* (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT): it would load "
