@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 import shlex
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from cibuildwheel.environment import parse_environment
 from cibuildwheel.util.helpers import prepare_command
 
 from tests.conftest import GOOD_RECIPE, SETUP_PY, plan_cell, write_sdist_recipe
+from tests.fixtures.hostile import make_recipes
 from tools import ROOT
 from tools import incontainer
 from tools.backends import cibw
@@ -47,7 +49,7 @@ def _environment(options: dict[str, str]) -> dict[str, str]:
     ("flashy-3.10-cu126", "cp310-manylinux_x86_64", "pytorch/manylinux2_28-builder:cuda12.6",
      "torch==2.8.0 --index-url https://download.pytorch.org/whl/cu126",
      {"FLASHY_ARCH_LIST": "8.0;9.0", "NVCC_THREADS": "2", "MAX_JOBS": "1",
-      "FLASHY_NVCC_FLAGS": "-O3 --use_fast_math"}, []),
+      "FLASHY_BUILD_TYPE": "Release fast math"}, []),
     # the same recipe, torch 2.9 for CUDA 12.6 comes from PyPI (its PyPI build is CUDA 12.6)
     ("flashy-3.13-cu126-torch2.9", "cp313-manylinux_x86_64",
      "pytorch/manylinux2_28-builder:cuda12.6",
@@ -163,6 +165,44 @@ def test_finish_requirements_honour_markers_for_the_target_platform(tmp_path):
 def test_environment_values_reach_the_build_literally(value):
     env = {"A": value, "MAX_JOBS": "2"}
     assert parse_environment(cibw.environment(env)).as_dictionary({}) == env
+
+
+def _never_run(command, env):
+    raise AssertionError(f"cibuildwheel's parser would run {command}")
+
+
+def _round_trip(env: dict[str, str]) -> dict[str, str]:
+    """``env`` through cibuildwheel's own parser, as its build step evaluates it."""
+    return parse_environment(cibw.environment(env)).as_dictionary(prev_environment={},
+                                                                  executor=_never_run)
+
+
+@pytest.mark.parametrize("value", make_recipes.HOSTILE_VALUES, ids=ascii)
+def test_every_hostile_value_passes_cibuildwheels_parser_unchanged(value):
+    """Quotes with ``$``, backticks, backslashes, ``$((...))``, ``=``, ``if``: byte for byte,
+    between two other variables, and nothing is run."""
+    env = {"A": "1", "K": value, "B": "2"}
+    assert _round_trip(env) == env
+
+
+def test_random_printable_values_pass_cibuildwheels_parser_unchanged():
+    rng = random.Random(36)
+    chars = [chr(i) for i in range(0x20, 0x7f)] + ["\u00e9", "\u00a0", "\u65e5"]
+    for _ in range(1500):
+        env = {"A": "1", "K": "".join(rng.choice(chars) for _ in range(rng.randint(0, 16)))}
+        assert _round_trip(env) == env
+
+
+def test_plain_values_stay_readable_and_shell_words_are_escaped():
+    assert cibw.cibw_quote("8.0;9.0a") == "8.0\\;9.0a"
+    assert cibw.cibw_quote("-O3 --use_fast_math") == "-O3\\ --use_fast_math"
+    assert cibw.cibw_quote("TRUE") == "TRUE" and cibw.cibw_quote("if") == "\\if"
+
+
+def test_a_value_with_a_newline_cannot_pass_and_is_named():
+    """A backslash and a newline are a line continuation to the parser: refused, not lost."""
+    with pytest.raises(ToolchainError, match="CIBW_ENVIRONMENT: K holds a newline"):
+        cibw.environment({"K": "TRUE\nLD_PRELOAD=/tmp/x.so"})
 
 
 def test_repair_command_is_what_the_finish_step_parses(world, tmp_path):

@@ -347,3 +347,23 @@ def test_the_command_notes_a_kernel_span_measured_with_other_patches(tmp_path):
     assert ("note: units.yaml kernels.13.0 was measured with another sdist or other patches, so "
             "torch 2.14, 2.13, 2.12, 2.11 compile their kernels apart") in second.stdout
     assert "--across-torch --write" in second.stdout
+
+
+@pytest.mark.parametrize("path,value,expect", [
+    ("archs", {"*": ["80", "90", "80"], "12.9": ["80", "90", "120"]},
+     "archs.*: lists the arch '80' more than once"),
+    ("imports", ["demo_ext", "demo_ext"], "imports: lists the module 'demo_ext' more than once"),
+    ("build/requires", [{"requirement": "ninja", "reason": "the build runs ninja"},
+                        {"requirement": "Ninja>=1.11", "reason": "the same, spelled again"}],
+     "build.requires: lists the requirement 'Ninja>=1.11' more than once"),
+])
+def test_a_repeated_list_item_is_named(path, value, expect, write_recipe, good_recipe,
+                                       mini_table):
+    _set(good_recipe, path, value)
+    folder = write_recipe(good_recipe)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(folder, mini_table)
+    message = str(info.value)
+    assert str(folder / "recipe.yaml") in message and expect in message
+    assert "(rule: each " in message and "fix: remove the repeated " in message
+    assert message.count("\n  - ") == 1  # the repeat alone: the list still counts

@@ -205,3 +205,15 @@ def test_a_huge_value_makes_a_short_message():
     cut = len("reason: ") + 1_000_000 - MAX_PROBLEM_CHARS
     assert p.items[1].endswith(f"... ({cut} more characters)")
     assert len(p.items[1]) < MAX_PROBLEM_CHARS + 40
+
+
+def test_once_names_each_repeated_item_with_the_rule_and_the_fix():
+    p = problems()
+    assert p.once(("80", "90"), "archs.*", "arch")
+    assert not p.once(("80", "90", "80", "80", "Ninja", "ninja"), "archs.*", "arch",
+                      key=str.lower)
+    assert p.items == [
+        "archs.*: lists the arch '80' more than once (rule: each arch once; a repeat is a "
+        "mistake)\n    fix: remove the repeated arch '80'",
+        "archs.*: lists the arch 'ninja' more than once (rule: each arch once; a repeat is a "
+        "mistake)\n    fix: remove the repeated arch 'ninja'"]

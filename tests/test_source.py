@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
 import stat
 import tarfile
 from pathlib import Path
@@ -241,3 +242,60 @@ def test_a_download_comes_from_the_registrys_file_host_only(demo, tmp_path):
                                           "https://files.pythonhosted.org"):
         fetch_sdist(recipe, tmp_path / "w")
     assert list((tmp_path / "w").iterdir()) == []
+
+
+# ---- patched trees held to the sdist's link rules ---------------------------------------------
+
+@pytest.mark.parametrize("parts,target,links,problem", [
+    (("top", "a"), "b", set(), None),
+    (("top", "d", "a"), "../b", set(), None),
+    (("top", "a"), "../../x", set(), "points outside the source tree"),
+    (("top", "a"), "/etc/passwd", set(), "points outside the source tree"),
+    (("top", "a"), "", set(), "has an empty or overlong target"),
+    (("top", "a"), "x" * 1025, set(), "has an empty or overlong target"),
+    (("top", "a"), "alias/b", {"top/alias"}, "goes through the link 'top/alias'"),
+])
+def test_link_problem_is_the_one_rule_for_sdists_and_patched_trees(parts, target, links,
+                                                                   problem):
+    got = source.link_problem(parts, target, lambda name: name in links)
+    assert got == problem or (problem and got.startswith(problem))
+
+
+def test_a_patched_tree_with_a_link_out_or_a_fifo_is_named(tmp_path):
+    tree = tmp_path / "src" / "demo"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "setup.py").write_text("x")
+    (tree / "ok.py").symlink_to("setup.py")
+    assert source.check_patched_tree(tree) is None
+    (tree / "sub" / "out").symlink_to("../../../x")
+    assert source.check_patched_tree(tree) == \
+        "link 'demo/sub/out' -> '../../../x' points outside the source tree"
+    (tree / "sub" / "out").unlink()
+    os.mkfifo(tree / "pipe")
+    assert source.check_patched_tree(tree) == "'demo/pipe' is a device, FIFO or socket"
+
+
+_LINK_OUT = """diff --git a/evil b/evil
+new file mode 120000
+--- /dev/null
++++ b/evil
+@@ -0,0 +1 @@
++../../outside.txt
+\\ No newline at end of file
+"""
+
+
+def test_a_patch_making_a_link_out_is_refused_and_its_tree_removed(demo, tmp_path):
+    recipe, sdist = demo
+    tree = extract_sdist(sdist, tmp_path / "work" / "src")
+    (tmp_path / "work" / "outside.txt").write_text("kept\n")
+    evil = recipe.folder / "patches" / "0002-Link-out.patch"
+    evil.write_text(_LINK_OUT)
+    patches = (*recipe.patches, dataclasses.replace(recipe.patches[0], file=evil.name, path=evil))
+    with pytest.raises(PatchError) as info:
+        apply_patches(tree, patches)
+    msg = str(info.value)
+    assert "0002-Link-out.patch (patches/0002-Link-out.patch) applied to demo_ext-1.0.0 makes " \
+           "link 'demo_ext-1.0.0/evil' -> '../../outside.txt' points outside" in msg
+    assert "the sdist's link rule" in msg
+    assert not tree.exists() and (tmp_path / "work" / "outside.txt").read_text() == "kept\n"

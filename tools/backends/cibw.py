@@ -391,16 +391,43 @@ def smoke_command(cell: Cell, recipe: Recipe) -> str:
     return _sh([_q(word) for word in smoke_argv("python", cell.torch_version, recipe.imports)])
 
 
+#: The characters cibuildwheel's parser takes as they are, bare (not ``=``: a bare ``X=a=b`` is
+#: parsed as an assignment, which its evaluator refuses).
+_BARE_CHAR = re.compile(r"[A-Za-z0-9_@%+:,./-]")
+#: Words bash (and so bashlex, cibuildwheel's parser) reads as syntax when one stands alone.
+_SHELL_WORDS = frozenset({"if", "then", "else", "elif", "fi", "case", "esac", "for", "select",
+                          "while", "until", "do", "done", "in", "function", "time", "coproc"})
+
+
+def cibw_quote(value: str) -> str:
+    """``value`` written so that cibuildwheel's ``CIBW_ENVIRONMENT`` parser (bashlex, then its
+    own evaluator: ``cibuildwheel/environment.py``, ``bashlex_eval.py``) gives it back byte for
+    byte: each character but ``[A-Za-z0-9_@%+:,./-]`` after a backslash, and one before a word
+    bash reads as syntax (``if``). Quotes would not do: bashlex keeps a word that starts and
+    ends with ``'`` whole, quotes and all, drops a ``'`` inside one and expands what follows,
+    and crashes on ``$((`` even between single quotes; a backslash before one character is the
+    one form it reads as bash does.
+
+    ValueError for a newline or another control character (a backslash and a newline are a
+    line continuation: the newline would vanish); recipe values never hold one."""
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        raise ValueError("holds a newline or another control character, which "
+                         "CIBW_ENVIRONMENT cannot carry")
+    quoted = "".join(c if _BARE_CHAR.fullmatch(c) else "\\" + c for c in value)
+    return "\\" + quoted if value in _SHELL_WORDS else quoted
+
+
 def environment(env: dict[str, str]) -> str:
-    """``CIBW_ENVIRONMENT`` for a dict, every value taken literally by cibuildwheel's parser:
-    bare, double-quoted when nothing in it would expand, else single-quoted."""
-    def quote(value: str) -> str:
-        if re.fullmatch(r"[\w@%+=:,./-]+", value):
-            return value
-        if not re.search(r'["$`\\]', value):
-            return f'"{value}"'
-        return shlex.quote(value)
-    return " ".join(f"{k}={quote(v)}" for k, v in env.items())
+    """``CIBW_ENVIRONMENT`` for a dict, every value taken literally by cibuildwheel's parser
+    (:func:`cibw_quote`); ToolchainError naming a variable whose value cannot pass."""
+    out = []
+    for name, value in env.items():
+        try:
+            out.append(f"{name}={cibw_quote(value)}")
+        except ValueError as exc:
+            raise ToolchainError(f"CIBW_ENVIRONMENT: {name} {exc}",
+                                 hint="set the variable to one line of printable text") from None
+    return " ".join(out)
 
 
 def engine_option(engine: str, limits: Limits, mounts: Mounts = Mounts()) -> str:

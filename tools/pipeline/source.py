@@ -29,6 +29,7 @@ import stat
 import subprocess
 import tarfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,29 +231,40 @@ def _kind(member: tarfile.TarInfo, archive: Path) -> str:
                            "file, folder or link")
 
 
-def _check_symlink(entry: _Entry, kinds: dict[str, str], archive: Path) -> None:
-    """A symbolic link must resolve, through folders of the archive only, to a place in the
-    tree: it is walked part by part from its folder, and any part that is itself a link of the
-    archive is refused (so the text of the target is all there is to its meaning)."""
-    target = entry.member.linkname
-    shown = f"link {_shown(entry.name)} -> {_shown(target)}"
+def link_problem(parts: tuple[str, ...], target: str, is_link: Callable[[str], bool]
+                 ) -> str | None:
+    """What is wrong with a symbolic link at ``parts`` (below the extraction folder) to
+    ``target``, in words, or None: the link must resolve, walked part by part from its folder,
+    to a place in the tree, and no part on the way may be a link itself (``is_link`` of the
+    path so far), so that the text of the target is all there is to its meaning. The sdist's
+    rule, and the patched tree's (:func:`check_patched_tree`)."""
     if not target or len(target) > MAX_PATH_CHARS or "\0" in target:
-        raise _refuse(archive, f"{shown} has an empty or overlong target")
+        return "has an empty or overlong target"
     if target.startswith("/"):
-        raise _refuse(archive, f"{shown} points outside the source tree")
-    here = list(entry.parts[:-1])
+        return "points outside the source tree"
+    here = list(parts[:-1])
     for part in target.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
             if not here:
-                raise _refuse(archive, f"{shown} points outside the source tree")
+                return "points outside the source tree"
             here.pop()
             continue
         here.append(part)
-        if kinds.get("/".join(here)) == _SYMLINK:
-            raise _refuse(archive, f"{shown} goes through the link {_shown('/'.join(here))}: "
-                                   "links to links are refused")
+        if is_link("/".join(here)):
+            return f"goes through the link {_shown('/'.join(here))}: links to links are refused"
+    return None
+
+
+def _check_symlink(entry: _Entry, kinds: dict[str, str], archive: Path) -> None:
+    """A symbolic link of the archive must keep :func:`link_problem`'s rule, through the
+    archive's own links."""
+    problem = link_problem(entry.parts, entry.member.linkname,
+                           lambda name: kinds.get(name) == _SYMLINK)
+    if problem:
+        raise _refuse(archive, f"link {_shown(entry.name)} -> {_shown(entry.member.linkname)} "
+                               f"{problem}")
 
 
 def _hard_link_source(member: tarfile.TarInfo, name: str, archive: Path) -> tuple[str, ...]:
@@ -468,9 +480,43 @@ def extract_sdist(archive: Path, dest: Path, *, windows: bool = WINDOWS) -> Path
     return dest / top
 
 
+#: The rule a patched tree is held to, as its errors name it.
+LINK_RULE = ("the sdist's link rule: a symbolic link resolves inside the source tree without "
+             "going through another link, and a tree holds only files, folders and links")
+
+
+def check_patched_tree(tree: Path) -> str | None:
+    """The first thing in ``tree`` the sdist's rules refuse, in words (a symbolic link that
+    breaks :func:`link_problem`'s rule, a device, FIFO or socket), or None. Links are never
+    followed; paths are named from the extraction folder, as the sdist's are."""
+    top = tree.name
+
+    def is_link(name: str) -> bool:
+        return (tree.parent / name).is_symlink()
+
+    for folder, dirs, files in os.walk(tree):
+        for name in sorted(dirs + files):
+            path = Path(folder, name)
+            parts = (top, *path.relative_to(tree).parts)
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                target = os.readlink(path)
+                problem = link_problem(parts, target, is_link)
+                if problem:
+                    return f"link {_shown('/'.join(parts))} -> {_shown(target)} {problem}"
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                return f"{_shown('/'.join(parts))} is a device, FIFO or socket"
+    return None
+
+
 def apply_patches(tree: Path, patches: tuple[Patch, ...]) -> tuple[str, ...]:
     """Apply patches in order with ``patch -p1``; each is dry-run first so a failing one leaves
-    the tree as the previous patch left it and the error names the patch and the hunk."""
+    the tree as the previous patch left it and the error names the patch and the hunk.
+
+    After each, the tree is held to the sdist's link rules (:func:`check_patched_tree`): a git
+    patch makes symbolic links (``new file mode 120000``). A patch that breaks them, or fails
+    once applied for real, is a PatchError naming it, and the tree is removed (links not
+    followed), so that nothing builds from it."""
     applied = []
     for patch in patches:
         base = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch",
@@ -485,7 +531,21 @@ def apply_patches(tree: Path, patches: tuple[Patch, ...]) -> tuple[str, ...]:
             raise PatchError(f"{patch.file} does not apply to {tree.name}: {where}",
                              hint=f"refresh the patch against this version of the source "
                                   f"(patches/{patch.file}), or drop it if upstream fixed it")
-        subprocess.run(base, cwd=tree, capture_output=True, text=True, check=True, timeout=120)
+        real = subprocess.run(base, cwd=tree, capture_output=True, text=True, timeout=120)
+        problem = check_patched_tree(tree)
+        if problem or real.returncode != 0:
+            shutil.rmtree(tree, ignore_errors=True)
+        if problem:
+            raise PatchError(f"{patch.file} (patches/{patch.file}) applied to {tree.name} "
+                             f"makes {problem} ({LINK_RULE})",
+                             hint="a recipe patch changes files in the tree; remove the link "
+                                  "from the patch (or make it point inside the tree)")
+        if real.returncode != 0:
+            out = (real.stdout + real.stderr).strip()
+            raise PatchError(f"{patch.file} passed its dry run but failed applied to "
+                             f"{tree.name}: {out[-600:]}",
+                             hint=f"refresh the patch (patches/{patch.file}): a later part of "
+                                  "it depends on what an earlier part makes")
         applied.append(patch.file)
     return tuple(applied)
 

@@ -79,6 +79,7 @@ def parse_probe(p: Problems, raw: object) -> ProbeSpec | None:
         return None
     p.reason(m["reason"], "probe.reason")
     units = p.strings(m["units"], "probe.units")
+    p.once(units, "probe.units", "unit")
     outside = [(i, u) for i, u in enumerate(units or ())
                if u.startswith("/") or ".." in u.split("/") or "\\" in u or "\0" in u]
     for i, unit in outside:

@@ -21,37 +21,101 @@ RESERVED_ENV = {
     "CUDA_HOME": "the backend sets it to the toolkit it checked",
 }
 
-#: Name prefixes a recipe's variables may never have, and why: the system, the tools or the
-#: pipeline read them, not a package's build script. (A one-word name, PATH, HOME, CC, CFLAGS,
-#: is refused by its form: a package's own switches are PREFIX_NAME.)
-SYSTEM_ENV = {
-    "LD_": "the dynamic loader reads LD_* (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT): it would load "
-           "other code into every program of the build",
-    "PYTHON": "Python reads PYTHON* (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP): it would change what "
-              "every Python of the build imports",
-    "PIP_": "pip reads PIP_* as its options (PIP_INDEX_URL): the build would install from "
-            "somewhere else",
-    "UV_": "uv reads UV_* as its options (UV_INDEX_URL): the build would install from somewhere "
-           "else",
-    "CIBW_": "cibuildwheel's options are the container backend's",
-    "CCACHE_": "the compiler cache is the pipeline's (CCACHE_PREFIX runs a program before every "
-               "compile)",
-    "PYTORCH_": "torch's cpp_extension runs PYTORCH_NVCC as nvcc, which the pipeline sets for the "
-                "compiler cache",
-    "GIT_": "git reads GIT_* (GIT_SSH_COMMAND, GIT_CONFIG_*): a build that runs git would run "
-            "other programs",
-    "SSL_": "SSL_CERT_FILE and SSL_CERT_DIR decide which servers the build trusts",
-    "REQUESTS_CA_BUNDLE": "it decides which servers the build trusts",
-    "CURL_CA_BUNDLE": "it decides which servers the build trusts",
-    "HTTP_PROXY": "it sends the build's downloads through another server",
-    "HTTPS_PROXY": "it sends the build's downloads through another server",
-    "ALL_PROXY": "it sends the build's downloads through another server",
-    "NO_PROXY": "it decides which downloads bypass the proxy",
-    "MALLOC_": "glibc reads MALLOC_* in every program",
-    "GLIBC_TUNABLES": "glibc reads it in every program",
-    "GCONV_PATH": "glibc loads character set modules from it in every program",
-    "BASH_ENV": "bash runs the file it names at the start of every script",
-}
+
+@dataclass(frozen=True)
+class EnvRule:
+    """A class of variable a recipe may not set: ``pattern`` (a regular expression matched
+    against the whole name) and why (what the variable makes a tool run, read or write)."""
+
+    name: str
+    pattern: str
+    why: str
+
+    def matches(self, name: str) -> bool:
+        """Whether the variable ``name`` is of this class."""
+        return re.fullmatch(self.pattern, name) is not None
+
+
+#: The classes of variable a recipe may not set, most specific first: the first that matches
+#: is the one named. A package's own switch has the package's own name
+#: (FLASH_ATTENTION_FORCE_BUILD, FORCE_CUDA, MMCV_WITH_OPS); these are what the system, a
+#: compiler, a linker, a build system, an installer or the pipeline reads, matched by family
+#: where the tool reads a family. (A one-word name, PATH, HOME, CC, CFLAGS, is refused by its
+#: form afterwards.)
+ENV_RULES = (
+    EnvRule("loader", r"(LD|DYLD)_\w*",
+            "the dynamic loader reads LD_* (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT): it would load "
+            "other code into every program of the build"),
+    EnvRule("python", r"PYTHON\w*|VIRTUAL_ENV|CONDA_\w*",
+            "Python reads PYTHON* (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP) and installers take "
+            "VIRTUAL_ENV or CONDA_PREFIX as the environment to use: it would change what every "
+            "Python of the build imports"),
+    EnvRule("pip", r"PIP_\w*",
+            "pip reads PIP_* as its options (PIP_INDEX_URL, PIP_CONFIG_FILE): the build would "
+            "install from somewhere else"),
+    EnvRule("uv", r"UV_\w*",
+            "uv reads UV_* as its options (UV_INDEX_URL, UV_CONFIG_FILE): the build would install "
+            "from somewhere else"),
+    EnvRule("setuptools", r"(SETUPTOOLS|DISTUTILS|SKBUILD|PEP517|AUDITWHEEL)_\w*|DIST_EXTRA_CONFIG",
+            "setuptools, distutils, scikit-build and auditwheel read these as settings "
+            "(DIST_EXTRA_CONFIG names another config file, SKBUILD_CMAKE_ARGS passes CMake any "
+            "option): the build or the repair would follow other settings"),
+    EnvRule("pipeline", r"(CIBW|CUWHEELS|CCACHE|SCCACHE|DISTCC|ICECC)_\w*",
+            "cibuildwheel's options, the project's own settings and the compiler cache are the "
+            "pipeline's (CCACHE_PREFIX runs a program before every compile, DISTCC_HOSTS sends "
+            "compiles to other machines)"),
+    EnvRule("torch", r"(PYTORCH|TORCH)_\w*",
+            "torch's cpp_extension reads these: PYTORCH_NVCC is run as nvcc, TORCH_NVCC_FLAGS "
+            "reaches every nvcc command line (-ccbin included), TORCH_EXTENSIONS_DIR writes "
+            "elsewhere; the arch list is set by archs:"),
+    EnvRule("nvcc", r"NVCC_\w*|CUDA_\w*|CUDACXX|CUDAHOSTCXX",
+            "nvcc reads NVCC_* (NVCC_CCBIN picks the host compiler it runs, NVCC_PREPEND_FLAGS "
+            "and NVCC_APPEND_FLAGS add options, -ccbin included, to every call) and builds find "
+            "the toolkit through CUDA_* (CUDA_PATH, CUDA_NVCC_EXECUTABLE): which toolkit and "
+            "which nvcc run is the backend's"),
+    EnvRule("cmake", r"CMAKE_\w*",
+            "CMake reads CMAKE_* from the environment: CMAKE_<LANG>_COMPILER_LAUNCHER runs a "
+            "program before every compile, CMAKE_<LANG>_COMPILER picks the compiler, "
+            "CMAKE_TOOLCHAIN_FILE runs a CMake script, CMAKE_PREFIX_PATH finds packages "
+            "elsewhere, CMAKE_ARGS passes any option"),
+    EnvRule("gcc", r"COMPILER_PATH|GCC_\w*|COLLECT_\w*|\w*_INCLUDE_PATH|LIBRARY_PATH|"
+                   r"DEPENDENCIES_OUTPUT|SUNPRO_DEPENDENCIES",
+            "gcc reads these: COMPILER_PATH and GCC_EXEC_PREFIX are where it finds the programs "
+            "it runs (as, ld, cc1plus), *_INCLUDE_PATH and LIBRARY_PATH add headers and "
+            "libraries from elsewhere, DEPENDENCIES_OUTPUT and SUNPRO_DEPENDENCIES make every "
+            "compile write a file elsewhere"),
+    EnvRule("pkg-config", r"PKG_CONFIG\w*",
+            "pkg-config reads .pc files, and so compile and link flags, from the folders these "
+            "name"),
+    EnvRule("config-root", r"XDG_\w*|\w*_HOME|\w*_CONFIG(_FILE|_DIR|_PATH)?|\w*_RC",
+            "tools read their configuration (and find their programs) under a config root: "
+            "XDG_CONFIG_HOME holds pip's and uv's config, CUDA_HOME, ROCM_HOME and CARGO_HOME "
+            "name toolchains"),
+    EnvRule("git", r"GIT_\w*",
+            "git reads GIT_* (GIT_SSH_COMMAND, GIT_CONFIG_*): a build that runs git would run "
+            "other programs"),
+    EnvRule("network", r"SSL_\w*|REQUESTS_CA_BUNDLE|CURL_\w*|(HTTP|HTTPS|FTP|ALL|NO)_PROXY",
+            "these decide which servers the build trusts and through which server its downloads "
+            "go"),
+    EnvRule("libc", r"MALLOC_\w*|GLIBC_\w*|GCONV_PATH|LOCPATH|NLSPATH|LC_\w*|RESOLV_\w*|"
+                    r"HOSTALIASES|LOCALDOMAIN|TZDIR",
+            "glibc reads these in every program (GCONV_PATH loads character set modules, "
+            "GLIBC_TUNABLES and MALLOC_* change its allocator, LC_* and LOCPATH its locale "
+            "data)"),
+    EnvRule("shell", r"BASH_\w*|SHELLOPTS|BASHOPTS|ENV|PS4|MAKEFLAGS|MAKEFILES|MFLAGS|"
+                     r"GNUMAKEFLAGS|MAKE_\w*",
+            "the shell and make read these in every script and makefile (BASH_ENV runs a file, "
+            "BASH_FUNC_* defines functions, MAKEFLAGS and MAKEFILES add options and makefiles)"),
+    EnvRule("program", r"\w*_(LAUNCHER|WRAPPER|COMPILER|CCBIN|EXECUTABLE|PROGRAM|LINKER|AR|"
+                       r"NM|RANLIB|STRIP|OBJCOPY)",
+            "it names a program a build tool runs in place of, or before, its own"),
+    EnvRule("flags", r"\w*_?(C|CXX|CPP|LD|NVCC|CUDA|CUDAHOST|HIP|F|AS|ARCH)FLAGS|\w*_FLAGS",
+            "flags reach every compile or link: -B, -specs, -fplugin, -ccbin, -Wl,-rpath run or "
+            "load other programs"),
+    EnvRule("search-path", r"\w*_\w*PATH|\w*_(DIR|DIRS|ROOT|PREFIX|SYSROOT)",
+            "a tool searches the folders it names for programs, headers, libraries, sources or "
+            "settings outside the verified sdist"),
+)
 #: The longest variable value (the longest a recipe sets is 19 characters).
 MAX_ENV_VALUE = 4096
 _ENV_RE = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -133,16 +197,23 @@ def parse_env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVa
     return tuple(out)
 
 
+def env_rule(name: str) -> EnvRule | None:
+    """The first of :data:`ENV_RULES` the variable ``name`` falls under, else None."""
+    return next((rule for rule in ENV_RULES if rule.matches(name)), None)
+
+
 def env_name_refused(name: str) -> tuple[str, str] | None:
     """(why, fix) when a recipe may not set the variable ``name``, else None: a package's own
-    variable is PREFIX_NAME and not one of :data:`SYSTEM_ENV`'s."""
-    for prefix, why in SYSTEM_ENV.items():
-        if name.startswith(prefix):
-            return (f"{name} is not the package's to set: {why}",
-                    "remove it; a build switch of the package's own has its own name")
+    variable is PREFIX_NAME and of none of :data:`ENV_RULES`' classes."""
+    rule = env_rule(name)
+    if rule is not None:
+        return (f"{name} is not the package's to set: {rule.why} (rule {rule.name!r}: names "
+                f"matching {rule.pattern})",
+                "remove it; set only the variables the package's own build script reads, "
+                "named after the package (like FLASH_ATTENTION_FORCE_BUILD or FORCE_CUDA)")
     if not _OWN_ENV_RE.fullmatch(name):
         return (f"{name} is not a package's build variable: a one-word name is the system's or "
-                "the toolchain's (PATH, HOME, CC, CFLAGS)",
+                "the toolchain's (PATH, HOME, CC, CFLAGS) (rule 'one-word')",
                 "set only the variables the package's build script reads (PREFIX_NAME, like "
                 "FORCE_CUDA or FLASH_ATTENTION_FORCE_BUILD)")
     return None

@@ -238,6 +238,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     for i, mod in enumerate(imports or ()):
         if not _MODULE_RE.fullmatch(mod):
             p.add(f"imports[{i}]", f"{mod!r} is not an importable module name")
+    p.once(imports, "imports", "module")
 
     spec = SpecifierSet()
     if "python" in top:
@@ -390,7 +391,8 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
             continue
         archs = p.strings(value, where)
         if archs is not None:
-            out[key] = tuple(sorted(archs, key=arch_key))
+            p.once(archs, where, "arch")
+            out[key] = tuple(sorted(set(archs), key=arch_key))
     for t in targets:
         archs = out.get(t.cuda, out.get("*"))
         if archs is None:
@@ -414,6 +416,9 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
     if m is None:
         return None
     deps = []
+    p.once([d["requirement"] for d in m["requires"] if isinstance(d, dict)
+            and isinstance(d.get("requirement"), str)], "build.requires", "requirement",
+           key=_project)
     for i, dep in enumerate(m["requires"]):
         d = p.entry(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
         if d and _requirement(p, d["requirement"], f"build.requires[{i}]"):
@@ -482,6 +487,14 @@ def _requirement(p: Problems, text: str, where: str) -> bool:
     return True
 
 
+def _project(requirement: str) -> str:
+    """The normalized project a requirement names (its text when it is no requirement)."""
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return requirement
+
+
 def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     if not isinstance(raw, list):
         p.add("patches", "must be a list of {file, reason, upstream}")
@@ -506,8 +519,7 @@ def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
     names = [x.file for x in out]
     if names != sorted(names):
         p.add("patches", "patches must be listed in the order of their numbers")
-    if len(set(names)) != len(names):
-        p.add("patches", "lists a patch twice")
+    p.once(names, "patches", "patch")
     if folder.is_dir():
         for extra in sorted(f.name for f in folder.iterdir() if f.name not in names):
             p.add("patches", f"patches/{extra} is in the folder but not listed",

@@ -71,7 +71,8 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
                     continue
                 got = p.strings(listed, at)
                 if got is not None:
-                    archs[str(key)] = tuple(sorted(got, key=arch_key))
+                    p.once(got, at, "arch")
+                    archs[str(key)] = tuple(sorted(set(got), key=arch_key))
         out[str(name)] = PlatformChoice(str(name), m["reason"], bool(m.get("exclude")), archs)
     for name in table.platforms:
         choice = out.get(name)

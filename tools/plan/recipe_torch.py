@@ -171,8 +171,7 @@ def _listed(p: Problems, where: str, cuda: str, raw: object, recipe_range: Torch
             p.add(f"{where}.torch", f"no Python version of torch {series} "
                   f"({', '.join(t.python)}) satisfies python {str(spec)!r}",
                   "widen python: or drop this torch series")
-    if len(set(torches)) != len(torches):
-        p.add(f"{where}.torch", "lists a torch series twice")
+    p.once(torches, f"{where}.torch", "torch series")
     return torches
 
 

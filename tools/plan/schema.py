@@ -218,6 +218,22 @@ class Problems:
             return None
         return tuple(value) if good else None
 
+    def once(self, items: Any, where: str, what: str, key: Any = None) -> bool:
+        """Report each item of ``items`` (strings) given again at ``where`` (``key`` of an item,
+        e.g. a normalized name, decides what counts as the same); True when none is."""
+        seen: set = set()
+        repeated = []
+        for item in items or ():
+            same = key(item) if key else item
+            if same in seen and item not in repeated:
+                repeated.append(item)
+            seen.add(same)
+        for item in repeated:
+            shown = repr(item[:100]) + ("..." if len(item) > 100 else "")
+            self.add(where, f"lists the {what} {shown} more than once (rule: each {what} "
+                     "once; a repeat is a mistake)", f"remove the repeated {what} {shown}")
+        return not repeated
+
     def reason(self, value: Any, where: str) -> None:
         """A ``reason:`` must say something: every recipe line carries its why."""
         if isinstance(value, str) and len(value.strip()) < 8:
