@@ -40,6 +40,7 @@ UV_REFUSES = {
     "end-record-count-too-high", "local-name-differs", "local-size-differs", "local-crc-differs",
     "local-method-differs", "local-flags-differ", "local-entry-in-no-central-record", "data-after-the-end-record",
     "data-before-the-archive", "non-ascii-name-without-utf8-flag", "same-path-twice", "metadata-name-folded",
+    "overlapping-entries",
 }
 PIP_REFUSES = {
     "end-record-count-hides-an-escaping-member", "local-name-differs", "metadata-name-folded",

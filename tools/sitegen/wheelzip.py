@@ -154,7 +154,8 @@ class ZipDirectory:
         _sig, rest, _made, _need, disk, cd_disk, n_disk, count64, cd_size64, cd_offset64 = \
             self._EOCD64.unpack(record)
         if record_at + 12 + rest != tail_start + locator_at:
-            raise WheelRejected("unreadable zip: bytes between the zip64 end of central directory record and its locator")
+            raise WheelRejected("unreadable zip: bytes between the zip64 end of central directory record and its "
+                                "locator")
         if disk or cd_disk or n_disk != count64:
             raise WheelRejected("unreadable zip: its end record says it spans several disks: installers read one file")
         return count64, cd_size64, cd_offset64, record_at
@@ -239,7 +240,7 @@ class ZipDirectory:
             if offset < expected:
                 raise WheelRejected(
                     f"unreadable zip: member {shown(name)} overlaps {shown(before or '')} (entries sharing bytes: "
-                    "a zip bomb's trick); uv and Python's zipfile refuse such a zip"
+                    "a zip bomb's trick): uv refuses such a zip, as does the zipfile module of newer Python releases"
                 )
             if offset > expected:
                 self._gap(expected, offset)
@@ -332,7 +333,8 @@ def _extra_fields(extra: bytes, name: str) -> dict[int, bytes]:
     while pos + 4 <= len(extra):
         kind, length = struct.unpack_from("<2H", extra, pos)
         if pos + 4 + length > len(extra) or kind in fields:
-            raise WheelRejected(f"unreadable zip: the extra fields of {shown(name)} are malformed (zipfile refuses them)")
+            raise WheelRejected(f"unreadable zip: the extra fields of {shown(name)} are malformed (zipfile refuses "
+                                "them)")
         fields[kind] = extra[pos + 4: pos + 4 + length]
         pos += 4 + length
     return fields
