@@ -176,21 +176,18 @@ def parse_metadata_headers(data: bytes, what: str = "METADATA") -> dict[str, lis
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WheelRejected(f"{what} is not UTF-8: {exc}") from None
-    pos = 0
-    while pos < len(text):
-        line = _LINE.match(text, pos)
-        if not headerRE.match(line.group()):
-            break  # the blank line, or the first line that is no header: the body starts
-        pos = line.end()
+    # Up to the blank line, or the first line that is no header: the body starts there.
+    end = _HEADER_LINES.match(text).end()
     headers: dict[str, list[str]] = {}
-    for key, value in HeaderParser().parsestr(text[:pos]).items():
+    for key, value in HeaderParser().parsestr(text[:end]).items():
         headers.setdefault(key.lower(), []).append(str(value))
     return headers
 
 
-#: One line as the email parser splits them (``\r\n``, ``\r`` or ``\n``; never str.splitlines's
-#: other separators, which email.parser leaves inside a value).
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
+#: The header lines at the start of a text, by the email parser's own rule for a header line
+#: (``email.feedparser.headerRE``), each ended as it ends them (``\r\n``, ``\r`` or ``\n``, never
+#: str.splitlines's other separators, which email.parser leaves inside a value).
+_HEADER_LINES = re.compile("(?:" + headerRE.pattern.removeprefix("^") + r"[^\r\n]*(?:\r\n|\r|\n|\Z))*")
 
 
 def metadata_field(headers: dict[str, list[str]], field: str, what: str = "METADATA") -> str | None:

@@ -103,14 +103,7 @@ class ZipDirectory:
             raise WheelRejected(f"unreadable zip: the file ends inside its central directory (at byte {size})")
         self._members: dict[str, tuple[int, int, int, int, int, int]] = {}
         self._listing: list[tuple[str, int]] = []
-        spans: list[tuple[int, int, str]] = []
-        pos = 0
-        while pos < len(data):
-            name, flags, method, crc, csize, usize, offset, pos = self._central_record(data, pos)
-            start, stop = self._check_local(name, flags, method, crc, csize, usize, offset)
-            self._members.setdefault(name, (flags, method, crc, csize, usize, start))
-            self._listing.append((name, flags))
-            spans.append((offset, stop, name))
+        spans = self._walk(data)
         if len(self._listing) != count:
             raise WheelRejected(
                 f"unreadable zip: its end of central directory record counts {count} members, but the central "
@@ -160,42 +153,57 @@ class ZipDirectory:
             raise WheelRejected("unreadable zip: its end record says it spans several disks: installers read one file")
         return count64, cd_size64, cd_offset64, record_at
 
-    def _central_record(self, data: bytes, pos: int) -> tuple[str, int, int, int, int, int, int, int]:
-        """One central record at ``data[pos]``: (name, flags, method, crc, compressed and
-        uncompressed size, local header offset, where the next record starts)."""
-        if pos + self._CENTRAL.size > len(data) or data[pos: pos + 4] != b"PK\x01\x02":
-            raise WheelRejected(f"unreadable zip: byte {pos} of the central directory starts no central record")
-        (_sig, _made, _need, flags, method, _time, _date, crc, csize, usize,
-         nlen, xlen, clen, disk, _iattr, _eattr, offset) = self._CENTRAL.unpack_from(data, pos)
-        head = pos + self._CENTRAL.size
-        following = head + nlen + xlen + clen
-        if following > len(data):
-            raise WheelRejected("unreadable zip: a central record runs past the central directory's end")
-        raw = data[head: head + nlen]
-        name = _decode_name(raw, flags)
-        extra = _extra_fields(data[head + nlen: head + nlen + xlen], name)
-        if 0x7075 in extra:
-            raise WheelRejected(
-                f"member {shown(name)} has an Info-ZIP Unicode Path extra field: readers that honour it and readers "
-                "that don't write different files; no wheel builder writes one"
-            )
-        if 0x0001 in extra:
-            usize, csize, offset = _zip64_values(extra[0x0001], name, usize, csize, offset)
-        if disk:
-            raise WheelRejected(f"member {shown(name)} is on another disk: installers read one file")
-        return name, flags, method, crc, csize, usize, offset, following
+    def _walk(self, data: bytes) -> list[tuple[int, int, str]]:
+        """Read every central record of ``data`` (the whole central directory) into the member
+        table, each checked against its local header; (local header offset, end of the entry,
+        name) of each, for _check_tiling.
 
-    def _check_local(self, name: str, flags: int, method: int, crc: int, csize: int, usize: int,
+        One loop with the common case inline (an ASCII name, no extra field, a local header that
+        agrees field for field): a wheel has thousands of members, and this runs for each one.
+        """
+        central, local = self._CENTRAL.unpack_from, self._LOCAL.unpack_from
+        tail, tail_start = self._tail, self._tail_start
+        members, listing, spans = self._members, self._listing, []
+        pos, size = 0, len(data)
+        while pos < size:
+            if pos + 46 > size or data[pos: pos + 4] != b"PK\x01\x02":
+                raise WheelRejected(f"unreadable zip: byte {pos} of the central directory starts no central record")
+            (_sig, _made, _need, flags, method, _time, _date, crc, csize, usize,
+             nlen, xlen, clen, disk, _iattr, _eattr, offset) = central(data, pos)
+            head = pos + 46
+            pos = head + nlen + xlen + clen
+            if pos > size:
+                raise WheelRejected("unreadable zip: a central record runs past the central directory's end")
+            raw = data[head: head + nlen]
+            name = raw.decode("ascii") if raw.isascii() else _decode_name(raw, flags)
+            if xlen or disk:
+                usize, csize, offset = _central_extra(data[head + nlen: head + nlen + xlen], name, disk,
+                                                      (usize, csize, offset))
+            at = offset - tail_start
+            header = tail[at: at + 30 + nlen] if at >= 0 else os.pread(self._fd, 30 + nlen, offset)
+            fields = local(header) if len(header) == 30 + nlen else None
+            if fields is not None and fields[0] == b"PK\x03\x04" and fields[2:4] == (flags, method) \
+                    and fields[6:10] == (crc, csize, usize, nlen) and not flags & 0x8 and header[30:] == raw:
+                start = offset + 30 + nlen + fields[10]  # nearly every member: the headers agree field for field
+                stop = start + csize
+            else:
+                start, stop = self._check_local(raw, name, flags, method, crc, csize, usize, offset)
+            members.setdefault(name, (flags, method, crc, csize, usize, start))
+            listing.append((name, flags))
+            spans.append((offset, stop, name))
+        return spans
+
+    def _check_local(self, raw_name: bytes, name: str, flags: int, method: int, crc: int, csize: int, usize: int,
                      offset: int) -> tuple[int, int]:
         """Compare the local header at ``offset`` with the member's central record; (where its
         data starts, where its entry ends: after the data and its data descriptor, if any)."""
-        raw_name = name.encode("utf-8" if flags & 0x800 else "ascii")
         header = self._bytes(offset, self._LOCAL.size + len(raw_name) + 256)
         if len(header) < self._LOCAL.size or header[:4] != b"PK\x03\x04":
             raise WheelRejected(f"unreadable zip: no local header where the central record of {shown(name)} puts it")
         (_sig, _need, lflags, lmethod, _time, _date, lcrc, lcsize, lusize,
          nlen, xlen) = self._LOCAL.unpack_from(header)
         local_name = header[self._LOCAL.size: self._LOCAL.size + nlen]
+        start = offset + self._LOCAL.size + nlen + xlen
         if local_name != raw_name:
             raise WheelRejected(
                 f"unreadable zip: the local header of {shown(name)} names "
@@ -203,7 +211,6 @@ class ZipDirectory:
             )
         differ = _differ(name, "flags", hex(lflags), hex(flags)) if lflags != flags else None
         differ = differ or (_differ(name, "compression method", lmethod, method) if lmethod != method else None)
-        start = offset + self._LOCAL.size + nlen + xlen
         if flags & 0x8:  # the CRC and sizes follow the data, in a data descriptor
             stop = self._check_descriptor(name, start + csize, crc, csize, usize)
         else:
@@ -308,6 +315,22 @@ class ZipDirectory:
 def _differ(name: str, field: str, local: object, central: object) -> str:
     return (f"unreadable zip: the local header of {shown(name)} says {field} {local}, its central record {central}: "
             "readers of local headers and of the central directory see different members; uv refuses such a wheel")
+
+
+def _central_extra(extra: bytes, name: str, disk: int, values: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A central record's sizes and offset (``values``) with those marked 0xFFFFFFFF read from
+    its zip64 extra field; WheelRejected for an Info-ZIP Unicode Path field or another disk."""
+    if disk:
+        raise WheelRejected(f"member {shown(name)} is on another disk: installers read one file")
+    fields = _extra_fields(extra, name)
+    if 0x7075 in fields:
+        raise WheelRejected(
+            f"member {shown(name)} has an Info-ZIP Unicode Path extra field: readers that honour it and readers "
+            "that don't write different files; no wheel builder writes one"
+        )
+    if 0x0001 in fields:
+        return _zip64_values(fields[0x0001], name, *values)
+    return values
 
 
 def _decode_name(raw: bytes, flags: int) -> str:
@@ -436,7 +459,9 @@ def check_members(members: list[tuple[str, int]], dist: str) -> tuple[str, bool]
         seen.add(name)
         # "a/./b.py", "a//b.py" and "a/b.py" are one file once installed: which copy is written
         # last is up to the installer (uv refuses such a wheel).
-        path = "/".join(part for part in name.split("/") if part not in ("", "."))
+        path = name.rstrip("/")
+        if "//" in path or "/./" in path or path.startswith("./") or path.endswith("/.") or path == ".":
+            path = "/".join(part for part in path.split("/") if part not in ("", "."))
         if (other := paths.setdefault(path, name)) != name:
             raise WheelRejected(f"members {shown(other)} and {shown(name)} are installed to one path: installers may "
                                 "write either copy; uv refuses such a wheel")
