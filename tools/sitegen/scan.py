@@ -10,6 +10,11 @@ The hash cache vouches for a file only when its size, mtime, inode change time (
 number are the ones recorded: size and mtime alone are what a file rewritten in place can keep
 (``os.utime``), while the ctime is set by the kernel on every change and no caller can set it back.
 
+Each directory entry that is no wheel file is that entry's rejection, never the run's end: one
+that can't be looked at (a symbolic link that loops), one that is not a regular file, a name that
+is not a wheel's, and a hidden entry named like a killed run's temporary ``.metadata`` file that is
+not a regular file (left as it is; a real leftover older than a minute is removed).
+
 A new file is refused before it is read when installers would take it for a wheel the ledger
 already has under another name (wheelread.wheel_identity: normalized project, version, build tag
 and tags), published or removed, or for another new file of the batch.

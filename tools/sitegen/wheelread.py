@@ -7,18 +7,24 @@ reads it through, and the zip directory and the ``.dist-info`` files, written la
 come from its last 32 KiB, just read and still in the page cache.
 
 A wheel is left out (WheelRejected, with the reason shown to people) for an invalid filename, an
-unreadable zip, a wheel pip refuses to install (a member with an absolute or ``..`` path, an
-encrypted or duplicated member, no or several ``.dist-info`` directories, one not named for the
-project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA, WHEEL or build
-manifest over its size cap (MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is
-decompressed, and the decompression itself is bounded), a METADATA whose Name or Version disagrees
-with the filename, an invalid Requires-Python, a compiled member (``.so``, ``.pyd``, ``.dll``) for
-another machine than its platform tag names (an x86_64 ``.so`` in an aarch64 wheel, an ELF file
-in a Windows wheel: tools.core.binarch), a build manifest that can't be read or contradicts
-the local label, or a ``.metadata`` file that can't be written. Anything else reading a crafted
-file raises (the zip module's RuntimeError for an encrypted member, a RecursionError...) leaves
-that file out the same way, named with its reason: one wheel never stops the run. The zip is read,
-and its member list checked, by tools.sitegen.wheelzip.
+unreadable zip or one pip and uv would read otherwise than the index (an end record's count that
+disagrees with the central directory, a local header that disagrees with its central record, bytes
+no record accounts for, overlapping entries, a name decoded otherwise by other tools:
+tools.sitegen.wheelzip), a wheel pip refuses to install (a member with an absolute or ``..`` path,
+an encrypted or duplicated member, no or several ``.dist-info`` directories, one not named for the
+project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA whose Name,
+Version or Requires-Python is stated twice or folded over several lines (read by the email parser
+pip uses: parse_metadata_headers), a METADATA, WHEEL or build manifest over its size cap
+(MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is decompressed, and the
+decompression itself is bounded), a METADATA whose Name or Version disagrees with the filename, an
+invalid Requires-Python, a compiled member (``.so``, ``.pyd``, ``.dll``) for another machine than
+its platform tag names (an x86_64 ``.so`` in an aarch64 wheel, an ELF file in a Windows wheel:
+tools.core.binarch), a build manifest that can't be read or contradicts the local label or names a
+CUDA or torch version that is no ASCII dotted version (tools.core.variant.is_dotted_digits), or a
+``.metadata`` file that can't be written. Anything else reading a crafted file raises (the zip
+module's RuntimeError for an encrypted member, a RecursionError...) leaves that file out the same
+way, named with its reason: one wheel never stops the run. The zip is read, and its member list
+checked, by tools.sitegen.wheelzip.
 
 Only what reading a wheel needs is imported here (no Jinja2, no YAML): every worker imports this
 module at its start.
