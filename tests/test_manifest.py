@@ -182,3 +182,18 @@ def test_an_old_manifest_still_reads(tmp_path):
     old = {k: v for k, v in _manifest().to_json().items() if k not in ("platform", "checks")}
     assert variant_from_manifest(old) == variant_from_manifest(_manifest().to_json())
     assert manifest_platform(old) == "linux_x86_64"
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("cuda", "12.x", "cuda must be a CUDA version of ASCII digits"),
+    ("cuda", "\u0661\u0662.\u0668", "cuda must be a CUDA version of ASCII digits"),  # would make cu١٢٨/
+    ("cuda", "12.8.1", "cuda must be a CUDA version of ASCII digits"),
+    ("cuda", 12.8, "cuda must be a CUDA version of ASCII digits"),
+    ("torch", "2.\u0668", "not a torch version"),
+    ("torch", 2.8, "torch must be a torch version"),
+    ("cxx11_abi", "yes", "cxx11_abi must be true, false or null"),
+])
+def test_a_manifest_variant_breaking_the_one_rule_is_a_value_error(field, value, rule):
+    manifest = {"cuda": "12.8", "torch": "2.8", field: value}
+    with pytest.raises(ValueError, match=rule):
+        variant_from_manifest(manifest)

@@ -139,10 +139,12 @@ def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, cap
     assert_site_valid(tmp_path / "site")
 
 
-def test_unusual_zips_go_through_the_zipfile_module(tmp_path):
+def test_a_corrupt_stream_and_data_before_the_archive_are_named(tmp_path):
     w = tmp_path / "wheels"
+    good = make_wheel(w, "good", "1.0", tag=ANY)
     prefixed = make_wheel(w, "prefixed", "1.0", tag=ANY)
-    prefixed.write_bytes(b"#!/bin/sh\n" + prefixed.read_bytes())  # data before the archive: still a zip
+    # Data before the archive: zipfile allows for it, uv refuses it (tools.sitegen.wheelzip).
+    prefixed.write_bytes(b"#!/bin/sh\n" + prefixed.read_bytes())
     corrupt = make_wheel(w, "corrupt", "1.0", tag=ANY)
     data = bytearray(corrupt.read_bytes())
     # The first occurrence of the name is METADATA's local header; its deflated bytes follow.
@@ -150,9 +152,11 @@ def test_unusual_zips_go_through_the_zipfile_module(tmp_path):
     data[meta_at + 2] ^= 0xFF
     corrupt.write_bytes(bytes(data))
     report = build(tmp_path)
-    assert [r.filename for r in report.rejected] == [corrupt.name]
-    assert report.rejected[0].reason.startswith("unreadable zip")
-    assert listed(tmp_path / "site", "", "prefixed") == [prefixed.name]
+    reasons = {r.filename: r.reason for r in report.rejected}
+    assert sorted(reasons) == [corrupt.name, prefixed.name]
+    assert reasons[corrupt.name].startswith("unreadable zip")
+    assert reasons[prefixed.name].startswith("unreadable zip: 10 bytes the end of central directory record doesn't")
+    assert listed(tmp_path / "site", "", "good") == [good.name]
 
 
 def test_worker_processes_index_exactly_what_one_process_does(tmp_path, monkeypatch):
@@ -298,3 +302,30 @@ def test_a_name_with_control_characters_is_shown_escaped(tmp_path, capsys):
                "--ledger", str(tmp_path / "ledger.json"), "--init-ledger"])
     err = capsys.readouterr().err
     assert rc == 11 and "\x1b" not in err and "evil\\x1b[2J-1.0-py3-none-any.whl: invalid wheel filename" in err
+
+
+def test_a_symlink_loop_or_dangling_link_is_its_own_rejection(tmp_path):
+    w = tmp_path / "wheels"
+    good = make_wheel(w, "good", "1.0", tag=ANY)
+    (w / "loop-1.0-py3-none-any.whl").symlink_to("loop-1.0-py3-none-any.whl")  # ELOOP on stat
+    (w / "gone-1.0-py3-none-any.whl").symlink_to("nowhere")
+    report = build(tmp_path)
+    reasons = {r.filename: r.reason for r in report.rejected}
+    assert reasons["loop-1.0-py3-none-any.whl"].startswith("unreadable directory entry (Too many levels of symbolic")
+    assert reasons["gone-1.0-py3-none-any.whl"].startswith("not a regular file")
+    assert listed(tmp_path / "site", "", "good") == [good.name]
+
+
+def test_a_directory_named_like_a_stale_temporary_file_is_left_as_it_is_and_named(tmp_path):
+    w = tmp_path / "wheels"
+    good = make_wheel(w, "good", "1.0", tag=ANY)
+    folder, stale = w / ".good-1.0-py3-none-any.whl.metadata.x1.tmp", w / ".good-1.0-py3-none-any.whl.metadata.x2.tmp"
+    folder.mkdir()
+    stale.write_bytes(b"half")
+    for path in (folder, stale):
+        os.utime(path, (1, 1))  # older than the minute a running index may still be writing it
+    report = build(tmp_path)
+    assert [(r.filename, r.reason.split(":")[0]) for r in report.rejected] == [
+        (folder.name, "named like a temporary .metadata file of a killed run, but not a regular file")]
+    assert folder.is_dir() and not stale.exists()  # the real leftover is removed, the directory kept
+    assert listed(tmp_path / "site", "", "good") == [good.name]

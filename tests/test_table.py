@@ -114,3 +114,10 @@ def test_the_table_file_is_read_with_the_strict_loader(tmp_path):
     path.write_text((TABLE_PATH.read_text()).replace("cuda:\n", 'cuda:\n  "12.8": {}\n', 1))
     with pytest.raises(TableError, match="the key '12.8' is given twice"):
         load_table(path)
+
+
+@pytest.mark.parametrize("text", ["12.x", "\u0661\u0662.\u0668", " 12.8", "1_2.8"])
+def test_version_key_takes_only_ascii_dotted_digits(text):
+    # int() reads Unicode digits, spaces and underscores: the one rule (variant.dotted_key) doesn't.
+    with pytest.raises(ValueError, match="ASCII digits in dot-separated parts"):
+        version_key(text)

@@ -113,3 +113,33 @@ def test_what_is_not_a_cell_id(text):
 def test_a_platform_without_an_id_part_is_refused():
     with pytest.raises(ValueError, match="no id part for platform 'linux_riscv64'"):
         variant.cell_id("flash_attn", "3.12", "13.0", platform="linux_riscv64")
+
+
+# Arabic-Indic, Devanagari and fullwidth digits: str.isdigit(), int() and re's \d take them all.
+UNICODE_DIGITS = ["\u0661\u0662.\u0668", "\u0967\u0968.\u096e", "\uff11\uff12.\uff18", "12.\u0668"]
+
+
+@pytest.mark.parametrize("text", ["12.8", "2.10", "13", "2.8.0"])
+def test_dotted_digits_are_ascii_digits_in_dot_separated_parts(text):
+    assert variant.is_dotted_digits(text)
+    assert variant.dotted_key(text) == tuple(int(p) for p in text.split("."))
+
+
+@pytest.mark.parametrize("text", [*UNICODE_DIGITS, "12.x", "", ".8", "12.", "12..8", " 12.8", "+12", "1_2",
+                                  "12.8\n", 12.8, None])
+def test_anything_else_is_not_a_variant_version(text):
+    assert not variant.is_dotted_digits(text)
+    with pytest.raises(ValueError, match="ASCII digits in dot-separated parts"):
+        variant.dotted_key(text)
+
+
+@pytest.mark.parametrize("text", UNICODE_DIGITS)
+def test_unicode_digits_name_no_variant_anywhere(text):
+    nodot = text.replace(".", "")
+    assert parse_label(f"cu{nodot}.torch2.8") is None
+    assert parse_label(f"cu128.torch{text}") is None
+    with pytest.raises(ValueError):
+        variant.cuda_from_nodot(nodot)
+    with pytest.raises(ValueError):
+        variant.torch_series(text)
+    assert variant.parse_cell_id(f"demo-3.12-cu{nodot}") is None

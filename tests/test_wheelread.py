@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email
 import hashlib
 import os
 import re
@@ -10,12 +11,13 @@ import zipfile
 import pytest
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
-from wheelfactory import make_wheel
+from wheelfactory import make_wheel, metadata_text
 
 from tests.fixtures.binaries.make_binaries import AMD64, EM_AARCH64, EM_X86_64, cross_compiled_so, elf_header, pe_dll
 from tests.fixtures.hostile.make_wheels import SPECIAL_EXPECT, WHEELS, make_special
 
 from tools.sitegen import wheelread, wheelzip
+from tools.sitegen.wheelzip import WheelRejected
 from tools.core.errors import IndexBuildError
 from tools.sitegen.ledger_file import Entry
 from tools.core.variant import Variant
@@ -163,25 +165,65 @@ def test_filename_check_accepts_exactly_what_packaging_accepts(filename):
             assert wheelread.check_filename(filename) == (name, version)
 
 
-def test_a_zip_the_fast_reader_leaves_to_zipfile_is_read_by_zipfile(tmp_path):
-    # Bytes before the archive (a self-extracting stub): the fast reader's offsets don't add up,
-    # and the zipfile module, which allows for them, reads the wheel instead.
-    path = make_wheel(tmp_path, "ext", "1.0", tag=ANY)
-    original = path.read_bytes()
-    path.write_bytes(b"#!/bin/sh\nexit 0\n" + original)
-    with open(path, "rb") as f, pytest.raises(wheelzip.Unsupported):
-        wheelzip.ZipDirectory(f.fileno(), path.stat().st_size)
+def test_a_member_the_fast_reader_leaves_to_zipfile_is_read_by_zipfile(tmp_path):
+    # bzip2: the fast reader inflates stored and deflated members only; the zipfile module reads
+    # the others, from the member list the fast reader checked.
+    path = make_wheel(tmp_path, "ext", "1.0", tag=ANY, omit_metadata=True)
+    text = metadata_text("ext", "1.0", requires_python=">=3.9").encode()
+    info = zipfile.ZipInfo("ext-1.0.dist-info/METADATA", date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_BZIP2
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr(info, text)
+    with open(path, "rb") as f, pytest.raises(wheelzip.Unsupported, match="compression method 12"):
+        wheelzip.ZipDirectory(f.fileno(), path.stat().st_size).read("ext-1.0.dist-info/METADATA", 1 << 20)
     entry = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
-    with zipfile.ZipFile(path) as zf:
-        assert (tmp_path / f"{path.name}.metadata").read_bytes() == zf.read("ext-1.0.dist-info/METADATA")
-    assert entry.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and entry.size == len(original) + 17
+    assert (tmp_path / f"{path.name}.metadata").read_bytes() == text
+    assert entry.requires_python == ">=3.9" and entry.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_metadata_header_parser():
+def test_metadata_headers_are_read_by_the_email_parser():
     text = b"Metadata-Version: 2.1\nName: a\nVersion: 1\nRequires-Python: >=3.9\nDescription: x\n  more\n\nbody: no"
     assert wheelread.parse_metadata_headers(text) == {
-        "metadata-version": "2.1", "name": "a", "version": "1", "requires-python": ">=3.9", "description": "x",
+        "metadata-version": ["2.1"], "name": ["a"], "version": ["1"], "requires-python": [">=3.9"],
+        "description": ["x\n  more"],
     }
+
+
+#: METADATA texts where a line-by-line reader and the email parser (pip's) disagree.
+TRICKY_METADATA = [
+    "Name: a\r\nVersion: 1\r\n\r\nRequires-Python: <3\r\n",        # \r\n: the blank line ends the headers
+    "Name: a\rVersion: 1\r\rRequires-Python: <3\r",                    # a lone \r ends a line too
+    "Name: a\nVersion: 1\nno header here\nRequires-Python: <3\n",       # a line that is no header ends them
+    "Name: a\nVersion: 1\u2028Requires-Python: <3\n",                   # \u2028 ends no line for email
+    "Name: a\x0bb\x0cc\x1cd\x85e\nVersion: 1\n",                        # nor do these (str.splitlines's)
+    "Name: a\n\tb\nVersion: 1\n",                                      # a folded value
+    "Name : a\nVersion: 1\n",                                            # a space before the colon: no header
+    "From nobody\nName: a\nVersion: 1\n",                               # a mbox From line
+    ":x\nName: a\nVersion: 1\n",                                        # an empty header name
+    "Name: a\nVersion: 1\nName: b\n",                                   # a field twice, in order
+    "Name: a\nVersion: 1",                                               # no line end at all
+    "",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY_METADATA)
+def test_metadata_headers_are_what_pip_reads(text):
+    # importlib.metadata, through which pip reads METADATA, parses it with email.message_from_string.
+    expected: dict[str, list[str]] = {}
+    for key, value in email.message_from_string(text).items():
+        expected.setdefault(key.lower(), []).append(value)
+    assert wheelread.parse_metadata_headers(text.encode()) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Name: a\nVersion: 1\nVersion: 2\n", "METADATA states Version 2 times: state it once"),
+    ("Name: a\n b\nVersion: 1\n", "METADATA's Name spans several lines \\('a\\\\n b'\\): pip keeps the line break"),
+    ("Name: a\r\n\tb\r\nVersion: 1\r\n", "METADATA's Name spans several lines"),
+])
+def test_a_field_the_index_reads_is_stated_once_on_one_line(text, message):
+    with pytest.raises(WheelRejected, match=message):
+        wheelread.metadata_field(wheelread.parse_metadata_headers(text.encode()),
+                                 "Version" if "Version: 2" in text else "Name")
 
 
 @pytest.mark.parametrize("fallback", [False, True], ids=["fast-reader", "zipfile"])
@@ -190,10 +232,11 @@ def test_each_hostile_wheel_is_left_out_with_its_reason_and_nothing_written(tmp_
                                                                              fallback):
     """What index_wheel answers for each hostile wheel (tests/fixtures/hostile), with the fast zip
     reader and with the zipfile module alone: a reason, never an exception, and no .metadata."""
-    if fallback:
-        def unsupported(fd, size):
-            raise wheelzip.Unsupported("as if the layout were unusual")
-        monkeypatch.setattr(wheelread, "ZipDirectory", unsupported)
+    if fallback:  # every member read by the zipfile module, as one the fast reader doesn't inflate
+        def unsupported(self, name, size):
+            raise wheelzip.Unsupported("as if the member were compressed otherwise")
+        monkeypatch.setattr(wheelzip.ZipDirectory, "read", unsupported)
+        monkeypatch.setattr(wheelzip.ZipDirectory, "head", unsupported)
     path = hostile.make(tmp_path)
     reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
     assert isinstance(reason, str) and re.search(hostile.expect, reason), reason
@@ -246,7 +289,7 @@ def test_both_readers_give_a_members_first_bytes(tmp_path):
     size = path.stat().st_size
     with open(path, "rb") as f, zipfile.ZipFile(f) as zf:
         fast = wheelzip.ZipDirectory(f.fileno(), size)
-        slow = wheelzip.ZipfileMembers(zf)
+        slow = wheelzip.ZipfileMembers(zf, fast.members())
         for name, want in (("ext/_C.so", big[:4096]), ("ext/_payload.bin", b"tiny")):
             assert fast.head(name, 4096) == slow.head(name, 4096) == want
 

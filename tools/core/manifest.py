@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .variant import Variant, torch_series
+from .variant import Variant, is_dotted_digits, torch_series
 
 #: File name inside ``<name>-<version>.dist-info/``.
 MANIFEST_NAME = "cuwheels.json"
@@ -161,6 +161,15 @@ def variant_from_manifest(manifest: dict[str, Any]) -> Variant | None:
     cuda, torch = manifest.get("cuda"), manifest.get("torch")
     if not cuda or not torch:
         return None
+    # One rule for a variant's versions (is_dotted_digits): a value that breaks it would name a
+    # variant index (cu<cuda>/) and be sorted as a number.
+    if not is_dotted_digits(cuda) or cuda.count(".") > 1:
+        raise ValueError(f"cuda must be a CUDA version of ASCII digits such as \"12.8\", got {cuda!r}")
+    if not isinstance(torch, str):
+        raise ValueError(f"torch must be a torch version such as \"2.8\", got {torch!r}")
+    cxx11_abi = manifest.get("cxx11_abi")
+    if cxx11_abi is not None and not isinstance(cxx11_abi, bool):
+        raise ValueError(f"cxx11_abi must be true, false or null, got {cxx11_abi!r}")
     abi = manifest.get("abi")
     serves: tuple[str, ...] = ()
     if isinstance(abi, dict) and abi.get("torch") == "stable":
@@ -168,4 +177,4 @@ def variant_from_manifest(manifest: dict[str, Any]) -> Variant | None:
         if not isinstance(raw, list) or not raw or not all(isinstance(x, str) for x in raw):
             raise ValueError(f"abi.serves must be a non-empty list of torch series, got {raw!r}")
         serves = tuple(torch_series(x) for x in raw)
-    return Variant(str(cuda), torch_series(str(torch)), manifest.get("cxx11_abi"), serves)
+    return Variant(cuda, torch_series(torch), cxx11_abi, serves)

@@ -29,6 +29,33 @@ import re
 from dataclasses import dataclass
 
 
+#: The one spelling of a variant's version (CUDA ``12.8``, torch ``2.10``): dot-separated runs of
+#: ASCII digits. ``[0-9]``, never ``\d`` or ``str.isdigit()``: those take Arabic-Indic and other
+#: Unicode digits, which ``int()`` reads as numbers and a path keeps as they are (``cu١٢٨/``).
+_DOTTED_DIGITS = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+
+
+def is_dotted_digits(text: object) -> bool:
+    """Whether ``text`` is a string of ASCII digits in dot-separated parts (``"12.8"``, ``"2"``).
+
+    >>> is_dotted_digits("12.8"), is_dotted_digits("\u0661\u0662.\u0668"), is_dotted_digits("12.x")
+    (True, False, False)
+    """
+    return isinstance(text, str) and _DOTTED_DIGITS.fullmatch(text) is not None
+
+
+def dotted_key(text: str) -> tuple[int, ...]:
+    """``"2.10"`` -> ``(2, 10)``, to sort versions numerically; ValueError naming the rule for
+    anything but ASCII digits in dot-separated parts.
+
+    >>> dotted_key("2.10") > dotted_key("2.9")
+    True
+    """
+    if not is_dotted_digits(text):
+        raise ValueError(f"{text!r} is not a version of ASCII digits in dot-separated parts (such as 12.8)")
+    return tuple(int(p) for p in text.split("."))
+
+
 @dataclass(frozen=True, order=True)
 class Variant:
     """What a binary wheel was built against.
@@ -174,7 +201,7 @@ class CellIdParts:
 
 
 _CELL_ID = re.compile(r"(?P<package>[a-z0-9_]+)-(?P<python>[0-9.]+|abi3|py3)-cu(?P<cuda>\d{2,3})"
-                      r"(?:-torch(?P<torch>[0-9.]+(?:\+|rc)?))?(?:-(?P<platform>[a-z0-9]+))?")
+                      r"(?:-torch(?P<torch>[0-9.]+(?:\+|rc)?))?(?:-(?P<platform>[a-z0-9]+))?", re.ASCII)
 
 
 def parse_cell_id(text: str) -> CellIdParts | None:
@@ -218,7 +245,7 @@ def group_id(cell: str) -> str:
 
 def cuda_from_nodot(digits: str) -> str:
     """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
-    if not digits.isdigit():
+    if not digits or not is_dotted_digits(digits) or "." in digits:
         raise ValueError(f"not a CUDA version: {digits!r}")
     if len(digits) <= 2:
         return str(int(digits))
@@ -228,7 +255,7 @@ def cuda_from_nodot(digits: str) -> str:
 def torch_series(version: str) -> str:
     """``"2.13.0+cu130"`` -> ``"2.13"``."""
     parts = version.split("+", 1)[0].split(".")
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+    if len(parts) < 2 or not is_dotted_digits(parts[0]) or not is_dotted_digits(parts[1]):
         raise ValueError(f"not a torch version: {version!r}")
     return f"{parts[0]}.{parts[1]}"
 
@@ -275,7 +302,8 @@ _PYG = r"pt(?P<tmaj>\d)(?P<tmin>\d+)cu(?P<cu>\d{2,3})"
 #: variant.
 _SEGMENT = r"\.(?!cxx11abi|cu\d|torch|pt\d)[a-z0-9]+"
 _TRAILER = rf"(?:(?:git[0-9a-f]{{7,40}}|post\d+|dev\d+)(?:{_SEGMENT})*|(?:{_SEGMENT})+)?"
-_GRAMMARS = tuple(re.compile(rf"(?:{grammar}){_TRAILER}", re.I) for grammar in (_OURS, _DAO, _DOTTED, _PYG))
+# re.ASCII: ``\d`` is [0-9] and case folds only ASCII letters (the one rule, is_dotted_digits).
+_GRAMMARS = tuple(re.compile(rf"(?:{grammar}){_TRAILER}", re.I | re.ASCII) for grammar in (_OURS, _DAO, _DOTTED, _PYG))
 
 
 def parse_label(label: str) -> Variant | None:

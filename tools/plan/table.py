@@ -36,7 +36,7 @@ from tools.core.errors import TableError
 from .table_platforms import (DEFAULT, Platform, TorchOnPlatform, parse_platforms,
                               parse_torch_platforms)
 from .schema import Problems, load_yaml
-from tools.core.variant import DEFAULT_PLATFORM
+from tools.core.variant import DEFAULT_PLATFORM, dotted_key
 
 TABLE_PATH = RECIPES_DIR / "table.yaml"
 TABLE_SCHEMA = 1
@@ -158,8 +158,9 @@ class Table:
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    """Sort ``"2.10"`` after ``"2.9"`` (never as text)."""
-    return tuple(int(p) for p in text.split("."))
+    """Sort ``"2.10"`` after ``"2.9"`` (never as text); ValueError for anything but ASCII digits
+    in dot-separated parts (tools.core.variant.dotted_key, the one rule for variant versions)."""
+    return dotted_key(text)
 
 
 def arch_key(arch: str) -> tuple[int, str]:

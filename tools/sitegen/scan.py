@@ -10,6 +10,11 @@ The hash cache vouches for a file only when its size, mtime, inode change time (
 number are the ones recorded: size and mtime alone are what a file rewritten in place can keep
 (``os.utime``), while the ctime is set by the kernel on every change and no caller can set it back.
 
+Each directory entry that is no wheel file is that entry's rejection, never the run's end: one
+that can't be looked at (a symbolic link that loops), one that is not a regular file, a name that
+is not a wheel's, and a hidden entry named like a killed run's temporary ``.metadata`` file that is
+not a regular file (left as it is; a real leftover older than a minute is removed).
+
 A new file is refused before it is read when installers would take it for a wheel the ledger
 already has under another name (wheelread.wheel_identity: normalized project, version, build tag
 and tags), published or removed, or for another new file of the batch.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -135,19 +141,26 @@ def scan_wheels(
     for d in dirents:
         fn = d.name
         if fn.startswith("."):
-            # A restored .metadata goes through a hidden temporary file: a killed run may leave one.
-            if fn.endswith(".tmp") and ".metadata." in fn and d.stat().st_mtime < stale:
-                os.unlink(d.path)
+            if (why := _stale_temporary(d, stale)) is not None:
+                scan.rejected.append(Rejected(fn, why))
             continue
         if fn.endswith(".metadata"):
             continue
-        if not d.is_file():
+        try:
+            # Both follow a symbolic link: one that loops (ELOOP) or can't be read is this
+            # entry's rejection, never the run's end.
+            is_file = d.is_file()
+            st = d.stat() if is_file else None
+        except OSError as exc:
+            scan.rejected.append(Rejected(fn, f"unreadable directory entry ({exc.strerror or exc}): wheels "
+                                              "must be plain files sitting directly in the directory"))
+            continue
+        if st is None:
             scan.rejected.append(Rejected(fn, "not a regular file: wheels must sit directly in the directory"))
             continue
         if not fn.endswith(".whl"):
             scan.rejected.append(Rejected(fn, "not a wheel: only .whl files are indexed"))
             continue
-        st = d.stat()
         key = f"{directory}/{fn}"  # the hash cache is keyed by absolute path
         known = ledger.get(fn) or (removed[fn].entry if fn in removed else None)
         if known is None:
@@ -212,6 +225,26 @@ def scan_wheels(
                 scan.cache[key] = _record(st, outcome.sha256)
     scan.rejected.sort(key=lambda r: r.filename)
     return scan
+
+
+def _stale_temporary(d: os.DirEntry, stale: float) -> str | None:
+    """Remove ``d`` when it is a temporary file a killed run left (a restored .metadata goes
+    through a hidden one) and older than ``stale``; the reason it is left out when it is named
+    like one but is no plain file, or can't be removed; None for any other hidden name (skipped)."""
+    if not (d.name.endswith(".tmp") and ".metadata." in d.name):
+        return None
+    try:
+        st = d.stat(follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            return ("named like a temporary .metadata file of a killed run, but not a regular file: "
+                    "left as it is; remove it")
+        if st.st_mtime < stale:
+            os.unlink(d.path)
+    except FileNotFoundError:
+        pass  # gone already
+    except OSError as exc:
+        return f"a temporary .metadata file of a killed run that can't be removed ({exc.strerror or exc}): remove it"
+    return None
 
 
 def _published(fn: str, removed: Mapping[str, Removal]) -> str:

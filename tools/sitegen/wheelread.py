@@ -7,18 +7,24 @@ reads it through, and the zip directory and the ``.dist-info`` files, written la
 come from its last 32 KiB, just read and still in the page cache.
 
 A wheel is left out (WheelRejected, with the reason shown to people) for an invalid filename, an
-unreadable zip, a wheel pip refuses to install (a member with an absolute or ``..`` path, an
-encrypted or duplicated member, no or several ``.dist-info`` directories, one not named for the
-project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA, WHEEL or build
-manifest over its size cap (MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is
-decompressed, and the decompression itself is bounded), a METADATA whose Name or Version disagrees
-with the filename, an invalid Requires-Python, a compiled member (``.so``, ``.pyd``, ``.dll``) for
-another machine than its platform tag names (an x86_64 ``.so`` in an aarch64 wheel, an ELF file
-in a Windows wheel: tools.core.binarch), a build manifest that can't be read or contradicts
-the local label, or a ``.metadata`` file that can't be written. Anything else reading a crafted
-file raises (the zip module's RuntimeError for an encrypted member, a RecursionError...) leaves
-that file out the same way, named with its reason: one wheel never stops the run. The zip is read,
-and its member list checked, by tools.sitegen.wheelzip.
+unreadable zip or one pip and uv would read otherwise than the index (an end record's count that
+disagrees with the central directory, a local header that disagrees with its central record, bytes
+no record accounts for, overlapping entries, a name decoded otherwise by other tools:
+tools.sitegen.wheelzip), a wheel pip refuses to install (a member with an absolute or ``..`` path,
+an encrypted or duplicated member, no or several ``.dist-info`` directories, one not named for the
+project, no METADATA, WHEEL or RECORD, a Wheel-Version other than 1.x), a METADATA whose Name,
+Version or Requires-Python is stated twice or folded over several lines (read by the email parser
+pip uses: parse_metadata_headers), a METADATA, WHEEL or build manifest over its size cap
+(MAX_METADATA, MAX_WHEEL_FILE, MAX_MANIFEST: checked before a byte is decompressed, and the
+decompression itself is bounded), a METADATA whose Name or Version disagrees with the filename, an
+invalid Requires-Python, a compiled member (``.so``, ``.pyd``, ``.dll``) for another machine than
+its platform tag names (an x86_64 ``.so`` in an aarch64 wheel, an ELF file in a Windows wheel:
+tools.core.binarch), a build manifest that can't be read or contradicts the local label or names a
+CUDA or torch version that is no ASCII dotted version (tools.core.variant.is_dotted_digits), or a
+``.metadata`` file that can't be written. Anything else reading a crafted file raises (the zip
+module's RuntimeError for an encrypted member, a RecursionError...) leaves that file out the same
+way, named with its reason: one wheel never stops the run. The zip is read, and its member list
+checked, by tools.sitegen.wheelzip.
 
 Only what reading a wheel needs is imported here (no Jinja2, no YAML): every worker imports this
 module at its start.
@@ -31,11 +37,13 @@ import errno
 import hashlib
 import json
 import os
-import struct
+import re
 import zipfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.feedparser import headerRE
+from email.parser import HeaderParser
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
@@ -161,28 +169,51 @@ def parse_version(text: str) -> Version:
     return Version(text)
 
 
-def parse_metadata_headers(data: bytes, what: str = "METADATA") -> dict[str, str]:
-    """The first value of each header of a METADATA (or WHEEL: ``what``) document (lower-cased keys).
+def parse_metadata_headers(data: bytes, what: str = "METADATA") -> dict[str, list[str]]:
+    """Every value of each header of a METADATA (or WHEEL: ``what``) document, by lower-cased
+    name, in order, read as pip reads it: UTF-8, then the standard library's email parser
+    (importlib.metadata's ``email.message_from_string``, pip's Parser for WHEEL), so that folded
+    lines, ``\\r\\n`` and ``\\r`` line ends, and the line that ends the headers are what pip sees.
 
-    A hand parser, not email.parser: that one costs more per wheel than hashing a small wheel.
+    Only the headers are given to the parser: its own rule (``email.feedparser.headerRE``) finds
+    where they end, and the body (a README of tens of KB) would cost it ten times as much.
     """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WheelRejected(f"{what} is not UTF-8: {exc}") from None
-    headers: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines():
-        if not line or line[0] in " \t":
-            continue  # continuation lines only ever extend Description/License
-        key, sep, value = line.partition(":")
-        if sep:
-            headers.setdefault(key.strip().lower(), value.strip())
+    # Up to the blank line, or the first line that is no header: the body starts there.
+    end = _HEADER_LINES.match(text).end()
+    headers: dict[str, list[str]] = {}
+    for key, value in HeaderParser().parsestr(text[:end]).items():
+        headers.setdefault(key.lower(), []).append(str(value))
     return headers
+
+
+#: The header lines at the start of a text, by the email parser's own rule for a header line
+#: (``email.feedparser.headerRE``), each ended as it ends them (``\r\n``, ``\r`` or ``\n``, never
+#: str.splitlines's other separators, which email.parser leaves inside a value).
+_HEADER_LINES = re.compile("(?:" + headerRE.pattern.removeprefix("^") + r"[^\r\n]*(?:\r\n|\r|\n|\Z))*")
+
+
+def metadata_field(headers: dict[str, list[str]], field: str, what: str = "METADATA") -> str | None:
+    """The one value of ``field`` (None when absent); WheelRejected when it is stated twice
+    (installers take the first, packaging.metadata refuses it) or folded over several lines
+    (pip keeps the line break in the value, uv joins the lines)."""
+    values = headers.get(field.lower())
+    if not values:
+        return None
+    if len(values) > 1:
+        raise WheelRejected(f"{what} states {field} {len(values)} times: state it once")
+    if "\n" in values[0] or "\r" in values[0]:
+        raise WheelRejected(f"{what}'s {field} spans several lines ({shown(values[0])}): pip keeps the line break, "
+                            "uv joins the lines; write it on one line")
+    return values[0]  # as pip reads it: "demo " is not "demo"
 
 
 def check_wheel_file(data: bytes) -> None:
     """WheelRejected unless the WHEEL file states a Wheel-Version pip installs (1.x)."""
-    version = parse_metadata_headers(data, "WHEEL").get("wheel-version")
+    version = (parse_metadata_headers(data, "WHEEL").get("wheel-version") or [None])[0]  # pip reads the first
     major = (version or "").partition(".")[0]
     if not major.isdigit() or int(major) != 1:
         raise WheelRejected(f"WHEEL states Wheel-Version {shown(version or '')}: pip installs only 1.x")
@@ -285,13 +316,14 @@ def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *,
     raw_version = filename[:-4].split("-")[1]
     platforms = frozenset(tag.platform for tag in _parse_wheel_filename(filename)[3])
     try:
+        directory = ZipDirectory(fd, size)  # the layout, checked as pip and uv would
         try:
-            metadata, manifest = _read_members(ZipDirectory(fd, size), dist, platforms)
-        except (Unsupported, struct.error, zlib.error, UnicodeDecodeError):
+            metadata, manifest = _read_members(directory, dist, platforms)
+        except (Unsupported, zlib.error):
             with open(fd, "rb", closefd=False) as f:
                 f.seek(0)
                 with zipfile.ZipFile(f) as zf:
-                    metadata, manifest = _read_members(ZipfileMembers(zf), dist, platforms)
+                    metadata, manifest = _read_members(ZipfileMembers(zf, directory.members()), dist, platforms)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
@@ -299,7 +331,7 @@ def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *,
         raise WheelRejected(f"unreadable zip: {exc}") from None
 
     headers = parse_metadata_headers(metadata)
-    name, version = headers.get("name"), headers.get("version")
+    name, version = metadata_field(headers, "Name"), metadata_field(headers, "Version")
     if not name or not version:
         raise WheelRejected("METADATA lacks a Name or a Version")
     if canonicalize_name(name) != dist:
@@ -313,7 +345,7 @@ def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *,
             )
     except InvalidVersion:
         raise WheelRejected(f"METADATA Version {version!r} is not a valid version") from None
-    requires_python = headers.get("requires-python") or None
+    requires_python = metadata_field(headers, "Requires-Python") or None
     if requires_python is not None and not _valid_specifier(requires_python):
         raise WheelRejected(f"METADATA Requires-Python {requires_python!r} is invalid")
 
