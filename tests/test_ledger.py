@@ -332,7 +332,7 @@ def test_malformed_documents_are_named_errors(text, message):
 def test_a_file_both_published_and_removed_is_refused():
     e = entry()
     text = dump_ledger({e.filename: e}).replace('"removed": {}', '"removed": {' + json.dumps(e.filename) + ": "
-                                                + json.dumps(Removal(e, "t").to_json()) + "}")
+                                                + json.dumps(Removal(e, "2026-11-21T19:30:00.000000Z").to_json()) + "}")
     with pytest.raises(IndexBuildError, match="both published and removed"):
         parse_ledger_document(text, source="L")
 
