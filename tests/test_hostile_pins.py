@@ -151,13 +151,24 @@ def test_a_hand_edited_ledger_entry_is_refused_and_nothing_changes(tmp_path, cas
     assert state(tmp_path / "site", ledger, tmp_path / "wheels") == before
 
 
-def test_a_ledger_over_the_cap_is_refused_unread(tmp_path):
+@pytest.mark.parametrize("copy", ["ledger", "site-copy"])
+def test_a_ledger_over_the_cap_is_refused_unread(tmp_path, copy):
+    """The ledger, or the site's copy of it that ``--init-ledger`` starts from: a sparse 3 GiB
+    file is refused by its size, never read into memory."""
     _published_ledger(tmp_path)
     ledger = tmp_path / "ledger.json"
-    with ledger.open("r+b") as f:
-        f.truncate(3 << 30)  # a sparse 3 GiB ledger: refused by its size, not read into memory
-    before = state(tmp_path / "site")
-    result = _index(tmp_path)
+    big = ledger if copy == "ledger" else tmp_path / "site" / "ledger.json"
+    if copy == "site-copy":
+        ledger.unlink()
+    with big.open("r+b") as f:
+        f.truncate(3 << 30)
+    # Every other file hashed; the big one by its size and times (hashing 3 GiB would be the slow part).
+    others = [p for p in (*(tmp_path / "site").rglob("*"), ledger) if p != big and p.exists()]
+    before = state(*others), big.stat(), sorted((tmp_path / "site").rglob("*"))
+    result = _index(tmp_path, *(["--init-ledger"] if copy == "site-copy" else []))
     assert result.returncode == 11, result
-    assert f"is over {MAX_LEDGER_BYTES >> 20} MiB, the most a ledger is read to" in result.stderr
-    assert state(tmp_path / "site") == before
+    assert f"{big} is over {MAX_LEDGER_BYTES >> 20} MiB, the most a ledger is read to" in result.stderr
+    assert "Traceback" not in result.stderr
+    after = big.stat()
+    assert state(*others) == before[0] and (after.st_size, after.st_mtime_ns) == (3 << 30, before[1].st_mtime_ns)
+    assert sorted((tmp_path / "site").rglob("*")) == before[2]  # nothing written beside them
