@@ -186,7 +186,7 @@ def _sites_ledger(change):
 
 
 def _with_another_file(doc: dict) -> dict:
-    doc["files"]["demo-1.1-py3-none-any.whl"] = doc["files"][PUBLISHED]
+    doc["files"]["demo-1.1-py3-none-any.whl"] = {**doc["files"][PUBLISHED], "version": "1.1"}
     return doc
 
 

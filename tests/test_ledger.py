@@ -16,6 +16,7 @@ from tools import ROOT
 from tools.core.errors import IndexBuildError
 from tools.sitegen.generate import IndexRun, build_index
 from tools.sitegen.ledger_file import (
+    MAX_LEDGER_BYTES,
     Entry,
     Ledger,
     Removal,
@@ -23,11 +24,14 @@ from tools.sitegen.ledger_file import (
     dump_ledger,
     encode_entry,
     entry_from_json,
+    is_rfc3339,
     load_ledger,
     load_ledger_document,
     lock_path,
     parse_ledger,
     parse_ledger_document,
+    read_ledger_text,
+    url_problem,
     write_ledger,
 )
 from tools.core.variant import Variant
@@ -158,6 +162,14 @@ def test_missing_ledger_is_refused_unless_asked_for(tmp_path):
         ({"archs": ["80"]}, "'archs' must be null or"),
         ({"archs": {"m.so": {"sass": ["80"]}}}, "'archs' must be null or"),
         ({"archs": {"m.so": {"sass": [80], "ptx": []}}}, "'archs' must be null or"),
+        ({"url": "javascript:alert(1)"}, "scheme 'javascript'"),  # pages link files: http(s) only
+        ({"url": "file:///etc/passwd"}, "scheme 'file'"),
+        ({"url": "https:///x.whl"}, "has no host"),
+        ({"url": "https://h/a b.whl"}, "characters a link can't carry"),
+        ({"url": 'https://h/"x.whl'}, "characters a link can't carry"),
+        ({"upload_time": "yesterday"}, "not an RFC 3339 UTC time"),  # PEP 700's upload-time
+        ({"upload_time": "2026-02-31T00:00:00Z"}, "not an RFC 3339 UTC time"),
+        ({"upload_time": "2026-01-02T03:04:05+01:00"}, "not an RFC 3339 UTC time"),
     ],
 )
 def test_bad_entries_name_the_file_and_the_field(change, message):
@@ -332,7 +344,7 @@ def test_malformed_documents_are_named_errors(text, message):
 def test_a_file_both_published_and_removed_is_refused():
     e = entry()
     text = dump_ledger({e.filename: e}).replace('"removed": {}', '"removed": {' + json.dumps(e.filename) + ": "
-                                                + json.dumps(Removal(e, "t").to_json()) + "}")
+                                                + json.dumps(Removal(e, "2026-11-21T19:30:00.000000Z").to_json()) + "}")
     with pytest.raises(IndexBuildError, match="both published and removed"):
         parse_ledger_document(text, source="L")
 
@@ -346,3 +358,28 @@ def test_a_ledger_that_is_not_utf8_is_a_named_error(tmp_path):
 
 def test_the_lock_file_sits_beside_the_ledger(tmp_path):
     assert lock_path(tmp_path / "site-ledger.json") == tmp_path / ".site-ledger.json.lock"
+
+
+@pytest.mark.parametrize("url", ["https://h/files/x.whl", "http://h:8000/x.whl", "/files/x.whl", "x.whl",
+                                 "../files/x%2B1.whl", "HTTPS://H/x.whl"])
+def test_http_urls_and_references_are_published_urls(url):
+    assert url_problem(url) is None
+
+
+@pytest.mark.parametrize("text", ["2026-01-02T03:04:05Z", "2026-01-02T03:04:05.000000Z", "2024-02-29T23:59:59.5Z"])
+def test_rfc3339_utc_times_are_accepted(text):
+    assert is_rfc3339(text)
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "2026-01-02 03:04:05Z", "2026-01-02T03:04:05",
+                                  "2025-02-29T00:00:00Z", "2026-01-02T25:00:00Z", "2026-01-02T03:04:05.1234567Z"])
+def test_other_times_are_not(text):
+    assert not is_rfc3339(text)
+
+
+def test_a_ledger_over_the_cap_is_refused_by_its_size(tmp_path):
+    path = tmp_path / "ledger.json"
+    with path.open("wb") as f:
+        f.truncate(MAX_LEDGER_BYTES + 1)  # sparse: refused by its size, never read
+    with pytest.raises(IndexBuildError, match=f"is over {MAX_LEDGER_BYTES >> 20} MiB"):
+        read_ledger_text(path)

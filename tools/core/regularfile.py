@@ -89,9 +89,12 @@ def open_regular(path: PathLike) -> BinaryIO:
 
 
 def read_regular(path: PathLike, limit: int | None = None) -> bytes:
-    """The bytes of the regular file at ``path`` (see :func:`open_fd`); FileTooLarge, after at
-    most ``limit + 1`` bytes were read, when it holds more than ``limit`` (None: no cap)."""
+    """The bytes of the regular file at ``path`` (see :func:`open_fd`); FileTooLarge, before any
+    read when its size is over ``limit``, after at most ``limit + 1`` bytes were read when it grew
+    past it (None: no cap)."""
     with open_regular(path) as f:
+        if limit is not None and os.fstat(f.fileno()).st_size > limit:
+            raise FileTooLarge(path, limit)  # a 3 GiB file is refused without reading 256 MiB of it
         data = f.read() if limit is None else f.read(limit + 1)
     if limit is not None and len(data) > limit:
         raise FileTooLarge(path, limit)

@@ -84,10 +84,12 @@ from pathlib import Path
 
 from .frontpage import load_planned
 from tools.core.errors import IndexBuildError
-from tools.core.regularfile import read_regular
+from tools.core.regularfile import FileTooLarge, read_regular
 from .ledger_file import (
-    Ledger, Removal, atomic_write, dump_ledger, lock_path, parse_ledger_document, read_ledger_text,
+    MAX_LEDGER_BYTES, Ledger, Removal, atomic_write, dump_ledger, lock_path, parse_ledger_document, read_ledger_text,
+    url_problem,
 )
+from .ledger_check import check_ledger
 from .render import json_text, render_site
 from .scan import CACHE_SCHEMA, Rejected, load_hash_cache, scan_wheels, utc_timestamp
 from .swap import (
@@ -101,9 +103,12 @@ def _read_site_copy(output_dir: Path) -> str | None:
     """The current site's copy of the ledger it was built from (None: no site)."""
     path = output_dir / "ledger.json"
     try:
-        return read_regular(path).decode("utf-8")
+        return read_regular(path, MAX_LEDGER_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
+    except FileTooLarge:
+        raise IndexBuildError(f"{path} is over {MAX_LEDGER_BYTES >> 20} MiB, the most a ledger is read to",
+                              hint="the site's ledger.json was changed by hand: restore the site") from None
     except UnicodeDecodeError as exc:
         raise IndexBuildError(f"{path} is not UTF-8 text: {exc}",
                               hint="the site's ledger.json was changed by hand: restore the site") from None
@@ -257,6 +262,9 @@ def build_index(run: IndexRun) -> BuildReport:
     recipes_dir, reports_dir, table_path = run.recipes_dir, run.reports_dir, run.table_path
     if not base_url:
         raise IndexBuildError("--base-url is empty", hint="give the URL the wheels directory is uploaded to")
+    if problem := url_problem(base_url):
+        raise IndexBuildError(f"--base-url {base_url[:200]!r} {problem}",
+                              hint="give the http(s) URL the wheels directory is uploaded to")
     if not wheels_dir.is_dir():
         raise IndexBuildError(f"wheels directory {wheels_dir} does not exist")
     _check_apart(output_dir, ledger=ledger_path, wheels_dir=wheels_dir)
@@ -288,6 +296,7 @@ def build_index(run: IndexRun) -> BuildReport:
             site = None
             if site_copy is not None and not trusted:
                 site = parse_ledger_document(site_copy, source=str(output_dir / "ledger.json"))
+                check_ledger(site, source=str(output_dir / "ledger.json"))
             origin = _starting_ledger(ledger_path, ledger_text is not None, site, output_dir,
                                       init=init_ledger, start_over=start_over)
             if origin == "site":
@@ -296,6 +305,8 @@ def build_index(run: IndexRun) -> BuildReport:
                 ledger, ledger_text = Ledger({}, {}), None
             else:
                 ledger = parse_ledger_document(ledger_text, source=str(ledger_path), trusted=trusted)
+                if not trusted:
+                    check_ledger(ledger, source=str(ledger_path))
             yanked = load_yanked(Path(yanked_path) if yanked_path else None)
             table = load_table(_table_path(table_path, recipes_dir))
             planned = load_planned(Path(recipes_dir), table, reports_dir) if recipes_dir else None

@@ -60,12 +60,13 @@ import json
 import os
 import re
 import tempfile
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tools.core.errors import IndexBuildError
-from tools.core.regularfile import read_regular
+from tools.core.regularfile import FileTooLarge, read_regular
 from tools.core.variant import Variant
 
 _encode_str = json.encoder.encode_basestring_ascii
@@ -158,6 +159,42 @@ _HEX = frozenset("0123456789abcdef")
 FILENAME_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")
 
 
+#: RFC 3339 in UTC with an optional fraction, the form PEP 700 asks ``upload-time`` to have.
+_RFC3339_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z", re.ASCII)
+#: What a published URL may contain: printable ASCII without what would need escaping in an HTML
+#: attribute or break a link (quotes, angle brackets, backslash, backtick, space).
+_URL_CHARS = re.compile(r"[!#-&(-;=?-\[\]_a-z|~]+", re.ASCII | re.IGNORECASE)
+#: The largest ledger (or site copy of it) read: an entry is about 600 bytes to 1.5 KiB, so this
+#: is some 170,000 files, 200 releases of the whole planned matrix; a larger file is a mistake
+#: or an attack, refused before it is parsed (a 3 GiB one would not fit in memory).
+MAX_LEDGER_BYTES = 256 << 20
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` can't be a published file's URL (None: it can): an absolute http(s) URL with
+    a host, or a reference without a scheme (``/files/x.whl``, resolved against the page)."""
+    if not _URL_CHARS.fullmatch(url):
+        return "has characters a link can't carry (rule: printable ASCII, no quotes, spaces or angle brackets)"
+    scheme, colon, rest = url.partition(":")
+    if colon and "/" not in scheme and "?" not in scheme and "#" not in scheme:
+        if scheme.lower() not in ("http", "https"):
+            return f"has the scheme {scheme[:20]!r} (rule: files are published over http or https only)"
+        if not rest.startswith("//") or len(rest) == 2 or rest[2] in "/?#":
+            return "has no host (rule: an absolute URL is http(s)://host/...)"
+    return None
+
+
+def is_rfc3339(text: str) -> bool:
+    """Whether ``text`` is a real UTC time in the RFC 3339 form the index writes."""
+    if not _RFC3339_UTC.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:  # the 31st of February, hour 25
+        return False
+    return True
+
+
 def valid_archs(archs: Any) -> bool:
     """Whether ``archs`` has the shape of an entry's ``archs``: null or {module: {sass, ptx}}."""
     if archs is None:
@@ -191,6 +228,15 @@ def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema:
     for key in ("sha256", "metadata_sha256"):
         if len(data[key]) != 64 or not _HEX.issuperset(data[key]):
             raise IndexBuildError(f"{where}: {key!r} is not a lowercase hex sha256: {data[key]!r}")
+    if problem := url_problem(data["url"]):
+        raise IndexBuildError(f"{where}: 'url' {data['url'][:200]!r} {problem}",
+                              hint="a file's URL is where it was published: restore the entry from <site>/ledger.json")
+    if not is_rfc3339(data["upload_time"]):
+        raise IndexBuildError(
+            f"{where}: 'upload_time' {data['upload_time'][:100]!r} is not an RFC 3339 UTC time "
+            "(rule: PEP 700's upload-time, as the index writes it: 2026-11-21T19:30:00.000000Z)",
+            hint="restore the entry from <site>/ledger.json",
+        )
     if not isinstance(data["size"], int) or isinstance(data["size"], bool) or data["size"] < 0:
         raise IndexBuildError(f"{where}: 'size' must be a byte count, got {data['size']!r}")
     if data["requires_python"] is not None and type(data["requires_python"]) is not str:
@@ -299,8 +345,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _removal_from_json(filename: str, data: Any, *, source: str, schema: int) -> Removal:
     """One object of ``removed``: an entry's keys plus ``removed_time``."""
-    if not isinstance(data, dict) or type(data.get("removed_time")) is not str or not data["removed_time"]:
-        raise IndexBuildError(f"{source}: removed {filename!r} must be an entry with a 'removed_time' string")
+    if not isinstance(data, dict) or type(data.get("removed_time")) is not str or not is_rfc3339(data["removed_time"]):
+        raise IndexBuildError(f"{source}: removed {filename!r} must be an entry with a 'removed_time' string, "
+                              "an RFC 3339 UTC time (2026-11-21T19:30:00.000000Z)")
     entry = entry_from_json(filename, {k: v for k, v in data.items() if k != "removed_time"},
                             source=f"{source} (removed)", schema=schema)
     return Removal(entry, data["removed_time"])
@@ -318,7 +365,10 @@ def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
     index without everything published before.
     """
     try:
-        return read_regular(path).decode("utf-8")
+        return read_regular(path, MAX_LEDGER_BYTES).decode("utf-8")
+    except FileTooLarge:
+        raise IndexBuildError(f"ledger {path} is over {MAX_LEDGER_BYTES >> 20} MiB, the most a ledger is read to",
+                              hint="restore it from the site it was published with (<site>/ledger.json)") from None
     except FileNotFoundError:
         if init:
             return None

@@ -17,7 +17,8 @@ not a regular file (left as it is; a real leftover older than a minute is remove
 
 A new file is refused before it is read when installers would take it for a wheel the ledger
 already has under another name (wheelread.wheel_identity: normalized project, version, build tag
-and tags), published or removed, or for another new file of the batch.
+and tags), published or removed, or for another new file of the batch; and when installers would
+take it instead of a published file of its version (tools.sitegen.pins: the pin rule).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tools.core.digest import hash_files, jobs_for
 from tools.core.errors import IndexBuildError
 from tools.core.regularfile import read_regular
 from .ledger_file import Entry, Removal
+from .pins import takeovers
 from .wheelread import (
     WheelRejected, index_wheel, parse_indexed, project_of, read_wheel_metadata, wheel_identity,
 )
@@ -195,6 +197,9 @@ def scan_wheels(
             "nothing was changed",
         )
     clashes = identity_clashes([n[0] for n in new], ledger, removed)
+    # A new file of a published version that installers would take instead of a published one
+    # (tools.sitegen.pins): refused unread, like a respelling.
+    clashes.update(takeovers([n[0] for n in new if n[0] not in clashes], ledger, removed))
     for fn in sorted(clashes):
         scan.rejected.append(Rejected(fn, clashes[fn]))
     new = [n for n in new if n[0] not in clashes]
