@@ -18,6 +18,7 @@ import select
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,14 @@ def tree(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def served(tree) -> Iterator[str]:
-    """``python -m tools.serve`` on the tree (it stops by itself after SERVER_LIFETIME seconds)."""
-    cmd = [sys.executable, "-m", "tools.serve", "--site", str(tree), "--files", str(tree / "_files"), "--port", "0",
-           "--quiet", "--exit-after", str(SERVER_LIFETIME)]
+@contextmanager
+def serve(site: Path, files: Path | None = None, log: Path | None = None) -> Iterator[str]:
+    """``python -m tools.serve`` on ``site`` (and ``files`` at /files/); its root URL. It stops
+    by itself after SERVER_LIFETIME seconds, and is stopped here."""
+    cmd = [sys.executable, "-m", "tools.serve", "--site", str(site), "--port", "0", "--quiet",
+           "--exit-after", str(SERVER_LIFETIME)]
+    cmd += ["--files", str(files)] if files is not None else []
+    cmd += ["--log", str(log)] if log is not None else []
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -99,6 +103,13 @@ def served(tree) -> Iterator[str]:
         proc.wait(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def served(tree) -> Iterator[str]:
+    """``python -m tools.serve`` on the tree (it stops by itself after SERVER_LIFETIME seconds)."""
+    with serve(tree, tree / "_files") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

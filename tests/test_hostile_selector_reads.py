@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,13 +29,11 @@ from tests.fixtures.hostile.make_selector_cases import (
     LOCAL_READS, LOG_ERROR, elsewhere_wheels, make_local_read, page_cases,
 )
 from tests.test_hostile_selector import (  # noqa: F401 (pyz: a fixture used by name)
-    ADDRESS_SPACE, RUN_LIMIT, assert_refused_well, pyz, selector,
+    ADDRESS_SPACE, RUN_LIMIT, assert_refused_well, pyz, selector, serve,
 )
 from tools import ROOT
 from tools.sitegen.generate import IndexRun, build_index
 
-#: Seconds the servers live at most.
-SERVER_LIFETIME = 600
 #: The page cases, by name (their URLs are relative: nothing to fill in).
 CASES = {c.name: c for c in page_cases()}
 #: The cases also run by the zipapp.
@@ -62,28 +58,6 @@ def run_selector(cmd: list[str], *, pythonpath: tuple[Path, ...] = (), path: Pat
     if path is not None:
         env["PATH"] = f"{path}{os.pathsep}{env.get('PATH', '')}"
     return run_bounded(cmd, seconds=RUN_LIMIT, address_space=ADDRESS_SPACE, env=env)
-
-
-@contextmanager
-def serve(site: Path, files: Path | None = None, log: Path | None = None) -> Iterator[str]:
-    """``python -m tools.serve`` on ``site`` (and ``files`` at /files/); its root URL. It stops
-    by itself after SERVER_LIFETIME seconds, and is stopped here."""
-    cmd = [sys.executable, "-m", "tools.serve", "--site", str(site), "--port", "0", "--quiet",
-           "--exit-after", str(SERVER_LIFETIME)]
-    cmd += ["--files", str(files)] if files is not None else []
-    cmd += ["--log", str(log)] if log is not None else []
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        line = proc.stdout.readline() if ready else ""
-        assert line.startswith("serving http://127.0.0.1:"), line + (proc.stderr.read() if proc.poll() else "")
-        yield line.split()[1]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 # --------------------------------------------------------------------------- pages

@@ -76,13 +76,15 @@ def not_modified(if_none_match: str | None, if_modified_since: str | None, etag:
     return mtime <= since.timestamp()
 
 
-def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether ``Accept-Encoding`` accepts gzip (``gzip`` or ``*`` with a q-value above 0)."""
-    if not accept_encoding:
-        return False
-    weights: dict[str, float] = {}
-    for part in accept_encoding.split(","):
-        coding, *params = (p.strip() for p in part.split(";"))
+def weighted(header: str) -> list[tuple[str, float]]:
+    """A list header with q-values (``Accept``, ``Accept-Encoding``) as ``[(token, q)]``, each
+    token lowercased; a q that isn't a number counts as 0 (not acceptable), an empty item is
+    skipped."""
+    found = []
+    for part in header.split(","):
+        token, *params = (p.strip() for p in part.split(";"))
+        if not token:
+            continue
         q = 1.0
         for param in params:
             key, _, value = param.partition("=")
@@ -91,8 +93,15 @@ def accepts_gzip(accept_encoding: str | None) -> bool:
                     q = float(value)
                 except ValueError:
                     q = 0.0
-        if coding:
-            weights[coding.lower()] = q
+        found.append((token.lower(), q))
+    return found
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether ``Accept-Encoding`` accepts gzip (``gzip`` or ``*`` with a q-value above 0)."""
+    if not accept_encoding:
+        return False
+    weights = dict(weighted(accept_encoding))
     q = weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0)))
     return q > 0
 

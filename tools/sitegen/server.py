@@ -77,22 +77,7 @@ _CHUNK = 1 << 16
 
 def parse_accept(header: str) -> list[tuple[str, float]]:
     """``Accept`` as ``[(media range, q)]``, PyPI's ``latest`` aliases resolved to v1."""
-    ranges = []
-    for part in header.split(","):
-        media, *params = (p.strip() for p in part.split(";"))
-        if not media:
-            continue
-        q = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        media = media.lower()
-        ranges.append((_ALIASES.get(media, media), q))
-    return ranges
+    return [(_ALIASES.get(media, media), q) for media, q in httpfile.weighted(header)]
 
 
 def negotiate(accept: str | None) -> str | None:
