@@ -108,7 +108,7 @@ SDIST_REFUSALS = {
 
 #: The source step as a contributor's recipe reaches it: the recipe pins the hostile sdist's own
 #: sha256, and ``prepare_source`` copies, verifies, extracts and patches it.
-_PREPARE = """
+PREPARE = """
 import dataclasses, sys
 from pathlib import Path
 from tools.core.digest import sha256_file
@@ -142,7 +142,7 @@ def test_hostile_sdist_is_refused_and_nothing_outside_changes(sdists, name):
     work.mkdir()
     (case / "outside.txt").rename(outside)
     before = snapshot(case, leave_out=(work / "sdist",))
-    run = run_python("-c", _PREPARE, str(archive), str(work), str(make_inputs.BASE_RECIPE))
+    run = run_python("-c", PREPARE, str(archive), str(work), str(make_inputs.BASE_RECIPE))
     assert_refused(run, SourceError, SDIST_REFUSALS[name])
     assert outside.read_text() == make_inputs.OUTSIDE_TEXT
     assert not extracted.exists(), "a refused sdist leaves nothing half-extracted"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.environment import parse_environment
-from test_hostile_inputs import assert_refused, run_python, snapshot
+from test_hostile_inputs import PREPARE, assert_refused, run_python, snapshot
 
 from tests.fixtures.hostile import make_recipes
 from tools.backends.cibw import environment
@@ -136,20 +136,6 @@ def test_a_repeated_list_item_is_refused(tmp_path, name):
 
 # --------------------------------------------------------------------------- patches
 
-_PREPARE = """
-import dataclasses, sys
-from pathlib import Path
-from tools.core.digest import sha256_file
-from tools.core.errors import cli
-from tools.pipeline.source import prepare_source
-from tools.plan.recipe_model import load_recipe
-archive, work, folder = map(Path, sys.argv[1:4])
-recipe = load_recipe(folder)
-recipe = dataclasses.replace(recipe, source=dataclasses.replace(
-    recipe.source, sha256=sha256_file(archive)))
-sys.exit(cli(lambda: print(prepare_source(recipe, work, sdist=archive).tree))())
-"""
-
 
 def test_every_patch_case_is_run():
     """Each case but the control is refused below; the control applies."""
@@ -163,7 +149,7 @@ def test_a_patch_that_leaves_the_tree_is_refused(tmp_path, name):
     work = tmp_path / "work"
     outside = work / "outside.txt"
     before = snapshot(tmp_path, leave_out=(work / "sdist", work / "src"))
-    run = run_python("-c", _PREPARE, str(sdist), str(work), str(folder))
+    run = run_python("-c", PREPARE, str(sdist), str(work), str(folder))
     assert_refused(run, PatchError, make_recipes.PATCHES[name][1])
     assert make_recipes.PATCH in run.stderr
     tree = work / "src" / make_recipes.TOP
@@ -180,7 +166,7 @@ def test_a_patch_that_leaves_the_tree_is_refused(tmp_path, name):
 def test_a_patch_making_a_link_inside_the_tree_applies(tmp_path):
     """The control: a link to a file of the tree is what the sdist rules allow."""
     folder, sdist = make_recipes.patch_case(tmp_path, "link-inside")
-    run = run_python("-c", _PREPARE, str(sdist), str(tmp_path / "work"), str(folder))
+    run = run_python("-c", PREPARE, str(sdist), str(tmp_path / "work"), str(folder))
     assert run.returncode == 0, run.stderr
     tree = Path(run.stdout.strip())
     assert os.readlink(tree / "again.py") == "setup.py"
