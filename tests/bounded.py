@@ -10,14 +10,20 @@ machine), with stdin from ``/dev/null`` and its output in temporary files (a pip
 while the command runs would fill and block it). It is polled with ``os.wait4`` until it ends or
 ``seconds`` pass; past them its whole process group is killed. ``wait4``'s resource usage gives
 its peak resident memory, that of any child it waited for included.
+
+The command is started by a small launcher (``LAUNCHER``, a fresh interpreter) rather than
+forked from the test process: Linux counts the forking process's resident pages to the child's
+peak until it executes (exec keeps the old memory's high-water mark), so a command forked from a
+pytest worker grown to 218 MiB by earlier test files would measure 218 MiB whatever it did. The
+launcher sets the limit, runs the command, and writes the peak ``wait4`` gives it to a file.
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +34,30 @@ from tools import ROOT
 
 #: Seconds between two looks at whether the command has ended.
 POLL_S = 0.01
+#: Run as ``python -c LAUNCHER LIMIT REPORT CMD...``: the address-space limit, then the command
+#: as its child, its peak resident KiB written to REPORT, its exit status (or signal) passed on.
+LAUNCHER = """
+import os, resource, signal, sys
+limit, report, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        sys.stderr.write(f"{cmd[0]}: {exc}\\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    f.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 @dataclass(frozen=True)
@@ -48,16 +78,13 @@ def run_bounded(cmd: Sequence[str], *, seconds: float, address_space: int,
     """Run ``cmd`` in ``cwd`` with ``env`` (None: this process's environment) under
     ``address_space`` bytes of address space, kill its process group once it has run
     ``seconds``, and say how it ended (:class:`Run`)."""
-    def bound() -> None:
-        # In the child between fork and exec: a group of its own, so that killing the group
-        # also ends whatever it started, and the limit the command then inherits.
-        os.setpgid(0, 0)
-        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(mode="r") as report:
         start = time.monotonic()
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, preexec_fn=bound)
+        # A session of its own: killing its process group also ends whatever it started.
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(address_space), report.name, *cmd],
+                                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         while not pid and time.monotonic() - start < seconds:
             time.sleep(POLL_S)
@@ -70,5 +97,8 @@ def run_bounded(cmd: Sequence[str], *, seconds: float, address_space: int,
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
+        # The launcher's measure; killed past its seconds it wrote none, and the launcher's
+        # own (an upper bound) stands in.
+        peak_kib = int(report.read() or usage.ru_maxrss)
         return Run(proc.returncode, out.read().decode("utf-8", "replace"),
-                   err.read().decode("utf-8", "replace"), elapsed, usage.ru_maxrss / 1024)
+                   err.read().decode("utf-8", "replace"), elapsed, peak_kib / 1024)
