@@ -54,7 +54,8 @@ with open(report, "w") as f:
     f.write(str(usage.ru_maxrss))
 code = os.waitstatus_to_exitcode(status)
 if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):  # their handlers can't be set, nor need be
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
