@@ -18,6 +18,7 @@ import platform
 import shutil
 import subprocess
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,9 @@ from .usertools import check_as_users_do
 from .checks import check_archs, check_tags, cuda_archs
 from .wheelmeta import set_version_and_pin
 from .raw import FinishSettings, RawWheel
-from .wheelplatform import finish_platform
+from .wheelplatform import FinishPlatform, finish_platform
 
-#: The finish stage's own steps, as the progress lines and the report name them.
+#: The finish steps, as the progress lines and the report name them.
 FINISH_STEPS = ["repair", "inspect", "metadata"]
 
 
@@ -82,6 +83,89 @@ def record_kernel_check(wheel: Path, manifest: dict[str, Any], result: dict[str,
     return out, updated
 
 
+@dataclass
+class Finishing:
+    """One wheel going through the finish steps: what they read, and the ``checks`` they write
+    into its manifest as each runs."""
+
+    raw: RawWheel
+    work: Path
+    progress: Progress
+    settings: FinishSettings
+    #: The cell's platform (``linux_x86_64``, ``win_amd64``): its tag and its finish seam.
+    platform: str
+    target: FinishPlatform
+    checks: dict[str, str] = field(default_factory=dict)
+
+
+def repair_step(step: Step, f: Finishing) -> Path:
+    """The platform's repair tool on the raw wheel; returns the repaired wheel."""
+    done = f.target.repair(f.raw, f.work, f.settings.plat, f.progress)
+    f.checks["repair"] = done.check
+    step.detail.update(done.detail)
+    return done.wheel
+
+
+def inspect_step(step: Step, f: Finishing, repaired: Path) -> tuple[dict[str, Any], Any]:
+    """Tags, binaries, the platform's ABI inspection and the archs of ``repaired``; returns
+    the archs found (per extension module) and the recipe's ABI claims as checked."""
+    unpacked = f.work / "unpacked"
+    if unpacked.exists():
+        shutil.rmtree(unpacked)
+    check_tags(repaired, platform=f.platform)
+    binaries = check_binaries(repaired)
+    f.checks["binaries"] = (f"passed: {len(binaries.binaries)} compiled file(s), each for "
+                            f"{', '.join(binaries.platforms)}")
+    with zipfile.ZipFile(repaired) as zf:
+        zf.extractall(unpacked)
+    modules = f.target.inspect(f.raw, repaired, unpacked, f.checks, step.detail)
+    found = {m.relative_to(unpacked).as_posix(): cuda_archs(m) for m in modules}
+    step.detail.update(binaries=binaries.summary(),
+                       archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
+                              for k, v in found.items()})
+    check_archs(found, f.raw.archs)
+    return step.detail["archs"], step.detail["abi"]
+
+
+def build_manifest(f: Finishing, found: dict[str, Any], claims: Any) -> dict[str, Any]:
+    """The ``cuwheels.json`` manifest of the wheel: what was built, from what, how, and the
+    checks that passed."""
+    raw, settings = f.raw, f.settings
+    cell, recipe = raw.cell, raw.recipe
+    return Manifest(
+        cell=cell.id, package=cell.package, version=cell.version, python=cell.python,
+        cuda=cell.cuda, torch=raw.torch_version.split("+")[0], cxx11_abi=cell.cxx11_abi,
+        archs_requested=raw.archs, archs_found=found, sdist=recipe.source.sdist,
+        sha256=recipe.source.sha256, url=recipe.source.url,
+        patches=tuple(p.file for p in recipe.patches),
+        recipe_revision=settings.recipe_revision or recipe_git_revision(recipe),
+        build_number=recipe.build.number, backend=raw.backend, compiler=compiler_versions(raw.nvcc),
+        torch_cuda=raw.torch_cuda, archs_override=raw.archs != cell.archs, abi=claims,
+        build_platform=build_platform(), extra=dict(settings.manifest_extra or {}),
+        platform=f.platform, checks=dict(f.checks),
+    ).to_json()
+
+
+def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, Any]) -> Path:
+    """Version label, torch pin, build tag, requirements and manifest written into the wheel,
+    then the wheel checked as users' tools read it; returns the final wheel."""
+    cell, recipe = f.raw.cell, f.raw.recipe
+    pin = cell.torch_pin
+    out = set_version_and_pin(repaired, f.work / "final", label=cell.label, torch_pin=pin,
+                              manifest=manifest, epoch=f.settings.epoch,
+                              build_number=recipe.build.number, requires=cell.needs_dist)
+    step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,
+                       build_number=recipe.build.number)
+    if cell.needs_dist:
+        step.detail.update(requires=list(cell.needs_dist))
+    # The tools users run must take the wheel as it will be published.
+    seen = check_as_users_do(out)
+    step.detail.update(record_files_validated=seen.record_files,
+                       auditwheel_show=(seen.auditwheel_constraint or "no glibc constraint")
+                       if seen.auditwheel_ran else "not run: a Windows wheel (ELF only)")
+    return out
+
+
 def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
                  settings: FinishSettings = FinishSettings()) -> tuple[Path, dict[str, Any]]:
     """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
@@ -91,77 +175,16 @@ def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
     (``tools.finish.wheelplatform``). Returns the finished wheel (under
     ``work``) and the manifest it carries, whose ``checks`` say what ran.
     """
-    cell, recipe, archs, backend, nvcc = raw.cell, raw.recipe, raw.archs, raw.backend, raw.nvcc
-    torch_version, torch_cuda = raw.torch_version, raw.torch_cuda
-    plat, wheel_platform, epoch = settings.plat, settings.wheel_platform, settings.epoch
-    recipe_revision, manifest_extra = settings.recipe_revision, settings.manifest_extra
-    built = raw.path
     # Cells name their platform once the plan does; until then every cell is Linux x86_64.
-    platform_name = wheel_platform or getattr(cell, "platform", DEFAULT_PLATFORM)
-    target = finish_platform(platform_name)
-    checks: dict[str, str] = {}
+    platform_name = settings.wheel_platform or getattr(raw.cell, "platform", DEFAULT_PLATFORM)
+    f = Finishing(raw, work, progress, settings, platform_name, finish_platform(platform_name))
     # A wheel built on another machine than its cell's, or holding a binary for another, is
     # refused before a repair tool chokes on it (delvewheel raises a traceback on an ELF .pyd).
-    check_tags(built, platform=platform_name)
-    check_binaries(built)
-
-    def repair(step: Step) -> Path:
-        done = target.repair(raw, work, plat, progress)
-        checks["repair"] = done.check
-        step.detail.update(done.detail)
-        return done.wheel
-
-    repaired = progress.run("repair", repair)
-
-    def inspect(step: Step) -> dict[str, Any]:
-        unpacked = work / "unpacked"
-        if unpacked.exists():
-            shutil.rmtree(unpacked)
-        check_tags(repaired, platform=platform_name)
-        binaries = check_binaries(repaired)
-        checks["binaries"] = (f"passed: {len(binaries.binaries)} compiled file(s), each for "
-                              f"{', '.join(binaries.platforms)}")
-        with zipfile.ZipFile(repaired) as zf:
-            zf.extractall(unpacked)
-        modules = target.inspect(raw, repaired, unpacked, checks, step.detail)
-        found = {m.relative_to(unpacked).as_posix(): cuda_archs(m) for m in modules}
-        step.detail.update(binaries=binaries.summary(),
-                           archs={k: {"sass": list(v.sass), "ptx": list(v.ptx)}
-                                  for k, v in found.items()})
-        check_archs(found, archs)
-        return step.detail["archs"], step.detail["abi"]
-
-    found, claims = progress.run("inspect", inspect)
-
-    manifest = Manifest(
-        cell=cell.id, package=cell.package, version=cell.version, python=cell.python,
-        cuda=cell.cuda, torch=torch_version.split("+")[0], cxx11_abi=cell.cxx11_abi,
-        archs_requested=archs, archs_found=found, sdist=recipe.source.sdist,
-        sha256=recipe.source.sha256, url=recipe.source.url,
-        patches=tuple(p.file for p in recipe.patches),
-        recipe_revision=recipe_revision or recipe_git_revision(recipe),
-        build_number=recipe.build.number, backend=backend, compiler=compiler_versions(nvcc),
-        torch_cuda=torch_cuda, archs_override=archs != cell.archs, abi=claims,
-        build_platform=build_platform(), extra=dict(manifest_extra or {}),
-        platform=platform_name, checks=dict(checks),
-    ).to_json()
-
-    def metadata(step: Step) -> Path:
-        pin = cell.torch_pin
-        out = set_version_and_pin(repaired, work / "final", label=cell.label, torch_pin=pin,
-                                  manifest=manifest, epoch=epoch, build_number=recipe.build.number,
-                                  requires=cell.needs_dist)
-        step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,
-                           build_number=recipe.build.number)
-        if cell.needs_dist:
-            step.detail.update(requires=list(cell.needs_dist))
-        # The tools users run must take the wheel as it will be published.
-        seen = check_as_users_do(out)
-        step.detail.update(record_files_validated=seen.record_files,
-                           auditwheel_show=(seen.auditwheel_constraint or "no glibc constraint")
-                           if seen.auditwheel_ran else "not run: a Windows wheel (ELF only)")
-        return out
-
-    final = progress.run("metadata", metadata)
+    check_tags(raw.path, platform=platform_name)
+    check_binaries(raw.path)
+    repaired = progress.run("repair", repair_step, f)
+    found, claims = progress.run("inspect", inspect_step, f, repaired)
+    manifest = build_manifest(f, found, claims)
+    final = progress.run("metadata", metadata_step, f, repaired, manifest)
     check_tags(final, platform=platform_name)
     return final, manifest
