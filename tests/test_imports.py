@@ -1,10 +1,10 @@
-"""The layout of ``tools``: stage packages that import one way, down the stages, and no cycle.
+"""The layout of ``tools``: layer packages that import one way, down the layers, and no cycle.
 
 Every module in tools/ is parsed with ``ast``; each ``import``/``from ... import`` of a
 ``tools`` module counts, at module level and inside functions alike (a lazy import only hides a
 cycle until the function runs).
 
-The stage packages, bottom first (:data:`LAYERS`): a module may import its own package and the
+The layer packages, bottom first (:data:`LAYERS`): a module may import its own package and the
 packages below it, never one above. The command modules directly in ``tools/`` (``python -m
 tools.<command>``) sit on top: they parse arguments, call a package and print.
 """
@@ -19,7 +19,7 @@ from tools import ROOT
 
 TOOLS = ROOT / "tools"
 
-#: The stage packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
+#: The layer packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
 LAYERS = ("core", "plan", "pipeline", "finish", "kernels", "backends", "builder", "probing",
           "sharding",
           "selector", "sitegen", "releasing", "upstream", "devtools")
@@ -74,7 +74,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def layer_of(module: str, layers: tuple[str, ...] = LAYERS) -> int | None:
-    """The index of ``module``'s stage package in ``layers``; None for a command module
+    """The index of ``module``'s layer package in ``layers``; None for a command module
     directly in ``tools/`` (and for ``tools`` itself), which may import any package."""
     parts = module.split(".")
     if len(parts) < 2 or parts[1] not in layers:
@@ -83,7 +83,7 @@ def layer_of(module: str, layers: tuple[str, ...] = LAYERS) -> int | None:
 
 
 def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[str]:
-    """Every import from a stage package into a package above it, as ``a -> b (up: P -> Q)``."""
+    """Every import from a layer package into a package above it, as ``a -> b (up: P -> Q)``."""
     found = []
     for module, edges in sorted(graph.items()):
         here = layer_of(module, layers)
@@ -92,7 +92,7 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS)
         for target in sorted(edges):
             there = layer_of(target, layers)
             if there is None:
-                found.append(f"{module} -> {target} (a stage package imports a command module)")
+                found.append(f"{module} -> {target} (a layer package imports a command module)")
             elif there > here:
                 found.append(f"{module} -> {target} (up: {layers[here]} -> {layers[there]})")
     return found
@@ -124,7 +124,7 @@ def test_an_upward_import_is_named(tmp_path):
     (pkg / "low" / "m.py").write_text("from tools import cmd\n")  # a package using a command
     found = upward_imports(import_graph(pkg), ("low", "high"))
     assert found == ["tools.low.l -> tools.high.h (up: low -> high)",
-                     "tools.low.m -> tools.cmd (a stage package imports a command module)"]
+                     "tools.low.m -> tools.cmd (a layer package imports a command module)"]
 
 
 def test_no_import_cycle_in_tools():
@@ -135,11 +135,11 @@ def test_no_import_cycle_in_tools():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def test_stage_packages_import_only_downwards():
+def test_layer_packages_import_only_downwards():
     assert upward_imports(import_graph()) == []
 
 
-def test_every_module_lives_in_a_stage_package_or_is_a_command():
+def test_every_module_lives_in_a_layer_package_or_is_a_command():
     """Directly in tools/: ``__init__`` and the command modules, each thin (parse, call, print)."""
     packages = {p.name for p in TOOLS.iterdir() if (p / "__init__.py").is_file()}
     assert packages == set(LAYERS), "a package missing from LAYERS, or a layer with no package"
@@ -149,7 +149,7 @@ def test_every_module_lives_in_a_stage_package_or_is_a_command():
         tree = ast.parse(path.read_text())
         lines = len(path.read_text().splitlines())
         assert any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body), \
-            f"tools/{path.name} is not a command (no __main__ guard): move it into a stage package"
+            f"tools/{path.name} is not a command (no __main__ guard): move it into a layer package"
         assert lines <= 150, f"tools/{path.name} has {lines} lines: a command parses, calls and prints"
 
 
@@ -194,3 +194,35 @@ def test_backends_do_not_import_the_orchestrator():
     for module, edges in graph.items():
         if module.startswith(("tools.backends.", "tools.finish.steps.")):
             assert not any(e.startswith("tools.builder") for e in edges), module
+
+
+#: Modules no other module imports, each reached another way.
+REACHED_OTHERWISE = {
+    # copied by path beside the environment under test, which needs nothing from this project
+    "tools.kernels.harness": "tools/kernels/check.py: HARNESS",
+    # named by the machine hook variable of the project's development machines
+    "tools.devtools.sandbox": "CUWHEELS_MACHINE_HOOK=tools.devtools.sandbox:MACHINE",
+    # the selector is run as a package: python -m tools.selector
+    "tools.selector.__main__": "python -m tools.selector",
+    # prepares the act chain the slow workflow test runs (tests/test_actchain.py)
+    "tools.devtools.actchain": "tests/test_actchain.py",
+}
+
+
+def test_every_package_module_is_used_by_the_project():
+    """A module of a package that only its own test imports is dead code kept alive by the test:
+    every one is imported by another module of tools/ (or the noxfile), or is reached another
+    way (:data:`REACHED_OTHERWISE`, each with where)."""
+    graph = import_graph()
+    noxfile = ast.parse((ROOT / "noxfile.py").read_text())
+    used = set().union(*graph.values())
+    used |= {n.module for n in ast.walk(noxfile) if isinstance(n, ast.ImportFrom) and n.module}
+    used |= {a.name for n in ast.walk(noxfile) if isinstance(n, ast.Import) for a in n.names}
+    modules = {m for m in graph if m.count(".") >= 2}  # in a package, not the package itself
+    unused = sorted(modules - used - set(REACHED_OTHERWISE))
+    assert unused == [], f"imported by no module of tools/: remove them or use them: {unused}"
+    for module, where in REACHED_OTHERWISE.items():
+        assert module in graph, f"{module} is gone: drop it from REACHED_OTHERWISE"
+        text = where.split(":")[0]
+        if "/" in text:
+            assert (ROOT / text).is_file(), f"{module}: {text} is gone"
