@@ -22,10 +22,13 @@ import yaml
 from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import PATCH, _recipe, _write
 from tinyext_support import SECOND_PYTHON
-from tools import ROOT
+from tools import RECIPES_DIR, ROOT
 from tools.core.variant import group_id
 from tools.pipeline import shardcache
+from tools.plan.cells import plan
 from tools.plan.groups import UnitCost, UnitList, split
+from tools.plan.recipe_model import load_all
+from tools.plan.table import load_table
 from tools.sharding import local_release
 
 GROUP = "tinyext-cu130"
@@ -123,7 +126,14 @@ def test_a_shard_refuses_a_unit_list_the_build_no_longer_has(world, tmp_path):
 
 
 def test_the_group_id_is_the_cell_id_without_its_python():
-    assert group_id("tinyext-3.12-cu130") == GROUP
+    assert group_id("tinyext", "13.0") == GROUP
+    # Spelled from the cell's parts, it reads as its id less the Python part, on every cell of
+    # the repository's plan (every torch part and platform part there is).
+    table = load_table()
+    for cell in plan(load_all(RECIPES_DIR, table), table):
+        package, _python, rest = cell.id.split("-", 2)
+        assert group_id(cell.package, cell.cuda, cell.torch_part, cell.platform) == \
+            f"{package}-{rest}", cell.id
 
 
 def test_split_balances_by_seconds_and_is_reproducible():

@@ -224,23 +224,24 @@ def parse_cell_id(text: str) -> CellIdParts | None:
     return CellIdParts(m["package"], m["python"], cuda_from_nodot(m["cuda"]), m["torch"], platform)
 
 
-def group_id(cell: str) -> str:
-    """The id of the compile group a cell id belongs to: the cell id without its Python part,
-    which is all that differs between the cells of a group (``tools.plan.groups``). A group id
-    never reads as a cell id (its second part starts with ``cu``); a shard of it is
-    ``<group>-shard<k>``.
+def group_id(package: str, cuda: str, torch: str | None = None,
+             platform: str = DEFAULT_PLATFORM) -> str:
+    """The id of a compile group (``tools.plan.groups``): its cells' id (:func:`cell_id`, the
+    same parts) without the Python part, which is all that differs between the cells of a
+    group. A group id never reads as a cell id (its second part starts with ``cu``); a shard of
+    it is ``<group>-shard<k>``.
 
-    >>> group_id("flash_attn-3.12-cu130")
+    >>> group_id("flash_attn", "13.0")
     'flash_attn-cu130'
-    >>> group_id("flash_attn-3.12-cu129-torch2.8")
+    >>> group_id("flash_attn", "12.9", "2.8")
     'flash_attn-cu129-torch2.8'
-    >>> group_id("xformers-py3-cu130-torch2.10+")
+    >>> group_id("xformers", "13.0", stable_torch_part("2.10"))
     'xformers-cu130-torch2.10+'
-    >>> group_id("flash_attn-3.12-cu130-aarch64")
+    >>> group_id("flash_attn", "13.0", platform="linux_aarch64")
     'flash_attn-cu130-aarch64'
     """
-    package, _python, rest = cell.split("-", 2)
-    return f"{package}-{rest}"
+    package_and_python = cell_id(package, "0", cuda, torch, platform)
+    return package_and_python.replace(f"{package}-0-", f"{package}-", 1)
 
 
 def cuda_from_nodot(digits: str) -> str:

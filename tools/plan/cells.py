@@ -96,17 +96,21 @@ class Cell:
                                DEFAULT_PLATFORM_ENTRY.wheel_tag(self.manylinux))
 
     @property
+    def torch_part(self) -> str | None:
+        """The torch part of the cell's id (tools.core.variant.cell_id): None for the CUDA
+        version's default series, ``2.8``, ``2.10+`` (stable ABI) or ``2.16rc`` (a candidate)."""
+        if self.candidate:
+            return candidate_torch_part(self.torch)
+        if self.torch_abi == "stable":
+            return stable_torch_part(self.torch_from or self.torch)
+        return None if self.default_torch else self.torch
+
+    @property
     def id(self) -> str:
         """``flash_attn-3.12-cu129`` (default torch), ``flash_attn-3.12-cu129-torch2.8``, or
         for a collapsed cell ``xformers-py3-cu130-torch2.10+`` (see tools.core.variant.cell_id)."""
         python = PYTHON_PART.get(self.python_abi, self.python)
-        if self.candidate:
-            torch = candidate_torch_part(self.torch)
-        elif self.torch_abi == "stable":
-            torch = stable_torch_part(self.torch_from or self.torch)
-        else:
-            torch = None if self.default_torch else self.torch
-        return cell_id(self.package, python, self.cuda, torch, self.platform)
+        return cell_id(self.package, python, self.cuda, self.torch_part, self.platform)
 
     @property
     def torch_pin(self) -> str:

@@ -301,7 +301,7 @@ def cell_group(cell: Cell, recipe: Recipe) -> str:
     The id names the shard caches the cell reads; the key (:func:`group_key`) decides whether
     it may."""
     if kernel_span(cell, recipe) is None:
-        return group_id(cell.id)
+        return group_id(cell.package, cell.cuda, cell.torch_part, cell.platform)
     platform = PLATFORM_PART[cell.platform]
     base = f"{cell.package}-cu{cuda_nodot(cell.cuda)}-{SHARED_PART}"
     return f"{base}-{platform}" if platform else base
