@@ -23,7 +23,7 @@ from tools.core.errors import ToolchainError
 from tools.pipeline.build_toolchain import find_nvcc
 from tools.plan.cells import find_cell, plan
 from tools.plan.job import BuildJob, Inputs
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import parse_table
 
 

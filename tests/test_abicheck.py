@@ -25,7 +25,7 @@ from tools import abicheck as abicheck_command
 from tools.finish import abi
 from tools.core.errors import VerifyError
 from tools.plan.cells import plan
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import load_table, version_key
 from tools.finish.checks import undefined_torch_symbols
 

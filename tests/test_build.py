@@ -31,7 +31,7 @@ from tools.core.errors import CompileError, SourceError, ToolchainError, VerifyE
 from tools.core.manifest import read_manifest
 from tools.plan.cells import cells_for
 from tools.plan.job import Inputs
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 from tools.core.digest import sha256_file
 from tools.plan.table import load_table
 from tools.pipeline.build_toolchain import find_nvcc

@@ -11,8 +11,8 @@ from tools.pipeline import buildenv
 from tools.pipeline.buildenv import (MSVC_CXX20, available_memory_gib, build_env, format_archs,
                                      size_for, size_jobs)
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import load_recipe
-from tools.plan.recipe_env import EnvVar
+from tools.plan.recipes.model import load_recipe
+from tools.plan.recipes.env import EnvVar
 
 
 def test_cgroup_limit_caps_available_memory(tmp_path):

@@ -24,7 +24,7 @@ from tools.pipeline import ccache as compiler_cache
 from tools.core.errors import ToolchainError
 from tools.plan.cells import cells_for, plan
 from tools.plan.job import BuildJob
-from tools.plan.recipe_model import load_all, load_recipe, recipe_folders
+from tools.plan.recipes.model import load_all, load_recipe, recipe_folders
 from tools.plan.table import TABLE_PATH, load_table
 
 

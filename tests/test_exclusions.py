@@ -15,7 +15,7 @@ import yaml
 from ruamel.yaml import YAML
 
 from conftest import MINI_TABLE
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 from tools.plan.table import parse_table
 from tools.upstream.exclusions import add_exclusion, check, note_refused, reason
 from tools.upstream.verdicts import Target, Verdict

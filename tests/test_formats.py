@@ -16,7 +16,7 @@ from tools.core.errors import PlanError
 from tools.plan.formats import (FORMATS, STAGED, as_github, as_groups, as_ids, as_json,
                                 counts_markdown, counts_rows, counts_text, render)
 from tools.plan.cells import counts, plan, select
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.stages import plan_release
 from tools.plan.table import load_table

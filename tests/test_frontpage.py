@@ -22,7 +22,7 @@ from index_support import (
 from tools import RECIPES_DIR, ROOT
 from tools.core.variant import Variant
 from tools.plan.cells import plan
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import load_table, version_key
 from tools.sitegen.frontpage import load_planned, missing_cells
 from tools.sitegen.ledger_file import load_ledger

@@ -13,7 +13,7 @@ from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel
                                read_units, shard_id, sources_digest, split,
                                stale_spans)
 from tools.plan.cells import plan
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import load_table
 from tools.sharding import shard_build
 

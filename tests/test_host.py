@@ -30,7 +30,7 @@ from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import BuildPython, Nvcc
 from tools.plan.cells import cells_for
 from tools.plan.job import BuildJob
-from tools.plan.recipe_model import Recipe, load_recipe
+from tools.plan.recipes.model import Recipe, load_recipe
 from tools.plan.table import load_table
 
 

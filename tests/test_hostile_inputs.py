@@ -114,7 +114,7 @@ from pathlib import Path
 from tools.core.digest import sha256_file
 from tools.core.errors import cli
 from tools.pipeline.source import prepare_source
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 archive, work, folder = map(Path, sys.argv[1:4])
 recipe = load_recipe(folder)
 recipe = dataclasses.replace(recipe, source=dataclasses.replace(
@@ -372,7 +372,7 @@ import dataclasses, sys
 from pathlib import Path
 from tools.core.errors import cli
 from tools.pipeline.source import fetch_sdist
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 url, work, base, folder, deadline = sys.argv[1:6]
 recipe = load_recipe(Path(folder))
 recipe = dataclasses.replace(recipe, source=dataclasses.replace(recipe.source, url=url))

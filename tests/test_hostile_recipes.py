@@ -27,7 +27,7 @@ from tools.core.errors import PatchError, RecipeError
 from tools.pipeline.build_toolchain import build_process_env
 from tools.pipeline.buildenv import build_env
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 from tools.plan.sizing import size_jobs
 from tools.plan.table import load_table
 
@@ -44,7 +44,7 @@ def _refused_recipe(run, folder: Path, expect: str) -> None:
 # --------------------------------------------------------------------------- variables
 
 def test_every_refused_variable_falls_under_its_rule():
-    from tools.plan.recipe_env import env_rule
+    from tools.plan.recipes.env import env_rule
     assert {name: env_rule(variable).name for name, (variable, _, _) in
             make_recipes.REFUSED_ENV.items()} == \
         {name: rule for name, (_, _, rule) in make_recipes.REFUSED_ENV.items()}

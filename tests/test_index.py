@@ -23,7 +23,7 @@ from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, p
 
 from tools.index import main
 from tools.core.errors import IndexBuildError
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import load_table
 from tools.sitegen.ledger_file import load_ledger
 

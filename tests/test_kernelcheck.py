@@ -24,7 +24,7 @@ from tools.core.errors import VerifyError
 from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, Target, declared_ops,
                                  environment_python, raise_if_failed, resolve_target, run_check,
                                  run_target, summary)
-from tools.plan.recipe_model import load_all, recipe_folders
+from tools.plan.recipes.model import load_all, recipe_folders
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kernelchecks"
 

@@ -30,7 +30,7 @@ from tools.plan.cells import (
     select,
     torch_index,
 )
-from tools.plan.recipe_model import load_all, load_recipe
+from tools.plan.recipes.model import load_all, load_recipe
 from tools.plan.runners import RUNNERS_PATH
 from tools.plan.table import TABLE_PATH, load_table, version_key
 

@@ -25,7 +25,7 @@ from tools.core.errors import PlanError, RecipeError, VerifyError
 from tools.plan.cells import find_cell, plan
 from tools.plan.job import BuildJob
 from tools.builder.needs import find_wheel, is_wheel_of, provide
-from tools.plan.recipe_model import load_all, load_recipe
+from tools.plan.recipes.model import load_all, load_recipe
 from tools.finish.wheelmeta import read_metadata, set_version_and_pin
 
 DEPENDS = [{"package": "demo_ext", "reason": "its package imports demo_ext"}]

@@ -29,7 +29,7 @@ from tools.plan.job import Inputs, load_job
 from tools.probing.probe_build import (TABLE_HEADER, ProbeReport, ProbeRequest, Unit, UnitResult,
                                       check_memory, first_error, include_weight, judge_memory,
                                       measure, probe_cell, rank_units, select_units)
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 from tools.plan.table import load_table
 
 CELL_SDIST = "tinyext-0.1.0.tar.gz"

@@ -1,4 +1,4 @@
-"""tools.plan.recipe_blocks: a recipe's optional ``check``, ``probe`` and ``depends`` blocks,
+"""tools.plan.recipes.blocks: a recipe's optional ``check``, ``probe`` and ``depends`` blocks,
 parsed on their own into a ``Problems`` (tests/test_recipe.py reads them inside whole recipes)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tools.core.errors import RecipeError
-from tools.plan.recipe_blocks import (CHECK_FILE, Dependency, KernelCheck, ProbeSpec,
+from tools.plan.recipes.blocks import (CHECK_FILE, Dependency, KernelCheck, ProbeSpec,
                                       parse_depends, parse_kernel_check, parse_probe)
 from tools.plan.schema import Problems
 

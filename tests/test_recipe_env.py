@@ -1,4 +1,4 @@
-"""The rules a recipe's build variables are held to (``tools.plan.recipe_env``): which classes
+"""The rules a recipe's build variables are held to (``tools.plan.recipes.env``): which classes
 of variable are the system's, a tool's or the pipeline's, and which are a package's own."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tools.plan.recipe_env import ENV_RULES, RESERVED_ENV, env_name_refused, env_rule
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.env import ENV_RULES, RESERVED_ENV, env_name_refused, env_rule
+from tools.plan.recipes.model import load_all
 
 
 @pytest.mark.parametrize("name,rule", [

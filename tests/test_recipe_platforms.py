@@ -7,7 +7,7 @@ import pytest
 from tests.test_table_platforms import with_platforms
 from tools.core.errors import RecipeError
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import load_all, load_recipe
+from tools.plan.recipes.model import load_all, load_recipe
 from tools.plan.table import parse_table
 
 

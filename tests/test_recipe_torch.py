@@ -1,4 +1,4 @@
-"""tools.plan.recipe_torch: a recipe's torch series per CUDA version, as ranges that narrow the
+"""tools.plan.recipes.torch: a recipe's torch series per CUDA version, as ranges that narrow the
 table (or explicit lists), with exclusions; every bad range or exclusion named with the file,
 the key, the rule and the fix.
 
@@ -19,8 +19,8 @@ from packaging.specifiers import SpecifierSet
 from tools import RECIPES_DIR
 from tools import recipe as recipe_command
 from tools.core.errors import RecipeError
-from tools.plan.recipe_model import load_recipe
-from tools.plan.recipe_torch import Exclusion, TorchRange, parse_torch_targets
+from tools.plan.recipes.model import load_recipe
+from tools.plan.recipes.torch import Exclusion, TorchRange, parse_torch_targets
 from tools.plan.schema import Problems
 
 WHY = "what this line of the recipe is for"

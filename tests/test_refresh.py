@@ -37,7 +37,7 @@ from tools import ROOT
 from tools import refresh as refresh_command
 from tools.core.errors import CuwheelsError, RegistryError
 from tools.plan.cells import plan, torch_index
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.registry import Registry
 from tools.plan.table import load_table, parse_table

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tools.core.errors import PlanError
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.runners import RUNNERS_PATH, load_runners, parse_runners
 
 #: A valid runner file: GitHub's standard runner, and one recipe on a larger one.

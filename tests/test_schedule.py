@@ -12,7 +12,7 @@ from tools.core.errors import PlanError
 from tools.core.variant import Variant
 from tools.plan.limits import load_limits
 from tools.plan.cells import plan
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.stages import plan_release
 from tools.plan.table import load_table, version_key

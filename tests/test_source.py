@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tools.core.errors import PatchError, SourceError
-from tools.plan.recipe_model import load_all, load_recipe
+from tools.plan.recipes.model import load_all, load_recipe
 from tools.pipeline import source
 from tools.pipeline.source import apply_patches, extract_sdist, fetch_sdist, prepare_source
 

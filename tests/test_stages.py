@@ -14,7 +14,7 @@ from tools.core.errors import PlanError
 from tools.plan import stages
 from tools.plan.groups import UNITS_FILE, groups, read_units, split
 from tools.plan.cells import plan
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners, parse_runners
 from tools.plan.sizing import size_jobs
 from tools.plan.stages import (CACHE_HIT_SECONDS, FINISH_MINUTES, MATRIX_LIMIT,

@@ -18,7 +18,7 @@ from tools.pipeline.cudakit import WHEELS_ENV, toolkit_home
 from tools.pipeline.build_toolchain import (Nvcc, build_process_env, check_nvcc, find_nvcc,
                                       pip_wheel_command)
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 
 
 def test_find_nvcc_finds_the_toolkit_root():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MINI_TABLE
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 from tools.plan.table import parse_table
 from tools.upstream.verdicts import (Target, added_pairs, judge, probe_arch, probe_matrix,
                                      probe_targets, read_reports, shorten, verdict_lines)

@@ -1037,7 +1037,7 @@ def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(sc
     outputs, _, _ = run_plan_step(repo, workflows, EVENT="schedule")
     first = _entries(outputs, "cells1")[0]["id"]
     from tools.plan.cells import plan
-    from tools.plan.recipe_model import load_all
+    from tools.plan.recipes.model import load_all
     from tools.plan.table import load_table
     from tools.releasing.backlog import fingerprints
     table = load_table(repo / "recipes" / "table.yaml")

@@ -18,7 +18,7 @@ from tools.core.errors import PlanError, cli
 from tools.plan import cells
 from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.cells import Cell, changed_only, git_changed_files, plan, require_known, select
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
 from tools.plan.table import TABLE_PATH, Table, load_table

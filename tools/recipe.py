@@ -1,6 +1,6 @@
 """``python -m tools.recipe``: recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
 
-The command only: it loads each recipe with ``tools.plan.recipe_model`` against the table, prints one
+The command only: it loads each recipe with ``tools.plan.recipes.model`` against the table, prints one
 line per valid recipe and every problem of the invalid ones, and exits non-zero when any is.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tools.core.errors import RecipeError, cli
 from tools.plan.groups import stale_spans
-from tools.plan.recipe_model import check_distinct, load_recipe, recipe_folders
+from tools.plan.recipes.model import check_distinct, load_recipe, recipe_folders
 from tools.plan.table import load_table
 
 

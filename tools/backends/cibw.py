@@ -35,7 +35,7 @@ from tools.plan.cells import Cell, torch_index
 from .truststore import trust_store
 from tools.plan.job import BuildJob, Inputs
 from tools.pipeline.venvs import PYPI_SIMPLE
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.table import TABLE_PATH, Table
 from tools.finish.checks import smoke_argv
 

@@ -35,7 +35,7 @@ from tools.pipeline.wheelhouse import publish
 from tools.pipeline.build_toolchain import BuildPython, torch_info
 from tools.pipeline.venvs import PackageSources, venv_python
 from tools.plan.cells import Cell, torch_index
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.table import Table
 from .base import BuildOptions, BuildResult
 

@@ -40,7 +40,7 @@ from tools.finish.steps import FINISH_STEPS, finish_wheel
 from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
 from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe, load_recipe
+from tools.plan.recipes.model import Recipe, load_recipe
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 _RELAX_MARKER = "# cuwheels: nvcc major-version check relaxed (table: relax_nvcc_check)"

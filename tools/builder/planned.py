@@ -16,7 +16,7 @@ from tools import RECIPES_DIR
 from tools.core.errors import PlanError
 from tools.plan.cells import Cell, find_cell, plan
 from tools.plan.job import BuildJob
-from tools.plan.recipe_model import Recipe, load_all, load_recipe
+from tools.plan.recipes.model import Recipe, load_all, load_recipe
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 

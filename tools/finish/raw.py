@@ -8,7 +8,7 @@ from typing import Any
 
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from tools.core.manifest import DEFAULT_PLATFORM, Manifest
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, Step
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from .usertools import check_as_users_do
 from .checks import check_archs, check_tags, cuda_archs
 from .wheelmeta import set_version_and_pin

@@ -31,7 +31,7 @@ from typing import Any
 from tools.core.errors import VerifyError
 from tools.core.hostos import WINDOWS
 from tools.pipeline.venvs import venv_python
-from tools.plan.recipe_model import load_recipe
+from tools.plan.recipes.model import load_recipe
 
 #: The harness file copied next to the environment under test.
 HARNESS = Path(__file__).resolve().with_name("harness.py")

@@ -28,7 +28,7 @@ from pathlib import Path
 from tools.core.hostos import WINDOWS
 from tools.core.platforms import PLATFORMS
 from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.table import version_key
 # The sizing arithmetic is the plan's: it sizes the jobs of the runner a release is planned for
 # with the same rule a build sizes its own machine (re-exported here for the build steps).

@@ -20,7 +20,7 @@ from pathlib import Path
 from tools.core.errors import CompileError, ToolchainError
 from tools.plan.groups import cell_group, group_key, read_units
 from tools.plan.job import BuildJob
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from . import ccache, shardcache
 from .build_toolchain import build_process_env, pip_wheel_command
 from .buildenv import available_memory_gib, build_env, size_for, usable_cores

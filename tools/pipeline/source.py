@@ -37,7 +37,7 @@ from tools.core.digest import sha256_file
 from tools.core.httpclient import PYPI_FILES, download
 from tools.core.errors import PatchError, SourceError
 from tools.core.hostos import WINDOWS
-from tools.plan.recipe_model import Patch, Recipe
+from tools.plan.recipes.model import Patch, Recipe
 
 #: The largest sdist taken, downloaded or local (flash-attn 2.8.3's, the largest a recipe
 #: builds, is 8.5 MB).

@@ -1,11 +1,11 @@
 """The build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
 A cell id is ``<package>-<python>-cu<cuda-nodot>`` for a CUDA version's default torch (the newest
-series the recipe's range for it builds, or the first of a list: ``tools.plan.recipe_torch``) and
+series the recipe's range for it builds, or the first of a list: ``tools.plan.recipes.torch``) and
 ``<package>-<python>-cu<cuda-nodot>-torch<X.Y>`` for the others, each followed by the platform's
 part (``-aarch64``, ``-win``) on a platform other than Linux x86_64. A recipe is planned on every
 platform of the table (``tools.plan.table_platforms``) it doesn't exclude
-(``tools.plan.recipe_platforms``), for its (CUDA, torch series) pairs that have a torch build
+(``tools.plan.recipes.platforms``), for its (CUDA, torch series) pairs that have a torch build
 there; the newest series left for a CUDA version is its default torch on that platform. The same id names the nox session
 (``build-<id>``), the CI job and the build report. A series added to the table is planned for
 every recipe whose range includes it, and becomes the default torch of the CUDA versions it is
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError
-from .recipe_model import Recipe, load_all
+from .recipes.model import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 from .table import version_key
 from tools.core.variant import (DEFAULT_PLATFORM, PYTHON_PART, Variant, candidate_torch_part,

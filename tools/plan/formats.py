@@ -13,7 +13,7 @@ import json
 
 from tools.core.errors import PlanError
 from .cells import Cell, counts, plan
-from .recipe_model import Recipe
+from .recipes.model import Recipe
 from .runners import Runners
 from .stages import Release, plan_release
 from .table import Table

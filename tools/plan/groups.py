@@ -30,7 +30,7 @@ from pathlib import Path
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART, cuda_nodot, group_id
 from .cells import Cell
-from .recipe_model import Recipe
+from .recipes.model import Recipe
 from .schema import Problems, load_yaml
 
 #: The unit list's file name, beside recipe.yaml.

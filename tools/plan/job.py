@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from .cells import Cell, find_cell, plan
-from .recipe_model import Recipe, load_all
+from .recipes.model import Recipe, load_all
 from .table import TABLE_PATH, Table, load_table
 
 

@@ -55,7 +55,7 @@ from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
 from .groups import Group, UnitList, cell_group, groups, read_units, shard_id, split
 from .cells import Cell
-from .recipe_model import Recipe
+from .recipes.model import Recipe
 from .runners import Runner, Runners
 from .sizing import Sizing, size_jobs
 

@@ -46,7 +46,7 @@ from tools.pipeline.report import Progress, reporting
 from tools.pipeline.build_toolchain import build_process_env
 from tools.pipeline.prelude import prepare
 from tools.plan.job import BuildJob, Inputs
-from tools.plan.recipe_model import Recipe, load_recipe
+from tools.plan.recipes.model import Recipe, load_recipe
 from .compdb import Unit, capture_commands
 
 PROBE_STEPS = ["toolchain", "source", "python", "commands", "compile"]

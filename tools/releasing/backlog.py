@@ -34,7 +34,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from tools.core.errors import PlanError
 from tools.core.variant import parse_label
 from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.table import Table
 from tools.sitegen.frontpage import published_cells
 from tools.sitegen.ledger_file import Entry

@@ -45,7 +45,7 @@ from tools.core.variant import PLATFORM_PART
 from tools.plan.groups import groups, read_units, shard_id
 from tools.plan.limits import Limits
 from tools.plan.cells import Cell
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.runners import Runners
 from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group, toolchain_cells
 from tools.plan.table import Table, version_key

@@ -21,7 +21,7 @@ from typing import Any
 from tools.core.errors import PlanError
 from tools.plan.limits import load_limits
 from tools.plan.cells import changed_only, plan, require_known, select
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.table import load_table
 from tools.sitegen.ledger_file import load_ledger

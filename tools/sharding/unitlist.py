@@ -20,7 +20,7 @@ from tools.pipeline.report import Progress
 from tools.plan.groups import UNITS_FILE, UNITS_SCHEMA
 from tools.plan.cells import Cell
 from tools.plan.job import BuildJob, Inputs
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.schema import load_yaml
 from tools.core.errors import PlanError
 from tools.probing.compdb import Unit, read_build

@@ -35,7 +35,7 @@ from .ledger_file import Entry
 from .placement import (FileView, place_variants, project_name, version_key, wheel_platforms_of,
                         wheel_tags)
 from tools.plan.cells import Cell, plan
-from tools.plan.recipe_model import Recipe, load_all
+from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.table import Table
 from .templating import jinja_env
 from tools.core.platforms import tag_platform

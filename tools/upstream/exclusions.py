@@ -18,7 +18,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from tools.core.errors import RecipeError
-from tools.plan.recipe_model import parse_recipe
+from tools.plan.recipes.model import parse_recipe
 from tools.plan.schema import parse_yaml
 from tools.plan.table import Table
 from .verdicts import Verdict

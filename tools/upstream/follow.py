@@ -10,7 +10,7 @@ torch series with its row in ``recipes/table.yaml`` (the agreement: a row that d
 with the value and the reason), proposes rows for new series and the newest release of each
 recipe's package, once its sdist is downloaded, its sha256 checked and the recipe's patches
 applied to it with the source step's own code. A new series needs no recipe edit: every recipe
-whose torch range includes it builds it (``tools.plan.recipe_torch``), and the summary says which
+whose torch range includes it builds it (``tools.plan.recipes.torch``), and the summary says which
 do, with their cells, and why the others don't.
 
 Every value it proposes carries where it was read (a row's ``source:``, an end-of-line comment on
@@ -43,7 +43,7 @@ from tools.core.errors import (CuwheelsError, PatchError, RecipeError, RegistryE
                                TableError)
 from tools.core.variant import DEFAULT_PLATFORM
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
+from tools.plan.recipes.model import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .candidates import promote, refresh_candidates
 from .exclusions import add_exclusion, check, note_refused
 from .yamltext import dump as _dump, flow as _flow, like as _like, quoted as _q, show as _show

@@ -2,7 +2,7 @@
 to the table (or a new CUDA variant of a series), and what the probe reports say.
 
 A series the refresh adds to the table is planned, with no recipe edit, for every recipe whose
-torch range includes it (``tools.plan.recipe_torch``); whether those cells compile is not known
+torch range includes it (``tools.plan.recipes.torch``); whether those cells compile is not known
 until they build, for hours. A probe (``tools.probing.probe_build``) answers in minutes. So the refresh
 names one cell per recipe and new pair (:func:`probe_targets`, what ``--probe-plan`` writes for
 the workflow's parallel probe jobs), and a second run reads the ``probe.json`` files those jobs
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.plan.cells import cells_for
-from tools.plan.recipe_model import Recipe
+from tools.plan.recipes.model import Recipe
 from tools.plan.table import Table, version_key
 from tools.probing.probe_build import ProbeReport, read_report
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.core.variant import DEFAULT_PLATFORM
-from .schema import Problems
-from .table import Table, arch_key
+from ..schema import Problems
+from ..table import Table, arch_key
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schema import Problems
+from ..schema import Problems
 
 #: A recipe folder's (and package key's) name.
 PACKAGE_RE = re.compile(r"[a-z][a-z0-9_]*")

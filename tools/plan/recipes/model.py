@@ -1,7 +1,7 @@
 """Recipes: ``recipes/<package>/recipe.yaml`` plus ``patches/``, loaded strictly.
 
 A recipe is plain data that narrows the global table: which CUDA versions, which torch series for
-each (a range of the table's series, ``tools.plan.recipe_torch``), which Python versions and which
+each (a range of the table's series, ``tools.plan.recipes.torch``), which Python versions and which
 GPU architectures one package is built for, and how (its sdist, its own build environment
 variables, its patches). Every rule broken is reported with the file, the key, the rule and the
 fix; ``python -m tools.recipe`` checks every recipe and exits non-zero when any is wrong.
@@ -23,14 +23,14 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import RecipeError
-from .recipe_blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
+from .blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
-from .recipe_env import ArchEnv, EnvVar, parse_arch_env, parse_env
-from .recipe_platforms import PlatformChoice, archs_on, parse_platforms
-from .recipe_torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
+from .env import ArchEnv, EnvVar, parse_arch_env, parse_env
+from .platforms import PlatformChoice, archs_on, parse_platforms
+from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
-from .schema import Problems, load_yaml
-from .table import Table, arch_key, load_table, version_key
+from ..schema import Problems, load_yaml
+from ..table import Table, arch_key, load_table, version_key
 from tools.core.variant import DEFAULT_PLATFORM
 
 RECIPE_SCHEMA = 1
@@ -130,7 +130,7 @@ class Patch:
     reason: str
     upstream: str
     #: The torch series the patch is written for (``torch_from``, optionally ``torch_to``), when
-    #: it says: each must be a series the recipe builds (``recipe_torch.check_patch_scopes``).
+    #: it says: each must be a series the recipe builds (``recipes.torch.check_patch_scopes``).
     #: It is applied to every build like any patch; the patch itself decides what differs.
     torch_from: str | None = None
     torch_to: str | None = None
@@ -163,7 +163,7 @@ class Recipe:
     torch_range: TorchRange | None = None
     #: (torch series, CUDA version) pairs a range includes that are not built (``exclude``).
     exclude: tuple[Exclusion, ...] = ()
-    #: What the recipe says about each platform it names (``tools.plan.recipe_platforms``);
+    #: What the recipe says about each platform it names (``tools.plan.recipes.platforms``);
     #: a platform it doesn't name is built like Linux x86_64.
     platforms: dict[str, PlatformChoice] | None = None
 

@@ -1,13 +1,13 @@
 """A recipe's build variables: ``arch_env`` (the variable through which a package reads its arch
 list) and ``env`` (its own switches), each checked against what only the system, the tools or
-the pipeline may set. Part of loading a recipe (tools.plan.recipe_model)."""
+the pipeline may set. Part of loading a recipe (tools.plan.recipes.model)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from .schema import Problems
+from ..schema import Problems
 
 #: How a package reads its arch list: "plain" is "80;90;120", "torch" is TORCH_CUDA_ARCH_LIST's
 #: "8.0;9.0;12.0".

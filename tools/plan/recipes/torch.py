@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
-from .schema import Problems
-from .table import Table, version_key
+from ..schema import Problems
+from ..table import Table, version_key
 
 _SERIES_RE = re.compile(r"\d+\.\d+")
 
