@@ -27,7 +27,7 @@ from tools.core.variant import group_id
 from tools.pipeline import shardcache
 from tools.plan.cells import plan
 from tools.plan.groups import UnitCost, UnitList, split
-from tools.plan.recipe_model import load_all
+from tools.plan.recipes.model import load_all
 from tools.plan.table import load_table
 from tools.sharding import local_release
 
