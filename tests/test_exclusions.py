@@ -18,7 +18,7 @@ from conftest import MINI_TABLE
 from tools.plan.recipes.model import load_recipe
 from tools.plan.table import parse_table
 from tools.upstream.exclusions import add_exclusion, check, note_refused, reason
-from tools.upstream.verdicts import Target, Verdict
+from tools.upstream.verdicts import ProbeTarget, Verdict
 
 WHY = "what this line of the recipe is for"
 DATE = "2026-11-23"
@@ -35,7 +35,7 @@ def table(tmp_path):
 
 
 def failed(builds: tuple[str, ...]) -> Verdict:
-    t = Target("demo_ext", "2.11", None, "demo_ext-3.10-cu130", "13.0", "90", builds)
+    t = ProbeTarget("demo_ext", "2.11", None, "demo_ext-3.10-cu130", "13.0", "90", builds)
     return Verdict(t, "fails", f"fails at `csrc/a.cpp`: {ERROR} (demo_ext-3.10-cu130, sm_90)",
                    "csrc/a.cpp", ERROR)
 

@@ -21,7 +21,7 @@ import pytest
 from tinyext_support import cuda_torch_venv
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import VerifyError
-from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, Target, declared_ops,
+from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, CheckTarget, declared_ops,
                                  environment_python, raise_if_failed, resolve_target, run_check,
                                  run_target, summary)
 from tools.plan.recipes.model import load_all, recipe_folders
@@ -277,7 +277,7 @@ def test_a_relative_python_runs_the_check_from_its_own_directory(torch_python, t
     interpreter given, from where the command was started."""
     monkeypatch.chdir(torch_python.parent.parent)
     relative = Path(torch_python.parent.name) / torch_python.name
-    result = run_target(Target(FIXTURES / "passing.py"), relative, device="cpu")
+    result = run_target(CheckTarget(FIXTURES / "passing.py"), relative, device="cpu")
     assert result["verdict"] == "passed", result
     assert result["python"] == str(torch_python)
 
@@ -330,7 +330,7 @@ def test_a_recipe_target_names_the_package_under_test():
     target = resolve_target("flash_attn", RECIPES_DIR)
     assert target.check == RECIPES_DIR / "flash_attn" / "check.py"
     assert target.modules == ("flash_attn_2_cuda", "flash_attn")
-    assert resolve_target("some/check.py", RECIPES_DIR) == Target(Path("some/check.py"))
+    assert resolve_target("some/check.py", RECIPES_DIR) == CheckTarget(Path("some/check.py"))
 
 
 @pytest.mark.network

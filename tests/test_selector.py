@@ -416,7 +416,7 @@ def test_a_release_candidates_build_is_named_only_with_pre(tmp_path_factory):
 
 def test_the_highest_build_of_a_version_is_picked_as_pip_and_uv_do():
     def cand(filename):
-        return checks.Candidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")
+        return checks.FileCandidate(client.IndexFile(filename, filename), checks.parse_wheel(filename), None, "x")
 
     names = [f"demo_ext-1.2.0+cu128.torch2.8{b}-cp311-cp311-{X86}.whl" for b in ("", "-2", "-10", "-1")]
     names.append(f"demo_ext-1.1.0+cu128.torch2.8-11-cp311-cp311-{X86}.whl")  # an older version's rebuild
@@ -813,10 +813,10 @@ def test_doctor_reads_the_error_from_a_file(tmp_path):
                             "glibc 2.35")
 
 
-def _installed(**manifest_overrides) -> doctor.Installed:
+def _installed(**manifest_overrides) -> doctor.InstalledDist:
     man = manifest("12.8", "2.8.0", ["80", "90"])
     man.update(manifest_overrides)
-    return doctor.Installed("demo-ext", "1.2.0+cu128.torch2.8", man, ["demo_ext_cuda"], ["demo_ext"], "/venv")
+    return doctor.InstalledDist("demo-ext", "1.2.0+cu128.torch2.8", man, ["demo_ext_cuda"], ["demo_ext"], "/venv")
 
 
 DOCTOR_CASES = [
@@ -833,7 +833,7 @@ DOCTOR_CASES = [
      {"torch_version": "2.8.0+cu130"}, _installed(cuda="12.8"), "undefined-symbol", ["built for CUDA 12.8",
                                                                                      "CUDA 13.0"]),
     ("undefined-symbol-no-manifest", f"ImportError: /v/x.so: undefined symbol: {C10_SYMBOL}",
-     {"torch_version": "2.9.1+cu128"}, doctor.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     {"torch_version": "2.9.1+cu128"}, doctor.InstalledDist("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
      "undefined-symbol", ["manifest is missing"]),
     ("undefined-symbol-not-torch", "ImportError: /v/x.so: undefined symbol: _ZN5flash12run_mha_fwd_EPv",
      {}, _installed(), "undefined-symbol", ["isn't torch's", "flash::run_mha_fwd_"]),
@@ -846,10 +846,10 @@ DOCTOR_CASES = [
                           "torch_exception_get_what", 'pip install "torch==2.14.*"']),
     # A shim symbol is torch's, even without a manifest saying stable.
     ("undefined-symbol-shim-no-manifest", "OSError: /v/x.so: undefined symbol: aoti_torch_get_sizes",
-     {"torch_version": "2.9.1+cu128"}, doctor.Installed("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
+     {"torch_version": "2.9.1+cu128"}, doctor.InstalledDist("demo-ext", "1.2.0", None, ["x"], ["demo_ext"], "/v"),
      "undefined-symbol", ["manifest is missing"]),
     ("missing-cuda-module", "ModuleNotFoundError: No module named 'flash_attn_2_cuda'", {},
-     doctor.Installed("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
+     doctor.InstalledDist("flash-attn", "2.8.3", None, [], ["flash_attn"], "/v"),
      "missing-extension", ["without its compiled CUDA extension flash_attn_2_cuda", "source-only or CPU-only",
                            "pip uninstall -y demo-ext"]),
     ("torch-missing", "ModuleNotFoundError: No module named 'torch'", {}, _installed(), "torch-missing",
@@ -1059,7 +1059,7 @@ def test_which_wheel_urls_are_on_another_host(url, named):
 
 def _candidate(extra, url="https://github.com/o/r/releases/download/v1/demo_ext-1.0-cp311-cp311-linux_x86_64.whl"):
     f = client.IndexFile(filename=url.rsplit("/", 1)[1], url=url, extra=extra)
-    return checks.Candidate(f, checks.parse_wheel(f.filename), None, "cu128/torch2.8")
+    return checks.FileCandidate(f, checks.parse_wheel(f.filename), None, "cu128/torch2.8")
 
 
 def test_a_wheel_on_another_host_is_not_read_and_the_note_says_why():

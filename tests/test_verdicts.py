@@ -19,7 +19,7 @@ import pytest
 from conftest import MINI_TABLE
 from tools.plan.recipes.model import load_recipe
 from tools.plan.table import parse_table
-from tools.upstream.verdicts import (Target, added_pairs, judge, probe_arch, probe_matrix,
+from tools.upstream.verdicts import (ProbeTarget, added_pairs, judge, probe_arch, probe_matrix,
                                      probe_targets, read_reports, shorten, verdict_lines)
 
 WHY = "what this line of the recipe is for"
@@ -90,8 +90,8 @@ def test_the_probe_arch_is_90a_then_90_then_the_newest():
     assert probe_arch(("75", "80")) == "80"
 
 
-def target(cell="demo_ext-3.10-cu130") -> Target:
-    return Target("demo_ext", "2.11", None, cell, "13.0", "90", ("12.6", "13.0"))
+def target(cell="demo_ext-3.10-cu130") -> ProbeTarget:
+    return ProbeTarget("demo_ext", "2.11", None, cell, "13.0", "90", ("12.6", "13.0"))
 
 
 def test_a_passed_probe_compiles(tmp_path):
@@ -122,7 +122,7 @@ def test_a_probe_that_stopped_before_compiling_is_not_a_failure(tmp_path):
 
 
 def test_not_probed_says_why(tmp_path):
-    no_cell = Target("stopped", "2.11", None, why="its CUDA 13.0 range is torch 2.9 to 2.10")
+    no_cell = ProbeTarget("stopped", "2.11", None, why="its CUDA 13.0 range is torch 2.9 to 2.10")
     assert judge(no_cell, {}).text == "not probed (its CUDA 13.0 range is torch 2.9 to 2.10)"
     assert judge(target(), None).text == (
         "not probed yet (`python -m tools.probe demo_ext-3.10-cu130 --archs 90`; the refresh "

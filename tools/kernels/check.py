@@ -126,7 +126,7 @@ GpuFinder = Callable[..., "Gpu | None"]
 
 
 @dataclass(frozen=True)
-class Target:
+class CheckTarget:
     """What the command checks: a check file and, when it was named by its recipe, the modules
     of the package under test (the recipe's ``imports``)."""
 
@@ -134,17 +134,17 @@ class Target:
     modules: tuple[str, ...] = ()
 
 
-def resolve_target(target: str, recipes: Path) -> Target:
+def resolve_target(target: str, recipes: Path) -> CheckTarget:
     """A check file (``*.py``) as it is, or the check a recipe in ``recipes`` declares
     (``check: {file: ...}`` in its recipe.yaml) with the recipe's import names."""
     path = Path(target)
     if path.suffix == ".py":
-        return Target(path)
+        return CheckTarget(path)
     recipe = load_recipe(Path(recipes) / target)
     if recipe.check is None:
         raise VerifyError(f"{recipe.path} declares no kernel check",
                           hint="add check: {file: check.py, reason: ...} and the file")
-    return Target(recipe.check.path, tuple(recipe.imports))
+    return CheckTarget(recipe.check.path, tuple(recipe.imports))
 
 
 def declared_ops(check: Path) -> tuple[str, ...]:
@@ -338,7 +338,7 @@ def format_result(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_target(target: Target, python: Path | str, *, device: str = "cuda",
+def run_target(target: CheckTarget, python: Path | str, *, device: str = "cuda",
                gpu_finder: GpuFinder = find_gpu) -> dict[str, Any]:
     """Run ``target``'s check with ``python`` on ``device`` in a working directory of its own,
     removed afterwards; the result as :func:`run_check` gives it."""

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from tools.core.variant import (PRERELEASE_ROOT, PYTHON_PART, Variant, cell_id, stable_torch_part,
                                 torch_index_url, uv_index_name)
-from .checks import (PEEK_MAX, Candidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
+from .checks import (PEEK_MAX, FileCandidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
 from .client import Index, IndexFile
 from .detect import Machine, release, series_or_none
@@ -173,16 +173,16 @@ def _tag_rank(w: WheelName) -> int:
     return 2 if w.abi.startswith("cp") else 1 if w.abi == "abi3" else 0
 
 
-def pick_order(cands: list[Candidate], pinned: bool) -> list[Candidate]:
+def pick_order(cands: list[FileCandidate], pinned: bool) -> list[FileCandidate]:
     """Best first: final releases (unless a version is pinned), newest version, most specific
     tags, then the highest build tag (a recipe's build number: a rebuild wins, as in pip and uv)."""
-    def key(c: Candidate) -> tuple:
+    def key(c: FileCandidate) -> tuple:
         final = pinned or not c.wheel.version.is_prerelease
         return (final, c.wheel.version, _tag_rank(c.wheel), c.wheel.build or (-1, ""))
     return sorted(cands, key=key, reverse=True)
 
 
-def _python_summary(cands: list[Candidate]) -> str:
+def _python_summary(cands: list[FileCandidate]) -> str:
     tags = sorted({f"{c.wheel.python}-{c.wheel.abi}" for c in cands})
     return ", ".join(tags)
 
@@ -229,7 +229,7 @@ def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machi
             continue
         fits = False
         for f, w in files:
-            c = Candidate(f, w, v, path)
+            c = FileCandidate(f, w, v, path)
             check(c, m, facts, index.facts_note)
             if not [k for k, _ in c.problems if k not in ("abi",)]:
                 fits = True
@@ -330,7 +330,7 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
     if pre:
         paths += (Variant(cuda, series, prerelease=True).index_path,)
     budget = [PEEK_MAX]
-    seen: list[Candidate] = []
+    seen: list[FileCandidate] = []
     for path in paths:
         files = index.files(path + "/", project) or []
         cands = []
@@ -338,7 +338,7 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
             w = parse_wheel(f.filename)
             if w is None or (version is not None and not same_public(w.version, version)):
                 continue
-            c = Candidate(f, w, file_variant(f, w), path)
+            c = FileCandidate(f, w, file_variant(f, w), path)
             check(c, m, facts, index.facts_note)
             cands.append(c)
         seen += cands
@@ -401,7 +401,7 @@ def _torch_advice(index: Index, m: Machine, alts: list[dict[str, Any]], *,
     return torch_advice(series, cuda, m, index.facts(), installed_cpu=installed_cpu, unlabelled=unlabelled)
 
 
-def _summarize(cands: list[Candidate], m: Machine) -> list[str]:
+def _summarize(cands: list[FileCandidate], m: Machine) -> list[str]:
     """Why nothing fits, nearest first: the newest version's wheels, those for this Python first;
     when none is for this Python, one line naming the Python tags there are."""
     newest = pick_order(cands, pinned=True)[0].wheel.version

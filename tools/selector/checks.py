@@ -159,7 +159,7 @@ def driver_problem(cuda: str, m: Machine, facts: SiteFacts | None,
 
 
 @dataclass
-class Candidate:
+class FileCandidate:
     """One wheel of a variant index, with what it was built for and why it doesn't fit."""
 
     file: IndexFile
@@ -186,7 +186,7 @@ def file_variant(f: IndexFile, wheel: WheelName) -> Variant | None:
     return parse_label(label) if label else None
 
 
-def check(c: Candidate, m: Machine, facts: SiteFacts | None, facts_note: str = "") -> None:
+def check(c: FileCandidate, m: Machine, facts: SiteFacts | None, facts_note: str = "") -> None:
     """Fill ``c.problems`` and ``c.notes`` for everything but the GPU arch (that may need a download)."""
     if c.file.yanked:
         reason = c.file.yanked if isinstance(c.file.yanked, str) else "no reason given"
@@ -217,7 +217,7 @@ def check(c: Candidate, m: Machine, facts: SiteFacts | None, facts_note: str = "
                 "undefined symbol")))
 
 
-def check_arch(c: Candidate, m: Machine, *, index: Index, peek: bool, budget: list[int]) -> None:
+def check_arch(c: FileCandidate, m: Machine, *, index: Index, peek: bool, budget: list[int]) -> None:
     """Add an ``arch`` problem (or a note saying why it wasn't checked) to ``c``, a file of ``index``.
 
     ``budget`` is a one-item list: the wheel reads left for this answer, shared by its calls.

@@ -38,7 +38,7 @@ from tools.core.rangeread import RangeLimitExceeded, RangeReader, RangeUnsupport
 from .detect import series_or_none
 from .facts import FACTS_FILE, SiteFacts, parse_facts
 from .fetch import (DEFAULT_DEADLINE, FACTS_LIMIT, MANIFEST_LIMIT, PAGE_LIMIT, PEEK_FULL_LIMIT, PEEK_READ_LIMIT,
-                    BROKEN_INDEX, USER_AGENT, Fetcher, IndexReadError, open_regular, read_regular,
+                    BROKEN_INDEX, USER_AGENT, Fetcher, IndexReadError, open_site_file, read_site_file,
                     url_origin)
 
 #: What zipfile raises for bytes that are not a readable zip (besides OSError).
@@ -337,7 +337,7 @@ class Index:
         if self.local is not None and url.startswith("file:"):
             path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
             try:
-                with open_regular(path) as fh, zipfile.ZipFile(fh) as zf:
+                with open_site_file(path) as fh, zipfile.ZipFile(fh) as zf:
                     return _manifest_in(zf, where), "read from the local wheel"
             except (OSError, *_ZIP_ERRORS) as exc:
                 return None, f"couldn't read the wheel: {visible(str(exc))}"
@@ -370,7 +370,7 @@ class Index:
         if self.local is not None:
             path = self.local / rel
             try:
-                return read_regular(path, FACTS_LIMIT), str(path)
+                return read_site_file(path, FACTS_LIMIT), str(path)
             except (FileNotFoundError, NotADirectoryError):
                 return None, str(path)
             except OSError as exc:
@@ -407,7 +407,7 @@ class Index:
             for name in ("index.json", "index.html"):
                 path = directory / name
                 try:
-                    data = read_regular(path, PAGE_LIMIT)
+                    data = read_site_file(path, PAGE_LIMIT)
                 except (FileNotFoundError, NotADirectoryError):
                     continue
                 except OSError as exc:

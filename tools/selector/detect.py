@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from tools.core.platforms import PLATFORMS, normalize_os, platform_name, tag_arch
 from tools.core.variant import cuda_from_nodot, torch_series
-from .gpu import Gpu, parse_sm
+from .gpu import DetectedGpu, parse_sm
 from .localread import (LIBRARY_LIMIT, PROC_LIMIT, VERSION_PY_LIMIT, Output, contains, dist_version, read_text,
                         run_capped)
 
@@ -84,7 +84,7 @@ class Machine:
     cxx11_abi: bool | None = None
     driver: str | None = None
     driver_cuda: str | None = None
-    gpus: list[Gpu] = field(default_factory=list)
+    gpus: list[DetectedGpu] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
     #: The answer is for a machine of another platform than the one it runs on (``--platform``,
@@ -313,7 +313,7 @@ def detect_torch(machine: Machine, *, allow_import: bool = True) -> None:
                 build, cuda = "cpu", None
             abi = probe.get("cxx11_abi") if has_abi else None
             if not machine.gpus and probe.get("gpus"):
-                machine.gpus = [Gpu(tuple(cc), name) for cc, name in probe["gpus"]]  # type: ignore[arg-type]
+                machine.gpus = [DetectedGpu(tuple(cc), name) for cc, name in probe["gpus"]]  # type: ignore[arg-type]
                 machine.sources["gpus"] = "torch.cuda"
     machine.torch_build, machine.torch_cuda, machine.cxx11_abi = build, cuda, abi
     if build is None:
@@ -349,7 +349,7 @@ def _libcuda_query() -> dict[str, Any] | None:
     return _json_query(_LIBCUDA_QUERY, 30)
 
 
-def parse_nvidia_smi(text: str) -> tuple[str | None, list[Gpu]]:
+def parse_nvidia_smi(text: str) -> tuple[str | None, list[DetectedGpu]]:
     """``nvidia-smi --query-gpu=compute_cap,driver_version,name --format=csv,noheader`` output ->
     (driver version, GPUs)."""
     driver, gpus = None, []
@@ -361,7 +361,7 @@ def parse_nvidia_smi(text: str) -> tuple[str | None, list[Gpu]]:
         if cc is None or not re.fullmatch(r"\d+(?:\.\d+)+", parts[1]):
             continue
         driver = driver or parts[1]
-        gpus.append(Gpu(cc, parts[2] if len(parts) > 2 else ""))
+        gpus.append(DetectedGpu(cc, parts[2] if len(parts) > 2 else ""))
     return driver, gpus
 
 
@@ -396,7 +396,7 @@ def detect_nvidia(machine: Machine) -> None:
             machine.driver_cuda = f"{v // 1000}.{v % 1000 // 10}"
             machine.sources["driver_cuda"] = "libcuda.so.1 cuDriverGetVersion"
         if not machine.gpus and probe.get("gpus"):
-            machine.gpus = [Gpu(tuple(cc), name) for cc, name in probe["gpus"]]  # type: ignore[arg-type]
+            machine.gpus = [DetectedGpu(tuple(cc), name) for cc, name in probe["gpus"]]  # type: ignore[arg-type]
             machine.sources["gpus"] = "libcuda.so.1"
     if machine.driver is None:
         machine.driver = _proc_driver_version()
@@ -508,7 +508,7 @@ def detect_machine(overrides: dict[str, Any] | None = None, *, allow_import: boo
                 cc = parse_sm(item)
                 if cc is None:
                     raise ValueError(f"--sm {item!r} is not a compute capability like 90 or 8.6")
-                gpus.append(Gpu(cc))
+                gpus.append(DetectedGpu(cc))
         m.gpus = gpus
         m.sources["gpus"] = "--sm"
         m.unknown.pop("gpus", None)

@@ -28,7 +28,7 @@ from .localread import RECORD_LIMIT, dist_headers, dist_text, run_capped
 
 
 @dataclass
-class Installed:
+class InstalledDist:
     """An installed distribution, as the doctor sees it."""
 
     name: str
@@ -51,7 +51,7 @@ def module_name(path: str) -> str | None:
     return ".".join(parts[:-1] + [stem])
 
 
-def find_installed(package: str) -> Installed | None:
+def find_installed(package: str) -> InstalledDist | None:
     """The installed distribution ``package`` (its manifest, compiled modules, top-level names)."""
     dist = None
     for name in (package, canonicalize_name(package), canonicalize_name(package).replace("-", "_")):
@@ -81,14 +81,14 @@ def find_installed(package: str) -> Installed | None:
     top = (dist_text(dist, "top_level.txt")[0] or "").split()
     if not top:
         top = sorted({f.split("/")[0] for f in files if f.endswith("/__init__.py") and f.count("/") == 1})
-    return Installed(shown, headers.get("version") or "(version unknown)", manifest, modules, top,
+    return InstalledDist(shown, headers.get("version") or "(version unknown)", manifest, modules, top,
                      str(dist.locate_file("")))
 
 
 _IMPORT = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
 
 
-def reproduce_import(inst: Installed, m: Machine) -> str | None:
+def reproduce_import(inst: InstalledDist, m: Machine) -> str | None:
     """Import torch, the package and its compiled modules in a subprocess; the error text, or None."""
     names = (["torch"] if m.torch else []) + inst.top_level + inst.modules
     proc = run_capped([sys.executable, "-c", _IMPORT, *names], timeout=300)
@@ -118,7 +118,7 @@ class Diagnosis:
                 "error": self.error, "machine": m.to_json()}
 
 
-def _built_for(inst: Installed | None) -> tuple[str | None, str | None, bool | None]:
+def _built_for(inst: InstalledDist | None) -> tuple[str | None, str | None, bool | None]:
     """(torch series, CUDA, C++ ABI) an installed wheel was built for: manifest, else local label."""
     if inst is None:
         return None, None, None
@@ -140,13 +140,13 @@ def _install_fix(project: str, m: Machine, index: Index | None, answer: Answer |
             "this machine")
 
 
-def _build_fix(project: str, m: Machine, inst: Installed | None, *, archs: list[str] | None = None) -> str:
+def _build_fix(project: str, m: Machine, inst: InstalledDist | None, *, archs: list[str] | None = None) -> str:
     """How to build ``project`` here; the installed wheel's manifest says the recipe's ``abi``,
     which the cell id depends on."""
     return build_command(project, m, archs=archs, abi=abi_from_manifest(inst.manifest if inst else None))
 
 
-def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
+def diagnose(error: str, package: str, m: Machine, inst: InstalledDist | None, *,
              index: Index | None = None, answer: Answer | None = None) -> Diagnosis:
     """Explain an import/runtime error of ``package`` on machine ``m`` (installed as ``inst``)."""
     project = canonicalize_name(package)
@@ -281,7 +281,7 @@ def diagnose(error: str, package: str, m: Machine, inst: Installed | None, *,
                      error=error, fixes=[f"check that the wheel matches this machine: {fix_install}"])
 
 
-def _diagnose_arch(project: str, have: str, m: Machine, inst: Installed | None, error: str | None,
+def _diagnose_arch(project: str, have: str, m: Machine, inst: InstalledDist | None, error: str | None,
                    fix_install: str) -> Diagnosis:
     """A "no kernel image" error (or a manifest that misses this GPU) explained with the archs inside."""
     found = ((inst.manifest or {}).get("archs") or {}).get("found") if inst else None

@@ -196,7 +196,7 @@ def _too_large(url: str, limit: int) -> IndexReadError:
                           hint=BROKEN_INDEX)
 
 
-def open_regular(path: Path) -> BinaryIO:
+def open_site_file(path: Path) -> BinaryIO:
     """``path`` opened for reading in binary mode, if it is a regular file (tools.core.regularfile):
     IndexReadError for a FIFO, a device, a directory or a socket, checked on the open file (no
     window for a swap). FileNotFoundError when it doesn't exist."""
@@ -206,8 +206,8 @@ def open_regular(path: Path) -> BinaryIO:
         raise _not_regular(path, exc) from None
 
 
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path`` (see open_regular), IndexReadError over ``limit``."""
+def read_site_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (see open_site_file), IndexReadError over ``limit``."""
     try:
         return regularfile.read_regular(path, limit)
     except regularfile.NotRegularFile as exc:

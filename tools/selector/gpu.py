@@ -8,7 +8,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Gpu:
+class DetectedGpu:
     """One GPU: its compute capability and name."""
 
     cc: tuple[int, int]
@@ -88,7 +88,7 @@ def arch_list(archs: list[str]) -> str:
     return ", ".join(f"sm_{a}" for a in archs) if archs else "none"
 
 
-def arch_problem(found: dict[str, Any], gpus: list[Gpu]) -> str | None:
+def arch_problem(found: dict[str, Any], gpus: list[DetectedGpu]) -> str | None:
     """Why the modules of a wheel (manifest ``archs.found``) can't run on ``gpus``, or None."""
     modules = module_archs(found)
     if not modules:

@@ -51,7 +51,7 @@ _MAC_ARCHS = {"universal2": ("x86_64", "arm64"), "universal": ("x86_64", "i386")
               "fat64": ("x86_64",), "fat32": ("i386",), "fat": ("i386",)}
 
 
-class Machine(NamedTuple):
+class InstallMachine(NamedTuple):
     """One kind of installing machine: its name for a message, and every tag it installs, best
     first (what packaging.tags.sys_tags would yield on it)."""
 
@@ -111,7 +111,7 @@ def _pythons(interpreters: set[str]) -> list[tuple[int, int]]:
     return [(major, minor) for major in sorted(majors) for minor in range(newest + 1 if major == 3 else 8)]
 
 
-def machines(tags: Iterable[Tag]) -> Iterator[Machine]:
+def machines(tags: Iterable[Tag]) -> Iterator[InstallMachine]:
     """Every kind of machine whose ranking of ``tags`` may differ: CPython (and its
     free-threaded builds from 3.13), and any other interpreter the tags name, on every platform
     they name."""
@@ -123,10 +123,10 @@ def machines(tags: Iterable[Tag]) -> Iterator[Machine]:
             cp = f"cp{version[0]}{version[1]}"
             for abi in ([cp, cp + "t"] if version >= (3, 13) else [cp]):
                 threads = " free-threaded" if abi.endswith("t") else ""
-                yield Machine(f"CPython {version[0]}.{version[1]}{threads} on {top}",
+                yield InstallMachine(f"CPython {version[0]}.{version[1]}{threads} on {top}",
                               _order(version, cp, abi, tuple(platforms), generic=False))
             for interpreter, abi in others:
-                yield Machine(f"{interpreter} (Python {version[0]}.{version[1]}) on {top}",
+                yield InstallMachine(f"{interpreter} (Python {version[0]}.{version[1]}) on {top}",
                               _order(version, interpreter, abi, tuple(platforms), generic=True))
 
 

@@ -52,7 +52,7 @@ from .platforms import platforms_block
 from .registry import (TORCH_VARIANTS, Registry, TorchFacts, newest_by_series, newest_release,
                        parse_variants, platform_variants, read_platform, read_torch,
                        read_variant_page)
-from .verdicts import (Target, Verdict, added_pairs, judge, probe_targets, read_reports,
+from .verdicts import (ProbeTarget, Verdict, added_pairs, judge, probe_targets, read_reports,
                        verdict_lines)
 from tools.pipeline.source import apply_patches, extract_sdist
 from tools.plan.schema import parse_yaml, read_text
@@ -74,7 +74,7 @@ class Proposal:
     #: Per new torch series: which recipes' torch ranges build it, and why the others don't.
     plan: list[str] = field(default_factory=list)
     #: Per new (series, CUDA) pair and recipe: the cell to probe, or why none (--probe-plan).
-    targets: list[Target] = field(default_factory=list)
+    targets: list[ProbeTarget] = field(default_factory=list)
     #: What the probe reports say of each target (--probes; "not probed yet" without them).
     verdicts: list[Verdict] = field(default_factory=list)
 

@@ -38,7 +38,7 @@ _SITE_RE = re.compile(r"\S*/site-packages/")
 
 
 @dataclass(frozen=True)
-class Target:
+class ProbeTarget:
     """One recipe against one new (series, CUDA) pair: the cell probed, or why none is."""
 
     package: str
@@ -60,7 +60,7 @@ class Target:
 class Verdict:
     """What the probe of one target found."""
 
-    target: Target
+    target: ProbeTarget
     #: ``compiles``, ``fails`` or ``not probed``.
     state: str
     #: The summary's words after the recipe's name.
@@ -88,7 +88,7 @@ def probe_arch(archs: tuple[str, ...]) -> str:
 
 
 def probe_targets(added: list[tuple[str, str | None]], table: Table,
-                  recipes: list[Recipe]) -> list[Target]:
+                  recipes: list[Recipe]) -> list[ProbeTarget]:
     """Per added pair and recipe: the cell to probe, or why there is none.
 
     One cell per recipe and new series, not one per CUDA version: a probe compiles torch's
@@ -104,18 +104,18 @@ def probe_targets(added: list[tuple[str, str | None]], table: Table,
                 cudas = [cuda] if cuda else list(table.torch[series].cuda)
                 why = "; ".join(dict.fromkeys(
                     w for c in cudas if (w := recipe.why_not(series, c, table))))
-                out.append(Target(recipe.package, series, cuda, why=why or "no cell planned"))
+                out.append(ProbeTarget(recipe.package, series, cuda, why=why or "no cell planned"))
                 continue
             builds = tuple(dict.fromkeys(c.cuda for c in cells))
             pypi = table.torch[series].pypi_cuda
             chosen = pypi if pypi in builds else max(builds, key=version_key)
             cell = next(c for c in cells if c.cuda == chosen)
-            out.append(Target(recipe.package, series, cuda, cell.id, cell.cuda,
+            out.append(ProbeTarget(recipe.package, series, cuda, cell.id, cell.cuda,
                               probe_arch(cell.archs), builds))
     return out
 
 
-def probe_matrix(targets: list[Target]) -> dict:
+def probe_matrix(targets: list[ProbeTarget]) -> dict:
     """The probe jobs as a GitHub matrix (``{"include": [...]}``), one per target with a cell."""
     return {"include": [{"package": t.package, "series": t.series, "cell": t.cell,
                          "archs": t.archs} for t in targets if t.cell]}
@@ -144,7 +144,7 @@ def shorten(error: str) -> str:
     return " ".join(text.split())
 
 
-def judge(target: Target, reports: dict[str, tuple[ProbeReport | None, dict, str]] | None
+def judge(target: ProbeTarget, reports: dict[str, tuple[ProbeReport | None, dict, str]] | None
           ) -> Verdict:
     """The verdict on one target from the probe reports (None: none were given)."""
     if target.cell is None:
