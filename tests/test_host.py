@@ -25,7 +25,7 @@ from tools.backends.host import (Installed, check_existing_python, check_kernels
 from tools.core.manifest import read_manifest
 from tools.finish.checks import smoke_test_existing
 from tools.finish.wheelmeta import set_version_and_pin
-from tools.pipeline.buildenv import MSVC_CXX20
+from tools.hostplat.windows import MSVC_CXX20
 from tools.pipeline.report import Progress
 from tools.pipeline.build_toolchain import BuildPython, Nvcc
 from tools.plan.cells import cells_for

@@ -20,8 +20,8 @@ from tools import ROOT
 TOOLS = ROOT / "tools"
 
 #: The layer packages of ``tools``, bottom first. ``core`` is what the selector's zipapp ships.
-LAYERS = ("core", "plan", "pipeline", "finish", "kernels", "backends", "builder", "probing",
-          "sharding",
+LAYERS = ("core", "plan", "hostplat", "pipeline", "finish", "kernels", "backends", "builder",
+          "probing", "sharding",
           "selector", "sitegen", "releasing", "upstream", "devtools")
 
 

@@ -21,6 +21,7 @@ import pytest
 from tinyext_support import cuda_torch_venv
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import VerifyError
+from tools.hostplat import windows
 from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, CheckTarget, declared_ops,
                                  environment_python, raise_if_failed, resolve_target, run_check,
                                  run_target, summary)
@@ -235,13 +236,13 @@ def test_environment_python_on_windows_takes_backslashes_and_names_scripts(tmp_p
     (tmp_path / "venv").mkdir()
     monkeypatch.chdir(tmp_path)
     with pytest.raises(VerifyError) as info:
-        environment_python("venv\\Scripts\\python.exe", windows=True)
+        environment_python("venv\\Scripts\\python.exe", host=windows)
     assert "was not found (relative to the current directory" in str(info.value)
     with pytest.raises(VerifyError) as info:        # a bare name: looked up on PATH
-        environment_python("venv", windows=True)
+        environment_python("venv", host=windows)
     assert info.value.hint.endswith("write ./venv/Scripts/python.exe")
     with pytest.raises(VerifyError) as info:
-        environment_python("./venv", windows=True)
+        environment_python("./venv", host=windows)
     assert info.value.hint == f"give the interpreter inside it, e.g. " \
                               f"{tmp_path / 'venv' / 'Scripts' / 'python.exe'}"
 

@@ -23,6 +23,7 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import BREAK_PATCH, _cell, _recipe, _write
 from tools import ROOT
 from tools.core.errors import CompileError, ProbeError
+from tools.hostplat import windows
 from tools.pipeline.build_toolchain import find_nvcc
 from tools.plan.cells import plan
 from tools.plan.job import Inputs, load_job
@@ -178,7 +179,7 @@ def test_measure_on_windows_runs_the_line_in_the_shell_and_measures_no_memory(tm
     the output in the log, both peaks 0."""
     status, seconds, tree, single = measure("echo compiled && exit 3", cwd=tmp_path,
                                             env=dict(os.environ), log=tmp_path / "m.log",
-                                            windows=True)
+                                            host=windows)
     assert (status, tree, single) == (3, 0, 0) and seconds < 10
     assert (tmp_path / "m.log").read_text() == \
         f"$ cd {tmp_path} && echo compiled && exit 3\ncompiled\n"
@@ -196,7 +197,7 @@ def test_measure_on_windows_kills_the_tree_with_taskkill_past_the_timeout(tmp_pa
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     status, seconds, _, _ = measure("sleep 30", cwd=tmp_path, env=dict(os.environ),
-                                    log=tmp_path / "m.log", timeout=0.5, windows=True)
+                                    log=tmp_path / "m.log", timeout=0.5, host=windows)
     assert status == -9 and seconds < 10
     args = json.loads((tmp_path / "taskkill.json").read_text())
     assert args[:4] == ["/T", "/F", "/PID", args[3]] and args[3].isdigit()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tools.core.errors import ToolchainError
+from tools.hostplat import linux, windows
 from tools.pipeline.pythons import OPT_PYTHON, _on_path as on_path, ask, find_cpython
 from tools.pipeline.venvs import uv_bin
 
@@ -131,8 +132,8 @@ def test_on_windows_path_holds_python_exe(tmp_path):
     for name in ("python.exe", "python3"):
         (tmp_path / name).write_text("")
         (tmp_path / name).chmod(0o755)
-    assert on_path(HERE, str(tmp_path), windows=True) == [tmp_path / "python.exe"]
-    assert on_path(HERE, str(tmp_path), windows=False) == [tmp_path / "python3"]
+    assert on_path(HERE, str(tmp_path), host=windows) == [tmp_path / "python.exe"]
+    assert on_path(HERE, str(tmp_path), host=linux) == [tmp_path / "python3"]
 
 
 def test_the_default_manylinux_root():

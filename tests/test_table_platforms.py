@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import MINI_TABLE
 from tools.core.errors import TableError
+from tools.core.platforms import PLATFORMS
 from tools.plan.table import load_table, parse_table, version_key
 
 ARM = {"tag": "manylinux_{manylinux}_aarch64", "build": "container",
@@ -36,6 +37,16 @@ def test_the_repository_table_has_three_platforms_with_sources():
         assert len(platform.source) > 10, platform.name
     for entry in (e for t in table.torch.values() for e in t.platforms.values()):
         assert len(entry.source) > 10, entry
+
+
+def test_each_table_platform_is_one_of_the_platforms_identities(tmp_path):
+    """The table says how a platform's wheels are tagged and built; which platform it is (OS,
+    arch) is tools.core.platforms', the one Platform type."""
+    table = parse_table(with_platforms(), tmp_path / "table.yaml")
+    assert {name: (p.identity.os, p.identity.arch) for name, p in table.platforms.items()} == {
+        "linux_x86_64": ("linux", "x86_64"), "linux_aarch64": ("linux", "aarch64"),
+        "win_amd64": ("windows", "amd64")}
+    assert all(p.identity is PLATFORMS[p.name] for p in load_table().platforms.values())
 
 
 def test_the_repository_table_facts_read_from_pypi():

@@ -13,6 +13,7 @@ import pytest
 
 from test_cudakit import fake_parts
 from tools.core.errors import ToolchainError
+from tools.hostplat import linux, windows
 from tools.pipeline import cudakit, build_toolchain
 from tools.pipeline.cudakit import WHEELS_ENV, toolkit_home
 from tools.pipeline.build_toolchain import (Nvcc, build_process_env, check_nvcc, find_nvcc,
@@ -121,9 +122,9 @@ def test_find_nvcc_takes_nvcc_exe_on_windows(tmp_path, monkeypatch):
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     nvcc.chmod(0o755)
     environ = {"CUDA_HOME": str(home), "PATH": str(tmp_path / "empty")}
-    assert find_nvcc(environ, pypi=False, windows=True) == Nvcc(str(nvcc), "13.0", str(home))
+    assert find_nvcc(environ, pypi=False, host=windows) == Nvcc(str(nvcc), "13.0", str(home))
     with pytest.raises(ToolchainError, match="nvcc was not found"):
-        find_nvcc(environ, pypi=False, windows=False)   # Linux's bin/nvcc is not there
+        find_nvcc(environ, pypi=False, host=linux)   # Linux's bin/nvcc is not there
 
 
 @pytest.fixture

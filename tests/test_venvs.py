@@ -14,6 +14,7 @@ import pytest
 
 from tinyext_support import PYTHON, SECOND_PYTHON, build_tinyext_wheel, nvcc_path
 from tools.core.errors import ToolchainError
+from tools.hostplat import linux, windows
 from tools.pipeline.venvs import _uv_env, create_venv, find_python, install, uv_bin, venv_python
 from wheelfactory import installed, make_wheel
 
@@ -119,8 +120,8 @@ def test_tinyext_builds_for_a_second_python(tmp_path):
 
 
 def test_a_venvs_interpreter_is_found_on_its_platforms_layout(tmp_path):
-    assert venv_python(tmp_path / "v", windows=False) == tmp_path / "v" / "bin" / "python"
-    assert venv_python(tmp_path / "v", windows=True) == tmp_path / "v" / "Scripts" / "python.exe"
+    assert venv_python(tmp_path / "v", host=linux) == tmp_path / "v" / "bin" / "python"
+    assert venv_python(tmp_path / "v", host=windows) == tmp_path / "v" / "Scripts" / "python.exe"
     # a real venv of this machine has its interpreter where the default says
     python = create_venv(tmp_path / "real", HERE)
     assert python == venv_python(tmp_path / "real") and python.is_file()

@@ -19,6 +19,7 @@ import pytest
 
 from tinyext_support import TORCH_VERSION, make_sdist, nvcc_path, shared_tinyext, torch_lib_dir
 from tools.core.errors import VerifyError
+from tools.hostplat import linux, windows
 from tools.finish.auditwheel_repair import repair_wheel
 from tools.verify import main
 from tools.finish.checks import (
@@ -269,8 +270,8 @@ def test_cuobjdump_exe_is_found_in_the_windows_wheels_layout(tmp_path, monkeypat
     exe.write_text("")
     exe.chmod(0o755)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert cuobjdump(windows=True) == str(exe)
-    assert Path(cuobjdump(windows=False)).name == "cuobjdump"
+    assert cuobjdump(host=windows) == str(exe)
+    assert Path(cuobjdump(host=linux)).name == "cuobjdump"
 
 
 def test_cuda_archs_without_device_code(sos):

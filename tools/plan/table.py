@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import TableError
-from .table_platforms import (DEFAULT, Platform, TorchOnPlatform, parse_platforms,
+from .table_platforms import (DEFAULT, TablePlatform, TorchOnPlatform, parse_platforms,
                               parse_torch_platforms)
 from .schema import Problems, load_yaml
 from tools.core.variant import DEFAULT_PLATFORM, dotted_key
@@ -132,7 +132,7 @@ class Table:
     cuda: dict[str, CudaEntry]
     torch: dict[str, TorchEntry]
     #: The wheel platforms, Linux x86_64 first (``tools.plan.table_platforms``).
-    platforms: dict[str, Platform] = field(
+    platforms: dict[str, TablePlatform] = field(
         default_factory=lambda: {DEFAULT_PLATFORM: DEFAULT})
 
     def torch_for_cuda(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> list[str]:

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.core.platforms import PLATFORMS, Platform
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
 from .schema import Problems
 
@@ -36,8 +37,9 @@ _TAG_RE = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
-class Platform:
-    """One wheel platform of the table (see the module docstring)."""
+class TablePlatform:
+    """One wheel platform of the table (see the module docstring): how its wheels are tagged
+    and built. Which platform it is (OS, arch) is its :attr:`identity`."""
 
     name: str
     tag: str
@@ -54,6 +56,12 @@ class Platform:
     #: CUDA version -> torch's own arch list for its wheels on this platform, where it differs.
     default_archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""
+
+    @property
+    def identity(self) -> Platform:
+        """The platform itself (``tools.core.platforms``): its OS and arch, as the selector
+        knows it."""
+        return PLATFORMS[self.name]
 
     def wheel_tag(self, manylinux: str) -> str:
         """The wheel platform tag of a cell on this platform: ``manylinux_2_28_aarch64``."""
@@ -73,7 +81,7 @@ class TorchOnPlatform:
 
 
 #: Linux x86_64 when a table has no ``platforms:`` (every cell was Linux x86_64 before).
-DEFAULT = Platform(DEFAULT_PLATFORM, "manylinux_{manylinux}_x86_64", "container",
+DEFAULT = TablePlatform(DEFAULT_PLATFORM, "manylinux_{manylinux}_x86_64", "container",
                    "the table's own torch rows and CUDA images, all read from Linux x86_64 wheels")
 
 
@@ -97,12 +105,12 @@ def _arch_lists(p: Problems, raw: Any, where: str, cudas: dict[str, Any]
     return out
 
 
-def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, Platform]:
+def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, TablePlatform]:
     """The table's ``platforms:`` section (``cudas``: its CUDA entries, by version); every
     problem goes to ``p``. Without the section, Linux x86_64 alone (:data:`DEFAULT`)."""
     if raw is None:
         return {DEFAULT_PLATFORM: DEFAULT}
-    out: dict[str, Platform] = {}
+    out: dict[str, TablePlatform] = {}
     for name, value in raw.items():
         where = f"platforms.{name}"
         if name not in PLATFORM_PART:
@@ -142,7 +150,7 @@ def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, P
                 if arch not in known:
                     p.add(f"{where}.default_archs.{cuda}",
                           f"sm_{arch} is not in what CUDA {cuda} compiles on {name}")
-        out[str(name)] = Platform(str(name), m["tag"], m["build"], m["source"], images,
+        out[str(name)] = TablePlatform(str(name), m["tag"], m["build"], m["source"], images,
                                   m.get("toolchain", ""), archs, defaults, m.get("note", ""))
     if DEFAULT_PLATFORM not in out and DEFAULT_PLATFORM not in (raw or {}):
         p.add(f"platforms.{DEFAULT_PLATFORM}", "required key is missing",
@@ -150,7 +158,7 @@ def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, P
     return out
 
 
-def parse_torch_platforms(p: Problems, raw: Any, where: str, platforms: dict[str, Platform],
+def parse_torch_platforms(p: Problems, raw: Any, where: str, platforms: dict[str, TablePlatform],
                           cudas: dict[str, Any]) -> dict[str, TorchOnPlatform]:
     """One torch row's ``platforms:`` (``where``: its key path)."""
     out: dict[str, TorchOnPlatform] = {}

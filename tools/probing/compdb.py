@@ -11,8 +11,8 @@ returns.
 
 The stand-in is written by distlib's ``ScriptMaker``: on POSIX a script whose shebang is this
 Python, on Windows ``ninja.exe``, distlib's console launcher with the script inside, since
-Windows finds only ``.exe`` files on PATH. Each function here that differs takes ``windows``
-(default: this machine's), so both are written and run on any machine.
+Windows finds only ``.exe`` files on PATH. Each function here that differs takes the ``host``
+(``tools.hostplat``; default: this machine's), so both are written and run on any machine.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from distlib.resources import finder
 from distlib.scripts import ScriptMaker, enquote_executable
 
 from tools.core.errors import ProbeError
-from tools.core.hostos import WINDOWS
+from tools.hostplat import HostOS, current
 from tools.pipeline.build_toolchain import build_process_env, pip_wheel_command
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.prelude import Prelude, prepare
@@ -51,10 +51,10 @@ _SHIM = '''\
 # it puts an empty object where each object would be, so the package's build goes on to its
 # next extension (or, without one, stops the build).
 import json, os, shutil, subprocess, sys
-REAL, OUT, STUB, WINDOWS = {real!r}, {out!r}, {stub!r}, {windows!r}
+REAL, OUT, STUB, EXECS = {real!r}, {out!r}, {stub!r}, {execs!r}
 args = sys.argv[1:]
 if any(a == "--version" or a.startswith("-t") for a in args):
-    if WINDOWS:  # Windows has no exec: os.execv starts the program and returns at once
+    if not EXECS:  # Windows has no exec: os.execv starts the program and returns at once
         sys.exit(subprocess.call([REAL, *args]))
     os.execv(REAL, [REAL, *args])
 directory, ninja_file = os.getcwd(), "build.ninja"
@@ -100,38 +100,24 @@ class Unit:
 
 
 
-def stand_in_object(path: Path, *, windows: bool = WINDOWS) -> Path | None:
+def stand_in_object(path: Path, *, host: HostOS = current()) -> Path | None:
     """An empty object file (an empty C file compiled), or None when no C compiler answers:
-    ``cc -c -x c /dev/null``; on Windows (``windows``) MSVC's ``cl /c`` of an empty ``.c`` file
-    beside ``path`` (``stand-in.obj``), which is removed after."""
-    cc = shutil.which("cl") if windows else shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not windows:
-        proc = subprocess.run([cc, "-c", "-x", "c", "/dev/null", "-o", str(path)],
-                              capture_output=True, timeout=120)
-        return path if proc.returncode == 0 else None
-    empty = path.with_suffix(".c")
-    empty.write_text("")
-    try:
-        proc = subprocess.run([cc, "/nologo", "/c", str(empty), f"/Fo{path}"],
-                              capture_output=True, timeout=120)
-    finally:
-        empty.unlink(missing_ok=True)
-    return path if proc.returncode == 0 and path.is_file() else None
+    ``cc -c -x c /dev/null``; on a Windows ``host`` (default: this machine's) MSVC's ``cl /c``
+    of an empty ``.c`` file beside ``path`` (``stand-in.obj``), which is removed after."""
+    return host.stand_in_object(path)
 
 
 class _ShimMaker(ScriptMaker):
-    """distlib's ScriptMaker writing for one platform, whichever this machine is: ``windows``
-    gives the launcher ``ninja.exe``, else a shebang script with its mode bits set. distlib
-    decides by ``os.name`` (``_is_nt``) and keeps its launchers' bytes only on Windows
-    (``_get_launcher``); both are set here, for distlib 0.4.4 (the project's pin)."""
+    """distlib's ScriptMaker writing for one platform, whichever this machine is: with
+    ``launchers`` (``HostOS.script_launchers``) the launcher ``ninja.exe``, else a shebang
+    script with its mode bits set. distlib decides by ``os.name`` (``_is_nt``) and keeps its
+    launchers' bytes only on Windows (``_get_launcher``); both are set here, for distlib 0.4.4
+    (the project's pin)."""
 
-    def __init__(self, source_dir: Path, target_dir: Path, *, windows: bool):
-        super().__init__(str(source_dir), str(target_dir), add_launchers=windows)
-        self._is_nt = windows
-        self.set_mode = not windows
+    def __init__(self, source_dir: Path, target_dir: Path, *, launchers: bool):
+        super().__init__(str(source_dir), str(target_dir), add_launchers=launchers)
+        self._is_nt = launchers
+        self.set_mode = not launchers
         self.variants = {""}            # ninja only, no ninja-3.12
         self.force = self.clobber = True
         self.executable = enquote_executable(sys.executable)
@@ -142,16 +128,16 @@ class _ShimMaker(ScriptMaker):
 
 
 def write_shim(bin_dir: Path, real_ninja: str, out: Path, stub: Path | None, *,
-               windows: bool = WINDOWS) -> Path:
+               host: HostOS = current()) -> Path:
     """Write the stand-in ninja into ``bin_dir`` (see the module docstring): ``ninja``, or
-    ``ninja.exe`` on Windows (``windows``); without a ``stub`` object it stops the package's
+    ``ninja.exe`` on a Windows ``host``; without a ``stub`` object it stops the package's
     build after the first ninja file."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ninja-shim-") as source:
         (Path(source) / "ninja").write_text(_SHIM.format(
-            real=real_ninja, out=str(out), stub=str(stub) if stub else None, windows=windows,
+            real=real_ninja, out=str(out), stub=str(stub) if stub else None, execs=host.execs,
             stop=STOP_STATUS))
-        made = _ShimMaker(Path(source), bin_dir, windows=windows).make("ninja")
+        made = _ShimMaker(Path(source), bin_dir, launchers=host.script_launchers).make("ninja")
     if len(made) != 1:
         raise ProbeError(f"the stand-in ninja was not written into {bin_dir} ({made})")
     return Path(made[0])
@@ -180,9 +166,9 @@ def read_units(record_dir: Path, tree: Path) -> list[Unit]:
 
 def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, *,
                      isolation: bool, timeout: float = CAPTURE_TIMEOUT,
-                     windows: bool = WINDOWS) -> list[Unit]:
+                     host: HostOS = current()) -> list[Unit]:
     """Run the package's build with the stand-in ninja and return the units it would compile
-    (``windows``: the stand-in and its object are Windows', default: this machine's).
+    (``host``: whose stand-in and object, default: this machine's).
 
     ProbeError when the build writes no compile commands (no ninja in the build environment,
     a build that doesn't use torch's ninja path, or one that failed before it got there).
@@ -195,9 +181,8 @@ def capture_commands(python: Path, tree: Path, env: dict[str, str], work: Path, 
                  "writes; add ninja to the recipe's build.requires")
     record_dir, log = work / "commands", work / "capture.log"
     shutil.rmtree(record_dir, ignore_errors=True)
-    stub = stand_in_object(work / "shim" / ("stand-in.obj" if windows else "stand-in.o"),
-                           windows=windows)
-    shim_dir = write_shim(work / "shim", real, record_dir, stub, windows=windows).parent
+    stub = host.stand_in_object(work / "shim" / f"stand-in{host.object_suffix}")
+    shim_dir = write_shim(work / "shim", real, record_dir, stub, host=host).parent
     cmd = pip_wheel_command(python, tree, work / "dist", isolation=isolation)
     full_env = build_process_env(python, env, first_on_path=(shim_dir,))
     with log.open("w") as fh:

@@ -21,17 +21,13 @@ before anything starts; a build that writes no compile commands is a ProbeError 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,7 +35,7 @@ from typing import Any, TextIO
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
 from tools.core.errors import CompileError, ProbeError
-from tools.core.hostos import WINDOWS
+from tools.hostplat import HostOS, current
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.compilelog import failing_file
 from tools.pipeline.report import Progress, reporting
@@ -209,109 +205,23 @@ def select_units(units: list[Unit], wanted: tuple[str, ...], *, count: int, tree
     return chosen, f"named by {where}"
 
 
-def _tree_rss(session: int, page: int) -> int:
-    """Summed RSS (bytes) of every live process in ``session``."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        # after "pid (comm)": state ppid pgrp session ... rss is field 24 of stat overall
-        if int(fields[3]) == session:
-            total += int(fields[21]) * page
-    return total
-
-
-def _kill_session(leader: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(leader, signal.SIGKILL)
-
-
-def _kill_tree_windows(proc: subprocess.Popen) -> None:
-    """Stop ``proc`` and every process it started (``taskkill /T /F``); ``proc`` alone when
-    taskkill can't."""
-    try:
-        done = subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)],
-                              capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        done = False
-    if not done and proc.poll() is None:
-        proc.kill()
-
-
-def _measure_windows(command: str, *, cwd: Path, env: dict[str, str], log: Path,
-                     timeout: float) -> tuple[int, float, int, int]:
-    """:func:`measure` on Windows: the command line under ``cmd.exe`` (``shell=True``), polled
-    every SAMPLE_SECONDS; memory is not measured (both peaks 0)."""
-    start = time.monotonic()
-    with log.open("w") as fh:
-        fh.write(f"$ cd {cwd} && {command}\n")
-        fh.flush()
-        proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT)
-    deadline, killed = start + timeout, False
-    try:
-        while proc.poll() is None:
-            if not killed and time.monotonic() > deadline:
-                _kill_tree_windows(proc)
-                killed = True
-            time.sleep(SAMPLE_SECONDS)
-    except BaseException:
-        # stopping the shard must stop the compiler it started
-        _kill_tree_windows(proc)
-        proc.wait()
-        raise
-    return -9 if killed else proc.returncode, time.monotonic() - start, 0, 0
-
-
 def measure(command: str, *, cwd: Path, env: dict[str, str], log: Path,
-            timeout: float = UNIT_TIMEOUT, windows: bool = WINDOWS) -> tuple[int, float, int, int]:
-    """Run one shell command line in its own session and measure it.
+            timeout: float = UNIT_TIMEOUT, host: HostOS = current()) -> tuple[int, float, int, int]:
+    """Run one shell command line in its own process tree and measure it, the way of ``host``
+    (default: this machine's; ``HostOS.measure``).
 
-    Returns (exit status, wall seconds, peak summed RSS of the session's processes sampled every
+    Returns (exit status, wall seconds, peak summed RSS of the tree's processes sampled every
     SAMPLE_SECONDS, largest single process's max RSS from wait4, which covers every descendant
     that was waited for; Linux counts the spawning process's resident pages to a child until it
-    execs, so this process's own size is a floor of it). A command past ``timeout`` is killed (status -9).
+    execs, so this process's own size is a floor of it). A command past ``timeout`` is killed
+    (status -9).
 
-    On Windows (``windows``, default: this machine's) there is no /proc, wait4 or session: the
-    command runs under ``cmd.exe``, a command past ``timeout`` has its process tree killed
-    (``taskkill /T /F``, status -9 all the same), and memory is not measured: both peaks are 0.
+    On Windows there is no /proc, wait4 or session: the command runs under ``cmd.exe``, a
+    command past ``timeout`` has its process tree killed (``taskkill /T /F``, status -9 all the
+    same), and memory is not measured: both peaks are 0.
     """
-    if windows:
-        return _measure_windows(command, cwd=cwd, env=env, log=log, timeout=timeout)
-    page = os.sysconf("SC_PAGE_SIZE")
-    start = time.monotonic()
-    with log.open("w") as fh:
-        fh.write(f"$ cd {cwd} && {command}\n")
-        fh.flush()
-        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    peak, deadline = 0, start + timeout
-    try:
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            peak = max(peak, _tree_rss(proc.pid, page))
-            if time.monotonic() > deadline:
-                _kill_session(proc.pid)
-            time.sleep(SAMPLE_SECONDS)
-    except BaseException:
-        # The compiler runs in its own session: stopping the probe must stop it too.
-        _kill_session(proc.pid)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(proc.pid, 0)
-        proc.returncode = -9
-        raise
-    proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
-    seconds = time.monotonic() - start
-    single = usage.ru_maxrss * 1024  # KiB on Linux
-    return proc.returncode, seconds, max(peak, single), single
+    return host.measure(command, cwd=cwd, env=env, log=log, timeout=timeout,
+                        sample=SAMPLE_SECONDS)
 
 
 def first_error(text: str) -> str | None:
