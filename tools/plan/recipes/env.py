@@ -170,7 +170,9 @@ def parse_env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVa
         if refused:
             p.add(where, refused[0], refused[1])
             continue
-        m = p.shaped(entry, where) or {}
+        m = p.shaped(entry, where)
+        if m is None:
+            continue
         p.reason(m["reason"], f"{where}.reason")
         out.append(EnvVar(name, m["value"], m["reason"]))
     return tuple(out)
