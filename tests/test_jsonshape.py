@@ -185,3 +185,14 @@ def test_ecma_pattern_keeps_a_dollar_in_a_class_or_escaped():
     from tools.plan.jsonshape import ecma_pattern
     assert ecma_pattern("^[a$]+$").pattern == r"^[a$]+\Z"
     assert ecma_pattern(r"^\$x$").search("$x") and not ecma_pattern(r"^\$x$").search("$x\n")
+
+
+def test_keep_bounded_names_a_bound_but_keeps_the_value(schema_file):
+    """A runner's figures: ``size: 9`` is named and still read; a wrong type never is."""
+    p = Problems(schema_file.parent / "thing.yaml", RecipeError)
+    data = {**GOOD, "size": 9, "name": "Box", "count": "x"}
+    check_shape(p, data, schema_file, keep_bounded=True)
+    assert lines(p) == ["name: 'Box' is not lowercase letters",
+                        "size: 9 is not a size (above 0, at most 8)",
+                        "count: must be an integer, got a string ('x')"]
+    assert p.shaped(data, "") == {**GOOD, "size": 9, "name": "Box"}

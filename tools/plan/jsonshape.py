@@ -85,6 +85,9 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Any:
         yield ValidationError(f"{_VALUE.repr(instance)} does not match {pattern!r}")
 
 
+#: What makes a value unreadable, whatever ``keep_bounded`` says: the wrong type, a required
+#: key missing.
+_UNREADABLE = ("type", "required")
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 #: Draft 2020-12, with ``integer`` meaning a whole number written as one, every bound refusing
 #: NaN and the infinities, and ``$`` in a pattern the end of the text, as ECMA-262 has it.
@@ -137,10 +140,13 @@ def _resolve(root: dict, node: dict) -> dict:
     return node
 
 
-def check_shape(p: Problems, instance: Any, schema_file: Path, key: str = "") -> None:
+def check_shape(p: Problems, instance: Any, schema_file: Path, key: str = "", *,
+                keep_bounded: bool = False) -> None:
     """Check ``instance`` against the schema in ``schema_file`` (with ``key``: against the
     schema of the document's top-level ``key``, ``instance`` being its value), every error into
-    ``p`` and every refused value into ``p.refused``.
+    ``p`` and every refused value into ``p.refused``. With ``keep_bounded``, a value of the
+    right type that breaks a pattern, an enum or a bound is named but still read, so that the
+    rules across fields that use it are checked in the same run (a runner's figures).
 
     Done once per document: a block parser checks its own block this way when it is called on
     its own, and does nothing when the whole document was checked first."""
@@ -158,7 +164,10 @@ def check_shape(p: Problems, instance: Any, schema_file: Path, key: str = "") ->
     refused: list[list] = []
     said: set[tuple[str, str]] = set()
     for error in validator.iter_errors(_json_copy(instance)):
-        refused += _report(p, error, base, said)
+        found = _report(p, error, base, said, root)
+        if not keep_bounded or error.validator in _UNREADABLE:
+            refused += found
+            p.refused.update(where for where in map(_where, found) if where)
     _propagate(p, root, refused)
 
 
@@ -180,9 +189,10 @@ def _where(tokens: list) -> str:
     return out
 
 
-def _report(p: Problems, error: ValidationError, base: list, said: set) -> list[list]:
-    """Add ``error`` to ``p`` as a problem (file, key path, rule, fix); the key paths whose
-    values it refuses."""
+def _report(p: Problems, error: ValidationError, base: list, said: set, root: dict
+            ) -> list[list]:
+    """Add ``error`` to ``p`` as a problem (file, key path, rule, fix); the key path whose value
+    it breaks (none for an unknown key, refused here: nothing reads it)."""
     tokens = base + list(error.absolute_path)
     if "propertyNames" in error.relative_schema_path:
         tokens.append(error.instance)  # the key itself broke the rule
@@ -201,7 +211,8 @@ def _report(p: Problems, error: ValidationError, base: list, said: set) -> list[
         said.add((where, kind))
         for name in error.validator_value:
             if name not in error.instance:
-                kinds = schema.get("properties", {}).get(name, {}).get("type", "object")
+                named = schema.get("properties", {}).get(name, {})
+                kinds = _resolve(root, named).get("type", "object")
                 p.add(join_path(where, name), "required key is missing",
                       f"add `{name}:` ({_type_names(kinds)})")
     elif kind == "type":
@@ -216,8 +227,6 @@ def _report(p: Problems, error: ValidationError, base: list, said: set) -> list[
             return []  # two bounds of one value broken alike (NaN breaks both)
         said.add((where, rule))
         p.add(where or "(top level)", rule, _fix(schema, kind))
-    if where:
-        p.refused.add(where)
     return [tokens]
 
 
