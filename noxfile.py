@@ -1,9 +1,10 @@
 # /// script
 # requires-python = ">=3.10"
-# # What listing the sessions needs: the planner reads YAML recipes and compares versions. nox
-# # re-runs itself in an environment with these when the one it was installed in lacks them
-# # (`pipx install nox`, `uv tool install nox`); `.venv/bin/nox` after `make setup` has them.
-# dependencies = ["nox>=2025.2.9", "PyYAML>=6", "packaging>=24"]
+# # What listing the sessions needs: the planner reads YAML recipes, checks their shape against
+# # a JSON Schema and compares versions. nox re-runs itself in an environment with these when
+# # the one it was installed in lacks them (`pipx install nox`, `uv tool install nox`);
+# # `.venv/bin/nox` after `make setup` has them.
+# dependencies = ["nox>=2025.2.9", "PyYAML>=6", "jsonschema>=4.18", "packaging>=24"]
 # ///
 """Sessions: one ``build-<cell id>`` per matrix cell, plus tests, lint and recipe checks.
 

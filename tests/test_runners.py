@@ -4,13 +4,14 @@ bad input named with its field, rule and fix."""
 from __future__ import annotations
 
 import copy
+from dataclasses import fields
 
 import pytest
 import yaml
 
 from tools.core.errors import PlanError
 from tools.plan.recipes.model import load_all
-from tools.plan.runners import RUNNERS_PATH, load_runners, parse_runners
+from tools.plan.runners import RUNNERS_PATH, Runner, load_runners, parse_runners
 
 #: A valid runner file: GitHub's standard runner, and one recipe on a larger one.
 GOOD = {
@@ -150,3 +151,33 @@ def test_not_a_runner_file():
 def test_an_unreadable_file_is_named(tmp_path):
     with pytest.raises(PlanError, match="runners.yaml: cannot be read"):
         load_runners(tmp_path / "runners.yaml")
+
+
+def test_the_runner_files_shape_is_a_published_json_schema():
+    """``runners.schema.json``: valid draft 2020-12, a description on every figure, and the
+    repository's runner file satisfies it, as an editor checks it."""
+    import json
+
+    from jsonschema import Draft202012Validator
+
+    from tools.plan.runners import RUNNERS_SCHEMA_FILE
+    from tools.plan.schema import load_yaml
+    schema = json.loads(RUNNERS_SCHEMA_FILE.read_text())
+    Draft202012Validator.check_schema(schema)
+    figures = {k: v for k, v in schema["$defs"].items() if k != "override"}
+    assert set(figures) == {f.name for f in fields(Runner)}
+    assert all(v.get("description") for v in [*figures.values(), *schema["properties"].values()])
+    data = load_yaml(RUNNERS_PATH, PlanError)
+    assert list(Draft202012Validator(schema).iter_errors(data)) == []
+
+
+def test_a_figure_out_of_bounds_is_named_and_the_rules_between_figures_still_run():
+    """The schema names ``cores: 0`` and keeps the figure, so the budget's rule is named in the
+    same run."""
+    def change(d):
+        d["default"].update(cores=0, budget_hours=7)
+    with pytest.raises(PlanError) as info:
+        parse(_broken(change))
+    assert "default.cores: must be more than 0\n    fix: write the runner's core count" in \
+        str(info.value)
+    assert "default.budget_hours: 7 h leaves nothing" in str(info.value)

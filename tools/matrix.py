@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.format in SCHEDULE_FORMATS:
         # Here, not at the top: the schedule reads the ledger (tools.sitegen, Jinja2), and the
         # noxfile lists its sessions through this command from nox's own environment, which has
-        # only PyYAML and packaging.
+        # only PyYAML, jsonschema and packaging.
         from tools.releasing.schedule import as_markdown
         from tools.releasing.steps import Sources, schedule_of
         found = schedule_of(Sources(args.recipes, args.table, args.runners, args.limits),

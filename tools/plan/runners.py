@@ -15,25 +15,28 @@ from the same recipes: the plan (``tools.plan.stages``) sizes jobs and shards fo
 and every job it plans carries its runner's label, which the workflow runs it on.
 
 Read strictly, like the table and the recipes (``tools.plan.schema``): every problem names the
-file, the field, the rule and the fix, all of them in one error.
+file, the field, the rule and the fix, all of them in one error. The file's shape (the keys,
+each figure's type and bound, a label runs-on takes) is the JSON Schema ``runners.schema.json``
+beside this module; the rules between figures (the build's memory within the machine's, the
+budget within the job limit, the setup within the budget) are here.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
+from .jsonshape import check_shape
 from .schema import Problems, load_yaml
 
 #: The runner file the plan reads when no other is named.
 RUNNERS_PATH = RECIPES_DIR / "runners.yaml"
-RUNNERS_SCHEMA = 1
-#: A ``runs-on`` label: what GitHub's labels are made of (no spaces, no expression syntax).
-_LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: The runner file's shape: its keys, each figure's type and bound, a label runs-on takes (no
+#: spaces, no expression syntax).
+RUNNERS_SCHEMA_FILE = Path(__file__).with_name("runners.schema.json")
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,6 @@ class Runner:
     def setup_hours(self) -> float:
         """The setup every job pays, in hours."""
         return self.setup_minutes / 60
-
-
-#: The figures a runner entry has, with their types (``reason`` besides them).
-_FIELDS = {"label": str, "cores": int, "memory_gib": (int, float),
-           "build_memory_gib": (int, float), "disk_gib": (int, float),
-           "job_limit_hours": (int, float), "budget_hours": (int, float),
-           "setup_minutes": (int, float)}
 
 
 @dataclass(frozen=True)
@@ -88,21 +84,13 @@ class Runners:
 
 def _check_runner(p: Problems, runner: Runner, where: str,
                   only: set[str] | None = None) -> None:
-    """The rules a complete runner keeps, each reported at ``where``; with ``only``, just the
-    problems of those fields (an override whose default is wrong: its own figures)."""
+    """The rules between a complete runner's figures, each reported at ``where``; with ``only``,
+    just the problems of those fields (an override whose default is wrong: its own figures).
+    Each figure's own bound is the schema's."""
     def add(name: str, reason: str, fix: str | None = None) -> None:
         if only is None or name in only:
             p.add(f"{where}.{name}", reason, fix)
 
-    if not _LABEL_RE.fullmatch(runner.label):
-        add("label", f"{runner.label[:40]!r} is not a runner label",
-            "use the label runs-on takes: letters, digits, '.', '_' and '-'")
-    for name in ("cores", "memory_gib", "build_memory_gib", "disk_gib", "job_limit_hours",
-                 "budget_hours"):
-        if getattr(runner, name) <= 0:
-            add(name, "must be more than 0")
-    if runner.setup_minutes < 0:
-        add("setup_minutes", "must not be negative")
     if runner.build_memory_gib > runner.memory_gib:
         add("build_memory_gib",
             f"{runner.build_memory_gib} GiB is more than the runner's {runner.memory_gib} GiB",
@@ -125,29 +113,25 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None) -> 
     (``tools.core.variant.PLATFORM_PART``); one whose platform a table lacks is never used."""
     platforms = set(PLATFORM_PART)
     p = Problems(path, PlanError)
-    top = p.entry(raw, "", {"schema": int, "default": dict}, {"packages": dict, "platforms": dict})
-    if top is None:
+    # a figure out of its bound is named and still read: the rules between figures run too
+    check_shape(p, raw, RUNNERS_SCHEMA_FILE, keep_bounded=True)
+    top = p.shaped(raw, "")
+    entry = p.shaped((top or {}).get("default"), "default")
+    if top is None or entry is None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a runner file")
-    if top["schema"] != RUNNERS_SCHEMA:
-        p.add("schema", f"must be {RUNNERS_SCHEMA}", "this checkout reads runner files of "
-                                                     f"schema {RUNNERS_SCHEMA}")
-    entry = p.entry(top["default"], "default", {**_FIELDS, "reason": str})
-    if entry is None:
-        p.raise_if_any()
     p.reason(entry["reason"], "default.reason")
     default = Runner(**{f.name: entry[f.name] for f in fields(Runner)})
-    before = len(p.items)
     _check_runner(p, default, "default")
     # An override inherits the default's figures: while those are wrong, only the override's own
     # fields are checked, so a problem of the default is named once, not under every override.
-    default_ok = len(p.items) == before
+    default_ok = not any(item.startswith("default.") for item in p.items)
     overrides: dict[str, Runner] = {}
     by_platform: dict[str, Runner] = {}
     for section, names, unknown, into in (
             ("packages", packages, "no recipe has this name", overrides),
             ("platforms", platforms, "no platform has this name", by_platform)):
-        for name, value in (top.get(section) or {}).items():
+        for name, value in (p.shaped(top.get(section), section) or {}).items():
             where = f"{section}.{name}"
             if names is not None and name not in names:
                 p.add(where, unknown, f"use a {'recipe' if section == 'packages' else 'platform'}"
@@ -157,8 +141,8 @@ def parse_runners(raw: object, path: Path, packages: set[str] | None = None) -> 
                 p.add(where, f"{DEFAULT_PLATFORM} runs on the default runner",
                       "change default: instead")
                 continue
-            got = p.mapping(value, where, {"reason": str}, _FIELDS)
-            if got is None or "reason" not in got:
+            got = p.shaped(value, where)
+            if got is None:
                 continue
             p.reason(got["reason"], f"{where}.reason")
             if len(got) == 1:

@@ -146,6 +146,11 @@ class Problems:
     path: Path
     error: type[CuwheelsError]
     items: list[str] = field(default_factory=list)
+    #: Key paths whose values a JSON Schema refused (``tools.plan.jsonshape``): the code reads
+    #: around them (:meth:`usable`, :meth:`shaped`), so nothing is reported twice.
+    refused: set[str] = field(default_factory=set)
+    #: The parts of the document already checked against its schema ("" for the whole).
+    checked: set[str] = field(default_factory=set)
 
     def add(self, where: str, reason: str, fix: str | None = None) -> None:
         """Record that the value at key path ``where`` breaks a rule."""
@@ -162,6 +167,17 @@ class Problems:
             body = "\n".join(f"  - {item}" for item in self.items)
             raise self.error(f"{self.path}: {count}:\n{body}")
 
+    def usable(self, where: str) -> bool:
+        """Whether the value at key path ``where`` passed the schema (or wasn't checked)."""
+        return where not in self.refused
+
+    def shaped(self, value: Any, where: str) -> dict[str, Any] | None:
+        """The mapping ``value`` at ``where`` without the keys the schema refused, or None
+        when it is no mapping or the schema refused it (a required key missing or refused)."""
+        if not isinstance(value, dict) or where in self.refused:
+            return None
+        return {k: v for k, v in value.items() if join_path(where, k) not in self.refused}
+
     def mapping(self, value: Any, where: str, required: Mapping[str, type | tuple],
                 optional: Mapping[str, type | tuple] | None = None) -> dict[str, Any] | None:
         """Check that ``value`` is a mapping with exactly the allowed keys of the allowed types.
@@ -171,22 +187,22 @@ class Problems:
         """
         optional = optional or {}
         if not isinstance(value, dict):
-            self.add(where or "(top level)", f"must be a mapping, got {_describe(value)}")
+            self.add(where or "(top level)", f"must be a mapping, got {describe(value)}")
             return None
         known = {**required, **optional}
         for key in value:
             if key not in known:
                 allowed = ", ".join(sorted(known))
-                self.add(_join(where, key), "unknown key",
+                self.add(join_path(where, key), "unknown key",
                          f"remove it or use one of: {allowed}")
         out: dict[str, Any] = {}
         for key, kind in known.items():
             if key not in value:
                 if key in required:
-                    self.add(_join(where, key), "required key is missing",
+                    self.add(join_path(where, key), "required key is missing",
                              f"add `{key}:` ({_type_name(kind)})")
                 continue
-            if self.typed(value[key], _join(where, key), kind):
+            if self.typed(value[key], join_path(where, key), kind):
                 out[key] = value[key]
         return out
 
@@ -203,7 +219,7 @@ class Problems:
         ok = any(isinstance(value, k) and not (isinstance(value, bool) and k in (int, float))
                  for k in kinds)
         if not ok:
-            self.add(where, f"must be {_type_name(kind)}, got {_describe(value)}",
+            self.add(where, f"must be {_type_name(kind)}, got {describe(value)}",
                      "quote version numbers (\"12.8\") so YAML keeps them as strings"
                      if str in kinds and isinstance(value, (int, float)) else None)
         return ok
@@ -241,7 +257,8 @@ class Problems:
                      "write one sentence saying why this line exists")
 
 
-def _join(where: str, key: Any) -> str:
+def join_path(where: str, key: Any) -> str:
+    """``where.key``, or ``key`` at the top level: a key path as messages write it."""
     return f"{where}.{key}" if where else str(key)
 
 
@@ -256,7 +273,8 @@ _SHORT.maxlist = _SHORT.maxdict = _SHORT.maxset = 3
 _SHORT.maxlevel = 2
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A value's type and a short repr of it, as messages show a wrong value."""
     if value is None:
         return "nothing (null)"
     # reprlib stops early: the repr of a huge value is never built whole

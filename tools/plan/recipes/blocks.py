@@ -1,7 +1,8 @@
 """The recipe's optional blocks that other pipeline steps read: ``check`` (the GPU kernel check,
 ``tools.kernelcheck``), ``probe`` (the units ``tools.probe`` compiles) and ``depends`` (other
 recipes whose wheel of the same cell this package needs, ``tools.matrix`` and ``tools.builder.needs``).
-Parsed strictly, like the rest of a recipe (``tools.recipe``), into a shared ``Problems``.
+Parsed strictly, like the rest of a recipe (``tools.recipe``), into a shared ``Problems``: each
+block's shape is the recipe schema's (``tools.plan.recipes.shape``), what it names is checked here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .shape import check_block_shape
 from ..schema import Problems
 
 #: A recipe folder's (and package key's) name.
@@ -42,7 +44,6 @@ class Dependency:
     reason: str
 
 
-_CHECK_FILE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")
 #: The check file's conventional name: present in a folder, it must be declared.
 CHECK_FILE = "check.py"
 
@@ -54,14 +55,11 @@ def parse_kernel_check(p: Problems, raw: object, folder: Path) -> KernelCheck | 
             p.add("check", f"{CHECK_FILE} is in the recipe folder but not declared",
                   f"add check: {{file: {CHECK_FILE}, reason: what it compares}}, or delete it")
         return None
-    m = p.entry(raw, "check", {"file": str, "reason": str})
+    check_block_shape(p, raw, "check")  # a Python file name alone: the schema's
+    m = p.shaped(raw, "check")
     if m is None:
         return None
     p.reason(m["reason"], "check.reason")
-    if not _CHECK_FILE_RE.fullmatch(m["file"]):
-        p.add("check.file", f"{m['file']!r} is not a Python file name in the recipe folder",
-              f"name it like {CHECK_FILE}, beside recipe.yaml")
-        return None
     path = folder / m["file"]
     if not path.is_file():
         p.add("check.file", f"{m['file']} is declared but does not exist beside recipe.yaml",
@@ -74,29 +72,25 @@ def parse_probe(p: Problems, raw: object) -> ProbeSpec | None:
     absolute or with ``..``), with the reason."""
     if raw is None:
         return None
-    m = p.entry(raw, "probe", {"units": list, "reason": str})
+    check_block_shape(p, raw, "probe")  # each unit a path inside the tree: the schema's
+    m = p.shaped(raw, "probe")
     if m is None:
         return None
     p.reason(m["reason"], "probe.reason")
-    units = p.strings(m["units"], "probe.units")
+    units = tuple(m["units"])
     p.once(units, "probe.units", "unit")
-    outside = [(i, u) for i, u in enumerate(units or ())
-               if u.startswith("/") or ".." in u.split("/") or "\\" in u or "\0" in u]
-    for i, unit in outside:
-        p.add(f"probe.units[{i}]", f"{unit[:200]!r} is not a path inside the source tree",
-              "write the unit's path relative to the sdist's top folder, e.g. "
-              "csrc/flash_api.cpp: not absolute, no '..'")
-    return ProbeSpec(units, m["reason"]) if units and not outside else None
+    return ProbeSpec(units, m["reason"])
 
 
 def parse_depends(p: Problems, raw: list, package: str) -> tuple[Dependency, ...]:
     """``depends``: other recipes by folder name, each once, never the recipe itself. Whether
     they exist and build every cell this one does is checked where all recipes are known
     (``tools.plan.cells.plan``)."""
-    out = []
-    for i, entry in enumerate(raw):
+    check_block_shape(p, raw, "depends")
+    out: list[Dependency] = []
+    for i, entry in enumerate(raw if isinstance(raw, list) and p.usable("depends") else ()):
         where = f"depends[{i}]"
-        m = p.entry(entry, where, {"package": str, "reason": str})
+        m = p.shaped(entry, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")

@@ -1,17 +1,16 @@
 """A recipe's build variables: ``arch_env`` (the variable through which a package reads its arch
 list) and ``env`` (its own switches), each checked against what only the system, the tools or
-the pipeline may set. Part of loading a recipe (tools.plan.recipes.model)."""
+the pipeline may set. Part of loading a recipe (tools.plan.recipes.model); the blocks' shape
+(names UPPER_CASE, values one line, the styles) is the recipe schema's."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from .shape import check_block_shape
 from ..schema import Problems
 
-#: How a package reads its arch list: "plain" is "80;90;120", "torch" is TORCH_CUDA_ARCH_LIST's
-#: "8.0;9.0;12.0".
-ARCH_STYLES = ("plain", "torch")
 #: Variables the pipeline sizes or sets itself; a recipe asking for them is pointed elsewhere.
 RESERVED_ENV = {
     "MAX_JOBS": "it is sized from cores and memory: set build.job_memory_gib instead",
@@ -116,13 +115,8 @@ ENV_RULES = (
             "a tool searches the folders it names for programs, headers, libraries, sources or "
             "settings outside the verified sdist"),
 )
-#: The longest variable value (the longest a recipe sets is 19 characters).
-MAX_ENV_VALUE = 4096
-_ENV_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 #: A package's own variable: two words at least (FORCE_CUDA, FLASH_ATTENTION_FORCE_BUILD).
 _OWN_ENV_RE = re.compile(r"[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9]")
-#: A control character (a newline would start another line of the build's environment).
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -145,15 +139,12 @@ class EnvVar:
 
 def parse_arch_env(p: Problems, raw: object) -> ArchEnv | None:
     """The recipe's ``arch_env`` block, checked (None when absent or broken)."""
-    m = p.entry(raw, "arch_env", {"name": str, "style": str, "reason": str})
+    if raw is not None:
+        check_block_shape(p, raw, "arch_env")
+    m = p.shaped(raw, "arch_env")
     if m is None:
         return None
-    if m["style"] not in ARCH_STYLES:
-        p.add("arch_env.style", f"{m['style']!r} is not one of {', '.join(ARCH_STYLES)}",
-              "plain: 80;90;120, torch: 8.0;9.0;12.0")
-    if not _ENV_RE.fullmatch(m["name"]):
-        p.add("arch_env.name", f"{m['name']!r} is not an environment variable name")
-    elif m["name"] != "TORCH_CUDA_ARCH_LIST":
+    if m["name"] != "TORCH_CUDA_ARCH_LIST":
         refused = env_name_refused(m["name"])
         if refused:
             p.add("arch_env.name", refused[0], refused[1])
@@ -163,15 +154,12 @@ def parse_arch_env(p: Problems, raw: object) -> ArchEnv | None:
 
 def parse_env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVar, ...]:
     """The recipe's ``env`` block: its own variables, each with a reason, none the system's."""
-    if not isinstance(raw, dict):
-        p.add("env", "must be a mapping of NAME: {value, reason}")
-        return ()
-    out = []
-    for name, entry in raw.items():
+    check_block_shape(p, raw, "env")
+    out: list[EnvVar] = []
+    for name, entry in (raw.items() if isinstance(raw, dict) and p.usable("env") else ()):
         where = f"env.{name}"
-        if not isinstance(name, str) or not _ENV_RE.fullmatch(name):
-            p.add(where, f"{name!r} is not an UPPER_CASE environment variable name")
-            continue
+        if not p.usable(where):
+            continue  # a name that is no UPPER_CASE one, or an entry of the wrong shape
         if name in RESERVED_ENV:
             p.add(where, f"{name} is set by the pipeline", RESERVED_ENV[name])
             continue
@@ -182,17 +170,10 @@ def parse_env(p: Problems, raw: object, arch_env: ArchEnv | None) -> tuple[EnvVa
         if refused:
             p.add(where, refused[0], refused[1])
             continue
-        m = p.entry(entry, where, {"value": str, "reason": str})
+        m = p.shaped(entry, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
-        if _CONTROL_RE.search(m["value"]):
-            p.add(f"{where}.value", "contains a newline or another control character",
-                  "one line of printable text: the value is written into the build's "
-                  "environment lines as it is")
-        elif len(m["value"]) > MAX_ENV_VALUE:
-            p.add(f"{where}.value", f"is {len(m['value'])} characters long (at most "
-                  f"{MAX_ENV_VALUE})")
         out.append(EnvVar(name, m["value"], m["reason"]))
     return tuple(out)
 

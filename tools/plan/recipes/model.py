@@ -3,13 +3,15 @@
 A recipe is plain data that narrows the global table: which CUDA versions, which torch series for
 each (a range of the table's series, ``tools.plan.recipes.torch``), which Python versions and which
 GPU architectures one package is built for, and how (its sdist, its own build environment
-variables, its patches). Every rule broken is reported with the file, the key, the rule and the
-fix; ``python -m tools.recipe`` checks every recipe and exits non-zero when any is wrong.
+variables, its patches). Its shape (keys, types, patterns, ranges) is the JSON Schema
+``recipe.schema.json`` (``tools.plan.recipes.shape``); the rules across its fields and against
+the table and the folder are here and in the package's other modules. Every rule broken is
+reported with the file, the key, the rule and the fix; ``python -m tools.recipe`` checks every
+recipe and exits non-zero when any is wrong.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import urllib.parse
@@ -23,44 +25,22 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import RecipeError
-from .blocks import (PACKAGE_RE, Dependency, KernelCheck, ProbeSpec, parse_depends,
+from .blocks import (Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
 from .env import ArchEnv, EnvVar, parse_arch_env, parse_env
 from .platforms import PlatformChoice, archs_on, parse_platforms
 from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
+from .shape import check_recipe_shape
 from ..schema import Problems, load_yaml
 from ..table import Table, arch_key, load_table, version_key
 from tools.core.variant import DEFAULT_PLATFORM
 
-RECIPE_SCHEMA = 1
 RECIPE_FILE = "recipe.yaml"
 
-#: What a binary's Python side depends on: ``cpython`` one build per interpreter (``cp312-cp312``),
-#: ``abi3`` CPython's limited API from ``python_from`` on (``cp310-abi3``), ``none`` no Python C API
-#: at all (a torch op library loaded by ``torch.ops.load_library``; ``py3-none``).
-PYTHON_ABIS = ("cpython", "abi3", "none")
-#: What it depends on of torch: ``exact`` torch's C++ API, one build per torch series; ``stable``
-#: only torch's stable C shim (``aoti_torch_*``, ``torch_*``; ``TORCH_TARGET_VERSION``), one build
-#: per CUDA version serving every listed series from ``torch_from`` on.
-TORCH_ABIS = ("exact", "stable")
-#: The most GiB one compile job may be sized for (flash-attn's, the largest, is 7).
-MAX_JOB_MEMORY_GIB = 256
-#: The most threads of nvcc's --threads (one per arch of a compile: no list has 64).
-MAX_NVCC_THREADS = 64
-#: The highest build number (each rebuild of a version raises it by one).
-MAX_BUILD_NUMBER = 9999
-#: The largest wheel size per arch a recipe may state (GitHub takes release assets under 2 GiB).
-MAX_WHEEL_MIB_PER_ARCH = 2048
-
-#: A file name alone: letters, digits and ._+- (PEP 625 sdist names are narrower still).
-_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-#: A PyPI project name (PEP 508).
-_PROJECT_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+# The shape's limits (the ABI kinds, the most GiB of a compile job, nvcc's threads, the build
+# number, a wheel's MiB per arch, the names of files, projects and modules) are the schema's.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_PATCH_RE = re.compile(r"\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
-_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -104,7 +84,13 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class Abi:
-    """What the built binary depends on, which decides how many builds serve the matrix.
+    """What the built binary depends on, which decides how many builds serve the matrix:
+    ``python`` is ``cpython`` (one build per interpreter, ``cp312-cp312``), ``abi3`` (CPython's
+    limited API from ``python_from`` on, ``cp310-abi3``) or ``none`` (no Python C API at all: a
+    torch op library loaded by ``torch.ops.load_library``, ``py3-none``); ``torch`` is ``exact``
+    (torch's C++ API, one build per torch series) or ``stable`` (only torch's stable C shim,
+    ``TORCH_TARGET_VERSION``: one build per CUDA version serving every series from
+    ``torch_from`` on).
 
     The default (no ``abi:`` block) is one build per Python and per torch series.
     """
@@ -215,29 +201,20 @@ class Recipe:
 def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     """Validate parsed YAML as a recipe at ``path`` (which fixes the package and patch folder)."""
     p = Problems(path, RecipeError)
-    top = p.mapping(data, "", {
-        "schema": int, "package": str, "summary": str, "source": dict, "imports": list,
-        "python": str, "cuda": dict, "archs": (str, dict), "arch_env": dict, "build": dict,
-    }, {"env": dict, "patches": list, "abi": dict, "check": dict, "probe": dict,
-        "depends": list, "torch": dict, "exclude": list, "platforms": dict})
-    if top is None:
+    check_recipe_shape(p, data)
+    if not isinstance(data, dict):
         p.raise_if_any()
-    if "schema" in top and top["schema"] != RECIPE_SCHEMA:
-        p.add("schema", f"version {top['schema']} is not understood", f"use schema: {RECIPE_SCHEMA}")
+    # the values the schema took; each block's parser reads its raw block and skips what the
+    # schema refused (Problems.shaped), so nothing is reported twice
+    top = p.shaped(data, "") or {}
 
     package = top.get("package", "")
     if package and package != path.parent.name:
         p.add("package", f"{package!r} differs from the folder name {path.parent.name!r}",
               "the package key and the recipe folder must have the same name")
-    elif package and not PACKAGE_RE.fullmatch(package):
-        p.add("package", f"{package!r} must be lowercase letters, digits and underscores",
-              f"use {re.sub(r'[^a-z0-9_]', '_', package.lower())!r} (also rename the folder)")
 
-    source = _source(p, top.get("source"))
-    imports = p.strings(top["imports"], "imports") if "imports" in top else None
-    for i, mod in enumerate(imports or ()):
-        if not _MODULE_RE.fullmatch(mod):
-            p.add(f"imports[{i}]", f"{mod!r} is not an importable module name")
+    source = _source(p, data.get("source"))
+    imports = tuple(top["imports"]) if "imports" in top else None
     p.once(imports, "imports", "module")
 
     spec = SpecifierSet()
@@ -247,20 +224,20 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
         except InvalidSpecifier:
             p.add("python", f"{top['python']!r} is not a PEP 440 specifier", 'write e.g. ">=3.9"')
 
-    torch = parse_torch_targets(p, top.get("cuda"), top.get("torch"), top.get("exclude"),
+    torch = parse_torch_targets(p, data.get("cuda"), data.get("torch"), data.get("exclude"),
                                 table, spec)
     targets = torch.cuda
-    archs = _archs(p, top.get("archs"), targets, table)
-    arch_env = parse_arch_env(p, top.get("arch_env"))
-    env = parse_env(p, top.get("env") or {}, arch_env)
-    build = _build(p, top.get("build"))
-    patches = _patches(p, top.get("patches") or [], path.parent / "patches")
+    archs = _archs(p, data.get("archs"), targets, table)
+    arch_env = parse_arch_env(p, data.get("arch_env"))
+    env = parse_env(p, data.get("env") or {}, arch_env)
+    build = _build(p, data.get("build"))
+    patches = _patches(p, data.get("patches") or [], path.parent / "patches")
     check_patch_scopes(p, patches, torch, table, spec)
-    abi = _abi(p, top["abi"], targets, table) if "abi" in top else Abi()
-    check = parse_kernel_check(p, top.get("check"), path.parent)
-    probe = parse_probe(p, top.get("probe"))
-    depends = parse_depends(p, top.get("depends") or [], package)
-    platforms = parse_platforms(p, top.get("platforms"), tuple(t.cuda for t in targets), archs,
+    abi = _abi(p, data["abi"], targets, table) if "abi" in top else Abi()
+    check = parse_kernel_check(p, data.get("check"), path.parent)
+    probe = parse_probe(p, data.get("probe"))
+    depends = parse_depends(p, data.get("depends") or [], package)
+    platforms = parse_platforms(p, data.get("platforms"), tuple(t.cuda for t in targets), archs,
                                 table)
 
     p.raise_if_any()
@@ -270,30 +247,20 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
 
 
 def _source(p: Problems, raw: object) -> Source | None:
-    m = p.entry(raw, "source", {"pypi": str, "version": str, "sdist": str, "sha256": str,
-                                "url": str})
+    """``source``: its version a PEP 440 version, its sdist that version's, its URL the
+    sdist's (the names, the digest and the file name's form are the schema's)."""
+    m = p.shaped(raw, "source")
     if m is None:
         return None
-    if not _SHA_RE.fullmatch(m["sha256"]):
-        p.add("source.sha256", f"{m['sha256']!r} is not 64 lowercase hex digits",
-              "copy the sha256 digest from the registry's file listing")
-    if not _PROJECT_RE.fullmatch(m["pypi"]):
-        p.add("source.pypi", f"{m['pypi']!r} is not a PyPI project name",
-              "write the name as the registry spells it, e.g. causal-conv1d")
     try:
         Version(m["version"])
     except InvalidVersion:
         p.add("source.version", f"{m['version']!r} is not a PEP 440 version",
               "write the release as the registry lists it, e.g. \"1.7.0\"")
+    # A plain file name ending in .tar.gz (the schema's: it becomes a path in the work folder,
+    # written there and deleted on a hash mismatch), of this project and version.
     stem = m["sdist"].removesuffix(".tar.gz")
-    if not _FILE_NAME_RE.fullmatch(m["sdist"]) or ".." in m["sdist"]:
-        # It becomes a path in the work folder: written there, and deleted on a hash mismatch.
-        p.add("source.sdist", f"{m['sdist']!r} is not a plain file name",
-              "write the sdist's file name alone, e.g. causal_conv1d-1.7.0.tar.gz: no folders, "
-              "no '..'")
-    elif not m["sdist"].endswith(".tar.gz"):
-        p.add("source.sdist", f"{m['sdist']!r} is not a .tar.gz sdist")
-    elif canonicalize_name(stem.rsplit("-", 1)[0]) != canonicalize_name(m["pypi"]) or \
+    if canonicalize_name(stem.rsplit("-", 1)[0]) != canonicalize_name(m["pypi"]) or \
             stem.rsplit("-", 1)[-1] != m["version"]:
         p.add("source.sdist", f"{m['sdist']!r} is not the sdist of {m['pypi']} {m['version']}",
               f"expected {m['pypi'].replace('-', '_')}-{m['version']}.tar.gz")
@@ -326,33 +293,23 @@ def _source_url(p: Problems, url: str, sdist: str) -> None:
 
 
 def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
-    m = p.entry(raw, "abi", {"python": str, "torch": str, "reason": str},
-                {"python_from": str, "torch_from": str})
+    m = p.shaped(raw, "abi")
     if m is None:
         return Abi()
     p.reason(m["reason"], "abi.reason")
     python, torch = m["python"], m["torch"]
-    if python not in PYTHON_ABIS:
-        p.add("abi.python", f"{python!r} is not one of {', '.join(PYTHON_ABIS)}",
-              "cpython: one build per interpreter; abi3: the limited API (with python_from); "
-              "none: no Python C API")
-    if torch not in TORCH_ABIS:
-        p.add("abi.torch", f"{torch!r} is not one of {', '.join(TORCH_ABIS)}",
-              "exact: torch's C++ API, one build per series; stable: only the stable C shim "
-              "(with torch_from)")
+    # given at all (``raw``) or given well (``m``): a refused value was named by the schema
     python_from, torch_from = m.get("python_from"), m.get("torch_from")
-    if python == "abi3" and python_from is None:
+    if python == "abi3" and "python_from" not in raw:
         p.add("abi.python_from", "abi3 needs the oldest Python whose limited API the build targets",
               'add python_from: "3.10" (the X.Y of its cpXY-abi3 wheel tag)')
-    elif python != "abi3" and python_from is not None:
+    elif python != "abi3" and "python_from" in raw:
         p.add("abi.python_from", f"only means something for python: abi3 (this is {python!r})",
               "remove it")
-    elif python_from is not None and not re.fullmatch(r"3\.\d+", python_from):
-        p.add("abi.python_from", f"{python_from!r} is not a Python version like \"3.10\"")
-    if torch == "stable" and torch_from is None:
+    if torch == "stable" and "torch_from" not in raw:
         p.add("abi.torch_from", "stable needs the oldest torch series the build targets",
               'add torch_from: "2.10" (the package\'s TORCH_TARGET_VERSION)')
-    elif torch != "stable" and torch_from is not None:
+    elif torch != "stable" and "torch_from" in raw:
         p.add("abi.torch_from", f"only means something for torch: stable (this is {torch!r})",
               "remove it")
     elif torch_from is not None and torch_from not in table.torch:
@@ -377,11 +334,9 @@ def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table
 
 def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table
            ) -> dict[str, tuple[str, ...]] | None:
-    if raw == "inherit" or raw is None:
-        return None
-    if isinstance(raw, str):
-        p.add("archs", f"{raw!r} is neither 'inherit' nor a mapping",
-              'write `archs: inherit` or `archs: {"*": ["80", "90"]}`')
+    """``archs``: None for ``inherit`` (or a value the schema refused); each list's CUDA
+    version one of the recipe's, each arch one its nvcc compiles."""
+    if not isinstance(raw, dict) or not p.usable("archs"):
         return None
     out: dict[str, tuple[str, ...]] = {}
     for key, value in raw.items():
@@ -389,10 +344,9 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
         if key != "*" and key not in {t.cuda for t in targets}:
             p.add(where, f"{key!r} is not one of this recipe's CUDA versions or \"*\"")
             continue
-        archs = p.strings(value, where)
-        if archs is not None:
-            p.once(archs, where, "arch")
-            out[key] = tuple(sorted(set(archs), key=arch_key))
+        if p.usable(where):
+            p.once(value, where, "arch")
+            out[key] = tuple(sorted(set(value), key=arch_key))
     for t in targets:
         archs = out.get(t.cuda, out.get("*"))
         if archs is None:
@@ -409,10 +363,9 @@ def _archs(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Tab
 
 
 def _build(p: Problems, raw: object) -> BuildSpec | None:
-    m = p.entry(raw, "build", {"isolation": bool, "requires": list,
-                               "job_memory_gib": (int, float), "job_memory_reason": str},
-                {"nvcc_threads": int, "nvcc_threads_fixed": bool, "number": int, "number_reason": str,
-                 "wheel_mib_per_arch": (int, float), "wheel_mib_reason": str})
+    """``build``: its requirements PEP 508 ones, each once; what goes together given together
+    (the sizes' ranges and the types are the schema's)."""
+    m = p.shaped(raw, "build")
     if m is None:
         return None
     deps = []
@@ -420,26 +373,14 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
             and isinstance(d.get("requirement"), str)], "build.requires", "requirement",
            key=_project)
     for i, dep in enumerate(m["requires"]):
-        d = p.entry(dep, f"build.requires[{i}]", {"requirement": str, "reason": str})
+        d = p.shaped(dep, f"build.requires[{i}]")
         if d and _requirement(p, d["requirement"], f"build.requires[{i}]"):
             deps.append(BuildDep(d["requirement"], d["reason"]))
-    memory = m["job_memory_gib"]
-    if not math.isfinite(memory) or not 0 < memory <= MAX_JOB_MEMORY_GIB:
-        p.add("build.job_memory_gib", f"{memory} is not a size of one compile job (a number of "
-              f"GiB above 0, at most {MAX_JOB_MEMORY_GIB})",
-              "write the measured peak of one nvcc job, e.g. 3.5")
-    if not 1 <= m.get("nvcc_threads", 1) <= MAX_NVCC_THREADS:
-        p.add("build.nvcc_threads", f"{m['nvcc_threads']} is not a thread count for nvcc's "
-              f"--threads (1 to {MAX_NVCC_THREADS})", "one per arch of a compile at most, e.g. 4")
-    if m.get("nvcc_threads_fixed") and "nvcc_threads" not in m:
+    if m.get("nvcc_threads_fixed") and "nvcc_threads" not in raw:
         p.add("build.nvcc_threads_fixed", "says the package fixes nvcc's --threads, but "
               "build.nvcc_threads doesn't say to what", "add nvcc_threads: N (its --threads)")
-    number = m.get("number", 0)  # a mistyped one is reported by p.mapping and read as 0
-    if not 0 <= number <= MAX_BUILD_NUMBER:
-        p.add("build.number", f"{number} is not a build number (a whole number, 0 to "
-              f"{MAX_BUILD_NUMBER})",
-              "start at 0 and raise it by one for each rebuild of the same version")
-    elif number > 0 and "number_reason" not in m:
+    number = m.get("number", 0)  # one the schema refused is named there and read as 0
+    if number > 0 and "number_reason" not in m:
         p.add("build.number", "a rebuild needs its reason", "add number_reason: what the rebuild fixes")
     elif number == 0 and "number_reason" in m and ("number" in m or "number" not in raw):
         p.add("build.number_reason", "explains a rebuild, but build.number is 0",
@@ -447,14 +388,12 @@ def _build(p: Problems, raw: object) -> BuildSpec | None:
     if "number_reason" in m:
         p.reason(m["number_reason"], "build.number_reason")
     size = m.get("wheel_mib_per_arch")
-    if size is not None and (not math.isfinite(size) or not 0 < size <= MAX_WHEEL_MIB_PER_ARCH):
-        p.add("build.wheel_mib_per_arch", f"{size} is not a wheel's size per arch (MiB above 0, "
-              f"at most {MAX_WHEEL_MIB_PER_ARCH})", "write a built wheel's size over its archs")
-    if (size is None) != ("wheel_mib_reason" not in m):
-        p.add("build.wheel_mib_per_arch" if size is None else "build.wheel_mib_reason",
+    if ("wheel_mib_per_arch" in raw) != ("wheel_mib_reason" in raw):
+        p.add("build.wheel_mib_per_arch" if "wheel_mib_per_arch" not in raw
+              else "build.wheel_mib_reason",
               "a wheel's size and its reason go together",
               "give both wheel_mib_per_arch and wheel_mib_reason (which wheel was measured)")
-    elif size is not None:
+    elif size is not None and "wheel_mib_reason" in m:
         p.reason(m["wheel_mib_reason"], "build.wheel_mib_reason")
     return BuildSpec(m["isolation"], tuple(deps), float(m["job_memory_gib"]),
                      m["job_memory_reason"], m.get("nvcc_threads"),
@@ -496,20 +435,16 @@ def _project(requirement: str) -> str:
 
 
 def _patches(p: Problems, raw: object, folder: Path) -> tuple[Patch, ...]:
-    if not isinstance(raw, list):
-        p.add("patches", "must be a list of {file, reason, upstream}")
+    """``patches``: each listed file in ``folder``, each file there listed, in order, once."""
+    if not isinstance(raw, list) or not p.usable("patches"):
         return ()
     out = []
     for i, entry in enumerate(raw):
         where = f"patches[{i}]"
-        m = p.entry(entry, where, {"file": str, "reason": str, "upstream": str},
-                    {"torch_from": str, "torch_to": str})
+        m = p.shaped(entry, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
-        if not _PATCH_RE.fullmatch(m["file"]):
-            p.add(f"{where}.file", f"{m['file']!r} is not named NNNN-Subject.patch",
-                  "use `git format-patch` names such as 0001-Read-arch-list-from-env.patch")
         path = folder / m["file"]
         if not path.is_file():
             p.add(f"{where}.file", f"{m['file']} is listed but patches/{m['file']} does not exist",

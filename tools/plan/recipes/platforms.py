@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.core.variant import DEFAULT_PLATFORM
+from .shape import check_block_shape
 from ..schema import Problems
 from ..table import Table, arch_key
 
@@ -42,14 +43,16 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
                     ) -> dict[str, PlatformChoice]:
     """The recipe's ``platforms:`` (``cudas``: the CUDA versions it builds; ``own_archs``: its
     ``archs``, None for ``inherit``); every problem goes to ``p``."""
+    if raw is not None:
+        check_block_shape(p, raw, "platforms")
     out: dict[str, PlatformChoice] = {}
-    for name, value in (raw or {}).items():
+    for name, value in (raw.items() if isinstance(raw, dict) and p.usable("platforms") else ()):
         where = f"platforms.{name}"
         if name not in table.platforms:
             p.add(where, f"the table has no platform {name!r}",
                   f"use one of {', '.join(table.platforms)} (recipes/table.yaml platforms:)")
             continue
-        m = p.entry(value, where, {"reason": str}, {"exclude": bool, "archs": dict})
+        m = p.shaped(value, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
@@ -69,10 +72,9 @@ def parse_platforms(p: Problems, raw: Any, cudas: tuple[str, ...],
                     p.add(at, f"{key!r} is not one of this recipe's CUDA versions or \"*\"",
                           f"use one of {', '.join(cudas)} (quoted) or \"*\"")
                     continue
-                got = p.strings(listed, at)
-                if got is not None:
-                    p.once(got, at, "arch")
-                    archs[str(key)] = tuple(sorted(set(got), key=arch_key))
+                if p.usable(at):
+                    p.once(listed, at, "arch")
+                    archs[str(key)] = tuple(sorted(set(listed), key=arch_key))
         out[str(name)] = PlatformChoice(str(name), m["reason"], bool(m.get("exclude")), archs)
     for name in table.platforms:
         choice = out.get(name)

@@ -14,7 +14,8 @@ one of two forms:
   id has no ``-torch`` part).
 - a list, ``"12.9": {torch: ["2.8"], reason: ...}``: those series, the first the default.
 
-Problems go into the recipe's ``Problems`` (file, key, rule and fix), like every other block.
+Problems go into the recipe's ``Problems`` (file, key, rule and fix), like every other block;
+the blocks' shape (keys, types, a reason on each) is the recipe schema's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
+from .shape import check_block_shape
 from ..schema import Problems
 from ..table import Table, version_key
 
@@ -104,7 +106,8 @@ def _recipe_range(p: Problems, raw: object, table: Table) -> TorchRange | None:
     """The recipe's own ``torch: {from, to, reason}``."""
     if raw is None:
         return None
-    m = p.entry(raw, "torch", {"from": str, "reason": str}, {"to": str})
+    check_block_shape(p, raw, "torch")
+    m = p.shaped(raw, "torch")
     if m is None:
         return None
     p.reason(m["reason"], "torch.reason")
@@ -125,13 +128,13 @@ def _exclusions(p: Problems, raw: object, table: Table) -> list[tuple[int, Exclu
     the ranges are known (:func:`_check_exclusions`)."""
     if raw is None:
         return []
-    if not isinstance(raw, list):
-        p.add("exclude", "must be a list of {torch, cuda, reason}")
+    check_block_shape(p, raw, "exclude")
+    if not isinstance(raw, list) or not p.usable("exclude"):
         return []
     out = []
     for i, entry in enumerate(raw):
         where = f"exclude[{i}]"
-        m = p.entry(entry, where, {"torch": str, "reason": str}, {"cuda": str})
+        m = p.shaped(entry, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
@@ -150,9 +153,7 @@ def _exclusions(p: Problems, raw: object, table: Table) -> list[tuple[int, Exclu
 def _listed(p: Problems, where: str, cuda: str, raw: object, recipe_range: TorchRange | None,
             table: Table, spec: SpecifierSet) -> tuple[str, ...] | None:
     """An entry's explicit ``torch: [...]`` list, each series checked against the table."""
-    torches = p.strings(raw, f"{where}.torch")
-    if torches is None:
-        return None
+    torches = tuple(raw)
     for series in torches:
         t = table.torch.get(series)
         if t is None:
@@ -284,9 +285,10 @@ def parse_torch_targets(p: Problems, raw_cuda: object, raw_torch: object, raw_ex
     # so that an exclusion naming it isn't reported a second time.
     spans: dict[str, TorchRange | None] = {}
     failed: set[str] = set()
-    if isinstance(raw_cuda, dict) and not raw_cuda:
-        p.add("cuda", "must list at least one CUDA version")
-    for cuda, entry in (raw_cuda.items() if isinstance(raw_cuda, dict) else ()):
+    if raw_cuda is not None:
+        check_block_shape(p, raw_cuda, "cuda")
+    usable = isinstance(raw_cuda, dict) and p.usable("cuda")
+    for cuda, entry in (raw_cuda.items() if usable else ()):
         where = f"cuda.{cuda}"
         if not isinstance(cuda, str) or cuda not in table.cuda:
             p.add(where, f"CUDA {cuda!r} is not in the compatibility table ({table.path.name})",
@@ -294,8 +296,7 @@ def parse_torch_targets(p: Problems, raw_cuda: object, raw_torch: object, raw_ex
                   "table")
             continue
         failed.add(cuda)
-        m = p.entry(entry, where, {"reason": str},
-                    {"torch": list, "torch_from": str, "torch_to": str})
+        m = p.shaped(entry, where)
         if m is None:
             continue
         p.reason(m["reason"], f"{where}.reason")
