@@ -194,3 +194,28 @@ def test_backends_do_not_import_the_orchestrator():
     for module, edges in graph.items():
         if module.startswith(("tools.backends.", "tools.finish.steps.")):
             assert not any(e.startswith("tools.builder") for e in edges), module
+
+
+def test_the_build_records_are_typed_without_any():
+    """The build report, a shard's record and the container's result are read back by other
+    programs: each field has a type a reader can check, never ``dict[str, Any]`` (open-ended
+    parts are ``tools.pipeline.buildreport.JSON`` values)."""
+    import dataclasses
+    import typing
+
+    from tools.backends.result import ContainerResult
+    from tools.pipeline import buildreport
+    from tools.pipeline.shardcache import ShardResult
+
+    def mentions_any(hint) -> bool:
+        return hint is typing.Any or any(mentions_any(a) for a in typing.get_args(hint))
+
+    types = (buildreport.BuildReport, buildreport.Step, buildreport.CacheStats,
+             buildreport.ReportedError, ShardResult, ContainerResult)
+    found = {}
+    for cls in types:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if mentions_any(hints[f.name]) or "Any" in str(f.type):
+                found[f"{cls.__name__}.{f.name}"] = str(f.type)
+    assert found == {}, f"give these fields a checkable type: {found}"

@@ -144,8 +144,6 @@ CONTAINER_TORCH = PurePosixPath("/tmp/cuwheels-torch")
 #: The cached build's ``c++`` link (first on PATH) and its own stats log.
 CONTAINER_CCACHE_WORK = PurePosixPath("/tmp/cuwheels-ccache")
 CONTAINER_CCACHE_STATS = CONTAINER_CCACHE_WORK / compiler_cache.STATS_LOG
-#: How ``incontainer ccache stats`` marks its JSON line in the log, for the build report.
-CCACHE_STATS_PREFIX = "cuwheels-ccache-stats: "
 
 
 @dataclass(frozen=True)
