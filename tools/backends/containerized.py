@@ -184,7 +184,12 @@ _CIBW_STEPS = (("Running before_all", "before-all"), ("Running before_build", "b
 
 def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> CuwheelsError:
     """The error a failed cibuildwheel run stands for: the finish step's own error when it
-    raised one, else by the last step cibuildwheel started (an OOM kill says so)."""
+    raised one, else by the last step cibuildwheel started (an OOM kill says so).
+
+    This reads the log, and must: the failures it names (a compiler killed for memory, a
+    compile error, a failed repair or smoke test) leave no result file, since the process that
+    would have handed one back (``tools.backends.result``) is the one that died or never ran.
+    What the container does hand back, it hands back as a file."""
     kinds = {cls.kind: cls for cls in CuwheelsError.__subclasses__()}
     lines = log_text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
