@@ -341,14 +341,14 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
         container=ContainerSettings(
             can_build=lambda engine, image: pytest.fail("--python must not probe engines"))))
     report = result.report
-    assert report["verdict"] == "passed", stream.getvalue()[-3000:]
-    assert result.wheel == Path(report["wheel"])
-    assert report["why"] == f"--python {env_python}"
+    assert report.verdict == "passed", stream.getvalue()[-3000:]
+    assert result.wheel == Path(report.wheel)
+    assert report.why == f"--python {env_python}"
     names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]
     assert names == ["python", "toolchain", "source", "compile", "repair", "inspect",
                      "metadata", "verify", "kernels", "publish"]
     assert not (work / cell / "venv").exists()                 # no venv was made
-    wheel = Path(report["wheel"])
+    wheel = Path(report.wheel)
     assert wheel.parent == out and "+cu130.torch2.13-cp311-cp311-" in wheel.name
     with zipfile.ZipFile(wheel) as zf:
         manifest = read_manifest(zf)

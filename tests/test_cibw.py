@@ -395,3 +395,65 @@ def test_without_the_compiler_cache_nothing_is_mounted_or_wrapped(world, tmp_pat
     assert "ccache" not in o["CIBW_BEFORE_ALL"] + o["CIBW_BEFORE_BUILD"]
     assert "ccache" not in o["CIBW_REPAIR_WHEEL_COMMAND"]
     assert "--target" not in o["CIBW_BEFORE_BUILD"]
+
+
+_ONLY_THESE = """
+import importlib, sys
+allowed = set(sys.argv[1].split(","))
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top in allowed or top in sys.stdlib_module_names or top in ("tools", "_distutils_hack"):
+            return None
+        raise ImportError(f"{name} is not installed in the image's tools venv")
+sys.meta_path.insert(0, Refuse())
+for module in sys.argv[2:]:
+    importlib.import_module(module)
+"""
+
+
+def _requirement_closure(names: tuple[str, ...]) -> set[str]:
+    """The distributions ``names`` install, with their dependencies (as installed here)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue
+        for text in requires:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def test_the_commands_in_the_image_need_only_the_finish_requirements():
+    # The image's tools venv holds FINISH_REQUIREMENTS and what they pull in, nothing else: every
+    # module `python -m tools.incontainer` can reach (function-level imports included) must
+    # import with only those. (filelock was missing once: the toolchain check failed in the image.)
+    from importlib.metadata import packages_distributions
+    from packaging.utils import canonicalize_name
+    from tests.test_imports import import_graph
+    dists = _requirement_closure(cibw.FINISH_REQUIREMENTS + cibw.ABI3_REQUIREMENTS)
+    allowed = {top for top, owners in packages_distributions().items()
+               if any(canonicalize_name(d) in dists for d in owners)}
+    graph = import_graph()
+    reached, todo = set(), ["tools.incontainer"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph.get(module, ()))
+    proc = subprocess.run([os.sys.executable, "-c", _ONLY_THESE, ",".join(sorted(allowed)),
+                           *sorted(reached)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(reached) > 10  # the walk found the commands' modules, not just the entry point

@@ -14,6 +14,8 @@ import os
 import shlex
 import subprocess
 import sys
+import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,11 @@ from tools.builder.planned import Planned
 from tools.backends import cibw
 from tools.backends import containerized
 from tools.backends.engine import Readiness
+from tools.backends.result import ContainerResult, read_result, write_result
+from tools.backends.shardninja import ContainerShard
+from tools.pipeline import shardcache
+from tools.pipeline.buildreport import CacheStats, Step
+from tools.pipeline.shardcache import ShardResult
 from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
 from tools.plan.cells import Cell, find_cell
 from tools.plan.job import BuildJob, Inputs
@@ -68,9 +75,13 @@ def test_dry_run_prints_a_script_that_runs(world, tmp_path, monkeypatch, capsys)
     variables = dict(w.split("=", 1) for w in words[4:] if w.startswith("CIBW_"))
     argv = words[4 + len(variables):]
     cell = find_cell("demo_ext-3.12-cu129", cells)
+    # the default mounts, and the folder the container's result file comes back through
+    mounts = cibw.default_mounts()
+    result = tmp_path / "work" / cell.id / "container"
+    mounts = replace(mounts, volumes=(*mounts.volumes, f"{result}:/cuwheels-result"))
     expected = cibw.plan_invocation(
         BuildJob(cell, next(r for r in recipes if r.package == "demo_ext"), table),
-        cibw.ContainerSpec("docker", cibw.Limits(14, 4), mounts=cibw.default_mounts()),
+        cibw.ContainerSpec("docker", cibw.Limits(14, 4), mounts=mounts),
         archs=cell.archs, work_root=tmp_path / "work",
         recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1])
     assert variables == expected.env and argv == list(expected.argv)
@@ -83,6 +94,7 @@ def test_dry_run_prints_a_script_that_runs(world, tmp_path, monkeypatch, capsys)
     tree = Path(proc.stdout.strip())
     assert tree == Path(words[1]) / argv[-1]
     assert "# patched by the recipe" in (tree / "setup.py").read_text()
+    assert (Path(words[1]).parent / "container").is_dir()   # the result folder, to mount
     # then the printed command itself, asked only what it would build
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | variables
     proc = subprocess.run([*argv[:-1], "--print-build-identifiers", argv[-1]], cwd=words[1],
@@ -228,7 +240,7 @@ def test_auto_backend_follows_the_engines_that_answer(world, tmp_path, capsys, a
         result = build.build_cell(*args)
         report = result.report
         assert result.wheel is None
-        assert report["verdict"] == "planned" and report["why"] == expect.split("(", 1)[1][:-1]
+        assert report.verdict == "planned" and report.why == expect.split("(", 1)[1][:-1]
         script = capsys.readouterr().out
         assert script.startswith("#!/bin/sh\n")
         # the plan names the engine that can build, not a default
@@ -355,13 +367,56 @@ def test_build_local_rejects_bad_arguments(world, tmp_path, args, rc, says):
     assert proc.returncode == rc and says in proc.stderr, proc.stderr
 
 
-# --- the compiler cache's numbers, from the container's log --------------------------------------
+# --- what the container hands back: its result file ----------------------------------------------
 
-def test_ccache_stats_come_from_the_line_the_container_printed():
-    line = 'cuwheels-ccache-stats: {"hits": 1, "misses": 1, "preprocessed_hits": 1}'
-    log = f"Repairing wheel...\ncompiler cache: 1 hit\n{line}\n+ finish\n"
-    assert containerized.ccache_stats(log) == {"hits": 1, "misses": 1, "preprocessed_hits": 1}
-    assert containerized.ccache_stats("no cache here\n") is None
+def test_the_cache_figures_come_from_the_result_file_sorted_against_the_shards(tmp_path):
+    """The figures ``incontainer ccache stats`` wrote into the result file become the report's,
+    each unit's result sorted against the shard caches read."""
+    cache = tmp_path / "g-shard1"
+    cache.mkdir()
+    shardcache.write_record(cache, ShardResult("g-shard1", "g", "k", 1, 1, ["csrc/a.cu"], ["90"],
+                                               verdict="passed", complete=True))
+    use = shardcache.choose([cache], group="g", key="k")
+    write_result(tmp_path / "container", ContainerResult(
+        ccache=CacheStats("ccache 4.10", "/cuwheels-ccache", 1, 1, 0, 1),
+        units={"../../csrc/a.cu": "shard hit", "../../csrc/b.cpp": "miss"}))
+    recipe = types.SimpleNamespace(folder=tmp_path / "no-recipe")   # no units.yaml there
+    stats = containerized._cache_stats(read_result(tmp_path / "container"), use, recipe)
+    assert (stats.hits, stats.misses, stats.tool) == (1, 1, "ccache 4.10")
+    assert stats.per_unit["units"] == {"csrc/a.cu": "shard hit", "csrc/b.cpp": "miss"}
+    assert containerized._cache_stats(None, use, recipe) is None   # no result: no figures
+
+
+def _shard(tmp_path) -> ContainerShard:
+    return ContainerShard(tmp_path / "cache", ShardResult("g-shard1", "g", "k", 1, 2,
+                                                          ["csrc/a.cu"], ["90"]), ("csrc/a.cu",))
+
+
+def test_a_shard_is_done_when_its_result_file_says_so_not_by_the_exit_status(tmp_path):
+    """The stand-in ninja stops the build once the shard's objects are built, so cibuildwheel
+    exits 1: the record handed back in the result file is the success."""
+    shard, step = _shard(tmp_path), Step("cibuildwheel")
+    done = ShardResult("g-shard1", "g", "k", 1, 2, ["csrc/a.cu"], ["90"],
+                       seconds={"(all units)": 3.0}, verdict="passed", complete=True)
+    result = ContainerResult(shard=done)
+    assert containerized._shard_done(shard, 1, result, tmp_path / "log", step) == done
+    assert step.detail == {"shard": done.to_json(), "exit": 1}
+    # exit 0: the build went past the stand-in's stop, so no shard was built
+    with pytest.raises(CompileError, match="shard g-shard1 failed: cibuildwheel exit 0"):
+        containerized._shard_done(shard, 0, result, tmp_path / "log", Step("cibuildwheel"))
+
+
+def test_a_shard_without_a_result_says_why_from_its_own_record(tmp_path):
+    shard = _shard(tmp_path)
+    with pytest.raises(CompileError, match="shard g-shard1 failed: cibuildwheel exit 1 before "
+                                           "the stand-in ninja ran; log: "):
+        containerized._shard_done(shard, 1, None, tmp_path / "log", Step("cibuildwheel"))
+    shard.cache.mkdir()
+    shardcache.write_record(shard.cache, ShardResult(
+        "g-shard1", "g", "k", 1, 2, ["csrc/a.cu"], ["90"],
+        error="the build's CUDA units are not the plan's: ..."))
+    with pytest.raises(CompileError, match="failed: the build's CUDA units are not the plan's"):
+        containerized._shard_done(shard, 87, None, tmp_path / "log", Step("cibuildwheel"))
 
 
 def test_no_cache_turns_the_compiler_cache_off_in_the_container_plan(world, tmp_path,

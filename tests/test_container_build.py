@@ -85,12 +85,12 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
         local_image, sdist=sdist, out_dir=out, work_root=work, stream=stream))
     report = result.report
     said = stream.getvalue()
-    assert report["verdict"] == "passed", said[-4000:]
+    assert report.verdict == "passed", said[-4000:]
     for step in ("engine", "image", "source", "stage", "cibuildwheel", "publish"):
         assert f": {step} ok (" in said, step
     # the stand-in's glibc is newer than manylinux_2_28: the wheel says what it needs
     assert "image: a local stand-in" in said
-    assert report["image"] == local_image and report["plat"] == "auto"
+    assert report.image == local_image and report.plat == "auto"
     (wheel,) = out.glob("*.whl")
     assert result.wheel == wheel
     torch_series = next(iter(data["cuda"].values()))["torch"][0]
@@ -189,13 +189,13 @@ def test_a_second_python_hits_the_compiler_cache_in_the_container(local_image, s
             planned.cell(f"tinyext-{python}-cu{cuda}"), planned, podman_request(
                 local_image, sdist=sdist, out_dir=tmp_path / "out", work_root=tmp_path / "work",
                 stream=stream)).report
-        assert reports[python]["verdict"] == "passed", stream.getvalue()[-4000:]
-        print(python, reports[python]["ccache"], stream.getvalue()[-600:])
-    first, second = reports["3.11"]["ccache"], reports["3.12"]["ccache"]
+        assert reports[python].verdict == "passed", stream.getvalue()[-4000:]
+        print(python, reports[python].ccache, stream.getvalue()[-600:])
+    first, second = reports["3.11"].ccache, reports["3.12"].ccache
     # tinyext has three units: the binding (tinyext.cpp, includes Python.h) and two kernels
-    assert (first["hits"], first["misses"]) == (0, 3)
-    assert (second["hits"], second["preprocessed_hits"], second["misses"]) == (2, 2, 1)
-    assert second["dir"] == "/cuwheels-ccache"
+    assert (first.hits, first.misses) == (0, 3)
+    assert (second.hits, second.preprocessed_hits, second.misses) == (2, 2, 1)
+    assert second.dir == "/cuwheels-ccache"
     assert any((tmp_path / "ccache").iterdir())     # the cache is this machine's directory
     assert len(list((tmp_path / "out").glob("*.whl"))) == 2
 
@@ -224,7 +224,7 @@ def test_a_dependent_in_the_container_gets_its_needed_wheel(local_image, sdist, 
     report = build_cell(planned.cell(cell), planned, podman_request(
         local_image, sdist_dir=sdists, out_dir=out, work_root=work, stream=stream)).report
     said = stream.getvalue()
-    assert report["verdict"] == "passed", said[-4000:]
+    assert report.verdict == "passed", said[-4000:]
     assert f"needs {needed}: no wheel of it in {out}" in said
     (wheel,) = out.glob("*.whl")
     assert wheel.name.startswith("tinydep-") and "Requires-Dist: tinyext" in \
@@ -264,8 +264,8 @@ def test_container_shards_feed_container_cells(local_image, sdist, tmp_path, mon
     logs = "\n".join(p.read_text()[-3000:] for p in (work / "release-logs").rglob("*.log"))
     assert proc.returncode == 0, proc.stdout + logs
     records = [shardcache.read_record(cache / f"{group}-shard{k}") for k in (1, 2)]
-    assert [r["units"] for r in records] == [[KERNELS[0]], [KERNELS[1]]]
-    assert all(r["complete"] for r in records), records
+    assert [r.units for r in records] == [[KERNELS[0]], [KERNELS[1]]]
+    assert all(r.complete for r in records), records
     for python, kernel_hit in (("3.11", "shard hit"), ("3.12", "hit")):
         report = json.loads((work / f"tinyext-{python}-cu{cuda}" / "report.json").read_text())
         assert report["verdict"] == "passed"
@@ -311,8 +311,8 @@ def test_tinyext_for_aarch64_through_the_container_backend(arm64_image, sdist, t
         arm64_image, sdist=sdist, out_dir=out, work_root=work, stream=stream))
     report, said = result.report, stream.getvalue()
     (work / "aarch64-build.log").write_text(said)
-    assert report["verdict"] == "passed", said[-4000:]
-    assert report["plat"] == "auto"
+    assert report.verdict == "passed", said[-4000:]
+    assert report.plat == "auto"
     (wheel,) = out.glob("*.whl")
     assert f"-cp{ARM_PYTHON.replace('.', '')}-" in wheel.name
     assert wheel.name.endswith("_aarch64.whl") and "-manylinux_2_" in wheel.name

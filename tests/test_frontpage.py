@@ -20,6 +20,7 @@ from index_support import (
 )
 
 from tools import RECIPES_DIR, ROOT
+from tools.pipeline.buildreport import BuildReport, ReportedError, write_report
 from tools.core.variant import Variant
 from tools.plan.cells import plan
 from tools.plan.recipes.model import load_all
@@ -134,11 +135,14 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     make_wheel(w, "demo-ext", "1.0.0", local="cu130.torch2.10", tag="cp312-cp312-manylinux_2_28_x86_64")
     make_wheel(w, "demo-ext", "0.9.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_x86_64")
     reports = tmp_path / "build-cells"
-    (reports / "demo_ext-3.11-cu130").mkdir(parents=True)
-    (reports / "demo_ext-3.11-cu130" / "report.json").write_text(json.dumps(
-        {"cell": "demo_ext-3.11-cu130", "error": {"kind": "compile", "message": "nvcc failed"}}))
-    (reports / "demo_ext-3.10-cu130").mkdir()
-    (reports / "demo_ext-3.10-cu130" / "report.json").write_text('{"cell": "demo_ext-3.10-cu130"}')
+    write_report(reports / "demo_ext-3.11-cu130" / "report.json", BuildReport(
+        "demo_ext-3.11-cu130", "container", error=ReportedError("compile", "nvcc failed")))
+    write_report(reports / "demo_ext-3.10-cu130" / "report.json",
+                 BuildReport("demo_ext-3.10-cu130", "container", "passed"))
+    # a report of another schema version is not read: its cell is "not built yet"
+    (reports / "demo_ext-3.13-cu130").mkdir()
+    (reports / "demo_ext-3.13-cu130" / "report.json").write_text(json.dumps(
+        {"schema": 99, "cell": "demo_ext-3.13-cu130", "error": {"kind": "compile"}}))
     build(tmp_path, recipes_dir=recipes, reports_dir=reports)
 
     html = page(tmp_path / "site", "index.html")
@@ -336,9 +340,8 @@ def test_the_coverage_matrix_and_what_is_missing_show_each_platform(tmp_path, wr
     make_wheel(w, "demo-ext", "0.5.0", tag="cp311-cp311-manylinux_2_28_aarch64")
     make_wheel(w, "demo-ext", "0.5.0", tag="cp312-cp312-manylinux_2_28_x86_64")
     reports = tmp_path / "build-cells"
-    (reports / "demo_ext-3.13-cu130-aarch64").mkdir(parents=True)
-    (reports / "demo_ext-3.13-cu130-aarch64" / "report.json").write_text(json.dumps(
-        {"cell": "demo_ext-3.13-cu130-aarch64", "error": {"kind": "compile", "message": "nvcc"}}))
+    write_report(reports / "demo_ext-3.13-cu130-aarch64" / "report.json", BuildReport(
+        "demo_ext-3.13-cu130-aarch64", "container", error=ReportedError("compile", "nvcc")))
     build(tmp_path, recipes_dir=recipes, reports_dir=reports)
     html = page(tmp_path / "site", "index.html")
 

@@ -228,3 +228,28 @@ def test_every_package_module_is_used_by_the_project():
         text = where.split(":")[0]
         if "/" in text:
             assert (ROOT / text).is_file(), f"{module}: {text} is gone"
+
+
+def test_the_build_records_are_typed_without_any():
+    """The build report, a shard's record and the container's result are read back by other
+    programs: each field has a type a reader can check, never ``dict[str, Any]`` (open-ended
+    parts are ``tools.pipeline.buildreport.JSON`` values)."""
+    import dataclasses
+    import typing
+
+    from tools.backends.result import ContainerResult
+    from tools.pipeline import buildreport
+    from tools.pipeline.shardcache import ShardResult
+
+    def mentions_any(hint) -> bool:
+        return hint is typing.Any or any(mentions_any(a) for a in typing.get_args(hint))
+
+    types = (buildreport.BuildReport, buildreport.Step, buildreport.CacheStats,
+             buildreport.ReportedError, ShardResult, ContainerResult)
+    found = {}
+    for cls in types:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if mentions_any(hints[f.name]) or "Any" in str(f.type):
+                found[f"{cls.__name__}.{f.name}"] = str(f.type)
+    assert found == {}, f"give these fields a checkable type: {found}"

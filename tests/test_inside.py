@@ -163,6 +163,12 @@ def test_ccache_setup_points_the_build_python_at_the_fixed_torch(tmp_path, monke
     assert cache.directory == tmp_path / "cache" and cache.directory.is_dir()
     # nothing compiled through it yet: all zero
     assert incontainer.ccache.read_stats(cache).hits == 0
+    # what `ccache stats` hands back to the host after the compile: the result file's figures
+    line, result = incontainer.ccache_result()
+    assert line.startswith("compiler cache: ")
+    assert (result.ccache.hits, result.ccache.misses) == (0, 0)
+    assert result.ccache.tool == f"ccache {cache.version}"
+    assert result.ccache.dir == str(tmp_path / "cache") and result.shard is None
 
 
 def test_ccache_setup_refuses_an_empty_torch_directory(tmp_path):

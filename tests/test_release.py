@@ -20,6 +20,7 @@ import pytest
 from github_standin import github  # noqa: F401 (the fixture)
 from tools import ROOT
 from tools.core.errors import PlanError
+from tools.pipeline.buildreport import BuildReport, ReportedError, read_report, write_report
 from tools.releasing.backlog import load_attempts
 from tools.releasing.steps import Sources, count_attempts, fetch_needed, job_env
 
@@ -130,10 +131,10 @@ def test_the_failed_tries_after_a_run(tmp_path, batch):
     cells = [e["id"] for m in ("cells1", "cells2") for e in json.loads(outputs[m])["include"]]
     reports = tmp_path / "reports"
     # cell 0 built; cell 1 failed with a report; the others left no report (failed early)
-    (reports / cells[0]).mkdir(parents=True)
-    (reports / cells[0] / "report.json").write_text(json.dumps({"cell": cells[0]}))
-    (reports / cells[1]).mkdir(parents=True)
-    (reports / cells[1] / "report.json").write_text(json.dumps({"error": "nvcc failed"}))
+    write_report(reports / cells[0] / "report.json",
+                 BuildReport(cells[0], "container", verdict="passed"))
+    write_report(reports / cells[1] / "report.json", BuildReport(
+        cells[1], "container", error=ReportedError("compile", "nvcc failed")))
     attempts = tmp_path / "attempts.json"
     src = Sources(ROOT / "recipes", ROOT / "recipes" / "table.yaml", None,
                   ROOT / "recipes" / "limits.yaml")
@@ -146,13 +147,32 @@ def test_the_failed_tries_after_a_run(tmp_path, batch):
         assert line.startswith(f"{len(cells)} cells ran, {len(cells) - 1} failed")
     tries = load_attempts(attempts)
     assert cells[0] not in tries and tries[cells[1]].tries == 3
-    assert tries[cells[1]].error == "nvcc failed" and tries[cells[1]].report == "https://runs/1"
+    assert tries[cells[1]].error == "compile error: nvcc failed"
+    assert tries[cells[1]].report == "https://runs/1"
     assert tries[cells[2]].error.startswith("no build report")
-    # the front page gets a report for each attempted cell without one of this run
-    written = json.loads((out / cells[2] / "report.json").read_text())
-    assert "failed 3 run(s) in a row; given up until its recipe" in written["error"]
+    # the front page gets a report for each attempted cell without one of this run, a build
+    # report the front page reads like any other
+    written = read_report(out / cells[2] / "report.json")
+    assert written.verdict == "failed" and written.backend is None
+    assert written.report_url == "https://runs/1" and written.error.kind == "build"
+    assert "failed 3 run(s) in a row; given up until its recipe" in written.error.message
     # a cell with a report of this run keeps it
-    assert json.loads((out / cells[1] / "report.json").read_text()) == {"error": "nvcc failed"}
+    assert read_report(out / cells[1] / "report.json").error == ReportedError("compile",
+                                                                              "nvcc failed")
+
+
+def test_a_report_that_is_not_one_is_a_failed_try_naming_the_file(tmp_path, batch):
+    document, outputs, _ = batch
+    cell = json.loads(outputs["cells1"])["include"][0]["id"]
+    (tmp_path / "r" / cell).mkdir(parents=True)
+    (tmp_path / "r" / cell / "report.json").write_text('{"schema": 99, "cell": "x"}')
+    src = Sources(ROOT / "recipes", ROOT / "recipes" / "table.yaml", None,
+                  ROOT / "recipes" / "limits.yaml")
+    count_attempts(src, attempts=tmp_path / "attempts.json",
+                   document={"stages": {"cells1": [{"id": cell}]}}, reports=tmp_path / "r")
+    error = load_attempts(tmp_path / "attempts.json")[cell].error
+    assert error == (f"its build report could not be read: {tmp_path / 'r' / cell / 'report.json'}"
+                     ": schema 99: this code reads build reports of schema 1")
 
 
 # --------------------------------------------------------------------------- the live site

@@ -28,7 +28,13 @@ import zipfile
 
 from github_standin import github  # noqa: F401 (the fixture)
 from tools import ROOT
+from tools.pipeline.buildreport import BuildReport, ReportedError
 from wheelfactory import make_wheel
+
+
+def _report(report: BuildReport) -> bytes:
+    """A build report's file, as a cell job uploads it."""
+    return json.dumps(report.to_json()).encode()
 
 
 def _zip(**members: bytes) -> bytes:
@@ -53,9 +59,11 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     # this run: two cells, one built (its wheel and report are artifacts), one failed
     built = make_wheel(tmp_path / "built", "chaindemo", "1.0", tag="py3-none-any")
     state.artifacts = [("wheels-chaindemo-3.12-cu130", _zip(**{built.name: built.read_bytes()})),
-                       ("report-chaindemo-3.12-cu130", _zip(**{"report.json": b"{}"})),
-                       ("report-chaindemo-3.13-cu130",
-                        _zip(**{"report.json": b'{"error": "nvcc failed"}'}))]
+                       ("report-chaindemo-3.12-cu130", _zip(**{"report.json": _report(
+                           BuildReport("chaindemo-3.12-cu130", "container", "passed"))})),
+                       ("report-chaindemo-3.13-cu130", _zip(**{"report.json": _report(
+                           BuildReport("chaindemo-3.13-cu130", "container",
+                                       error=ReportedError("compile", "nvcc failed")))}))]
     plan = tmp_path / "batch.json"
     plan.write_text(json.dumps({"schema": 1, "stages": {"cells1": [
         {"id": "chaindemo-3.12-cu130"}, {"id": "chaindemo-3.13-cu130"}]}}))

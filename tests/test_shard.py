@@ -25,6 +25,8 @@ from tinyext_support import SECOND_PYTHON
 from tools import RECIPES_DIR, ROOT
 from tools.core.variant import group_id
 from tools.pipeline import shardcache
+from tools.pipeline.buildreport import read_report
+from tools.pipeline.shardcache import ShardResult
 from tools.plan.cells import plan
 from tools.plan.groups import UnitCost, UnitList, split
 from tools.plan.recipes.model import load_all
@@ -79,10 +81,14 @@ def test_two_shards_feed_two_python_cells(world, tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
     records = [shardcache.read_record(cache / f"{GROUP}-shard{k}") for k in (1, 2)]
-    assert [r["units"] for r in records] == [[KERNELS[0]], [KERNELS[1]]]
-    assert all(r["complete"] and r["verdict"] == "passed" for r in records)
-    assert all(set(r["seconds"]) == set(r["units"]) for r in records)
-    assert len({r["key"] for r in records}) == 1
+    assert [r.units for r in records] == [[KERNELS[0]], [KERNELS[1]]]
+    assert all(r.complete and r.verdict == "passed" for r in records)
+    assert all(set(r.seconds) == set(r.units) for r in records)
+    assert len({r.key for r in records}) == 1
+    # each shard's build report carries its record, read back through the report's type
+    for k, record in enumerate(records, 1):
+        report = read_report(work / f"{GROUP}-shard{k}" / "report.json")
+        assert report.shard == record and report.verdict == "passed"
 
     # The first cell reads each kernel unit from its shard's cache; ccache copies what it reads
     # into the local cache the cells share here, so the second cell finds them there (in CI each
@@ -146,9 +152,26 @@ def test_split_balances_by_seconds_and_is_reproducible():
 def _cache(tmp_path: Path, name: str, **record) -> Path:
     path = tmp_path / name
     path.mkdir()
-    shardcache.write_record(path, {"group": GROUP, "key": "k1", "shard": name, "units": [],
-                                   "complete": True, "env": {"NVCC_THREADS": "2"}, **record})
+    shardcache.write_record(path, ShardResult(**{
+        "group": GROUP, "key": "k1", "shard": name, "index": 1, "count": 2, "units": [],
+        "archs": ["90"], "complete": True, "env": {"NVCC_THREADS": "2"}, **record}))
     return path
+
+
+def test_a_shard_record_reads_back_as_written_and_a_wrong_one_is_not_read(tmp_path):
+    path = _cache(tmp_path, f"{GROUP}-shard1", units=[KERNELS[0]], seconds={KERNELS[0]: 2.5},
+                  error="stopped")
+    record = shardcache.read_record(path)
+    assert record.units == [KERNELS[0]] and record.seconds == {KERNELS[0]: 2.5}
+    assert record.error == "stopped"
+    assert json.loads((path / "shard.json").read_text())["error"] == "stopped"
+    with pytest.raises(ValueError, match=r"x\.json: a shard record lacks count, index"):
+        ShardResult.from_json({"shard": "s", "group": "g", "key": "k", "units": [], "archs": []},
+                              where="x.json")
+    with pytest.raises(ValueError, match=r"x\.json: a shard record's units must be list"):
+        ShardResult.from_json({**record.to_json(), "units": "a.cu"}, where="x.json")
+    (path / "shard.json").write_text('{"group": "g"}')
+    assert shardcache.read_record(path) is None
 
 
 def test_a_cache_of_another_group_or_key_is_not_read_and_said(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tools.backends import inside
 from tools.backends.cibw import CONTAINER_TORCH
+from tools.backends.result import CONTAINER_RESULT, write_result
 from tools.core.errors import ToolchainError, cli
 
 
@@ -36,6 +37,12 @@ def parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("ccache", help="the compiler cache: set it up, or say what it did")
     cc.add_argument("action", choices=["setup", "stats"])
     cc.add_argument("--python", help="setup: the build venv's interpreter")
+    cc.add_argument("--result-dir", type=Path, default=Path(str(CONTAINER_RESULT)),
+                    help="stats: where the result file goes (default: the mounted folder)")
+    sr = sub.add_parser("shard-result", help="hand a kernel shard's record back to the host")
+    sr.add_argument("record", type=Path, help="the shard's shard.json")
+    sr.add_argument("--result-dir", type=Path, default=Path(str(CONTAINER_RESULT)),
+                    help="where the result file goes (default: the mounted folder)")
     return ap
 
 
@@ -54,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compiler cache: ccache {cache.version} in {cache.directory}, torch at "
               f"{CONTAINER_TORCH}, base_dir {cache.env['CCACHE_BASEDIR']}")
     elif args.command == "ccache":
-        print("\n".join(inside.ccache_stats_lines()))
+        line, result = inside.ccache_result()
+        print(line)
+        print(f"result: {write_result(args.result_dir, result)}")
+    elif args.command == "shard-result":
+        print(f"result: {write_result(args.result_dir, inside.shard_result(args.record))}")
     elif args.command == "relax-nvcc-check":
         print(f"relaxed torch's nvcc major-version check in {inside.relax_installed(args.python)}")
     else:

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         record = shard_build.run_container_shard(
             target, work_root=args.work, cache_root=args.cache, engine=args.engine,
             image=args.image, inputs=inputs)
-        print(args.cache / record["shard"])
+        print(args.cache / record.shard)
         return 0
     report = shard_build.run_shard(target, work_root=args.work, cache_root=args.cache,
                                    inputs=inputs)

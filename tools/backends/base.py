@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tools.plan.job import BuildJob
+from tools.pipeline.buildreport import BuildReport
 from tools.pipeline.report import Progress
 
 
@@ -49,7 +50,7 @@ class BuildResult:
     """What a backend's build answers: the report (as written to ``report.json``) and the
     published wheel, None when nothing was built (a dry run)."""
 
-    report: dict[str, Any]
+    report: BuildReport
     wheel: Path | None = None
 
 

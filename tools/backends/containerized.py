@@ -7,7 +7,8 @@ cell (``stage``), runs cibuildwheel with the cell's plan (``tools.backends.cibw`
 cause of a failed run (``classify_failure``) and publishes the wheel that passed the finish
 stage and the smoke test in the container. The commands run inside the image live in
 ``tools.backends.inside`` (``python -m tools.incontainer``); they take the cell from the staged
-``cell.json``, never plan it again.
+``cell.json``, never plan it again, and hand their results back in a file
+(``tools.backends.result``): the compiler cache's figures, a kernel shard's record.
 
 Layout of a cell's work directory (``build-cells/<cell id>/``)::
 
@@ -18,6 +19,7 @@ Layout of a cell's work directory (``build-cells/<cell id>/``)::
                              this project's tools, the cell's recipe and the planned cell
                              (``Cell.to_json``), for the commands run in the container
     wheels/                  cibuildwheel's output
+    container/result.json    what the container's commands hand back (mounted read-write)
     cibuildwheel.log, report.json
 
 The container gets a memory limit with swap off (``--memory`` = ``--memory-swap``), so a build
@@ -43,14 +45,14 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import ClassVar, TextIO
 
 from tools import ROOT
 from tools.core import errors
 from .base import BuildOptions, BuildResult
 from .shardninja import CONTAINER_SHARD, CONTAINER_SHARDS, SHIM_DIR, ContainerShard, write_shim
+from .result import CONTAINER_RESULT, RESULT_DIR, RESULT_FILE, ContainerResult, read_result
 from .cibw import (
-    CCACHE_STATS_PREFIX,
     CELL_FILE,
     ContainerSpec,
     PROJECT,
@@ -78,7 +80,10 @@ from tools.pipeline import ccache, shardcache
 from tools.pipeline.cudakit import PINS_DIR as TOOLKIT_PINS
 from tools.plan.groups import cell_group, group_key, read_units
 from tools.plan.cells import Cell
-from tools.pipeline.report import Progress, reporting
+from tools.plan.recipes.model import Recipe
+from tools.pipeline.buildreport import BuildReport, CacheStats
+from tools.pipeline.report import Progress, Step, reporting
+from tools.pipeline.shardcache import ShardResult
 from tools.pipeline.wheelhouse import publish
 from tools.pipeline.source import prepare_source
 
@@ -160,6 +165,8 @@ def stage(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
     # container too, though the image brings its own toolkit.
     shutil.copytree(TOOLKIT_PINS, dest / "recipes" / TOOLKIT_PINS.name, ignore=ignore)
     (dest / CELL_FILE).write_text(json.dumps(cell.to_json(), indent=1) + "\n")
+    # The folder the container's result file comes back through (``tools.backends.result``).
+    (work / RESULT_DIR).mkdir(parents=True, exist_ok=True)
     return Staged(project, prepared.tree, prepared.sdist, prepared.sha256, prepared.patches)
 
 
@@ -177,7 +184,12 @@ _CIBW_STEPS = (("Running before_all", "before-all"), ("Running before_build", "b
 
 def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> CuwheelsError:
     """The error a failed cibuildwheel run stands for: the finish step's own error when it
-    raised one, else by the last step cibuildwheel started (an OOM kill says so)."""
+    raised one, else by the last step cibuildwheel started (an OOM kill says so).
+
+    This reads the log, and must: the failures it names (a compiler killed for memory, a
+    compile error, a failed repair or smoke test) leave no result file, since the process that
+    would have handed one back (``tools.backends.result``) is the one that died or never ran.
+    What the container does hand back, it hands back as a file."""
     kinds = {cls.kind: cls for cls in CuwheelsError.__subclasses__()}
     lines = log_text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
@@ -244,34 +256,44 @@ def _with_shards(mounts: Mounts, use: shardcache.ShardUse | None,
                         *use.env.items()))
 
 
-def _shard_done(shard: ContainerShard, code: int, log: Path, step) -> dict[str, Any]:
-    """A container shard's result, from the ``shard.json`` its stand-in ninja wrote (the build
-    itself stops on purpose, with ``STOP_STATUS``); CompileError naming what went wrong."""
-    record = shardcache.read_record(shard.cache) or {}
-    step.detail.update(shard=record, exit=code)
-    # The stand-in stops the package's build on purpose, and cibuildwheel reports that as a
-    # failure (exit 1): a complete record, written only after the real ninja built every object
-    # of the shard, is the shard's success.
-    if record.get("complete") and code != 0:
-        return record
-    why = record.get("error") or (f"cibuildwheel exit {code} before the stand-in ninja ran"
-                                  if not record else f"exit {code}")
-    raise CompileError(f"shard {record.get('shard', shard.cache.name)} failed: {why}; log: "
-                       f"{log}", hint="read the log; a unit list that no longer matches needs "
-                                      "python -m tools.shard units <cell> --write")
+def _shard_done(shard: ContainerShard, code: int, result: ContainerResult | None, log: Path,
+                step: Step) -> ShardResult:
+    """A container shard's outcome: the shard record in the container's result file.
+
+    The stand-in ninja stops the package's build on purpose once the shard's objects are built
+    (a shard links nothing and makes no wheel), and cibuildwheel reports that stop as a failed
+    build (exit 1). So the exit status can't say whether the shard worked: the result file can,
+    as the stand-in hands the record back only after the real ninja built every object of the
+    shard. A build that exited 0 never reached the stand-in's stop, so it built no shard.
+    Otherwise the stand-in's own ``shard.json`` says why it stopped; CompileError naming it."""
+    done = result.shard if result is not None else None
+    if done is not None and done.complete and code != 0:
+        step.detail.update(shard=done.to_json(), exit=code)
+        return done
+    record = shardcache.read_record(shard.cache)
+    step.detail.update(shard=record.to_json() if record else None, exit=code)
+    why = ((record.error if record is not None else None)
+           or (f"cibuildwheel exit {code} before the stand-in ninja ran" if record is None
+               else f"exit {code}"))
+    name = record.shard if record is not None else shard.record.shard
+    raise CompileError(f"shard {name} failed: {why}; log: {log}",
+                       hint="read the log; a unit list that no longer matches needs "
+                            "python -m tools.shard units <cell> --write")
 
 
-def ccache_stats(log_text: str) -> dict[str, Any] | None:
-    """What the compiler cache did, from the line ``incontainer ccache stats`` printed in the
-    container (the last one: a re-run's log holds only its own); None without one."""
-    found = None
-    for line in log_text.splitlines():
-        if line.startswith(CCACHE_STATS_PREFIX):
-            try:
-                found = json.loads(line[len(CCACHE_STATS_PREFIX):])
-            except json.JSONDecodeError:
-                continue
-    return found
+def _cache_stats(result: ContainerResult | None, use: shardcache.ShardUse | None,
+                 recipe: Recipe) -> CacheStats | None:
+    """What the compiler cache did, from the container's result file (None: the build ran
+    without the cache, or stopped before ``incontainer ccache stats``); with shard caches read,
+    each unit's result sorted against them."""
+    if result is None or result.ccache is None:
+        return None
+    stats = result.ccache
+    if use is not None and result.units is not None:
+        listed = read_units(recipe)
+        stats.per_unit = shardcache.sort_results(result.units, use,
+                                                 listed.sharded() if listed else ())
+    return stats
 
 
 def run_cibuildwheel(inv: Invocation, log: Path, on_line: Callable[[str], None]) -> int:
@@ -302,6 +324,9 @@ class ContainerBackend:
     container (default: ``cibw.default_limits``); ``mounts`` replaces the default mounts (the
     trust store, the pip cache and, with ``options.cache``, the compiler cache). A dry run
     prints the plan as a shell script on ``stdout`` (default: sys.stdout).
+
+    Two things it builds: a cell's wheel (:meth:`build`) and a kernel shard of the cell's
+    compile group (:meth:`build_shard`, ``tools.backends.shardninja``).
     """
 
     name: ClassVar[str] = "container"
@@ -312,8 +337,6 @@ class ContainerBackend:
     can_build: ReadinessCheck = readiness
     mounts: Mounts | None = None
     stdout: TextIO | None = None
-    #: Build a kernel shard instead of a wheel (``tools.backends.shardninja``).
-    shard: ContainerShard | None = None
     #: What this machine adds (``tools.backends.machine``; default: the hook the environment
     #: names, else nothing).
     machine: Machine | None = None
@@ -335,6 +358,28 @@ class ContainerBackend:
         hits and misses in the report. ``options.needed`` are mounted read-only and installed
         into the test venv before the wheel.
         """
+        return self._build(job, options, progress, None)
+
+    def build_shard(self, job: BuildJob, shard: ContainerShard, *, options: BuildOptions,
+                    progress: Progress) -> ShardResult:
+        """Compile ``shard`` of ``job``'s compile group: the cell's own cibuildwheel build, the
+        shard's cache mounted read-write and the stand-in ninja first on ``PATH``, stopped once
+        the shard's objects are built (no wheel, no publish step). Returns the shard's record as
+        the container handed it back; the report (its ``shard``) goes to
+        ``<work_root>/<cell id>/report.json`` however the build ends. CompileError when the
+        shard did not finish."""
+        if options.dry_run:
+            raise ToolchainError("a kernel shard has no dry run",
+                                 hint="plan the cell's build instead: python -m tools.build "
+                                      "CELL --backend container --dry-run")
+        report = self._build(job, options, progress, shard).report
+        assert report.shard is not None   # a shard's build that didn't raise handed it back
+        return report.shard
+
+    def _build(self, job: BuildJob, options: BuildOptions, progress: Progress,
+               shard: ContainerShard | None) -> BuildResult:
+        """The build of a wheel (``shard`` None) or of a kernel shard: the same steps up to
+        cibuildwheel; see :meth:`build` and :meth:`build_shard`."""
         stdout = self.stdout or sys.stdout
         cell, recipe, table = job.cell, job.recipe, job.table
         engine, can_build, archs = self.engine, self.can_build, options.archs
@@ -342,18 +387,21 @@ class ContainerBackend:
         inputs = Inputs(sdist=options.sdist, sdist_dir=options.sdist_dir)
         limits = default_limits()
         limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
+        work = options.work_root / cell.id
         mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
                             else self.mounts, options.needed)
         use = (shardcache.choose(list(options.shard_caches), group=cell_group(cell, recipe),
                                  key=group_key(cell, recipe))
-               if options.shard_caches and options.cache and self.shard is None else None)
-        mounts = _with_shards(mounts, use, self.shard)
+               if options.shard_caches and options.cache and shard is None else None)
+        mounts = _with_shards(mounts, use, shard)
+        # The folder the container's result file comes back through (tools.backends.result).
+        mounts = replace(mounts, volumes=(*mounts.volumes,
+                                          f"{work / RESULT_DIR}:{CONTAINER_RESULT}"))
         image_name = self.image or cell.image
         relaxed = table.torch[cell.torch].nvcc_check_relaxed(cell.cuda)
-        workarounds = [f"relax_nvcc_check: {relaxed}"] if relaxed else []
-        report: dict[str, Any] = {"cell": cell.id, "backend": self.name, "image": image_name,
-                                  "archs": list(archs), "label": cell.label,
-                                  "limits": asdict(limits), "workarounds": workarounds}
+        report = BuildReport(cell.id, "container", why=options.why, image=image_name,
+                             archs=list(archs), label=cell.label, limits=asdict(limits),
+                             workarounds=[f"relax_nvcc_check: {relaxed}"] if relaxed else [])
         if options.dry_run:
             spec = ContainerSpec(engine or "docker", limits, Image(image_name, cell.platform_tag),
                                  mounts)
@@ -363,15 +411,13 @@ class ContainerBackend:
                           identifier(cell))
             stdout.write(inv.shell())
             stdout.flush()
-            return BuildResult({**report, "verdict": "planned", "dry_run": True,
-                                "script": inv.shell()})
+            report.verdict, report.dry_run, report.script = "planned", True, inv.shell()
+            return BuildResult(report)
 
-        work = options.work_root / cell.id
         work.mkdir(parents=True, exist_ok=True)
         for volume in mounts.volumes:
             if not volume.endswith(":ro"):   # a cache the container writes: it must exist first
                 Path(volume.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-        report["verdict"] = "failed"
         with reporting(work / "report.json", report, progress):
             def engine_step(step) -> Readiness:
                 ready = find_engine(engine, image_name, can_build)
@@ -388,7 +434,7 @@ class ContainerBackend:
                 return ready
 
             ready = progress.run("engine", engine_step)
-            report["engine"] = ready.engine
+            report.engine = ready.engine
 
             def image_step(step) -> Image:
                 missing = check_image(ready, cell, machine=machine)
@@ -409,11 +455,11 @@ class ContainerBackend:
                 return chosen
 
             chosen = progress.run("image", image_step)
-            report["plat"] = chosen.plat
+            report.plat = chosen.plat
             facts = machine.image_facts(cell.platform_tag, ready.labels)
             if facts.volumes:
                 mounts = replace(mounts, volumes=mounts.volumes + facts.volumes)
-            report.update(facts.report)
+            report.machine = dict(facts.report) or None
 
             def source(step) -> Staged:
                 staged = stage(job, work, inputs)
@@ -422,12 +468,12 @@ class ContainerBackend:
                 return staged
 
             staged = progress.run("source", source)
-            if self.shard is not None:
-                write_shim(staged.project / TOOLS_DIR, self.shard, PROJECT / staged.tree.name)
+            if shard is not None:
+                write_shim(staged.project / TOOLS_DIR, shard, PROJECT / staged.tree.name)
             if use is not None:
                 for refused in use.refused:
                     progress.say(f"shard cache not read: {refused['cache']}: {refused['why']}")
-                report["shards"] = use.describe()
+                report.shards = use.describe()
 
             def plan_step(step) -> Invocation:
                 spec = ContainerSpec(ready.engine, limits, chosen, mounts, ready.containers_conf)
@@ -442,56 +488,70 @@ class ContainerBackend:
                 return inv
 
             inv = progress.run("stage", plan_step)
-            report["script"] = inv.shell()
+            report.script = inv.shell()
 
-            def cibuildwheel_step(step) -> Path:
-                wheels = work / "wheels"
-                if wheels.exists():
-                    shutil.rmtree(wheels)
+            def run_step(step: Step) -> tuple[int, Path, ContainerResult | None]:
+                """cibuildwheel itself, and the result file the container handed back."""
+                if (work / "wheels").exists():
+                    shutil.rmtree(work / "wheels")
                 log = work / "cibuildwheel.log"
                 step.detail["log"] = str(log)
-                last = [0.0]
+                (work / RESULT_DIR / RESULT_FILE).unlink(missing_ok=True)   # an earlier run's
+                code = run_cibuildwheel(inv, log, _progress_lines(cell, progress))
+                return code, log, read_result(work / RESULT_DIR)
 
-                def on_line(line: str) -> None:
-                    now = time.monotonic()
-                    if (line.startswith(f"[{cell.id} ")
-                            or any(m in line for m, _ in _CIBW_STEPS)):
-                        progress.say(f"container: {line.strip()[:120]}")
-                    elif now - last[0] > 10 and line.strip():
-                        last[0] = now
-                        progress.say(f"container: {line.strip()[:120]}")
+            if shard is not None:
+                def shard_step(step: Step) -> ShardResult:
+                    code, log, result = run_step(step)
+                    return _shard_done(shard, code, result, log, step)
 
-                code = run_cibuildwheel(inv, log, on_line)
-                if self.shard is not None:
-                    return _shard_done(self.shard, code, log, step)
-                stats = ccache_stats(log.read_text(errors="replace"))
-                if stats:
-                    units = stats.pop("units", None)
-                    step.detail["ccache"] = stats
-                    report["ccache"] = stats
-                    progress.say(f"compiler cache: {stats['hits']} hits "
-                                 f"({stats['direct_hits']} direct, {stats['preprocessed_hits']} "
-                                 f"preprocessed), {stats['misses']} misses")
-                    if use is not None and units is not None:
-                        listed = read_units(recipe)
-                        stats["per_unit"] = shardcache.sort_results(
-                            units, use, listed.sharded() if listed else ())
+                report.shard = progress.run("cibuildwheel", shard_step)
+                report.verdict = "passed"
+                return BuildResult(report)
+
+            def cibuildwheel_step(step: Step) -> Path:
+                code, log, result = run_step(step)
+                stats = _cache_stats(result, use, recipe)
+                if stats is not None:
+                    report.ccache = stats
+                    step.detail["ccache"] = {k: v for k, v in asdict(stats).items()
+                                             if v is not None}
+                    progress.say(f"compiler cache: {stats.hits} hits ({stats.direct_hits} "
+                                 f"direct, {stats.preprocessed_hits} preprocessed), "
+                                 f"{stats.misses} misses")
                 if code != 0:
                     raise classify_failure(log.read_text(errors="replace"), log=log,
                                            limits=limits, code=code)
-                found = sorted(wheels.glob("*.whl"))
-                if len(found) != 1:
-                    raise CompileError(f"cibuildwheel made {len(found)} wheels in {wheels}, "
-                                       "expected one")
-                with zipfile.ZipFile(found[0]) as zf:
-                    manifest = read_manifest(zf)
-                step.detail.update(wheel=found[0].name, manifest=manifest)
-                return found[0]
+                return _one_wheel(work / "wheels", step)
 
             wheel = progress.run("cibuildwheel", cibuildwheel_step)
-            if self.shard is not None:
-                report.update(verdict="passed", shard=wheel)
-                return BuildResult(report, None)
             target = progress.run("publish", lambda step: publish(wheel, options.out_dir, step))
-            report.update(verdict="passed", wheel=str(target))
+            report.verdict, report.wheel = "passed", str(target)
         return BuildResult(report, target)
+
+
+def _progress_lines(cell: Cell, progress: Progress) -> Callable[[str], None]:
+    """What of cibuildwheel's output becomes a progress line: our own lines and cibuildwheel's
+    step markers, and otherwise one line every 10 s (a sign of life)."""
+    last = [0.0]
+
+    def on_line(line: str) -> None:
+        now = time.monotonic()
+        if line.startswith(f"[{cell.id} ") or any(m in line for m, _ in _CIBW_STEPS):
+            progress.say(f"container: {line.strip()[:120]}")
+        elif now - last[0] > 10 and line.strip():
+            last[0] = now
+            progress.say(f"container: {line.strip()[:120]}")
+    return on_line
+
+
+def _one_wheel(wheels: Path, step: Step) -> Path:
+    """The one wheel cibuildwheel made (CompileError for none or several), its manifest in the
+    step's details."""
+    found = sorted(wheels.glob("*.whl"))
+    if len(found) != 1:
+        raise CompileError(f"cibuildwheel made {len(found)} wheels in {wheels}, expected one")
+    with zipfile.ZipFile(found[0]) as zf:
+        manifest = read_manifest(zf)
+    step.detail.update(wheel=found[0].name, manifest=manifest)
+    return found[0]

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
@@ -30,6 +30,7 @@ from tools.kernels.check import GpuFinder, find_gpu, raise_if_failed, run_check,
 from tools.pipeline.compile import CompileSettings, compile_package
 from tools.pipeline.prelude import prepare
 from tools.plan.job import BuildJob, Inputs
+from tools.pipeline.buildreport import BuildReport
 from tools.pipeline.report import Progress, Step, reporting
 from tools.pipeline.wheelhouse import publish
 from tools.pipeline.build_toolchain import BuildPython, torch_info
@@ -223,14 +224,12 @@ class HostBackend:
         work.mkdir(parents=True, exist_ok=True)
         for stale in ("compile.log", "python.log", "repair.log", "ccache-stats.log"):
             (work / stale).unlink(missing_ok=True)
-        report: dict[str, Any] = {"cell": cell.id, "backend": self.name, "why": options.why,
-                                  "archs": list(options.archs), "label": cell.label,
-                                  "verdict": "failed"}
-        if options.needed:
-            report["needs"] = [str(p) for p in options.needed]
+        report = BuildReport(cell.id, self.name, why=options.why, archs=list(options.archs),
+                             label=cell.label,
+                             needs=[str(p) for p in options.needed] or None)
         with reporting(work / "report.json", report, progress):
             wheel = self._run(job, options, work, progress)
-            report.update(verdict="passed", wheel=str(wheel))
+            report.verdict, report.wheel = "passed", str(wheel)
         return BuildResult(report, wheel)
 
     def _existing(self, job: BuildJob, step: Step) -> BuildPython:

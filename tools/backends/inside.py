@@ -8,7 +8,9 @@ DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.steps``, on
 raw wheel, repaired to the cell's manylinux target). With the compiler cache mounted, ``ccache
 setup --python PY`` (before-build, after torch went to its fixed directory) points the build
 Python at that torch through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache
-stats`` (before the finish) prints what the cache did for the compile.
+stats`` (before the finish) prints what the cache did for the compile and writes it into the
+container's result file (``tools.backends.result``); in a kernel shard's build, ``shard-result
+FILE`` puts the shard's record there once its units are compiled.
 ``tools.backends.cibw`` writes these command lines; the staged tools, recipe and table sit at
 ``/project/cuwheels`` in the container, with the planned cell (``cell.json``, which
 ``tools.backends.containerized.stage`` writes): the cell is read from there, never planned again.
@@ -27,7 +29,6 @@ from pathlib import Path
 from tools.pipeline import ccache
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
 from .cibw import (
-    CCACHE_STATS_PREFIX,
     CONTAINER_CCACHE_STATS,
     CONTAINER_CCACHE_WORK,
     CONTAINER_CUDA_HOME,
@@ -37,7 +38,10 @@ from tools import RECIPES_DIR
 from tools.core.errors import PlanError, ToolchainError
 from tools.finish.raw import FinishSettings, RawWheel
 from tools.finish.steps import FINISH_STEPS, finish_wheel
+from tools.pipeline.buildreport import CacheStats
 from tools.pipeline.report import Progress
+from tools.pipeline.shardcache import ShardResult
+from .result import ContainerResult
 from tools.pipeline.build_toolchain import Nvcc, check_nvcc, find_nvcc, inspect_torch
 from tools.plan.cells import Cell
 from tools.plan.recipes.model import Recipe, load_recipe
@@ -166,15 +170,25 @@ def ccache_setup(python: str, *, torch_dir: Path = Path(str(CONTAINER_TORCH)),
     return cache
 
 
-def ccache_stats_lines() -> list[str]:
-    """What ``ccache stats`` prints after the compile: the cache's summary, then the line the
-    container backend reads back into its report (``CCACHE_STATS_PREFIX`` and JSON)."""
+def ccache_result() -> tuple[str, ContainerResult]:
+    """What ``ccache stats`` does after the compile: the cache's summary line, and the result
+    the container backend reads back into its report (``tools.backends.result``)."""
     cache = _container_cache()
     stats = ccache.read_stats(cache)
-    return [f"compiler cache: {stats.summary}",
-            CCACHE_STATS_PREFIX + json.dumps({"tool": f"ccache {cache.version}",
-                                              "dir": str(cache.directory), "hits": stats.hits,
-                                              "direct_hits": stats.direct_hits,
-                                              "preprocessed_hits": stats.preprocessed_hits,
-                                              "misses": stats.misses,
-                                              "units": ccache.unit_results(cache.stats_log)})]
+    return (f"compiler cache: {stats.summary}",
+            ContainerResult(ccache=CacheStats(f"ccache {cache.version}", str(cache.directory),
+                                              stats.hits, stats.direct_hits,
+                                              stats.preprocessed_hits, stats.misses),
+                            units=ccache.unit_results(cache.stats_log)))
+
+
+def shard_result(record: Path) -> ContainerResult:
+    """A kernel shard's result: the record its stand-in ninja wrote (``shard.json``, read
+    through ``ShardResult``); ToolchainError naming the file when it isn't one."""
+    try:
+        data = json.loads(Path(record).read_text())
+        return ContainerResult(shard=ShardResult.from_json(data, where=str(record)))
+    except (OSError, ValueError) as exc:
+        raise ToolchainError(f"{record}: no shard record to hand back ({exc})",
+                             hint="the stand-in ninja writes it before it asks for the "
+                                  "result") from None

@@ -9,9 +9,13 @@ read-write, ``tools.pipeline.ccache.shard_writer_env``), and a stand-in ``ninja`
 compile database, checks that the build's CUDA units are the plan's (else it writes the
 difference into ``shard.json`` and stops), and has the real ninja build only the objects of the
 shard's units (``ninja <object> ...``, ``MAX_JOBS`` at a time). It then writes ``shard.json``
-(complete, with the compile's seconds) and stops the build with :data:`STOP_STATUS`: a shard
-makes no wheel. The host's shards (``tools.sharding.shard_build``) run the recorded command lines
-directly; the record is the same.
+(complete, with the compile's seconds), has ``python -m tools.incontainer shard-result`` hand
+that record back as the container's result file (``tools.backends.result``) and stops the build
+with :data:`STOP_STATUS`: a shard makes no wheel, so the package's build must not go on to link
+one. cibuildwheel reports the stopped build as a failure; the result file, written only after
+every object of the shard was built, is the shard's success, not cibuildwheel's exit status.
+The host's shards (``tools.sharding.shard_build``) run the recorded command lines directly; the
+record (``tools.pipeline.shardcache.ShardResult``) is the same.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from tools.pipeline.shardcache import ShardResult
+from .cibw import CONTAINER_TOOLS, IN_IMAGE_MODULE, TOOLS_VENV
 
 #: The stand-in ninja's exit status once the shard's objects are built (the build stops there).
 STOP_STATUS = 86
@@ -92,17 +99,22 @@ if code != 0:
     sys.exit(code)
 write(complete=True, verdict="passed", seconds={"(all units)": seconds})
 sys.stderr.write("cuwheels shard: done in %.0f s\n" % seconds)
+# The record handed back as the container's result file: the host's signal that the shard is done.
+handed = subprocess.run(SPEC["result"], env=dict(os.environ, PYTHONPATH=SPEC["pythonpath"]))
+if handed.returncode != 0:
+    sys.exit("cuwheels shard: the result was not written (exit %d)" % handed.returncode)
 sys.exit(SPEC["stop"])
 '''
 
 
 @dataclass(frozen=True)
 class ContainerShard:
-    """One shard for the container backend: where its cache is on this machine, and what its
-    ``shard.json`` starts with (group, key, shard, units, env)."""
+    """What a shard build makes, as the container backend takes it
+    (``ContainerBackend.build_shard``; ``tools.sharding.shard_build.ShardTarget`` is the plan's
+    view): where its cache is on this machine, and what its ``shard.json`` starts with."""
 
     cache: Path
-    record: dict
+    record: ShardResult
     #: Every CUDA unit the plan's unit list has (the stand-in checks the build's against it).
     planned: tuple[str, ...]
 
@@ -114,8 +126,12 @@ def write_shim(tools_dir: Path, shard: ContainerShard, tree_in_container: PurePo
     folder = tools_dir / SHIM_DIR
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "spec.json").write_text(json.dumps({
-        "record": shard.record, "units": shard.record["units"], "planned": list(shard.planned),
-        "cache": str(CONTAINER_SHARD), "tree": str(tree_in_container), "stop": STOP_STATUS,
+        "record": shard.record.to_json(), "units": shard.record.units,
+        "planned": list(shard.planned), "cache": str(CONTAINER_SHARD),
+        "tree": str(tree_in_container), "stop": STOP_STATUS,
+        "result": [str(TOOLS_VENV / "bin" / "python"), "-m", IN_IMAGE_MODULE, "shard-result",
+                   str(CONTAINER_SHARD / SPEC_FILE)],
+        "pythonpath": str(CONTAINER_TOOLS),
     }, indent=1))
     shim = folder / "ninja"
     shim.write_text(_SHIM)

@@ -182,5 +182,5 @@ def build_cell(cell: Cell, planned: Planned, request: BuildRequest = BuildReques
         dry_run=request.dry_run,
         shard_caches=tuple(candidates(shard_caches, cell_group(cell, recipe))) if shard_caches
         else ()))
-    result.report.setdefault("why", why)
+    result.report.why = result.report.why or why
     return result

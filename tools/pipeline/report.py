@@ -2,7 +2,9 @@
 
 A build is a list of timed steps: each prints when it starts and how it ended (with the time
 since the build began), and lands in the report with its status and details. (The last step of
-every backend, the move into the wheelhouse, is tools.pipeline.wheelhouse.publish.)
+every backend, the move into the wheelhouse, is tools.pipeline.wheelhouse.publish.) The report
+itself is a :class:`tools.pipeline.buildreport.BuildReport`; :func:`reporting` writes it however
+the build ends.
 """
 
 from __future__ import annotations
@@ -12,21 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from tools.core.errors import CuwheelsError
+from tools.pipeline.buildreport import JSON, BuildReport, ReportedError, Step, write_report
 
-
-@dataclass
-class Step:
-    """One timed pipeline step in the report."""
-
-    name: str
-    seconds: float = 0.0
-    status: str = "pending"
-    detail: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Progress", "Step", "reporting", "reporting_json", "write_report"]
 
 
 class Progress:
@@ -66,25 +60,36 @@ class Progress:
         return result
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write the build report JSON atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    tmp.replace(path)
-
-
 @contextmanager
-def reporting(path: Path, report: dict[str, Any], progress: Progress) -> Iterator[None]:
+def reporting(path: Path, report: BuildReport, progress: Progress) -> Iterator[None]:
     """Write the build report to ``path`` however the build ends: the steps with their times and
     details, and the error (kind and message) when one stopped it."""
     try:
         yield
     except CuwheelsError as exc:
-        report["error"] = {"kind": exc.kind, "message": str(exc)}
+        report.error = ReportedError(exc.kind, str(exc))
         raise
     finally:
-        report["steps"] = [asdict(s) for s in progress.steps]
-        report["seconds"] = round(time.monotonic() - progress.start, 1)
+        report.steps = list(progress.steps)
+        report.seconds = round(time.monotonic() - progress.start, 1)
         write_report(path, report)
+        progress.say(f"report: {path}")
+
+
+@contextmanager
+def reporting_json(path: Path, data: dict[str, JSON], progress: Progress) -> Iterator[None]:
+    """:func:`reporting` for a report that is not a build report (the probe's ``probe.json``,
+    ``tools.probing.probe_build``): ``data`` gets the steps, the time and the error."""
+    try:
+        yield
+    except CuwheelsError as exc:
+        data["error"] = {"kind": exc.kind, "message": str(exc)}
+        raise
+    finally:
+        data["steps"] = [asdict(s) for s in progress.steps]
+        data["seconds"] = round(time.monotonic() - progress.start, 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        tmp.replace(path)
         progress.say(f"report: {path}")

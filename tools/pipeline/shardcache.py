@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: The record a shard cache carries.
 RECORD = "shard.json"
@@ -25,19 +25,83 @@ RECORD = "shard.json"
 SHARED_ENV = ("NVCC_THREADS",)
 
 
-def read_record(cache: Path) -> dict[str, Any] | None:
-    """A shard cache's ``shard.json``, None when there is none or it isn't a JSON object."""
+@dataclass
+class ShardResult:
+    """A kernel shard's outcome, as its cache's ``shard.json`` holds it (and a shard build's
+    report, under ``shard``): the shard, its group and key, its units with their seconds once
+    compiled, whether it finished, the variable the cells take over, and what went wrong.
+
+    The host's shards (``tools.sharding.shard_build``) write it through this type; a container
+    shard's stand-in ninja (``tools.backends.shardninja``, a script run by the build's own
+    Python, which can't import the tools) writes the same keys, read back through this type.
+    """
+
+    shard: str
+    group: str
+    key: str
+    index: int
+    count: int
+    units: list[str]
+    archs: list[str]
+    estimate_seconds: float = 0.0
+    #: unit -> seconds it took (a container shard: ``(all units)`` -> the whole compile's).
+    seconds: dict[str, float] = field(default_factory=dict)
+    verdict: Literal["passed", "failed"] = "failed"
+    complete: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    #: Why the shard stopped (a container shard's stand-in says).
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``shard.json``'s object (no ``error`` key when there is none)."""
+        data = asdict(self)
+        if self.error is None:
+            del data["error"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: object, *, where: str) -> ShardResult:
+        """The shard record in ``data``; ValueError naming ``where`` and the field when it
+        isn't one."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: a shard record must be a JSON object")
+        missing = sorted(f.name for f in fields(cls) if f.name not in data
+                         and f.name in ("shard", "group", "key", "index", "count", "units",
+                                        "archs"))
+        unknown = sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError(f"{where}: a shard record " + "; ".join(
+                ([f"lacks {', '.join(missing)}"] if missing else [])
+                + ([f"has unknown fields {', '.join(unknown)}"] if unknown else [])))
+        checks = {"shard": str, "group": str, "key": str, "index": int, "count": int,
+                  "units": list, "archs": list, "estimate_seconds": (int, float),
+                  "seconds": dict, "verdict": str, "complete": bool, "env": dict,
+                  "error": (str, type(None))}
+        for name, kind in checks.items():
+            if name in data and not isinstance(data[name], kind):
+                raise ValueError(f"{where}: a shard record's {name} must be "
+                                 f"{getattr(kind, '__name__', kind)}, not "
+                                 f"{type(data[name]).__name__}")
+        if data.get("verdict", "failed") not in ("passed", "failed"):
+            raise ValueError(f"{where}: a shard record's verdict is {data['verdict']!r}: "
+                             "passed or failed")
+        return cls(**data)
+
+
+def read_record(cache: Path) -> ShardResult | None:
+    """A shard cache's ``shard.json``, None when there is none or it isn't a shard record."""
+    path = Path(cache) / RECORD
     try:
-        data = json.loads((Path(cache) / RECORD).read_text())
-    except (OSError, ValueError):
+        return ShardResult.from_json(json.loads(path.read_text()), where=str(path))
+    except (OSError, ValueError, TypeError):
         return None
-    return data if isinstance(data, dict) else None
 
 
-def write_record(cache: Path, record: dict[str, Any]) -> None:
+def write_record(cache: Path, record: ShardResult) -> None:
     """Write ``shard.json`` whole (a reader never sees half of it)."""
     tmp = Path(cache) / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(record.to_json(), indent=1, sort_keys=True))
     os.replace(tmp, Path(cache) / RECORD)
 
 
@@ -80,21 +144,21 @@ def choose(offered: list[Path], *, group: str, key: str) -> ShardUse:
         if record is None:
             use.refused.append({"cache": str(cache), "why": f"no readable {RECORD}"})
             continue
-        if record.get("group") != group or record.get("key") != key:
+        if record.group != group or record.key != key:
             use.refused.append({"cache": str(cache),
-                                "why": f"it belongs to group {record.get('group')!r} with key "
-                                       f"{record.get('key')!r}, not {group!r} with key "
+                                "why": f"it belongs to group {record.group!r} with key "
+                                       f"{record.key!r}, not {group!r} with key "
                                        f"{key!r} (other sources, patches, torch, archs or "
                                        "variables)"})
             continue
-        sid = str(record.get("shard", cache.name))
+        sid = record.shard
         use.used.append(cache)
-        if not record.get("complete"):
+        if not record.complete:
             use.partial.append(sid)
-        for unit in record.get("units") or ():
+        for unit in record.units:
             use.units[str(unit)] = sid
         for name in SHARED_ENV:
-            value = (record.get("env") or {}).get(name)
+            value = record.env.get(name)
             if value is not None:
                 use.env.setdefault(name, str(value))
     return use

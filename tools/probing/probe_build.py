@@ -38,7 +38,7 @@ from tools.core.errors import CompileError, ProbeError
 from tools.hostplat import HostOS, current
 from tools.pipeline.buildenv import available_memory_gib, build_env, size_jobs
 from tools.pipeline.compilelog import failing_file
-from tools.pipeline.report import Progress, reporting
+from tools.pipeline.report import Progress, reporting_json
 from tools.pipeline.build_toolchain import build_process_env
 from tools.pipeline.prelude import prepare
 from tools.plan.job import BuildJob, Inputs
@@ -323,7 +323,7 @@ def probe_cell(job: BuildJob, request: ProbeRequest = ProbeRequest()) -> ProbeRe
     report = ProbeReport(cell.id, list(cell_archs), min(threads_for(recipe), len(cell_archs)),
                          recipe.build.job_memory_gib)
     data: dict[str, Any] = {}
-    with reporting(work / "probe.json", data, progress):
+    with reporting_json(work / "probe.json", data, progress):
         try:
             _probe(job, request, cell_archs, report, work, progress, data)
         finally:

@@ -13,12 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tools.core.errors import PlanError
+from tools.pipeline.buildreport import (BuildReport, ReportError, ReportedError, read_report,
+                                        write_report)
 from tools.plan.limits import load_limits
 from tools.plan.cells import changed_only, plan, require_known, select
 from tools.plan.recipes.model import load_all
@@ -225,6 +228,10 @@ def download_artifacts(api: Api, repo: str, run_id: str, document: dict[str, Any
                     f"{api.made} requests"]
 
 
+#: How a build report's error reads in the attempts file (``ReportedError.line``).
+_ERROR_LINE = re.compile(r"^(\w+) error: ")
+
+
 def count_attempts(src: Sources, *, attempts: Path, document: dict[str, Any], reports: Path,
                    report_url: str = "", reports_out: Path | None = None) -> str:
     """Write the attempts file after this run (from its cells' build reports: an error, or no
@@ -236,15 +243,16 @@ def count_attempts(src: Sources, *, attempts: Path, document: dict[str, Any], re
     runners = load_runners(src.runners_path(), {r.package for r in recipes})
     results: dict[str, str | None] = {}
     for cell in cell_ids(document):
-        report = reports / cell / "report.json"
-        if not report.is_file():
+        path = reports / cell / "report.json"
+        if not path.is_file():
             results[cell] = "no build report (the job failed before it wrote one, or was stopped)"
             continue
         try:
-            error = json.loads(report.read_text()).get("error")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            error = "its build report is not a JSON object"
-        results[cell] = str(error) if error else None
+            report = read_report(path)
+        except ReportError as exc:
+            results[cell] = f"its build report could not be read: {exc.message}"
+            continue
+        results[cell] = report.error.line() if report.error else None
     after = record(load_attempts(attempts), results,
                    fingerprints(recipes, src.table, runners.path), cells,
                    {c: report_url for c, e in results.items() if e})
@@ -257,8 +265,12 @@ def count_attempts(src: Sources, *, attempts: Path, document: dict[str, Any], re
         target.parent.mkdir(parents=True, exist_ok=True)
         state = "given up until its recipe, the table or the runner file changes" \
             if attempt.tries >= limit else "tried again by the next run"
-        target.write_text(json.dumps({
-            "cell": cell, "report": attempt.report,
-            "error": f"{attempt.error} (failed {attempt.tries} run(s) in a row; {state})"}))
+        # A failed try's summary, as a build report no backend wrote (the front page reads it).
+        said = _ERROR_LINE.match(attempt.error)
+        write_report(target, BuildReport(cell, None, report_url=attempt.report or None,
+                                         error=ReportedError(
+                                             said.group(1) if said else "build",
+                                             f"{attempt.error} (failed {attempt.tries} run(s) "
+                                             f"in a row; {state})")))
     failed = sum(1 for e in results.values() if e)
     return f"{len(results)} cells ran, {failed} failed; {len(after)} cells with failed tries"

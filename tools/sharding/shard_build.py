@@ -24,16 +24,17 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from tools.backends.base import BuildOptions
 from tools.backends.containerized import ContainerBackend
 from tools.backends.shardninja import ContainerShard
 from tools.core.errors import CompileError, PlanError
 from tools.pipeline import ccache
-from tools.pipeline.shardcache import write_record
+from tools.pipeline.buildreport import BuildReport
+from tools.pipeline.shardcache import ShardResult, write_record
 from tools.pipeline.buildenv import (available_memory_gib, build_env, size_for,
                                      usable_cores)
 from tools.pipeline.report import Progress, reporting
@@ -50,24 +51,6 @@ SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
 def shard_id(group: str, index: int) -> str:
     """``flash_attn-cu130-shard2``: the id of a group's shard K (1-based), in reports and CI."""
     return f"{group}-shard{index}"
-
-
-@dataclass
-class ShardReport:
-    """What a shard did: its units with their seconds, and its verdict."""
-
-    shard: str
-    group: str
-    key: str
-    index: int
-    count: int
-    units: list[str]
-    archs: list[str]
-    estimate_seconds: float = 0.0
-    seconds: dict[str, float] = field(default_factory=dict)
-    verdict: str = "failed"
-    complete: bool = False
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def shard_units(units: UnitList, count: int, archs: int) -> list[tuple[str, ...]]:
@@ -113,9 +96,9 @@ class ShardTarget:
 
 def run_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
               inputs: Inputs = Inputs(), unit_timeout: float = UNIT_TIMEOUT,
-              stream: TextIO | None = None) -> ShardReport:
-    """Compile ``target`` into ``<cache_root>/<shard id>``; the report also goes to
-    ``<work_root>/<shard id>/report.json``. PlanError when the recipe has no unit list or the
+              stream: TextIO | None = None) -> ShardResult:
+    """Compile ``target`` into ``<cache_root>/<shard id>``; the build report, with the shard's
+    record as its ``shard``, goes to ``<work_root>/<shard id>/report.json``. PlanError when the recipe has no unit list or the
     build's units differ from it; CompileError naming each unit that failed."""
     group, index, count, archs = target.group, target.index, target.count, target.archs
     cell, recipe = target.job.cell, target.job.recipe
@@ -137,19 +120,20 @@ def run_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
     work.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     progress = Progress(sid, SHARD_STEPS, stream or sys.stderr)
-    report = ShardReport(sid, group.id, group.key, index, count, list(mine), list(archs),
+    report = ShardResult(sid, group.id, group.key, index, count, list(mine), list(archs),
                          estimate_seconds=round(sum(units.seconds(u) for u in mine)
                                                 * len(archs), 1))
-    data: dict[str, Any] = {}
-    with reporting(work / "report.json", data, progress):
+    built = BuildReport(cell.id, "host", why="a kernel shard", archs=list(archs),
+                        label=cell.label, shard=report)
+    with reporting(work / "report.json", built, progress):
         try:
             _run(report, target, units, work, cache, progress, inputs, unit_timeout)
         finally:
-            data.update(asdict(report))
+            built.verdict = report.verdict
     return report
 
 
-def _run(report: ShardReport, target: ShardTarget, units: UnitList, work: Path, cache: Path,
+def _run(report: ShardResult, target: ShardTarget, units: UnitList, work: Path, cache: Path,
          progress: Progress, inputs: Inputs, unit_timeout: float) -> None:
     cell, recipe, archs = target.job.cell, target.job.recipe, target.archs
     prelude = prepare(target.job, work, inputs, progress)
@@ -173,7 +157,7 @@ def _run(report: ShardReport, target: ShardTarget, units: UnitList, work: Path, 
 
     planned = {u.name: u for u in progress.run("commands", commands)}
     chosen = [planned[name] for name in report.units]
-    write_record(cache, asdict(report))   # before the first unit: a stopped shard says it is partial
+    write_record(cache, report)   # before the first unit: a stopped shard says it is partial
     progress.say(f"sizing: {sizing.note}; {len(chosen)} unit(s), estimated "
                  f"{report.estimate_seconds / 3600:.2f} h on the runner the plan was made for")
 
@@ -188,13 +172,13 @@ def _run(report: ShardReport, target: ShardTarget, units: UnitList, work: Path, 
             raise CompileError("; ".join(failures),
                                hint="read the unit's log; the same unit fails in the cells")
         report.complete, report.verdict = True, "passed"
-        write_record(cache, asdict(report))
+        write_record(cache, report)
 
     progress.run("compile", compile_)
 
 
 def _compile(units: list[Unit], env: dict[str, str], logs: Path, progress: Progress,
-             report: ShardReport, *, jobs: int, timeout: float) -> list[str]:
+             report: ShardResult, *, jobs: int, timeout: float) -> list[str]:
     """Compile ``units`` with their recorded command lines, ``jobs`` at a time; each unit's
     seconds go into ``report``; returns one line per failed unit."""
     logs.mkdir(parents=True, exist_ok=True)
@@ -226,11 +210,12 @@ def _compile(units: list[Unit], env: dict[str, str], logs: Path, progress: Progr
 def run_container_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
                         engine: str | None = None, image: str | None = None,
                         inputs: Inputs = Inputs(), stream: TextIO | None = None
-                        ) -> dict[str, Any]:
-    """Compile ``target`` through the container backend: the cell's own cibuildwheel build in
-    its image (``image``: another one; ``engine``: docker or podman), with a stand-in ninja that
-    builds only the shard's objects (``tools.backends.shardninja``), so the command lines are
-    exactly those of the group's container cells. Returns the shard's ``shard.json``; the build
+                        ) -> ShardResult:
+    """Compile ``target`` through the container backend (``ContainerBackend.build_shard``): the
+    cell's own cibuildwheel build in its image (``image``: another one; ``engine``: docker or
+    podman), with a stand-in ninja that builds only the shard's objects
+    (``tools.backends.shardninja``), so the command lines are exactly those of the group's
+    container cells. Returns the shard's record as the container handed it back; the build
     report goes to ``<work_root>/<shard id>/report.json``."""
     group, index, count, archs = target.group, target.index, target.count, target.archs
     cell, recipe = target.job.cell, target.job.recipe
@@ -244,16 +229,15 @@ def run_container_shard(target: ShardTarget, *, work_root: Path, cache_root: Pat
                         f"{len(parts)}, not {index}/{count}")
     sid = shard_id(group.id, index)
     mine = parts[index - 1]
-    record = asdict(ShardReport(sid, group.id, group.key, index, count, list(mine), list(archs),
-                                estimate_seconds=round(sum(units.seconds(u) for u in mine)
-                                                       * len(archs), 1)))
-    shard = ContainerShard(cache_root / sid, record, units.sharded())
-    backend = ContainerBackend(engine=engine, image=image, shard=shard)
+    record = ShardResult(sid, group.id, group.key, index, count, list(mine), list(archs),
+                         estimate_seconds=round(sum(units.seconds(u) for u in mine)
+                                                * len(archs), 1))
+    backend = ContainerBackend(engine=engine, image=image)
     progress = Progress(sid, backend.steps, stream or sys.stderr)
     options = BuildOptions(archs=archs, out_dir=work_root / sid / "unused", work_root=work_root,
                            why="a kernel shard", sdist=inputs.sdist, sdist_dir=inputs.sdist_dir)
     # The backend works in <work_root>/<cell id>: a shard of that cell gets its own directory.
-    result = backend.build(target.job,
-                           options=replace(options, work_root=work_root / sid),
-                           progress=progress)
-    return result.report["shard"]
+    return backend.build_shard(target.job, ContainerShard(cache_root / sid, record,
+                                                          units.sharded()),
+                               options=replace(options, work_root=work_root / sid),
+                               progress=progress)

@@ -34,6 +34,7 @@ from packaging.utils import canonicalize_name
 from .ledger_file import Entry
 from .placement import (FileView, place_variants, project_name, version_key, wheel_platforms_of,
                         wheel_tags)
+from tools.pipeline.buildreport import BuildReport, ReportError, read_report
 from tools.plan.cells import Cell, plan
 from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.table import Table
@@ -188,17 +189,18 @@ def _coverage_cell(pills: tuple[tuple[str, str], ...]) -> Markup:
 # --------------------------------------------------------------------------- missing cells
 
 
-def load_reports(reports_dir: Path) -> dict[str, dict[str, Any]]:
-    """Build reports by cell id (``<dir>/<cell>/report.json``, as tools.build writes them);
-    an unreadable one is skipped: the page then says "not built yet", never a wrong reason."""
+def load_reports(reports_dir: Path) -> dict[str, BuildReport]:
+    """Build reports by cell id (``<dir>/<cell>/report.json``, as tools.build writes them, read
+    through ``tools.pipeline.buildreport.read_report``); an unreadable one (not JSON, another
+    schema version or shape) is skipped: the page then says "not built yet", never a wrong
+    reason."""
     reports = {}
     for path in sorted(Path(reports_dir).glob("*/report.json")):
         try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            report = read_report(path)
+        except ReportError:
             continue
-        if isinstance(report, dict):
-            reports[str(report.get("cell") or path.parent.name)] = report
+        reports[report.cell] = report
     return reports
 
 
@@ -224,7 +226,7 @@ class PlanFacts:
 
     recipes: tuple[Recipe, ...]
     cells: tuple[Cell, ...]
-    reports: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    reports: Mapping[str, BuildReport] = field(default_factory=dict)
 
 
 def load_planned(recipes_dir: Path, table: Table, reports_dir: Path | None = None) -> PlanFacts:
@@ -334,9 +336,9 @@ def _file_cells(cells: list[Cell], name: str, version: str,
             published.append(cell.id)
             continue
         report = planned.reports.get(cell.id)
-        kind = "failed" if report and report.get("error") else "todo"
+        kind = "failed" if report and report.error else "todo"
         rows[kind].append({"python": _python_shown(cell), "cell": cell.id, "report": None,
-                           "error": report["error"] if kind == "failed" else None})
+                           "error": report.error if report and kind == "failed" else None})
     for kind in ("failed", "todo"):
         if rows[kind]:
             # A stable-ABI cell is filed under the series it builds against
@@ -359,7 +361,7 @@ def _why_missing(kind: str, cuda: str, series: str, listed: Mapping[str, tuple[s
 
 
 def missing_report_pages(missing: list[dict[str, Any]],
-                         reports: Mapping[str, dict[str, Any]]) -> dict[str, bytes]:
+                         reports: Mapping[str, BuildReport]) -> dict[str, bytes]:
     """The build report of each failed cell as a site page (``reports/<cell>.json``), which the
     front page links to; sets each failed cell's ``report`` link."""
     pages = {}
@@ -368,6 +370,7 @@ def missing_report_pages(missing: list[dict[str, Any]],
             for c in group["cells"]:
                 if group["kind"] == "failed":
                     c["report"] = f"reports/{c['cell']}.json"
-                    pages[c["report"]] = (json.dumps(reports[c["cell"]], indent=2, sort_keys=True,
-                                                     default=str) + "\n").encode("utf-8")
+                    pages[c["report"]] = (json.dumps(reports[c["cell"]].to_json(), indent=2,
+                                                     sort_keys=True, default=str)
+                                          + "\n").encode("utf-8")
     return pages
