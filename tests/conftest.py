@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tools.backends import containerized
-from tools.backends.cibw import ContainerSpec, Limits, plan_invocation
+from tools.backends.cibw import ContainerLimits, ContainerSpec, plan_invocation
 from tools.backends.machine import HOOK_VARIABLE, SANDBOX_HOOK
 from tools.builder.planned import Planned
 from tools.core.digest import sha256_file
@@ -277,7 +277,7 @@ def staged_dependent(dependent_world):
     return planned, cell, staged
 
 
-def plan_cell(cell_id, table, recipes, cells, tmp_path, *, limits=Limits(14, 4), engine="docker"):
+def plan_cell(cell_id, table, recipes, cells, tmp_path, *, limits=ContainerLimits(14, 4), engine="docker"):
     """A cell of the world, its recipe and its cibuildwheel plan (work under ``tmp_path``)."""
     cell = find_cell(cell_id, cells)
     recipe = next(r for r in recipes if r.package == cell.package)

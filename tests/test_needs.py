@@ -19,7 +19,7 @@ from tests.fixtures.make_tinyext_sdist import make_sdist
 from tests.test_build import PATCH, _recipe, _write
 from tests.wheelfactory import make_wheel
 from tools import ROOT
-from tools.backends.cibw import (CONTAINER_NEEDS, ContainerSpec, Limits, Mounts, cibw_options,
+from tools.backends.cibw import (CONTAINER_NEEDS, ContainerSpec, ContainerLimits, Mounts, cibw_options,
                                  with_needs)
 from tools.core.errors import PlanError, RecipeError, VerifyError
 from tools.plan.cells import find_cell, plan
@@ -206,7 +206,7 @@ def test_the_container_mounts_the_needed_wheels_and_installs_them_first(world, t
     mounts = with_needs(Mounts(volumes=("/a:/b",)), wheels)
     assert mounts.volumes == ("/a:/b", f"{folder}:{CONTAINER_NEEDS}:ro")
     options = cibw_options(BuildJob(cell, recipe, table),
-                           ContainerSpec("docker", Limits(8, 2), mounts=mounts), archs=cell.archs,
+                           ContainerSpec("docker", ContainerLimits(8, 2), mounts=mounts), archs=cell.archs,
                            recipe_revision="abc")
     assert f"--volume {folder}:{CONTAINER_NEEDS}:ro" in options["CIBW_CONTAINER_ENGINE"]
     before_test = options["CIBW_BEFORE_TEST"]

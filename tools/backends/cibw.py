@@ -77,7 +77,7 @@ _BUILD_PYTHON = '"$(command -v python)"'   # the cell's interpreter, first on PA
 
 
 @dataclass(frozen=True)
-class Limits:
+class ContainerLimits:
     """What the build container may use."""
 
     memory_gib: int
@@ -157,7 +157,7 @@ class ContainerSpec:
     the cell's), what is mounted, and the containers.conf podman reads (the runtime wrapper)."""
 
     engine: str
-    limits: Limits
+    limits: ContainerLimits
     image: Image | None = None
     mounts: Mounts = Mounts()
     containers_conf: Path | None = None
@@ -199,7 +199,7 @@ def with_needs(mounts: Mounts, wheels: tuple[Path, ...]) -> Mounts:
                    needs=tuple(str(CONTAINER_NEEDS / Path(w).name) for w in wheels))
 
 
-def default_limits(env: dict[str, str] | None = None) -> Limits:
+def default_limits(env: dict[str, str] | None = None) -> ContainerLimits:
     """The container's limits: ``CUWHEELS_CONTAINER_MEMORY_GIB`` / ``_CPUS``, else this
     machine's available memory less 1 GiB and its usable cores."""
     env = dict(os.environ) if env is None else env
@@ -212,7 +212,7 @@ def default_limits(env: dict[str, str] | None = None) -> Limits:
                              "whole numbers") from None
     if memory < 1 or cpus < 1:
         raise ToolchainError(f"container limits must be positive: {memory} GiB, {cpus} CPUs")
-    return Limits(memory, cpus)
+    return ContainerLimits(memory, cpus)
 
 
 def machine(cell: Cell) -> str:
@@ -429,12 +429,12 @@ def environment(env: dict[str, str]) -> str:
     return " ".join(out)
 
 
-def engine_option(engine: str, limits: Limits, mounts: Mounts = Mounts()) -> str:
+def engine_option(engine: str, limits: ContainerLimits, mounts: Mounts = Mounts()) -> str:
     """``CIBW_CONTAINER_ENGINE``: the engine and its ``create`` limits and mounts."""
     return f"{engine}; create_args: {' '.join([*limits.create_args, *mounts.create_args])}"
 
 
-def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: Limits) -> Sizing:
+def cell_sizing(recipe: Recipe, archs: tuple[str, ...], limits: ContainerLimits) -> Sizing:
     """MAX_JOBS/NVCC_THREADS for the container's limits (not for the machine it starts on)."""
     return size_for(recipe, archs, cores=limits.cpus, available_gib=float(limits.memory_gib))
 

@@ -60,7 +60,7 @@ from .cibw import (
     TOOLS_PYTHON,
     Image,
     Invocation,
-    Limits,
+    ContainerLimits,
     Mounts,
     check_options,
     default_limits,
@@ -71,7 +71,7 @@ from .cibw import (
 )
 from tools.pipeline.compilelog import failing_file
 from tools.plan.job import BuildJob, Inputs
-from .machine import Machine, current_machine
+from .machine import MachineHook, current_machine
 from .engine import ReadinessCheck, Readiness, find_engine, pull, qualified, readiness
 from tools.core.errors import CompileError, CuwheelsError, ToolchainError
 from tools.finish.steps import recipe_git_revision
@@ -96,7 +96,7 @@ CIBW_UTILITY_PYTHON = "/opt/python/cp39-cp39/bin/python"
 
 
 def image_for(cell: Cell, name: str, labels: Mapping[str, str],
-              machine: Machine | None = None) -> Image:
+              machine: MachineHook | None = None) -> Image:
     """The image the cell builds in and the policy its wheels are repaired to: the cell's
     manylinux tag, unless this machine's hook says otherwise for an image with these labels
     (``tools.backends.machine``: a local stand-in is repaired to the lowest policy the wheel's
@@ -117,7 +117,7 @@ def image_paths(cell: Cell, tools_python: str = TOOLS_PYTHON) -> dict[str, str]:
 
 
 def check_image(ready: Readiness, cell: Cell, run=subprocess.run,
-                machine: Machine | None = None) -> list[str]:
+                machine: MachineHook | None = None) -> list[str]:
     """Start one container from the image and list what of :func:`image_paths` it lacks, as
     ``path (what it is for)``; ToolchainError when no container starts."""
     facts = (machine or current_machine()).image_facts(cell.platform_tag, ready.labels)
@@ -182,7 +182,7 @@ _CIBW_STEPS = (("Running before_all", "before-all"), ("Running before_build", "b
                ("Testing wheel", "test"))
 
 
-def classify_failure(log_text: str, *, log: Path, limits: Limits, code: int) -> CuwheelsError:
+def classify_failure(log_text: str, *, log: Path, limits: ContainerLimits, code: int) -> CuwheelsError:
     """The error a failed cibuildwheel run stands for: the finish step's own error when it
     raised one, else by the last step cibuildwheel started (an OOM kill says so).
 
@@ -339,7 +339,7 @@ class ContainerBackend:
     stdout: TextIO | None = None
     #: What this machine adds (``tools.backends.machine``; default: the hook the environment
     #: names, else nothing).
-    machine: Machine | None = None
+    machine: MachineHook | None = None
 
     @property
     def steps(self) -> list[str]:
@@ -386,7 +386,7 @@ class ContainerBackend:
         machine = self.machine or current_machine()
         inputs = Inputs(sdist=options.sdist, sdist_dir=options.sdist_dir)
         limits = default_limits()
-        limits = Limits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
+        limits = ContainerLimits(self.memory_gib or limits.memory_gib, self.cpus or limits.cpus)
         work = options.work_root / cell.id
         mounts = with_needs(default_mounts(ccache=options.cache) if self.mounts is None
                             else self.mounts, options.needed)

@@ -6,15 +6,15 @@ not the product's business: a sandbox whose OCI runtime may not set resource lim
 container fails to start until a wrapper drops them), a local stand-in image made from Debian
 packages whose glibc is newer than its manylinux tag, an arm64 stand-in that runs under qemu-user
 and needs an aarch64 ``/proc/cpuinfo``. Those live in ``tools/devtools/`` (``sandbox``,
-``rlimit_runtime``, ``emulated``) and reach the container backend through :class:`Machine`
+``rlimit_runtime``, ``emulated``) and reach the container backend through :class:`MachineHook`
 alone, named by ``CUWHEELS_MACHINE_HOOK=module:attribute`` (this project's own development
 machines: ``tools.devtools.sandbox:MACHINE``; the test suite sets it). Unset, the backend uses
 :class:`PlainMachine`, which reads nothing of them: a maintainer's build on a real runner never
 does.
 
 The hook answers two questions: can a container start from this local image, and how
-(:meth:`Machine.start`: global engine arguments, a containers.conf for tools that run the engine
-themselves); and what this image's labels change for a cell (:meth:`Machine.image_facts`: the
+(:meth:`MachineHook.start`: global engine arguments, a containers.conf for tools that run the engine
+themselves); and what this image's labels change for a cell (:meth:`MachineHook.image_facts`: the
 repair policy, the finish step's Python, extra volumes, a note and report entries).
 """
 
@@ -72,7 +72,7 @@ class ImageFacts:
     report: Mapping[str, Any] = field(default_factory=dict)
 
 
-class Machine(Protocol):
+class MachineHook(Protocol):
     """What this machine adds to the container backend (see the module docstring)."""
 
     def start(self, engine: str, image: str) -> StartCheck:
@@ -114,7 +114,7 @@ class PlainMachine:
         return ImageFacts()
 
 
-def current_machine(environ: Mapping[str, str] | None = None) -> Machine:
+def current_machine(environ: Mapping[str, str] | None = None) -> MachineHook:
     """The hook ``CUWHEELS_MACHINE_HOOK`` names, else :class:`PlainMachine`. ToolchainError
     naming the variable when it names nothing importable."""
     spec = (os.environ if environ is None else environ).get(HOOK_VARIABLE, "").strip()

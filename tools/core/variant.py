@@ -244,6 +244,16 @@ def group_id(package: str, cuda: str, torch: str | None = None,
     return package_and_python.replace(f"{package}-0-", f"{package}-", 1)
 
 
+def shard_id(group: str, index: int) -> str:
+    """``flash_attn-cu130-shard2``: shard K (1-based) of a compile group (:func:`group_id`): the
+    shard's cache directory, its report, its CI job and its artifact.
+
+    >>> shard_id("flash_attn-cu130", 2)
+    'flash_attn-cu130-shard2'
+    """
+    return f"{group}-shard{index}"
+
+
 def cuda_from_nodot(digits: str) -> str:
     """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
     if not digits or not is_dotted_digits(digits) or "." in digits:

@@ -272,12 +272,6 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
             for gid, (key, package, ids, platform) in out.items()]
 
 
-def shard_id(group: str, index: int) -> str:
-    """``flash_attn-cu130-shard2``: shard K (1-based) of a group: the shard's cache directory,
-    its CI job and its artifact (``tools.sharding.shard_build.shard_id`` spells it the same way)."""
-    return f"{group}-shard{index}"
-
-
 def find_group(group: str, cells: list[Cell], recipes: list[Recipe]) -> Group:
     """The compile group with this id among ``cells``; PlanError when there is none."""
     for found in groups(cells, recipes):

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
-from .groups import Group, UnitList, cell_group, groups, read_units, shard_id, split
+from tools.core.variant import shard_id
+from .groups import Group, UnitList, cell_group, groups, read_units, split
 from .cells import Cell
 from .recipes.model import Recipe
 from .runners import Runner, Runners

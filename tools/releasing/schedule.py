@@ -42,7 +42,8 @@ from tools.builder.needs import is_wheel_of
 from tools.core.errors import PlanError
 from tools.core.platforms import tag_platform
 from tools.core.variant import PLATFORM_PART
-from tools.plan.groups import groups, read_units, shard_id
+from tools.core.variant import shard_id
+from tools.plan.groups import groups, read_units
 from tools.plan.limits import Limits
 from tools.plan.cells import Cell
 from tools.plan.recipes.model import Recipe

@@ -32,6 +32,7 @@ from tools.backends.base import BuildOptions
 from tools.backends.containerized import ContainerBackend
 from tools.backends.shardninja import ContainerShard
 from tools.core.errors import CompileError, PlanError
+from tools.core.variant import shard_id
 from tools.pipeline import ccache
 from tools.pipeline.buildreport import BuildReport
 from tools.pipeline.shardcache import ShardResult, write_record
@@ -46,11 +47,6 @@ from tools.probing.compdb import Unit, capture_commands
 from tools.probing.probe_build import UNIT_TIMEOUT, first_error, measure
 
 SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
-
-
-def shard_id(group: str, index: int) -> str:
-    """``flash_attn-cu130-shard2``: the id of a group's shard K (1-based), in reports and CI."""
-    return f"{group}-shard{index}"
 
 
 def shard_units(units: UnitList, count: int, archs: int) -> list[tuple[str, ...]]:
