@@ -32,7 +32,7 @@ from tools.backends.engine import Readiness
 from tools.backends.result import ContainerResult, read_result, write_result
 from tools.backends.shardninja import ContainerShard
 from tools.pipeline import shardcache
-from tools.pipeline.buildreport import CacheStats, Step
+from tools.pipeline.buildreport import ReportedCache, Step
 from tools.pipeline.shardcache import ShardResult
 from tools.core.errors import CompileError, PlanError, RepairError, ToolchainError, VerifyError
 from tools.plan.cells import Cell, find_cell
@@ -378,7 +378,7 @@ def test_the_cache_figures_come_from_the_result_file_sorted_against_the_shards(t
                                                verdict="passed", complete=True))
     use = shardcache.choose([cache], group="g", key="k")
     write_result(tmp_path / "container", ContainerResult(
-        ccache=CacheStats("ccache 4.10", "/cuwheels-ccache", 1, 1, 0, 1),
+        ccache=ReportedCache("ccache 4.10", "/cuwheels-ccache", 1, 1, 0, 1),
         units={"../../csrc/a.cu": "shard hit", "../../csrc/b.cpp": "miss"}))
     recipe = types.SimpleNamespace(folder=tmp_path / "no-recipe")   # no units.yaml there
     stats = containerized._cache_stats(read_result(tmp_path / "container"), use, recipe)

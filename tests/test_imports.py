@@ -244,7 +244,7 @@ def test_the_build_records_are_typed_without_any():
     def mentions_any(hint) -> bool:
         return hint is typing.Any or any(mentions_any(a) for a in typing.get_args(hint))
 
-    types = (buildreport.BuildReport, buildreport.Step, buildreport.CacheStats,
+    types = (buildreport.BuildReport, buildreport.Step, buildreport.ReportedCache,
              buildreport.ReportedError, ShardResult, ContainerResult)
     found = {}
     for cls in types:
@@ -253,3 +253,15 @@ def test_the_build_records_are_typed_without_any():
             if mentions_any(hints[f.name]) or "Any" in str(f.type):
                 found[f"{cls.__name__}.{f.name}"] = str(f.type)
     assert found == {}, f"give these fields a checkable type: {found}"
+
+
+def test_one_class_per_name():
+    """Two classes of one name (two ``ArchReport``, two ``Planned``) make a reader ask which one a
+    signature means: each public class name in tools/ is defined once."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(TOOLS.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    twice = {name: files for name, files in where.items() if len(files) > 1}
+    assert twice == {}, f"name each by what it holds: {twice}"

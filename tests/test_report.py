@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tools.core.errors import SourceError
-from tools.pipeline.buildreport import (SCHEMA_VERSION, BuildReport, CacheStats, ReportError,
+from tools.pipeline.buildreport import (SCHEMA_VERSION, BuildReport, ReportedCache, ReportError,
                                         ReportedError, read_report)
 from tools.pipeline.report import Progress, reporting
 from tools.pipeline.shardcache import ShardResult
@@ -64,7 +64,7 @@ def test_a_passed_container_build_with_a_shard_reads_back_whole(tmp_path):
                          archs=["90"], label="cu129.torch2.8")
     with reporting(tmp_path / "report.json", report, progress):
         progress.run("cibuildwheel", lambda step: step.detail.update(log=tmp_path / "x.log"))
-        report.ccache = CacheStats("ccache 4.10", "/c", 3, 2, 1, 4,
+        report.ccache = ReportedCache("ccache 4.10", "/c", 3, 2, 1, 4,
                                    per_unit={"units": {"a.cu": "hit"}, "hits": 1})
         report.shards = {"read": ["/s/g-shard1"], "partial": [], "not_read": [], "env": {}}
         report.shard = ShardResult("g-shard1", "g", "k", 1, 2, ["a.cu"], ["90"],

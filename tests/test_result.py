@@ -13,7 +13,7 @@ from tools.backends.result import (RESULT_FILE, RESULT_SCHEMA, ContainerResult, 
                                    write_result)
 from tools.core.errors import ToolchainError
 from tools.pipeline import shardcache
-from tools.pipeline.buildreport import CacheStats
+from tools.pipeline.buildreport import ReportedCache
 from tools.pipeline.shardcache import ShardResult
 
 
@@ -26,7 +26,7 @@ def test_a_result_reads_back_as_written_and_the_second_command_adds_to_it(tmp_pa
     """``ccache stats`` and a shard's ``shard-result`` each write their part; neither loses the
     other's."""
     assert read_result(tmp_path) is None    # nothing handed back (the container died first)
-    stats = CacheStats("ccache 4.10", "/cuwheels-ccache", 2, 1, 1, 1)
+    stats = ReportedCache("ccache 4.10", "/cuwheels-ccache", 2, 1, 1, 1)
     write_result(tmp_path, ContainerResult(ccache=stats, units={"../../a.cu": "hit"}))
     done = _shard(verdict="passed", complete=True, seconds={"(all units)": 4.0})
     path = write_result(tmp_path, ContainerResult(shard=done))

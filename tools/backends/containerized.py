@@ -81,7 +81,7 @@ from tools.pipeline.cudakit import PINS_DIR as TOOLKIT_PINS
 from tools.plan.groups import cell_group, group_key, read_units
 from tools.plan.cells import Cell
 from tools.plan.recipes.model import Recipe
-from tools.pipeline.buildreport import BuildReport, CacheStats
+from tools.pipeline.buildreport import BuildReport, ReportedCache
 from tools.pipeline.report import Progress, Step, reporting
 from tools.pipeline.shardcache import ShardResult
 from tools.pipeline.wheelhouse import publish
@@ -282,7 +282,7 @@ def _shard_done(shard: ContainerShard, code: int, result: ContainerResult | None
 
 
 def _cache_stats(result: ContainerResult | None, use: shardcache.ShardUse | None,
-                 recipe: Recipe) -> CacheStats | None:
+                 recipe: Recipe) -> ReportedCache | None:
     """What the compiler cache did, from the container's result file (None: the build ran
     without the cache, or stopped before ``incontainer ccache stats``); with shard caches read,
     each unit's result sorted against them."""

@@ -38,7 +38,7 @@ from tools import RECIPES_DIR
 from tools.core.errors import PlanError, ToolchainError
 from tools.finish.raw import FinishSettings, RawWheel
 from tools.finish.steps import FINISH_STEPS, finish_wheel
-from tools.pipeline.buildreport import CacheStats
+from tools.pipeline.buildreport import ReportedCache
 from tools.pipeline.report import Progress
 from tools.pipeline.shardcache import ShardResult
 from .result import ContainerResult
@@ -176,7 +176,7 @@ def ccache_result() -> tuple[str, ContainerResult]:
     cache = _container_cache()
     stats = ccache.read_stats(cache)
     return (f"compiler cache: {stats.summary}",
-            ContainerResult(ccache=CacheStats(f"ccache {cache.version}", str(cache.directory),
+            ContainerResult(ccache=ReportedCache(f"ccache {cache.version}", str(cache.directory),
                                               stats.hits, stats.direct_hits,
                                               stats.preprocessed_hits, stats.misses),
                             units=ccache.unit_results(cache.stats_log)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 
 from tools.core.errors import ToolchainError
-from tools.pipeline.buildreport import CacheStats
+from tools.pipeline.buildreport import ReportedCache
 from tools.pipeline.shardcache import ShardResult
 
 #: Where the result folder is mounted in the container (read-write).
@@ -39,7 +39,7 @@ class ContainerResult:
     each unit's result, path as ccache logged it -> ``hit``/``shard hit``/``miss``...), and a
     kernel shard's record when the build was a shard's."""
 
-    ccache: CacheStats | None = None
+    ccache: ReportedCache | None = None
     units: dict[str, str] | None = None
     shard: ShardResult | None = None
     schema: int = RESULT_SCHEMA
@@ -69,7 +69,7 @@ class ContainerResult:
         ccache, units, shard = data["ccache"], data["units"], data["shard"]
         if ccache is not None:
             try:
-                ccache = CacheStats(**ccache)
+                ccache = ReportedCache(**ccache)
             except TypeError as exc:
                 raise bad(f"ccache has the wrong fields ({exc})") from None
         if units is not None and not (isinstance(units, dict) and all(

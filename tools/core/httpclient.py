@@ -11,7 +11,7 @@ answer nor a hostile URL reaches further than the caller meant:
 - only ``http:`` and ``https:`` are opened (and ``file:`` for a :func:`download` whose caller
   names ``file://`` as an origin): urllib's ``ftp:`` and ``data:`` handlers are never installed;
 - a body larger than the caller's cap is refused while it arrives, whatever Content-Length says
-  (:meth:`Response.copy`);
+  (:meth:`BoundedResponse.copy`);
 - each request ends within the client's ``timeout`` seconds, headers included, and all of them
   within ``deadline`` seconds of the client's creation: a server that sends a byte a second never
   trips a per-read timeout, so a watch shuts the request's sockets down instead.
@@ -153,7 +153,7 @@ class _Watch:
             twin.close()
 
 
-class Response:
+class BoundedResponse:
     """An open response under its request's time limit (what :meth:`Client.open` returns)."""
 
     def __init__(self, response: Any, watch: _Watch, client: Client):
@@ -209,7 +209,7 @@ class Response:
         self._watch.cancel()
         self._response.close()
 
-    def __enter__(self) -> Response:
+    def __enter__(self) -> BoundedResponse:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -324,7 +324,7 @@ class Client(abc.ABC):
             return f"the {self.deadline:g} s for reading ran out"
         return f"no complete answer within {self.timeout:g} s"
 
-    def open(self, request: urllib.request.Request) -> Response:
+    def open(self, request: urllib.request.Request) -> BoundedResponse:
         """The open response to ``request`` (checked, redirects checked, under the time limit).
 
         An HTTP error status is urllib's HTTPError; a request whose time ran out a TimeoutError;
@@ -348,7 +348,7 @@ class Client(abc.ABC):
         except BaseException:
             watch.cancel()
             raise
-        return Response(response, watch, self)
+        return BoundedResponse(response, watch, self)
 
     def _network_error(self, exc: OSError | http.client.HTTPException, watch: _Watch) -> OSError:
         """The OSError to raise for a failed request: a TimeoutError when its time ran out, a
@@ -400,7 +400,7 @@ def download(url: str, sink: BinaryIO, *, origins: Iterable[str], error: type[Cu
     headers = {"User-Agent": user_agent} if user_agent else {}
     request = urllib.request.Request(url, headers=headers)
     started = time.monotonic()
-    answer: Response | None = None
+    answer: BoundedResponse | None = None
 
     def too_big() -> CuwheelsError:
         return error(f"{shown(url)}: the answer is larger than {max_bytes} bytes, the most this "

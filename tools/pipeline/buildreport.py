@@ -65,7 +65,7 @@ class ReportedError:
 
 
 @dataclass
-class CacheStats:
+class ReportedCache:
     """What the compiler cache did for a build's compile (the container's, from its result)."""
 
     tool: str
@@ -105,7 +105,7 @@ class BuildReport:
     machine: dict[str, JSON] | None = None
     #: The shard caches offered to the build and which were read (``ShardUse.describe``).
     shards: dict[str, JSON] | None = None
-    ccache: CacheStats | None = None
+    ccache: ReportedCache | None = None
     #: A kernel shard's outcome, when the build was a shard's.
     shard: ShardResult | None = None
     #: Where the report of the failed try is (a failed try's summary, ``tools.releasing``).
@@ -165,7 +165,7 @@ class BuildReport:
             plat=check.typed(data, "plat", str, None),
             machine=check.typed(data, "machine", dict, None),
             shards=check.typed(data, "shards", dict, None),
-            ccache=check.record(data, "ccache", CacheStats),
+            ccache=check.record(data, "ccache", ReportedCache),
             shard=(ShardResult.from_json(data["shard"], where=f"{where}: shard")
                    if data.get("shard") is not None else None),
             report_url=check.typed(data, "report_url", str, None),

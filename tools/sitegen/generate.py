@@ -173,7 +173,7 @@ def _table_path(table_path: Path | None, recipes_dir: Path | None) -> Path:
 
 
 @dataclass(frozen=True)
-class BuildReport:
+class IndexReport:
     """What one build did."""
 
     files: int
@@ -199,11 +199,11 @@ class BuildReport:
     partial_yanks: tuple[str, ...] = ()
 
 
-def _os_errors_named(func: Callable[..., BuildReport]) -> Callable[..., BuildReport]:
+def _os_errors_named(func: Callable[..., IndexReport]) -> Callable[..., IndexReport]:
     """Turn a file system error no step named (reading the site, the wheels directory, a lock
     file) into an IndexBuildError: a message and exit 11, never a traceback."""
     @wraps(func)
-    def wrapper(*args, **kwargs) -> BuildReport:
+    def wrapper(*args, **kwargs) -> IndexReport:
         try:
             return func(*args, **kwargs)
         except OSError as exc:
@@ -245,7 +245,7 @@ class IndexRun:
 
 
 @_os_errors_named
-def build_index(run: IndexRun) -> BuildReport:
+def build_index(run: IndexRun) -> IndexReport:
     """Index the wheels in ``wheels_dir`` together with everything in the ledger.
 
     Writes each new wheel's ``.metadata`` beside it, the new site into a staging directory, then
@@ -368,7 +368,7 @@ def build_index(run: IndexRun) -> BuildReport:
         finally:
             reaper.join()
             lap("cleanup")
-    return BuildReport(
+    return IndexReport(
         files=len(entries),
         added=tuple(scan.added),
         removed=tuple(remove),
