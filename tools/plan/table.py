@@ -20,6 +20,12 @@ versions the builder image's nvcc is a newer major than the CUDA that torch buil
 with, so torch's ``cpp_extension`` refuses to build until its nvcc version check is relaxed (the
 container backend does it and reports it). Only where the table says so: anywhere else a major
 mismatch is a real error.
+
+The table's shape (its keys, each value's type, the version, arch, glibc, tag and commit
+patterns) is the JSON Schema ``table.schema.json`` beside this module, which editors read too
+(``tools.plan.jsonshape``); the rules across fields (a series' CUDA versions in the CUDA table,
+default archs within the toolkit's, a release of its own series, platform names the cell ids
+know) are here and in ``tools.plan.table_platforms``.
 """
 
 from __future__ import annotations
