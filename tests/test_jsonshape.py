@@ -196,3 +196,15 @@ def test_keep_bounded_names_a_bound_but_keeps_the_value(schema_file):
                         "size: 9 is not a size (above 0, at most 8)",
                         "count: must be an integer, got a string ('x')"]
     assert p.shaped(data, "") == {**GOOD, "size": 9, "name": "Box"}
+
+
+def test_keep_bounded_still_refuses_a_key_that_breaks_its_rule(schema_file):
+    """A figure out of its bound is still read; a key that breaks ``propertyNames`` is not:
+    nothing can be looked up under it."""
+    p = Problems(schema_file.parent / "thing.yaml", RecipeError)
+    check_shape(p, {**GOOD, "size": 99, "vars": {"lower": {"why": "w"}, "UP": {"why": "w"}}},
+                schema_file, keep_bounded=True)
+    assert lines(p) == ["size: 99 is not a size (above 0, at most 8)",
+                        "vars.lower: 'lower' is not UPPER_CASE"]
+    assert p.refused == {"vars.lower"}
+    assert p.shaped({"lower": {}, "UP": {}}, "vars") == {"UP": {}}

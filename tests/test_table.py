@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import copy
+import json
+import tomllib
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from tests.conftest import MINI_TABLE
+from tools import ROOT
 from tools.core.errors import TableError
-from tools.plan.table import TABLE_PATH, load_table, parse_table, version_key
+from tools.plan.jsonshape import ShapeValidator, load_schema
+from tools.plan.schema import load_yaml
+from tools.plan.table import (TABLE_PATH, TABLE_SCHEMA_FILE, load_table, parse_table,
+                              version_key)
 
 
 def test_repository_table_is_valid_and_cites_sources():
@@ -121,3 +128,103 @@ def test_version_key_takes_only_ascii_dotted_digits(text):
     # int() reads Unicode digits, spaces and underscores: the one rule (variant.dotted_key) doesn't.
     with pytest.raises(ValueError, match="ASCII digits in dot-separated parts"):
         version_key(text)
+
+
+# ---------------------------------------------------------------- the shape: table.schema.json
+
+def _nodes(node, path="$"):
+    """Every schema node under ``node`` with its path (annotations left out)."""
+    if isinstance(node, dict):
+        yield path, node
+        for key, sub in node.items():
+            if not key.startswith("x-") and key not in ("enum", "const", "required"):
+                yield from _nodes(sub, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, sub in enumerate(node):
+            yield from _nodes(sub, f"{path}[{i}]")
+
+
+@pytest.fixture(scope="module")
+def table_schema():
+    return json.loads(TABLE_SCHEMA_FILE.read_text())
+
+
+def test_the_repository_table_satisfies_its_published_schema(table_schema):
+    assert table_schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(table_schema)
+    data = load_yaml(TABLE_PATH, TableError)
+    assert [e.message for e in ShapeValidator(table_schema).iter_errors(data)] == []
+    # plain draft 2020-12 too, as an editor checks it
+    assert [e.message for e in Draft202012Validator(table_schema).iter_errors(data)] == []
+    assert load_schema(TABLE_SCHEMA_FILE) == table_schema
+
+
+def test_every_table_property_says_what_it_means_and_every_constraint_its_fix(table_schema):
+    nodes = list(_nodes(table_schema))
+    props = [(f"{path}.{name}", sub) for path, node in nodes
+             for name, sub in node.get("properties", {}).items()]
+    assert [path for path, sub in props if not sub.get("description")] == []
+    assert len(props) >= 30
+    constrained = [(path, node) for path, node in nodes
+                   if any(k in node for k in ("pattern", "enum", "const", "minItems"))]
+    assert [path for path, node in constrained if not node.get("x-fix")] == []
+    assert len(constrained) >= 12
+
+
+def test_the_table_schema_ships_with_the_tools():
+    assert TABLE_SCHEMA_FILE.is_relative_to(ROOT / "tools")
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_data = data["tool"]["setuptools"]["package-data"]["tools.plan"]
+    assert any(TABLE_SCHEMA_FILE.match(pattern) for pattern in package_data)
+
+
+@pytest.mark.parametrize("path,value,schema_path", [
+    ("torch/2.9/manylinux", "2.28", "$defs/torch/properties/manylinux"),
+    ("torch/2.9/python", ["3.12", "2.7"], "$defs/torch/properties/python/items"),
+    ("cuda/13.0/archs", ["90", "sm_90"], "$defs/arch"),
+    ("torch/2.10/candidate", {"git": "v2.10.0-rc3", "index": TEST_INDEX},
+     "$defs/candidate/properties/git"),
+    ("schema", 2, "properties/schema"),
+])
+def test_a_bad_tables_message_is_the_schema_files_own_words(tmp_path, table_schema, path,
+                                                             value, schema_path):
+    """The rule and the fix come from table.schema.json: the code holds no second copy."""
+    data = copy.deepcopy(MINI_TABLE)
+    *parents, last = path.split("/")
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    rules = table_schema
+    for key in schema_path.split("/"):
+        rules = rules[key]
+    with pytest.raises(TableError) as info:
+        parse_table(data, tmp_path / "table.yaml")
+    shown = value[-1] if isinstance(value, list) else value.get("git") \
+        if isinstance(value, dict) else value
+    rule = rules["x-rule"].format(value=repr(shown))
+    assert f"{rule}\n    fix: {rules['x-fix']}" in str(info.value)
+
+
+def test_an_unquoted_version_key_breaks_the_schemas_key_rule(tmp_path, table_schema):
+    """YAML reads ``12.8:`` as a number; the schema sees the text "12.8", so the code names the
+    key, in the schema's words."""
+    data = copy.deepcopy(MINI_TABLE)
+    data["torch"][2.9] = data["torch"].pop("2.9")
+    names = table_schema["properties"]["torch"]["propertyNames"]
+    with pytest.raises(TableError) as info:
+        parse_table(data, tmp_path / "table.yaml")
+    assert f"torch.2.9: {names['x-rule']}\n    fix: {names['x-fix']}" in str(info.value)
+
+
+def test_a_bad_arch_is_named_and_the_rules_across_fields_still_run(tmp_path):
+    """A value that breaks a pattern is kept (keep_bounded): the default-archs rule runs in the
+    same pass, as it did when the shape was checked by hand."""
+    data = copy.deepcopy(MINI_TABLE)
+    data["cuda"]["13.0"]["default_archs"].append("7x")
+    with pytest.raises(TableError) as info:
+        parse_table(data, tmp_path / "table.yaml")
+    message = str(info.value)
+    assert "cuda.13.0.default_archs[" in message and "'7x' is not an sm number" in message
+    assert "cuda.13.0.default_archs: sm_7x is not in this CUDA's archs" in message
+    assert "2 problems" in message

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
 from tests.conftest import MINI_TABLE
 from tools.core.errors import TableError
 from tools.core.platforms import PLATFORMS
-from tools.plan.table import load_table, parse_table, version_key
+from tools.plan.table import TABLE_SCHEMA_FILE, load_table, parse_table, version_key
 
 ARM = {"tag": "manylinux_{manylinux}_aarch64", "build": "container",
        "images": {"13.0": "pytorch/manylinuxaarch64-builder:cuda13.0"},
@@ -131,3 +132,15 @@ def test_bad_platforms_are_named(tmp_path, mutate, expect):
         parse_table(data, tmp_path / "table.yaml")
     assert expect in str(err.value)
     assert str(tmp_path / "table.yaml") in str(err.value)
+
+
+@pytest.mark.parametrize("key,value", [("tag", "win amd64"), ("build", "qemu")])
+def test_a_platforms_shape_rule_is_the_schema_files(tmp_path, key, value):
+    """The tag's characters and the two ways of building are table.schema.json's, in its words."""
+    rules = json.loads(TABLE_SCHEMA_FILE.read_text())["$defs"]["platform"]["properties"][key]
+    data = with_platforms()
+    data["platforms"]["win_amd64"][key] = value
+    with pytest.raises(TableError) as err:
+        parse_table(data, tmp_path / "table.yaml")
+    assert (f"platforms.win_amd64.{key}: {rules['x-rule'].format(value=repr(value))}\n"
+            f"    fix: {rules['x-fix']}") in str(err.value)

@@ -146,7 +146,8 @@ def check_shape(p: Problems, instance: Any, schema_file: Path, key: str = "", *,
     schema of the document's top-level ``key``, ``instance`` being its value), every error into
     ``p`` and every refused value into ``p.refused``. With ``keep_bounded``, a value of the
     right type that breaks a pattern, an enum or a bound is named but still read, so that the
-    rules across fields that use it are checked in the same run (a runner's figures).
+    rules across fields that use it are checked in the same run (a runner's figures); a key
+    that breaks ``propertyNames`` is refused all the same.
 
     Done once per document: a block parser checks its own block this way when it is called on
     its own, and does nothing when the whole document was checked first."""
@@ -165,7 +166,9 @@ def check_shape(p: Problems, instance: Any, schema_file: Path, key: str = "", *,
     said: set[tuple[str, str]] = set()
     for error in validator.iter_errors(_json_copy(instance)):
         found = _report(p, error, base, said, root)
-        if not keep_bounded or error.validator in _UNREADABLE:
+        # a key that breaks its rule is never read: nothing can be looked up under it
+        if not keep_bounded or error.validator in _UNREADABLE or \
+                "propertyNames" in error.relative_schema_path:
             refused += found
             p.refused.update(where for where in map(_where, found) if where)
     _propagate(p, root, refused)

@@ -20,6 +20,12 @@ versions the builder image's nvcc is a newer major than the CUDA that torch buil
 with, so torch's ``cpp_extension`` refuses to build until its nvcc version check is relaxed (the
 container backend does it and reports it). Only where the table says so: anywhere else a major
 mismatch is a real error.
+
+The table's shape (its keys, each value's type, the version, arch, glibc, tag and commit
+patterns) is the JSON Schema ``table.schema.json`` beside this module, which editors read too
+(``tools.plan.jsonshape``); the rules across fields (a series' CUDA versions in the CUDA table,
+default archs within the toolkit's, a release of its own series, platform names the cell ids
+know) are here and in ``tools.plan.table_platforms``.
 """
 
 from __future__ import annotations
@@ -35,17 +41,14 @@ from tools import RECIPES_DIR
 from tools.core.errors import TableError
 from .table_platforms import (DEFAULT, TablePlatform, TorchOnPlatform, parse_platforms,
                               parse_torch_platforms)
+from .jsonshape import check_shape, load_schema
 from .schema import Problems, load_yaml
 from tools.core.variant import DEFAULT_PLATFORM, dotted_key
 
 TABLE_PATH = RECIPES_DIR / "table.yaml"
-TABLE_SCHEMA = 1
-
-_CUDA_RE = re.compile(r"\d+\.\d+")
-_SERIES_RE = re.compile(r"\d+\.\d+")
-_ARCH_RE = re.compile(r"\d{2,3}[af]?")
-_PY_RE = re.compile(r"3\.\d+")
-_GIT_RE = re.compile(r"[0-9a-f]{7,40}")
+#: The table's shape (keys, types, patterns): a JSON Schema (draft 2020-12) shipped beside this
+#: module, published for editors (``tools.plan.jsonshape``).
+TABLE_SCHEMA_FILE = Path(__file__).with_name("table.schema.json")
 
 
 @dataclass(frozen=True)
@@ -170,81 +173,69 @@ def arch_key(arch: str) -> tuple[int, str]:
 
 
 def parse_table(data: object, path: Path) -> Table:
-    """Validate parsed YAML as the compatibility table, raising TableError with every problem."""
+    """Validate parsed YAML as the compatibility table, raising TableError with every problem.
+
+    The shape (keys, types, the version, arch, glibc and commit patterns) is
+    :data:`TABLE_SCHEMA_FILE`'s; the rules across fields (an arch list against the toolkit's, a
+    series' CUDA versions in the CUDA table, a release of its own series) are here."""
     p = Problems(path, TableError)
-    top = p.mapping(data, "", {"schema": int, "cuda": dict, "torch": dict}, {"platforms": dict})
+    # a value that breaks a pattern or an enum is named and still read, as the hand checks did:
+    # the rules across fields that use it (default archs within archs) run in the same pass
+    check_shape(p, data, TABLE_SCHEMA_FILE, keep_bounded=True)
+    top = p.shaped(data, "")
     if top is None:
         p.raise_if_any()
-    if top.get("schema") not in (None, TABLE_SCHEMA):
-        p.add("schema", f"version {top['schema']} is not understood (this code reads {TABLE_SCHEMA})")
+        raise TableError(f"{path}: not a compatibility table")
     cudas: dict[str, CudaEntry] = {}
-    for ver, raw in (top.get("cuda") or {}).items():
+    for ver, raw in (p.shaped(top.get("cuda"), "cuda") or {}).items():
         where = f"cuda.{ver}"
-        if not isinstance(ver, str) or not _CUDA_RE.fullmatch(ver):
-            p.add(where, "CUDA version keys are quoted major.minor strings", 'write "12.8"')
+        if not isinstance(ver, str):
+            p.add(where, *_key_rule("cuda"))
             continue
-        m = p.entry(raw, where, {"archs": list, "default_archs": list, "min_driver": str,
-                                 "image": str, "source": str}, {"note": str})
+        m = p.shaped(raw, where)
         if m is None:
             continue
-        archs = p.strings(m["archs"], f"{where}.archs")
-        defaults = p.strings(m["default_archs"], f"{where}.default_archs")
-        if archs is None or defaults is None:
-            continue
-        for a in archs + defaults:
-            if not _ARCH_RE.fullmatch(a):
-                p.add(f"{where}.archs", f"{a!r} is not an sm number like \"90\" or \"90a\"")
-        for a in defaults:
+        archs, defaults = tuple(m["archs"]), tuple(m["default_archs"])
+        for a in defaults if archs else ():  # an empty archs list is named already
             if a not in archs:
                 p.add(f"{where}.default_archs", f"sm_{a} is not in this CUDA's archs")
         cudas[ver] = CudaEntry(ver, archs, defaults, m["min_driver"], m["image"], m["source"],
                                m.get("note", ""))
     platforms = parse_platforms(p, top.get("platforms"), cudas)
     torches: dict[str, TorchEntry] = {}
-    for series, raw in (top.get("torch") or {}).items():
+    for series, raw in (p.shaped(top.get("torch"), "torch") or {}).items():
         where = f"torch.{series}"
-        if not isinstance(series, str) or not _SERIES_RE.fullmatch(series):
-            p.add(where, "torch series keys are quoted major.minor strings", 'write "2.9"')
+        if not isinstance(series, str):
+            p.add(where, *_key_rule("torch"))
             continue
-        m = p.entry(raw, where, {"release": str, "python": list, "cuda": list, "pypi_cuda": str,
-                                 "manylinux": str, "cxx11_abi": bool, "source": str},
-                    {"note": str, "relax_nvcc_check": dict, "candidate": dict,
-                     "platforms": dict})
+        m = p.shaped(raw, where)
         if m is None:
             continue
-        pythons = p.strings(m["python"], f"{where}.python")
-        cuda_list = p.strings(m["cuda"], f"{where}.cuda")
-        if pythons is None or cuda_list is None:
-            continue
+        pythons, cuda_list = tuple(m["python"]), tuple(m["cuda"])
         try:
             if Version(m["release"]).release[:2] != tuple(version_key(series)):
                 p.add(f"{where}.release", f"{m['release']} is not a {series}.x release")
         except InvalidVersion:
             p.add(f"{where}.release", f"{m['release']!r} is not a version")
-        for py in pythons:
-            if not _PY_RE.fullmatch(py):
-                p.add(f"{where}.python", f"{py!r} is not a CPython version like \"3.12\"")
         for c in (*cuda_list, m["pypi_cuda"]):
             if c not in cudas:
                 p.add(f"{where}.cuda", f"CUDA {c} has no entry under cuda:", f'add "{c}" to cuda:')
-        if not re.fullmatch(r"\d+_\d+", m["manylinux"]):
-            p.add(f"{where}.manylinux", f"{m['manylinux']!r} is not a glibc baseline like \"2_28\"")
         relax = []
         for cuda, reason in (m.get("relax_nvcc_check") or {}).items():
             at = f"{where}.relax_nvcc_check.{cuda}"
             if cuda not in cuda_list:
                 p.add(at, f"CUDA {cuda!r} is not in this torch's cuda list, so no cell builds it",
                       f"use one of {', '.join(cuda_list)} (quoted), or remove the entry")
-            elif p.typed(reason, at, str):
+            elif p.usable(at):
                 p.reason(reason, at)
                 relax.append((cuda, reason))
-        candidate = _candidate(p, m["candidate"], f"{where}.candidate") \
-            if "candidate" in m else None
+        candidate = p.shaped(m.get("candidate"), f"{where}.candidate")
         torches[series] = TorchEntry(series, m["release"], pythons,
                                      tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
                                      m["manylinux"], m["cxx11_abi"], m["source"], m.get("note", ""),
                                      tuple(sorted(relax, key=lambda r: version_key(r[0]))),
-                                     candidate,
+                                     Candidate(candidate["git"], candidate["index"])
+                                     if candidate else None,
                                      parse_torch_platforms(p, m.get("platforms"),
                                                            f"{where}.platforms", platforms,
                                                            cudas))
@@ -263,22 +254,12 @@ def parse_table(data: object, path: Path) -> Table:
                  dict(sorted(platforms.items(), key=lambda kv: kv[0] != DEFAULT_PLATFORM)))
 
 
-def _candidate(p: Problems, raw: object, where: str) -> Candidate | None:
-    """A torch row's ``candidate: {git, index}``."""
-    m = p.entry(raw, where, {"git": str, "index": str})
-    if m is None:
-        return None
-    ok = True
-    if not _GIT_RE.fullmatch(m["git"]):
-        p.add(f"{where}.git", f"{m['git']!r} is not a commit (7 to 40 lowercase hex digits)",
-              "copy git_version from the candidate wheel's torch/version.py")
-        ok = False
-    # https, or plain http to this machine only (a local stand-in of the test index)
-    if not re.fullmatch(r"(https://[^\s/]+|http://127\.0\.0\.1(:\d+)?)/\S*/", m["index"]):
-        p.add(f"{where}.index", f"{m['index']!r} is not an https URL ending in /",
-              'write the test index\'s root, e.g. "https://download.pytorch.org/whl/test/"')
-        ok = False
-    return Candidate(m["git"], m["index"]) if ok else None
+def _key_rule(section: str) -> tuple[str, str]:
+    """The rule and fix of ``section``'s keys (``cuda``, ``torch``), as the schema words them:
+    a key YAML read as a number (``12.8:``) breaks the same rule, which the schema, seeing JSON
+    text keys, can't tell."""
+    names = load_schema(TABLE_SCHEMA_FILE)["properties"][section]["propertyNames"]
+    return names["x-rule"], names["x-fix"]
 
 
 @lru_cache(maxsize=8)

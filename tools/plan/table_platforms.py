@@ -17,12 +17,13 @@ per-CUDA index). A series without an entry for a platform has no CUDA build ther
 knows of: no cell of that series is planned on it.
 
 The id part of each platform is ``tools.core.variant.PLATFORM_PART``'s: the table may name only
-the platforms listed there.
+the platforms listed there. Each entry's shape (its keys, the tag's characters, the two ways of
+building, each arch's form) is the table's JSON Schema (``table.schema.json``), checked before
+these parsers run; the rules here are the ones across fields and against the CUDA table.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +31,6 @@ from tools.core.platforms import PLATFORMS, Platform
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
 from .schema import Problems
 
-#: How a platform's cells are built: in a builder container, or on the runner itself.
-BUILDS = ("container", "native")
-_ARCH_RE = re.compile(r"\d{2,3}[af]?")
-_TAG_RE = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -87,27 +84,22 @@ DEFAULT = TablePlatform(DEFAULT_PLATFORM, "manylinux_{manylinux}_x86_64", "conta
 
 def _arch_lists(p: Problems, raw: Any, where: str, cudas: dict[str, Any]
                 ) -> dict[str, tuple[str, ...]]:
-    """A ``{"<cuda>": [archs]}`` mapping of a platform entry."""
+    """A ``{"<cuda>": [archs]}`` mapping of a platform entry (each arch's shape is the
+    schema's)."""
     out: dict[str, tuple[str, ...]] = {}
     for cuda, value in (raw or {}).items():
         at = f"{where}.{cuda}"
         if cuda not in cudas:
             p.add(at, f"CUDA {cuda!r} has no entry under cuda:", "use a CUDA version of cuda:")
-            continue
-        archs = p.strings(value, at)
-        if archs is None:
-            continue
-        bad = [a for a in archs if not _ARCH_RE.fullmatch(a)]
-        if bad:
-            p.add(at, f"{bad[0]!r} is not an sm number like \"90\" or \"90a\"")
-            continue
-        out[str(cuda)] = archs
+        elif p.usable(at) and value and not any(item.startswith(f"{at}[") for item in p.items):
+            # a list with an arch the schema named stands for nothing: the CUDA table's holds
+            out[str(cuda)] = tuple(value)
     return out
 
 
 def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, TablePlatform]:
-    """The table's ``platforms:`` section (``cudas``: its CUDA entries, by version); every
-    problem goes to ``p``. Without the section, Linux x86_64 alone (:data:`DEFAULT`)."""
+    """The table's ``platforms:`` section (``cudas``: its CUDA entries, by version), its shape
+    already checked against the schema; every problem goes to ``p``. Without the section, Linux x86_64 alone (:data:`DEFAULT`)."""
     if raw is None:
         return {DEFAULT_PLATFORM: DEFAULT}
     out: dict[str, TablePlatform] = {}
@@ -118,23 +110,14 @@ def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, T
                   f"use one of {', '.join(PLATFORM_PART)}, or add its id part to "
                   "tools/core/variant.py PLATFORM_PART")
             continue
-        m = p.entry(value, where, {"tag": str, "build": str, "source": str},
-                    {"images": dict, "toolchain": str, "archs": dict, "default_archs": dict,
-                     "note": str})
+        m = p.shaped(value, where)
         if m is None:
             continue
-        if not _TAG_RE.fullmatch(m["tag"].replace("{manylinux}", "2_28")):
-            p.add(f"{where}.tag", f"{m['tag']!r} is not a wheel platform tag",
-                  'write the tag, with {manylinux} for the glibc baseline: '
-                  '"manylinux_{manylinux}_aarch64" or "win_amd64"')
-        if m["build"] not in BUILDS:
-            p.add(f"{where}.build", f"{m['build']!r} is not one of {', '.join(BUILDS)}",
-                  "container: cibuildwheel in a builder image; native: on the runner itself")
         images: dict[str, str] = {}
         for cuda, image in (m.get("images") or {}).items():
             if cuda not in cudas:
                 p.add(f"{where}.images.{cuda}", f"CUDA {cuda!r} has no entry under cuda:")
-            elif p.typed(image, f"{where}.images.{cuda}", str):
+            elif p.usable(f"{where}.images.{cuda}"):
                 images[str(cuda)] = image
         if m["build"] == "container" and name != DEFAULT_PLATFORM and not images:
             p.add(f"{where}.images", "a container platform needs a builder image per CUDA "
@@ -146,7 +129,7 @@ def parse_platforms(p: Problems, raw: Any, cudas: dict[str, Any]) -> dict[str, T
         defaults = _arch_lists(p, m.get("default_archs"), f"{where}.default_archs", cudas)
         for cuda, listed in defaults.items():
             known = archs.get(cuda) or tuple(cudas[cuda].archs)
-            for arch in listed:
+            for arch in listed if known else ():  # an empty archs list is named already
                 if arch not in known:
                     p.add(f"{where}.default_archs.{cuda}",
                           f"sm_{arch} is not in what CUDA {cuda} compiles on {name}")
@@ -172,13 +155,10 @@ def parse_torch_platforms(p: Problems, raw: Any, where: str, platforms: dict[str
             p.add(at, "is not a platform of the table",
                   f"use one of {', '.join(platforms)}, or add it under platforms:")
             continue
-        m = p.entry(value, at, {"pypi_cuda": (str, type(None)), "cuda": list, "source": str},
-                    {"note": str})
+        m = p.shaped(value, at)
         if m is None:
             continue
-        listed = p.strings(m["cuda"], f"{at}.cuda", nonempty=False)
-        if listed is None:
-            continue
+        listed = tuple(m["cuda"])
         for cuda in listed:
             if cuda not in cudas:
                 p.add(f"{at}.cuda", f"CUDA {cuda} has no entry under cuda:",
