@@ -272,7 +272,7 @@ def staged_dependent(dependent_world):
     for the container under ``work/``: ``(planned, cell, staged)``."""
     planned = Planned.make(dependent_world / "recipes", dependent_world / "table.yaml")
     cell = planned.cell("dep_ext-3.12-cu130-torch2.9")
-    staged = containerized.stage(planned.job(cell), dependent_world / "work" / cell.id,
+    staged = containerized.assemble(planned.job(cell), dependent_world / "work" / cell.id,
                                  Inputs(sdist=dependent_world / "sdists" / "dep_ext-1.0.0.tar.gz"))
     return planned, cell, staged
 

@@ -118,7 +118,7 @@ def test_stage_gives_the_container_the_tree_and_the_tools(world, tmp_path):
     table, recipes, cells = world()
     cell = find_cell("flashy-3.12-cu126", cells)
     recipe = next(r for r in recipes if r.package == "flashy")
-    staged = containerized.stage(BuildJob(cell, recipe, table), tmp_path / "work" / cell.id,
+    staged = containerized.assemble(BuildJob(cell, recipe, table), tmp_path / "work" / cell.id,
                                  Inputs(sdist=tmp_path / "sdists" / "flashy-2.0.0.tar.gz"))
     assert staged.project == tmp_path / "work" / cell.id / "src"
     assert sorted(p.name for p in staged.project.iterdir()) == ["cuwheels", "flashy-2.0.0"]

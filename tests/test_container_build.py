@@ -86,7 +86,7 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
     report = result.report
     said = stream.getvalue()
     assert report.verdict == "passed", said[-4000:]
-    for step in ("engine", "image", "source", "stage", "cibuildwheel", "publish"):
+    for step in ("engine", "image", "source", "assemble", "cibuildwheel", "publish"):
         assert f": {step} ok (" in said, step
     # the stand-in's glibc is newer than manylinux_2_28: the wheel says what it needs
     assert "image: a local stand-in" in said
@@ -109,7 +109,7 @@ def test_tinyext_through_the_container_backend(local_image, sdist, tmp_path):
     log = (work / cell / "cibuildwheel.log").read_text()
     assert "Testing wheel..." in log          # cibuildwheel's smoke test ran in the container
     saved = json.loads((work / cell / "report.json").read_text())
-    assert [s["name"] for s in saved["steps"]] == ["engine", "image", "source", "stage",
+    assert [s["name"] for s in saved["steps"]] == ["engine", "image", "source", "assemble",
                                                    "cibuildwheel", "publish"]
 
 

@@ -43,7 +43,7 @@ def test_staged_tools_check_the_images_nvcc(world, tmp_path, release, rc, says):
     table, recipes, cells = world()
     cell = find_cell("demo_ext-3.12-cu129", cells)
     recipe = next(r for r in recipes if r.package == "demo_ext")
-    staged = containerized.stage(BuildJob(cell, recipe, table), tmp_path / "work" / cell.id,
+    staged = containerized.assemble(BuildJob(cell, recipe, table), tmp_path / "work" / cell.id,
                                  Inputs(sdist=tmp_path / "sdists" / "demo_ext-1.0.0.tar.gz"))
     env = {**os.environ, "PYTHONPATH": str(staged.project / "cuwheels"),
            "CUDA_HOME": str(_fake_nvcc(tmp_path, release))}

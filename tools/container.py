@@ -1,6 +1,6 @@
 """``python -m tools.container``: container backend: cibuildwheel in the cell's manylinux CUDA image, the path CI publishes from.
 
-The command line only (``stage``, the first command of a dry run's script); the logic is
+The command line only (``assemble``, the first command of a dry run's script); the logic is
 ``tools.backends.containerized``.
 """
 
@@ -20,8 +20,10 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tools.container",
                                  description=containerized.__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    st = sub.add_parser("stage", help="on the host: fetch, verify, patch and stage a cell's "
-                                      "source and this project's tools for cibuildwheel")
+    # "stage" is the name the command had; the release's stages are the only stages now.
+    st = sub.add_parser("assemble", aliases=["stage"],
+                        help="on the host: fetch, verify and patch a cell's source and assemble "
+                             "it with this project's tools for cibuildwheel")
     st.add_argument("cell")
     st.add_argument("--work", type=Path, required=True, help="per-cell work directories")
     st.add_argument("--recipes", type=Path, default=RECIPES_DIR)
@@ -34,11 +36,11 @@ def parser() -> argparse.ArgumentParser:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    """Stage a cell's source, tools and planned cell (the first command of the printed plan)."""
+    """Assemble a cell's source, tools and planned cell (the first command of the printed plan)."""
     args = parser().parse_args(argv)
     job = load_job(args.cell, args.recipes, args.table)
-    staged = containerized.stage(job, args.work / job.id,
-                                 Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir))
+    staged = containerized.assemble(job, args.work / job.id,
+                                    Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir))
     print(staged.tree)
     return 0
 

@@ -558,7 +558,7 @@ def plan_invocation(job: BuildJob, spec: ContainerSpec, *, archs: tuple[str, ...
     sdist, sdist_dir = inputs.sdist, inputs.sdist_dir
     work = work_root / cell.id
     tree_name = tree_name or recipe.source.sdist.removesuffix(".tar.gz")
-    stage_argv = [sys.executable, "-m", "tools.container", "stage", cell.id, "--work",
+    stage_argv = [sys.executable, "-m", "tools.container", "assemble", cell.id, "--work",
                   str(work_root)]
     if recipe.folder.parent.resolve() != RECIPES_DIR.resolve():
         stage_argv += ["--recipes", str(recipe.folder.parent)]

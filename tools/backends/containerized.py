@@ -1,11 +1,11 @@
 """Container backend: cibuildwheel in the cell's manylinux CUDA image, the path CI publishes from.
 
 :class:`ContainerBackend` (a ``tools.backends.base.Backend``) runs the steps engine -> image ->
-source -> stage -> cibuildwheel -> publish: it finds an engine (``tools.backends.engine``),
-fetches, verifies and patches the sdist and stages it with this project's tools and the planned
-cell (``stage``), runs cibuildwheel with the cell's plan (``tools.backends.cibw``), names the
-cause of a failed run (``classify_failure``) and publishes the wheel that passed the finish
-stage and the smoke test in the container. The commands run inside the image live in
+source -> assemble -> cibuildwheel -> publish: it finds an engine (``tools.backends.engine``),
+fetches, verifies and patches the sdist and assembles it with this project's tools and the
+planned cell (``assemble``), runs cibuildwheel with the cell's plan (``tools.backends.cibw``), names
+the cause of a failed run (``classify_failure``) and publishes the wheel that passed the finish
+steps and the smoke test in the container. The commands run inside the image live in
 ``tools.backends.inside`` (``python -m tools.incontainer``); they take the cell from the staged
 ``cell.json``, never plan it again, and hand their results back in a file
 (``tools.backends.result``): the compiler cache's figures, a kernel shard's record.
@@ -27,9 +27,9 @@ that needs more is OOM-killed and reported, instead of swapping the machine to a
 CPU limit. Both default to this machine's available memory (less 1 GiB) and usable cores;
 ``CUWHEELS_CONTAINER_MEMORY_GIB`` and ``CUWHEELS_CONTAINER_CPUS`` set them (CI runners).
 
-``python -m tools.build CELL --backend container --dry-run`` prints the exact commands (stage the
+``python -m tools.build CELL --backend container --dry-run`` prints the exact commands (assemble the
 source, run cibuildwheel with every option as a ``CIBW_*`` variable) without downloading anything
-or needing an engine. ``python -m tools.container stage CELL --work DIR`` is the first of them.
+or needing an engine. ``python -m tools.container assemble CELL --work DIR`` is the first of them.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ from tools.pipeline.wheelhouse import publish
 from tools.pipeline.source import prepare_source
 
 #: The container backend's steps, as the progress lines and the report name them.
-CONTAINER_STEPS = ["engine", "image", "source", "stage", "cibuildwheel", "publish"]
+CONTAINER_STEPS = ["engine", "image", "source", "assemble", "cibuildwheel", "publish"]
 #: Labels of a local stand-in image (``tools.localimage``): what it is and which policy its
 #: glibc allows.
 #: What cibuildwheel itself runs in the container (``oci_container.UTILITY_PYTHON``).
@@ -147,7 +147,7 @@ class Staged:
     patches: tuple[str, ...]
 
 
-def stage(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
+def assemble(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
     """Fetch, verify, extract and patch the sdist into ``work/src/``, and put this project's
     tools, the cell's recipe and the table beside it (``work/src/cuwheels``), with the planned
     cell as ``cell.json``: the commands in the container read the cell from there instead of
@@ -462,7 +462,7 @@ class ContainerBackend:
             report.machine = dict(facts.report) or None
 
             def source(step) -> Staged:
-                staged = stage(job, work, inputs)
+                staged = assemble(job, work, inputs)
                 step.detail.update(sdist=staged.sdist.name, sha256=staged.sha256,
                                    patches=list(staged.patches), tree=str(staged.tree))
                 return staged
@@ -487,7 +487,7 @@ class ContainerBackend:
                                  f"({relaxed})")
                 return inv
 
-            inv = progress.run("stage", plan_step)
+            inv = progress.run("assemble", plan_step)
             report.script = inv.shell()
 
             def run_step(step: Step) -> tuple[int, Path, ContainerResult | None]:

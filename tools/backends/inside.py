@@ -61,11 +61,11 @@ def read_cell(path: Path) -> Cell:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise PlanError(f"{where}: no planned cell there",
-                        hint="stage the cell first (python -m tools.container stage CELL "
+                        hint="stage the cell first (python -m tools.container assemble CELL "
                              "--work DIR writes it beside the tools)") from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"{where}: not JSON ({exc})",
-                        hint="stage the cell again (python -m tools.container stage)") from None
+                        hint="stage the cell again (python -m tools.container assemble)") from None
     return Cell.from_json(data, where=where)
 
 
