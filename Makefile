@@ -17,7 +17,7 @@ PORT       ?= 8765
 INIT_LEDGER ?= $(if $(wildcard $(LEDGER) $(INDEX_DIR)/ledger.json),,--init-ledger)
 INDEX_FLAGS ?=
 
-.PHONY: setup test test-slow demo probe index serve recipes lint clean
+.PHONY: help setup test test-slow demo probe index serve recipes lint clean
 
 # The extras `make setup` installs: the farm's build tools and the test tools. Build jobs in CI
 # take EXTRAS=farm: they never run the tests (zizmor, among the test tools, has no aarch64 wheel).
@@ -65,5 +65,10 @@ recipes: setup
 lint: setup
 	$(PY) -m tools.lint_workflows
 
+## clean: remove what builds and indexes left in the checkout (build-cells, wheelhouse, site, .nox)
 clean:
 	rm -rf build-cells wheelhouse site .nox
+
+## help: every target with one line (from the `## target:` line above each)
+help:
+	@sed -n 's/^## \([a-z-]*\): /\1\t/p' $(MAKEFILE_LIST) | expand -t 12
