@@ -544,3 +544,35 @@ def test_unknown_package_is_refused(world, tmp_path):
     proc = _run(tmp_path, "--package", "flash-attn")
     assert proc.returncode == PlanError.exit_code
     assert "known: demo_ext, flashy" in proc.stderr
+
+
+@pytest.mark.parametrize("flag, value, what, known", [
+    ("--cuda", "12.7", "CUDA version(s): 12.7", "12.9, 13.0"),
+    ("--cuda", "127", "CUDA version(s): 127", "12.9, 13.0"),
+    ("--python", "3.99", "Python version(s): 3.99", "3.10, 3.11, 3.12"),
+    ("--torch", "2.99", "torch series: 2.99", "2.8, 2.9"),
+])
+def test_a_filter_value_no_cell_has_is_refused(world, tmp_path, flag, value, what, known):
+    # `--cuda 12.7` used to print nothing and exit 0: a typo read as a wish for no cells.
+    world()
+    proc = _run(tmp_path, "--format", "ids", flag, value)
+    assert proc.returncode == PlanError.exit_code, proc.stdout
+    assert f"unknown {what}: no cell of the plan has it" in proc.stderr
+    assert known in proc.stderr and proc.stdout == ""
+
+
+def test_a_known_value_no_cell_of_the_package_has_is_an_empty_answer(world, tmp_path):
+    # Known to the plan, just not planned for this package: an empty list, not an error.
+    world()
+    proc = _run(tmp_path, "--format", "ids", "--package", "demo_ext", "--python", "3.10",
+                "--torch", "2.9", "--cuda", "12.9", "--default-torch-only")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [], "torch 2.9 is not CUDA 12.9's default series in the world"
+
+
+def test_packages_as_people_spell_them(world, tmp_path):
+    world()
+    plain = _run(tmp_path, "--format", "ids", "--package", "demo_ext")
+    spelled = _run(tmp_path, "--format", "ids", "--package", "Demo-Ext")
+    assert plain.returncode == spelled.returncode == 0, spelled.stderr
+    assert spelled.stdout == plain.stdout and plain.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError, cli
 from tools.plan import cells
 from tools.plan.formats import FORMATS, STAGED, render
-from tools.plan.cells import Cell, changed_only, git_changed_files, plan, require_known, select
+from tools.plan.cells import (Cell, changed_only, git_changed_files, plan, require_known,
+                              require_known_values, select)
 from tools.plan.recipes.model import load_all
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
@@ -112,12 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     table = load_table(args.table)
     recipes = load_all(args.recipes, table)
     cells = plan(recipes, table)
-    packages = _csv(args.package)
+    # Packages as people spell them (flash-attn, Flash_Attn) name the recipe folder (flash_attn).
+    packages = [re.sub(r"[-_.]+", "_", p).lower() for p in _csv(args.package) or ()] or None
     if args.changed_since or args.changed_files:
         packages = changed_only(packages, _changed_paths(args), {c.package for c in cells})
         print(f"changed recipes: {', '.join(packages) or 'none'}", file=sys.stderr)
         cells = cells if packages else []
     require_known(packages, cells)
+    require_known_values(cells, pythons=_csv(args.python), cudas=_csv(args.cuda),
+                         torches=_csv(args.torch))
     selected = select(cells, packages=packages, pythons=_csv(args.python), cudas=_csv(args.cuda),
                       torches=_csv(args.torch), default_torch_only=args.default_torch_only,
                       platforms=_platforms(args.platform, table))
