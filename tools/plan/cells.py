@@ -396,28 +396,26 @@ def changed_only(packages: list[str] | None, paths: list[str], known: set[str]) 
 def require_known_values(cells: list[Cell], *, pythons: list[str] | None = None,
                          cudas: list[str] | None = None, torches: list[str] | None = None) -> None:
     """PlanError naming each filter value no cell of the plan has (``--cuda 12.7``), with the
-    values it has: a filter that matches nothing anywhere is a typo, not a wish for no cells."""
-    known = {
-        "Python version(s)": ({p for c in cells for p in (c.serves_python or (c.python,))}, pythons,
-                           lambda v: v),
-        "CUDA version(s)": ({c.cuda for c in cells}, cudas,
-                         lambda v: v if "." in v or not v.isdigit() else
-                         next((c.cuda for c in cells if cuda_nodot(c.cuda) == v), v)),
-        "torch series": ({t for c in cells for t in (c.serves_torch or (c.torch,))}, torches,
-                         lambda v: v),
-    }
-    for what, (have, wanted, spelled) in known.items():
-        unknown = sorted({v for v in wanted or () if spelled(v) not in have})
+    values it has: a filter that matches nothing anywhere is a typo, not a wish for no cells.
+    A CUDA version may be written without its dot (``129``), as :func:`select` takes it."""
+    nodot = {cuda_nodot(c.cuda): c.cuda for c in cells}
+    checks = (
+        ("Python version(s)", {p for c in cells for p in (c.serves_python or (c.python,))},
+         pythons or ()),
+        ("CUDA version(s)", {c.cuda for c in cells}, [nodot.get(v, v) for v in cudas or ()]),
+        ("torch series", {t for c in cells for t in (c.serves_torch or (c.torch,))},
+         torches or ()),
+    )
+    for (what, have, wanted), given in zip(checks, (pythons, cudas, torches)):
+        unknown = sorted({g for g, w in zip(given or (), wanted) if w not in have})
         if unknown:
-            shown = ", ".join(sorted(have, key=_order))
             raise PlanError(f"unknown {what}: {', '.join(unknown)}: no cell of the plan has it",
-                            hint=f"the plan has: {shown}")
+                            hint=f"the plan has: {', '.join(sorted(have, key=_order))}")
 
 
 def _order(text: str) -> tuple:
     """Sort key of a version that may not be one (``3.12`` before ``3.13t``)."""
-    parts = text.split(".")
-    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in parts)
+    return tuple((0, int(x), "") if x.isdigit() else (1, 0, x) for x in text.split("."))
 
 
 def require_known(packages: list[str] | None, cells: list[Cell]) -> None:
