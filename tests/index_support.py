@@ -24,7 +24,7 @@ BASE = "https://files.example/v1"
 ANY = "py3-none-any"
 
 
-def build(tmp_path: Path, **kwargs) -> idx.BuildReport:
+def build(tmp_path: Path, **kwargs) -> idx.IndexReport:
     """Build with this test's defaults: wheels in tmp/wheels, site in tmp/site, a fresh ledger."""
     args = dict(
         wheels_dir=tmp_path / "wheels",

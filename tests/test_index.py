@@ -21,6 +21,7 @@ from wheelfactory import make_wheel
 from index_support import basic  # noqa: F401  (a fixture, used by name)
 from index_support import ANY, BASE, assert_site_valid, build, manifest_wheel, page, project_json, snapshot
 
+from tools import ROOT
 from tools.index import main
 from tools.core.errors import IndexBuildError
 from tools.plan.recipes.model import load_all
@@ -80,6 +81,19 @@ def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
                    "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger"])
     assert rc == 0
     assert "1 files in 1 projects" in capsys.readouterr().out
+
+
+def test_without_ledger_the_ledger_sits_beside_the_site_not_in_the_repository(tmp_path, capsys):
+    # The default was the repository's index/ledger.json: a hand run rewrote the committed file
+    # and left a lock file beside it.
+    make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
+    committed = ROOT / "index" / "ledger.json"
+    before = committed.read_bytes()
+    rc = main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+               "--base-url", BASE, "--init-ledger"])
+    assert rc == 0
+    assert json.loads((tmp_path / "site-ledger.json").read_text())["files"]
+    assert committed.read_bytes() == before and not (ROOT / "index" / ".ledger.json.lock").exists()
 
 
 def test_jobs_must_be_a_positive_number(tmp_path, capsys):

@@ -17,8 +17,14 @@ from tools.core.workers import default_jobs
 from tools.sitegen import generate
 
 #: Defaults of the command line, relative to where it runs (the repository root).
-DEFAULT_LEDGER = Path("index/ledger.json")
 DEFAULT_YANKED = Path("index/yanked.yaml")
+
+
+def default_ledger(output_dir: Path) -> Path:
+    """The ledger of a run given no ``--ledger``: beside the site (``site`` ->
+    ``site-ledger.json``), as ``make index`` keeps it. Never the repository's
+    ``index/ledger.json``, which only seeds a first deployment: a hand run would rewrite it."""
+    return output_dir.parent / f"{output_dir.name}-ledger.json"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,7 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="wheels of this batch (their .metadata files are written beside them)")
     parser.add_argument("--output-dir", required=True, type=Path, help="the site (INDEX_DIR), replaced atomically")
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
-    parser.add_argument("--ledger", type=Path, default=DEFAULT_LEDGER, help="record of everything published")
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help="record of everything published (default: beside the site, "
+                        "<output-dir>-ledger.json)")
     parser.add_argument("--init-ledger", action="store_true",
                         help="start --ledger if it doesn't exist: from the site's own ledger.json when "
                         "--output-dir holds a site (nothing published is lost), else empty")
@@ -70,6 +78,8 @@ def _jobs(text: str) -> int:
 
 @cli
 def _run(args: argparse.Namespace) -> int:
+    if args.ledger is None:
+        args.ledger = default_ledger(args.output_dir)
     yanked = args.yanked
     if yanked is None and DEFAULT_YANKED.exists():
         yanked = DEFAULT_YANKED
