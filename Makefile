@@ -17,7 +17,7 @@ PORT       ?= 8765
 INIT_LEDGER ?= $(if $(wildcard $(LEDGER) $(INDEX_DIR)/ledger.json),,--init-ledger)
 INDEX_FLAGS ?=
 
-.PHONY: help setup test test-slow demo probe index serve recipes lint clean
+.PHONY: help setup test test-slow demo probe index serve recipes lint docs clean
 
 # The extras `make setup` installs: the farm's build tools and the test tools. Build jobs in CI
 # take EXTRAS=farm: they never run the tests (zizmor, among the test tools, has no aarch64 wheel).
@@ -64,6 +64,10 @@ recipes: setup
 ## lint: actionlint + zizmor on .github/workflows
 lint: setup
 	$(PY) -m tools.lint_workflows
+
+## docs: build the docs site from docs/ into build/docs, strict (a warning or a broken link fails)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 ## clean: remove what builds and indexes left in the checkout (build-cells, wheelhouse, site, .nox)
 clean:
