@@ -179,13 +179,20 @@ def cell_id(package: str, python: str, cuda: str, torch: str | None = None,
     >>> cell_id("flash_attn", "3.12", "13.0", platform="win_amd64")
     'flash_attn-3.12-cu130-win'
     """
+    return f"{package}-{python}-{_build_parts(cuda, torch, platform)}"
+
+
+def _build_parts(cuda: str, torch: str | None, platform: str) -> str:
+    """``cu<nodot>[-torch<torch>][-<platform part>]``: what a cell id and a group id share."""
     if platform not in PLATFORM_PART:
         raise ValueError(f"no id part for platform {platform!r} (known: "
                          f"{', '.join(PLATFORM_PART)})")
-    base = f"{package}-{python}-cu{cuda_nodot(cuda)}"
-    base = base if torch is None else f"{base}-torch{torch}"
-    part = PLATFORM_PART[platform]
-    return f"{base}-{part}" if part else base
+    parts = [f"cu{cuda_nodot(cuda)}"]
+    if torch is not None:
+        parts.append(f"torch{torch}")
+    if PLATFORM_PART[platform]:
+        parts.append(PLATFORM_PART[platform])
+    return "-".join(parts)
 
 
 @dataclass(frozen=True)
@@ -240,8 +247,7 @@ def group_id(package: str, cuda: str, torch: str | None = None,
     >>> group_id("flash_attn", "13.0", platform="linux_aarch64")
     'flash_attn-cu130-aarch64'
     """
-    package_and_python = cell_id(package, "0", cuda, torch, platform)
-    return package_and_python.replace(f"{package}-0-", f"{package}-", 1)
+    return f"{package}-{_build_parts(cuda, torch, platform)}"
 
 
 def shard_id(group: str, index: int) -> str:
