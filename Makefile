@@ -65,8 +65,9 @@ recipes: setup
 lint: setup
 	$(PY) -m tools.lint_workflows
 
-## docs: build the docs site from docs/ into build/docs, strict (a warning or a broken link fails)
+## docs: regenerate the docs' generated parts, then build docs/ into build/docs, strict (a warning or a broken link fails)
 docs: setup
+	$(PY) -m tools.devtools.docpages
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 ## clean: remove what builds and indexes left in the checkout (build-cells, wheelhouse, site, .nox)

@@ -16,7 +16,6 @@ from tools.core.errors import PlanError
 from tools.plan.formats import (FORMATS, STAGED, as_github, as_groups, as_ids, as_json,
                                 counts_markdown, counts_rows, counts_text, render)
 from tools.plan.cells import counts, plan, select
-from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners
 from tools.plan.stages import plan_release
 from tools.plan.table import load_table
@@ -222,17 +221,3 @@ def test_counts_md_agrees_with_counts_for_the_repositorys_recipes():
     assert totals == {p: sum(1 for c in plan() if c.platform == p) for p in table.platforms}
     # a full release as planned costs fewer runner-hours than one job per cell
     assert float(cells[-1][7]) < float(cells[-1][8])
-
-
-def test_the_readmes_matrix_table_is_the_output_of_counts_md():
-    """README.md's table between its markers is ``--format counts-md`` for the committed recipes,
-    so the README can't drift from the plan (regenerate it with that command when this fails)."""
-    readme = (ROOT / "README.md").read_text()
-    start = "<!-- generated: python -m tools.matrix --format counts-md -->\n"
-    assert readme.count(start) == 1, "README.md lost the marker before the matrix table"
-    block = readme.split(start, 1)[1].split("<!-- end generated -->", 1)[0]
-    table = load_table()
-    recipes = load_all(table=table)
-    cells = plan(recipes, table)
-    assert block == render("counts-md", cells, recipes, table, RUNNERS) + "\n", \
-        "README.md's matrix table is stale: paste `python -m tools.matrix --format counts-md`"

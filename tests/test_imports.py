@@ -206,6 +206,8 @@ REACHED_OTHERWISE = {
     "tools.selector.__main__": "python -m tools.selector",
     # prepares the act chain the slow workflow test runs (tests/test_actchain.py)
     "tools.devtools.actchain": "tests/test_actchain.py",
+    # rewrites the generated parts of README.md and docs/ before the docs build (make docs)
+    "tools.devtools.docpages": "Makefile: make docs",
 }
 
 

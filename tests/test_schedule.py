@@ -209,21 +209,6 @@ def test_the_batch_outputs_carry_ids_and_runners_only(world, full):
     assert {j["id"] for j in jobs} == {e["id"] for e in entries}
 
 
-def test_the_readmes_schedule_is_the_output_of_schedule_md(world, full):
-    """README.md's schedule between its markers is ``--format schedule-md`` for the committed
-    recipes and ledger (regenerate it with that command when this fails)."""
-    from tools import ROOT
-    from tools.releasing.schedule import as_markdown
-    table, recipes, cells, runners, limits = world
-    readme = (ROOT / "README.md").read_text()
-    start = "<!-- generated: python -m tools.matrix --format schedule-md -->\n"
-    assert readme.count(start) == 1, "README.md lost the marker before the schedule"
-    block = readme.split(start, 1)[1].split("<!-- end generated -->", 1)[0]
-    backlog = {"planned": len(cells), "published": 0, "given_up": 0, "backlog": len(cells)}
-    assert block == as_markdown(replace(full, backlog=backlog)) + "\n", \
-        "README.md's schedule is stale: paste `python -m tools.matrix --format schedule-md`"
-
-
 def test_released_wheels_the_ledger_lacks_yet_count_as_published(world):
     from tools.releasing.backlog import pending_entries
     table, recipes, cells, runners, limits = world
