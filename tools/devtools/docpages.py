@@ -49,6 +49,92 @@ def _schedule() -> str:
                                             "--ledger", str(ROOT / "index" / "ledger.json")])
 
 
+def _packages() -> str:
+    """Per recipe: the PyPI name and version, and the CUDA versions, torch series, Pythons and
+    platforms its planned wheels cover (from the plan, as ``python -m tools.matrix`` has it)."""
+    from packaging.version import Version
+    from tools.plan.cells import plan
+    from tools.plan.recipes.model import load_all
+    from tools.plan.table import load_table
+    table = load_table()
+    recipes = load_all(table=table)
+    cells = plan(recipes, table)
+    names = {"linux_x86_64": "Linux x86_64", "linux_aarch64": "Linux aarch64", "win_amd64": "Windows"}
+    rows = ["| package | version | CUDA | torch | Python | platforms | wheels planned |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def spread(values: set[str]) -> str:
+        return ", ".join(sorted(values, key=Version))
+
+    for recipe in sorted(recipes, key=lambda r: r.source.pypi):
+        own = [c for c in cells if c.package == recipe.package]
+        pythons = {p for c in own for p in c.serves_python if p[0].isdigit()}
+        rows.append(f"| [{recipe.source.pypi}](https://pypi.org/project/{recipe.source.pypi}/) "
+                    f"| {recipe.source.version} | {spread({c.cuda for c in own})} "
+                    f"| {spread({t for c in own for t in c.serves_torch})} "
+                    f"| {spread(pythons) or 'any (abi3)'} "
+                    f"| {', '.join(names.get(p, p) for p in table.platforms if any(c.platform == p for c in own))} "
+                    f"| {len(own)} |")
+    return "\n".join(rows)
+
+
+def _install() -> str:
+    """The three commands a user runs, with the project's index address."""
+    from tools.core import site
+    return "\n".join([
+        "```bash",
+        "# 1. which torch and CUDA you have (the variant index is named after them)",
+        'python -c "import torch; print(torch.__version__)"    # e.g. 2.14.1+cu130',
+        "# 2. the selector names the index and prints the exact command for this machine",
+        f"curl -fsSLO {site.INDEX_URL}cuwheels-select.pyz && python cuwheels-select.pyz flash-attn",
+        "# 3. install from the variant index of your CUDA and torch",
+        f"pip install flash-attn --only-binary flash-attn --extra-index-url {site.INDEX_URL}cu130/torch2.14/simple/",
+        "```"])
+
+
+#: The variant the docs' examples install from: CUDA 13.0 and torch 2.14, PyPI's own torch build.
+EXAMPLE_VARIANT = "cu130/torch2.14"
+
+
+def _fence(lang: str, *lines: str) -> str:
+    return "\n".join([f"```{lang}", *lines, "```"])
+
+
+def _variant_url() -> str:
+    from tools.core import site
+    return f"{site.INDEX_URL}{EXAMPLE_VARIANT}/simple/"
+
+
+def _install_pip() -> str:
+    return _fence("bash", f"pip install flash-attn --only-binary flash-attn --extra-index-url {_variant_url()}")
+
+
+def _install_uv() -> str:
+    return _fence("bash", f"uv pip install flash-attn --extra-index-url {_variant_url()}")
+
+
+def _install_uv_project() -> str:
+    name = "cuwheels-" + EXAMPLE_VARIANT.replace("/", "-")
+    return _fence("toml", "[[tool.uv.index]]", f'name = "{name}"', f'url = "{_variant_url()}"',
+                  "explicit = true", "", "[tool.uv.sources]", f'flash-attn = {{ index = "{name}" }}')
+
+
+def _install_poetry() -> str:
+    return _fence("bash", f"poetry source add --priority=explicit cuwheels {_variant_url()}",
+                  "poetry add flash-attn --source cuwheels")
+
+
+def _install_pdm() -> str:
+    return _fence("toml", "[[tool.pdm.source]]", 'name = "cuwheels"', f'url = "{_variant_url()}"',
+                  'include_packages = ["flash-attn"]')
+
+
+def _install_selector() -> str:
+    from tools.core import site
+    return _fence("bash", f"curl -fsSLO {site.INDEX_URL}cuwheels-select.pyz",
+                  "python cuwheels-select.pyz flash-attn")
+
+
 def _site_links() -> str:
     from tools.core import site
     return "\n".join([f"- The index: <{site.INDEX_URL}>",
@@ -59,6 +145,14 @@ def _site_links() -> str:
 #: Every generated part, by the name its marker gives: a function returning its Markdown.
 GENERATORS: dict[str, Callable[[], str]] = {
     "counts": _counts,
+    "install": _install,
+    "install-pdm": _install_pdm,
+    "install-pip": _install_pip,
+    "install-poetry": _install_poetry,
+    "install-selector": _install_selector,
+    "install-uv": _install_uv,
+    "install-uv-project": _install_uv_project,
+    "packages": _packages,
     "schedule": _schedule,
     "site-links": _site_links,
 }
