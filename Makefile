@@ -65,10 +65,11 @@ recipes: setup
 lint: setup
 	$(PY) -m tools.lint_workflows
 
-## docs: regenerate the docs' generated parts, then build docs/ into build/docs, strict (a warning or a broken link fails)
+## docs: regenerate the docs' generated parts, then build docs/ into DOCS_DIR (build/docs), strict (a warning or a broken link fails)
+DOCS_DIR ?= build/docs
 docs: setup
 	$(PY) -m tools.devtools.docpages
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir $(DOCS_DIR)
 
 ## clean: remove what builds and indexes left in the checkout (build-cells, wheelhouse, site, .nox)
 clean:
