@@ -35,3 +35,35 @@ def test_a_broken_link_fails_the_build(tmp_path):
     proc = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert proc.returncode != 0
     assert "no-such-page.md" in proc.stderr
+
+
+def test_the_readme_is_a_front_door_not_a_manual():
+    """At most 200 lines and 15 KB: what it is, the status, install, packages, two commands and
+    links into the docs; everything else lives in docs/."""
+    readme = (ROOT / "README.md").read_bytes()
+    assert readme.count(b"\n") <= 200 and len(readme) <= 15 * 1024
+
+
+def test_the_readme_and_contributing_link_only_to_files_that_exist():
+    import re
+    for name in ("README.md", "CONTRIBUTING.md"):
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", (ROOT / name).read_text()):
+            assert (ROOT / target).exists(), f"{name} links to {target}, which doesn't exist"
+
+
+def test_every_address_of_the_project_comes_from_its_one_setting():
+    """A fork changes tools/core/site.py and regenerates the pages: no page or module may spell
+    a GitHub Pages address or the repository's URL itself."""
+    import re
+    from tools.core import site
+    texts = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"),
+             *(ROOT / "tools").rglob("*.py"), *(ROOT / "tools").rglob("*.html*")]
+    for path in texts:
+        text = path.read_text()
+        if path == ROOT / "tools" / "core" / "site.py":
+            continue
+        parts = re.split(r"<!-- generated: [a-z0-9-]+ -->\n.*?<!-- end generated -->", text, flags=re.S)
+        for part in parts:
+            for url in re.findall(r"https://[a-z0-9.-]+\.github\.io/[^\s)\"'`<]*", part):
+                assert not url.startswith(site.INDEX_URL), f"{path}: {url} spelt out; read tools/core/site.py"
+            assert site.REPOSITORY_URL not in part, f"{path}: the repository's URL spelt out"
