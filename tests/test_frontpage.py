@@ -52,7 +52,9 @@ def test_home_page_has_matrix_and_commands(tmp_path):
                    '<td class="none">—</td>')
     row = re.search(r"<tr><td>2\.8\.1</td>(.*?)</tr>", html).group(1)
     assert row.startswith('<td><span class="py yanked" title="yanked">3.11</span><span class="py no">3.12</span>')
-    assert "<script>" not in html  # the site URL was given: nothing to fill in
+    # The site URL was given: nothing to fill in, and the picker writes commands for that site.
+    assert 'querySelectorAll("span.site")' not in html and "<noscript>" not in html
+    assert '"site":"https://wheels.example/"' in html
 
 
 def _chromium() -> str | None:
@@ -170,9 +172,11 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
     assert ('<td>2.9</td><td>13.0</td><td>linux_x86_64</td><td><span class="py no" '
             'title="demo_ext-3.10-cu130-torch2.9">') in section
-    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>the package isn&#39;t known '
-            'to support torch 2.10 yet: the recipe builds no CUDA 12.6 wheels (it lists CUDA 12.9, '
-            '13.0)</td></tr>') in section
+    # torch 2.10 is built: only its CUDA 12.6 variant is missing, and the page says so.
+    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>no CUDA 12.6 '
+            'variant: the recipe builds for CUDA 12.9, 13.0 only; torch 2.10 is built for CUDA '
+            '13.0</td></tr>') in section
+    assert "isn&#39;t known to support" not in section
     report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
     assert report["error"] == {"kind": "compile", "message": "nvcc failed"}
 
@@ -264,10 +268,10 @@ def test_a_stable_abi_cell_is_published_only_when_its_wheel_serves_every_series(
 
 
 def test_python_labels_of_compressed_and_abi3_tags():
-    from tools.sitegen.frontpage import _python_labels
+    from tools.sitegen.frontpage import python_labels
 
     def labels(tags):
-        return set(_python_labels(frozenset(parse_tag(tags))))
+        return set(python_labels(frozenset(parse_tag(tags))))
 
     assert labels("cp311-cp311-manylinux_2_28_x86_64") == {"3.11"}
     assert labels("cp39-abi3-manylinux_2_28_x86_64") == {"3.9+"}
@@ -389,3 +393,94 @@ def test_the_coverage_matrix_and_what_is_missing_show_each_platform(tmp_path, wr
                       "demo_ext-3.12-cu130-aarch64", "demo_ext-3.12-cu130-win"):
         assert f'title="{published}"' not in missing
     assert not re.search(r"<td>2\.9</td><td>13\.0</td><td>(linux_aarch64|win_amd64)</td>", missing)
+
+
+# --------------------------------------------------------------------------- why a pair is missing
+
+
+def _reason_of(tmp_path, write_recipe, recipe, series, cuda):
+    """(reason, detail) the front page's model gives for the recipe's (torch, CUDA) pair."""
+    write_recipe(recipe)
+    recipes = tmp_path / "recipes"
+    (recipes / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE))
+    table = load_table(recipes / "table.yaml")
+    (model,) = missing_cells(load_planned(recipes, table), table, {})
+    (group,) = [g for g in model["groups"] if (g["torch"], g["cuda"]) == (series, cuda)]
+    assert group["kind"] == "unsupported" and group["cells"] == []
+    return group["reason"], group["detail"]
+
+
+def test_a_missing_cuda_variant_is_not_called_an_unsupported_torch(tmp_path, write_recipe,
+                                                                    good_recipe):
+    """torch 2.10 is built for CUDA 13.0; only its 12.6 variant is missing (no 12.6 entry)."""
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.10", "12.6")
+    assert reason == ("no CUDA 12.6 variant: the recipe builds for CUDA 12.9, 13.0 only; "
+                      "torch 2.10 is built for CUDA 13.0")
+    assert detail is None
+
+
+def test_an_exclusion_is_the_reason_with_the_recipes_words(tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["exclude"] = [{"torch": "2.9", "cuda": "13.0",
+                               "reason": "2.9's headers break the kernels (upstream #123)"}]
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "excluded by the recipe: torch 2.9 with CUDA 13.0"
+    assert detail == "2.9's headers break the kernels (upstream #123)"
+
+
+def test_a_series_outside_the_cuda_range_says_the_range_and_its_reason(tmp_path, write_recipe,
+                                                                        good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.10", "reason": "13.0 builds start at 2.10"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "torch 2.9 is older than the recipe's CUDA 13.0 range (torch 2.10 and newer)"
+    assert detail == "13.0 builds start at 2.10"
+
+
+def test_a_series_left_out_of_a_cuda_list_says_the_list(tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch": ["2.10"], "reason": "only 2.10 is asked for"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "the recipe's CUDA 13.0 build lists torch 2.10 only"
+    assert detail == "only 2.10 is asked for"
+
+
+def test_a_series_newer_than_the_packages_range_is_not_supported_yet(tmp_path, write_recipe,
+                                                                      good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["torch"] = {"from": "2.8", "to": "2.9", "reason": "setup.py pins torch<2.10"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.10", "13.0")
+    assert reason == ("torch 2.10 is not in the recipe's torch range (2.8 to 2.9) yet: the "
+                      "package isn't known to support it yet")
+
+
+def test_a_series_older_than_the_packages_range_says_what_it_needs(tmp_path, write_recipe,
+                                                                    good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["torch"] = {"from": "2.10", "reason": "requires torch>=2.10"}
+    del good_recipe["cuda"]["12.9"]  # its list, torch 2.8, would be outside that range
+    good_recipe["archs"].pop("12.9")
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "the package needs torch 2.10 or newer (the recipe's torch range: 2.10 and newer)"
+
+
+def test_the_page_shows_a_reason_with_the_recipes_words_and_excluded_platforms(
+        tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["exclude"] = [{"torch": "2.9", "cuda": "13.0", "reason": "headers <break> it"}]
+    write_recipe(good_recipe)
+    recipes = tmp_path / "recipes"
+    table_data = copy.deepcopy(MINI_TABLE)
+    table_data["platforms"] = copy.deepcopy(PLATFORMS)
+    (recipes / "table.yaml").write_text(yaml.safe_dump(table_data))
+    recipe_file = recipes / "demo_ext" / "recipe.yaml"
+    data = yaml.safe_load(recipe_file.read_text())
+    data["platforms"] = {"win_amd64": {"exclude": True, "reason": "no MSVC path in setup.py"}}
+    recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    make_wheel(tmp_path / "wheels", "demo-ext", "1.0.0", local="cu130.torch2.10")
+    build(tmp_path, recipes_dir=recipes)
+    section = page(tmp_path / "site", "index.html")
+    section = section[section.index('<h2 id="missing">'):]
+    assert ('<td>excluded by the recipe: torch 2.9 with CUDA 13.0; torch 2.9 is built for CUDA '
+            '12.6<br>' not in section)  # 12.6 is not the recipe's: nothing said that isn't so
+    assert ('<td>excluded by the recipe: torch 2.9 with CUDA 13.0<br><span class="muted">The '
+            'recipe: headers &lt;break&gt; it</span></td>') in section
+    assert '<p class="excluded">Not built for Windows x86_64: no MSVC path in setup.py</p>' in section

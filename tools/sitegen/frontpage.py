@@ -48,7 +48,7 @@ from .wheelread import parse_version
 
 
 @lru_cache(maxsize=None)
-def _python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
+def python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
     """The Pythons a wheel's tags name, for the matrix: ``cp311`` -> ``3.11``; ``py3`` -> ``py3``;
     ``cp39-abi3-...`` and ``py39-none-...`` (one build for every Python from 3.9 on: abi3, or no
     Python C API) -> ``3.9+``."""
@@ -145,7 +145,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
     for (project, public, column), tags in tags_in.items():
         state: dict[str, str] = {}
         for tag, yanked in tags:
-            for python in _python_labels(tag):
+            for python in python_labels(tag):
                 if not yanked or state.get(python) != "yes":
                     state[python] = "yanked" if yanked else "yes"
         cells[project][public][column] = state
@@ -213,7 +213,7 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
     only a wheel tagged with exactly that platform could cover, and none of this project is)."""
     if platform not in wheel_platforms_of(filename):
         return False
-    for label in _python_labels(wheel_tags(filename)):
+    for label in python_labels(wheel_tags(filename)):
         if label == python or (label.endswith("+")
                                and version_key(label[:-1]) <= version_key(python)):
             return True
@@ -353,7 +353,7 @@ def _file_cells(cells: list[Cell], name: str, version: str,
             groups.append({"cuda": cuda, "torch": _torch_shown(cells[0]), "kind": kind,
                            "platform": platform, "cells": rows[kind],
                            "reason": ("the build failed: see each cell's report"
-                                      if kind == "failed" else "planned, not built yet"),
+                                      if kind == "failed" else "not built yet"),
                            "detail": None})
 
 
