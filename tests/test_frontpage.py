@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import html as htmllib
 import json
+import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -19,6 +23,7 @@ from index_support import (
     ANY, build, load_entry, page, yank_file,
 )
 
+from browser_support import Browser, chromium
 from tools import RECIPES_DIR, ROOT
 from tools.pipeline.buildreport import BuildReport, ReportedError, write_report
 from tools.core.variant import Variant
@@ -107,6 +112,117 @@ def test_home_page_in_a_headless_browser(tmp_path):
     width, height, pixels = _png_pixels(shot.read_bytes())
     assert (width, height) == (1280, 1400)
     assert len(set(pixels)) > 20, "the screenshot is blank (a page that failed to render)"
+
+
+NO_CHROMIUM = "chromium is not installed (Debian: apt-get install chromium)"
+
+
+@contextlib.contextmanager
+def _served(site, files):
+    """The built site (and its wheels under /files) on 127.0.0.1 for the test's length."""
+    from tools.sitegen.server import make_server
+
+    server = make_server(site, files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _picker_site(tmp_path):
+    """Wheels of demo-ext in four variant indexes on three platforms; the x86_64 one for
+    torch 2.9 and CUDA 12.8 is for this Python, so its command installs here."""
+    w = tmp_path / "wheels"
+    here = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    make_wheel(w, "demo-ext", "1.0", local="cu128.torch2.9", tag=f"{here}-{here}-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_17_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_aarch64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-win_amd64")
+    make_wheel(w, "other-ext", "2.0", local="cu130.torch2.10", tag="cp312-cp312-linux_x86_64")
+    return w
+
+
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_the_picker_gives_the_command_of_the_chosen_variant_and_it_installs(tmp_path):
+    """A person's clicks in the picker (Linux x86_64, torch 2.9, CUDA 12.8, this Python) show
+    that index's pip command, the same line the page's plain section has; pip installs with
+    it. A combination with no wheel (Windows, with the same torch) says so."""
+    w = _picker_site(tmp_path)
+    build(tmp_path, base_url="/files")  # no --site-url: the page's own address is the host
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    with _served(tmp_path / "site", w) as server:
+        with Browser(server.url + "/", tmp_path / "profile") as page_:
+            page_.wait_for("document.readyState === 'complete' && !document.getElementById('picker').hidden")
+            for key, value in (("platform", "linux_x86_64"), ("torch", "2.9"), ("cuda", "12.8"),
+                               ("python", python)):
+                page_.click(f'label.opt[data-key="{key}"][data-value="{value}"]')
+                assert page_.evaluate(f'document.getElementById("pick-{key}-{value}").checked')
+            shown = {k: page_.evaluate(f'document.getElementById("picker-{k}").textContent')
+                     for k in ("pip", "uv", "select", "index", "glibc")}
+            static = page_.evaluate('[...document.getElementById("cuwheels-cu128-torch2.9")'
+                                    '.querySelectorAll("pre")].map(e => e.textContent)')
+            # Windows with the same torch: nothing there, said plainly, no command shown.
+            page_.click('label.opt[data-key="platform"][data-value="win_amd64"]')
+            none = page_.evaluate('document.getElementById("picker-none").textContent')
+            hidden = page_.evaluate('document.getElementById("picker-result").hidden')
+            offered = page_.evaluate('[...document.querySelectorAll("label.opt[data-key=torch]")]'
+                                     '.map(e => e.dataset.value)')
+        index = f"{server.url}/cu128/torch2.9/simple/"
+        assert shown["pip"] == f"pip install demo-ext --only-binary demo-ext --extra-index-url {index}"
+        assert shown["pip"] == static[0].strip()  # the plain section's line, the same words
+        assert shown["uv"] == f"uv pip install demo-ext --extra-index-url {index}"
+        assert shown["select"] == (f"curl -O {server.url}/cuwheels-select.pyz && python "
+                                   f"cuwheels-select.pyz demo-ext --index {server.url}/")
+        assert shown["index"] == "cu128/torch2.9/simple/"
+        assert shown["glibc"] == "C library the wheels need: demo-ext: glibc 2.28 or newer."
+        assert none.startswith(f"No wheels for Windows x86_64, torch 2.9, CUDA 12.8, Python {python}.")
+        assert hidden is True
+        assert offered == ["2.10", "2.9", "2.8"]  # only the series the site has, newest first
+
+        # The command as shown, pasted: pip installs the wheel of that index from 127.0.0.1.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
+                   PIP_INDEX_URL=f"{server.url}/nothing-here/")  # stands in for PyPI
+        args = shown["pip"].split()
+        assert args[:2] == ["pip", "install"]
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", *args[2:], "--no-deps",
+                               "--no-cache-dir", "--target", str(tmp_path / "target")],
+                              capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [p.name for p in (tmp_path / "target").glob("*.dist-info")] == [
+        "demo_ext-1.0+cu128.torch2.9.dist-info"]
+
+
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_without_javascript_every_command_is_on_the_page(tmp_path):
+    """With scripts off, the picker stays hidden and the plain sections hold the pip and uv
+    command of every project of every variant index, complete (built with its site URL)."""
+    w = _picker_site(tmp_path)
+    build(tmp_path, base_url="/files")  # a site to serve, then built again with its address
+    with _served(tmp_path / "site", w) as server:
+        report = build(tmp_path, base_url="/files", site_url=server.url + "/", init_ledger=False)
+        with Browser(server.url + "/", tmp_path / "profile", javascript=False) as browser:
+            dom = browser.html()
+    text = htmllib.unescape(re.sub(r"<[^>]+>", "", dom))
+    assert report.variant_indexes and len(report.variant_indexes) == 3
+    for path in report.variant_indexes:
+        projects = json.loads(page(tmp_path / "site", f"{path}/simple/index.json"))["projects"]
+        assert projects
+        for project in (p["name"] for p in projects):
+            index = f"{server.url}/{path}/simple/"
+            assert f"pip install {project} --only-binary {project} --extra-index-url {index}\n" in text
+            assert f"uv pip install {project} --extra-index-url {index}\n" in text
+    assert '<section id="picker" hidden="">' in dom  # no script ran to un-hide it
+    # The C library each wheel needs, per project and platform, from its platform tag.
+    rows = re.findall(r"<tr><td>([\w-]+)</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>", dom)
+    assert ("demo-ext", "Linux x86_64", "3.12", "glibc 2.17 or newer") in rows
+    assert ("demo-ext", "Linux aarch64", "3.13", "glibc 2.28 or newer") in rows
+    assert ("demo-ext", "Windows x86_64", "3.13", "none") in rows
+    assert ("other-ext", "Linux x86_64", "3.12", "not stated: tagged linux_x86_64") in rows
 
 
 def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
