@@ -130,12 +130,16 @@ class Browser:
         """Until the document at ``url`` has loaded its whole HTML (DOM.getDocument says its
         URL; its markup ends with ``</html>``), whether scripts run or not."""
         deadline = time.monotonic() + self.timeout
+        last = None
         while time.monotonic() < deadline:
-            root = self.call("DOM.getDocument", depth=1)["root"]
-            if root.get("documentURL") == self.url and self.html().rstrip().endswith("</html>"):
-                return
+            try:
+                root = self.call("DOM.getDocument", depth=1)["root"]
+                if root.get("documentURL") == self.url and self.html().rstrip().endswith("</html>"):
+                    return
+            except RuntimeError as exc:  # the document was replaced between the two calls
+                last = exc
             time.sleep(0.1)
-        raise TimeoutError(f"{self.url} did not load in time")
+        raise TimeoutError(f"{self.url} did not load in time (last error: {last})")
 
     def html(self) -> str:
         """The document's markup as the browser holds it now."""

@@ -62,6 +62,51 @@ def test_home_page_has_matrix_and_commands(tmp_path):
     assert '"site":"https://wheels.example/"' in html
 
 
+def test_the_page_opens_for_people_links_counts_and_standards_in_the_footer(tmp_path):
+    """The page opens with what the index is, counted in words (1 file, not 1 files), and the
+    links of tools.core.site (the one setting a fork changes); the PEP list is in the footer."""
+    from tools.core import site
+
+    make_wheel(tmp_path / "wheels", "flash-attn", "2.8.3", local="cu128.torch2.8")
+    build(tmp_path)
+    html = page(tmp_path / "site", "index.html")
+    top = html[html.index("<header>"):html.index("</header>")]
+    assert "1 file in 1 variant index." in top and "1 files" not in html
+    assert "PEP" not in html[:html.index("<footer")]
+    footer = html[html.index("<footer"):]
+    assert "PEP 503" in footer and "<details><summary>Standards" in footer
+    for url in (site.DOCS_URL, site.REPOSITORY_URL, site.ISSUES_URL):
+        assert f'href="{url}"' in top and f'href="{url}"' in footer
+    # Nowhere else spelled: the templates and the renderer name no address of their own.
+    from tools.sitegen import templating
+    for path in [*templating.TEMPLATES.iterdir(), ROOT / "tools/sitegen/render.py",
+                 ROOT / "tools/sitegen/picker.py"]:
+        assert "github" not in path.read_text().lower(), path
+
+    for n in range(2, 4):
+        make_wheel(tmp_path / "wheels", "flash-attn", f"2.8.{n + 3}", local="cu130.torch2.13")
+    build(tmp_path, init_ledger=False)
+    top = page(tmp_path / "site", "index.html").split("</header>")[0]
+    assert "3 files in 2 variant indexes." in top
+
+
+@pytest.mark.parametrize("tags, need", [
+    ("cp312-cp312-manylinux_2_28_x86_64", "glibc 2.28 or newer"),
+    ("cp312-cp312-manylinux_2_28_aarch64", "glibc 2.28 or newer"),
+    ("cp312-cp312-manylinux2014_x86_64", "glibc 2.17 or newer"),
+    # a compressed tag set installs from its lowest baseline on
+    ("cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64",
+     "glibc 2.17 or newer"),
+    ("cp312-cp312-linux_x86_64", "not stated: tagged linux_x86_64"),
+    ("cp312-cp312-win_amd64", "none"),
+    ("py3-none-any", "none"),
+])
+def test_the_glibc_a_wheel_needs_from_its_platform_tag(tags, need):
+    from tools.sitegen.picker import glibc_needed
+
+    assert glibc_needed(frozenset(parse_tag(tags))) == need
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
