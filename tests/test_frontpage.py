@@ -225,6 +225,8 @@ def test_the_picker_gives_the_command_of_the_chosen_variant_and_it_installs(tmp_
         assert shown["index"] == "cu128/torch2.9/simple/"
         assert shown["glibc"] == "C library the wheels need: demo-ext: glibc 2.28 or newer."
         assert none.startswith(f"No wheels for Windows x86_64, torch 2.9, CUDA 12.8, Python {python}.")
+        assert "The index has no wheel for torch 2.9 on Windows x86_64." in none
+        assert "Missing, and why" not in none  # built without recipes: no such section to point to
         assert hidden is True
         assert offered == ["2.10", "2.9", "2.8"]  # only the series the site has, newest first
 

@@ -299,7 +299,7 @@ def render_site(
         site_url=site,
         links={"docs": public.DOCS_URL, "repository": public.REPOSITORY_URL,
                "issues": public.ISSUES_URL},
-        picker_json=script_json({**picker, "site": site}),
+        picker_json=script_json({**picker, "site": site, "missing": bool(missing)}),
         command=command,
         variants=variants,
         matrix=coverage_matrix(views, placed),

@@ -100,7 +100,8 @@
       const hint = samePython.length ? `With these, the index has Python ${list(samePython, "python")}.`
         : sameTorch.length ? `For torch ${shown.torch[choice.torch]} on ${shown.platform[choice.platform]} it has CUDA ${list(sameTorch, "cuda")}.`
         : `The index has no wheel for torch ${shown.torch[choice.torch]} on ${shown.platform[choice.platform]}.`;
-      none.textContent = `No wheels for ${said.join(", ")}. ${hint} The "Missing, and why" section below says why a package has none.`;
+      const why = data.missing ? ' "Missing, and why" below says why a package has none.' : "";
+      none.textContent = `No wheels for ${said.join(", ")}. ${hint}${why}`;
       return;
     }
     const index = found[0].index;
