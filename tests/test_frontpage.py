@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import html as htmllib
 import json
+import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -19,6 +23,7 @@ from index_support import (
     ANY, build, load_entry, page, yank_file,
 )
 
+from browser_support import Browser, chromium
 from tools import RECIPES_DIR, ROOT
 from tools.pipeline.buildreport import BuildReport, ReportedError, write_report
 from tools.core.variant import Variant
@@ -52,7 +57,54 @@ def test_home_page_has_matrix_and_commands(tmp_path):
                    '<td class="none">—</td>')
     row = re.search(r"<tr><td>2\.8\.1</td>(.*?)</tr>", html).group(1)
     assert row.startswith('<td><span class="py yanked" title="yanked">3.11</span><span class="py no">3.12</span>')
-    assert "<script>" not in html  # the site URL was given: nothing to fill in
+    # The site URL was given: nothing to fill in, and the picker writes commands for that site.
+    assert 'querySelectorAll("span.site")' not in html and "<noscript>" not in html
+    assert '"site":"https://wheels.example/"' in html
+
+
+def test_the_page_opens_for_people_links_counts_and_standards_in_the_footer(tmp_path):
+    """The page opens with what the index is, counted in words (1 file, not 1 files), and the
+    links of tools.core.site (the one setting a fork changes); the PEP list is in the footer."""
+    from tools.core import site
+
+    make_wheel(tmp_path / "wheels", "flash-attn", "2.8.3", local="cu128.torch2.8")
+    build(tmp_path)
+    html = page(tmp_path / "site", "index.html")
+    top = html[html.index("<header>"):html.index("</header>")]
+    assert "1 file in 1 variant index." in top and "1 files" not in html
+    assert "PEP" not in html[:html.index("<footer")]
+    footer = html[html.index("<footer"):]
+    assert "PEP 503" in footer and "<details><summary>Standards" in footer
+    for url in (site.DOCS_URL, site.REPOSITORY_URL, site.ISSUES_URL):
+        assert f'href="{url}"' in top and f'href="{url}"' in footer
+    # Nowhere else spelled: the templates and the renderer name no address of their own.
+    from tools.sitegen import templating
+    for path in [*templating.TEMPLATES.iterdir(), ROOT / "tools/sitegen/render.py",
+                 ROOT / "tools/sitegen/picker.py"]:
+        assert "github" not in path.read_text().lower(), path
+
+    for n in range(2, 4):
+        make_wheel(tmp_path / "wheels", "flash-attn", f"2.8.{n + 3}", local="cu130.torch2.13")
+    build(tmp_path, init_ledger=False)
+    top = page(tmp_path / "site", "index.html").split("</header>")[0]
+    assert "3 files in 2 variant indexes." in top
+
+
+@pytest.mark.parametrize("tags, need", [
+    ("cp312-cp312-manylinux_2_28_x86_64", "glibc 2.28 or newer"),
+    ("cp312-cp312-manylinux_2_28_aarch64", "glibc 2.28 or newer"),
+    ("cp312-cp312-manylinux2014_x86_64", "glibc 2.17 or newer"),
+    # a compressed tag set installs from its lowest baseline on
+    ("cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64",
+     "glibc 2.17 or newer"),
+    ("cp312-cp312-linux_x86_64", "not stated: tagged linux_x86_64"),
+    ("cp312-cp312-win_amd64", "none"),
+    ("py3-none-any", "none"),
+])
+def test_the_glibc_a_wheel_needs_from_its_platform_tag(tags, need):
+    from tools.sitegen.picker import glibc_needed
+
+    assert glibc_needed(frozenset(parse_tag(tags))) == need
 
 
 def _chromium() -> str | None:
@@ -105,6 +157,119 @@ def test_home_page_in_a_headless_browser(tmp_path):
     width, height, pixels = _png_pixels(shot.read_bytes())
     assert (width, height) == (1280, 1400)
     assert len(set(pixels)) > 20, "the screenshot is blank (a page that failed to render)"
+
+
+NO_CHROMIUM = "chromium is not installed (Debian: apt-get install chromium)"
+
+
+@contextlib.contextmanager
+def _served(site, files):
+    """The built site (and its wheels under /files) on 127.0.0.1 for the test's length."""
+    from tools.sitegen.server import make_server
+
+    server = make_server(site, files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _picker_site(tmp_path):
+    """Wheels of demo-ext in four variant indexes on three platforms; the x86_64 one for
+    torch 2.9 and CUDA 12.8 is for this Python, so its command installs here."""
+    w = tmp_path / "wheels"
+    here = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    make_wheel(w, "demo-ext", "1.0", local="cu128.torch2.9", tag=f"{here}-{here}-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu128.torch2.8", tag="cp312-cp312-manylinux_2_17_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_x86_64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-manylinux_2_28_aarch64")
+    make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.10", tag="cp313-cp313-win_amd64")
+    make_wheel(w, "other-ext", "2.0", local="cu130.torch2.10", tag="cp312-cp312-linux_x86_64")
+    return w
+
+
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_the_picker_gives_the_command_of_the_chosen_variant_and_it_installs(tmp_path):
+    """A person's clicks in the picker (Linux x86_64, torch 2.9, CUDA 12.8, this Python) show
+    that index's pip command, the same line the page's plain section has; pip installs with
+    it. A combination with no wheel (Windows, with the same torch) says so."""
+    w = _picker_site(tmp_path)
+    build(tmp_path, base_url="/files")  # no --site-url: the page's own address is the host
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    with _served(tmp_path / "site", w) as server:
+        with Browser(server.url + "/", tmp_path / "profile") as page_:
+            page_.wait_for("document.readyState === 'complete' && !document.getElementById('picker').hidden")
+            for key, value in (("platform", "linux_x86_64"), ("torch", "2.9"), ("cuda", "12.8"),
+                               ("python", python)):
+                page_.click(f'label.opt[data-key="{key}"][data-value="{value}"]')
+                assert page_.evaluate(f'document.getElementById("pick-{key}-{value}").checked')
+            shown = {k: page_.evaluate(f'document.getElementById("picker-{k}").textContent')
+                     for k in ("pip", "uv", "select", "index", "glibc")}
+            static = page_.evaluate('[...document.getElementById("cuwheels-cu128-torch2.9")'
+                                    '.querySelectorAll("pre")].map(e => e.textContent)')
+            # Windows with the same torch: nothing there, said plainly, no command shown.
+            page_.click('label.opt[data-key="platform"][data-value="win_amd64"]')
+            none = page_.evaluate('document.getElementById("picker-none").textContent')
+            hidden = page_.evaluate('document.getElementById("picker-result").hidden')
+            offered = page_.evaluate('[...document.querySelectorAll("label.opt[data-key=torch]")]'
+                                     '.map(e => e.dataset.value)')
+        index = f"{server.url}/cu128/torch2.9/simple/"
+        assert shown["pip"] == f"pip install demo-ext --only-binary demo-ext --extra-index-url {index}"
+        assert shown["pip"] == static[0].strip()  # the plain section's line, the same words
+        assert shown["uv"] == f"uv pip install demo-ext --extra-index-url {index}"
+        assert shown["select"] == (f"curl -O {server.url}/cuwheels-select.pyz && python "
+                                   f"cuwheels-select.pyz demo-ext --index {server.url}/")
+        assert shown["index"] == "cu128/torch2.9/simple/"
+        assert shown["glibc"] == "C library the wheels need: demo-ext: glibc 2.28 or newer."
+        assert none.startswith(f"No wheels for Windows x86_64, torch 2.9, CUDA 12.8, Python {python}.")
+        assert "The index has no wheel for torch 2.9 on Windows x86_64." in none
+        assert "Missing, and why" not in none  # built without recipes: no such section to point to
+        assert hidden is True
+        assert offered == ["2.10", "2.9", "2.8"]  # only the series the site has, newest first
+
+        # The command as shown, pasted: pip installs the wheel of that index from 127.0.0.1.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
+                   PIP_INDEX_URL=f"{server.url}/nothing-here/")  # stands in for PyPI
+        args = shown["pip"].split()
+        assert args[:2] == ["pip", "install"]
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", *args[2:], "--no-deps",
+                               "--no-cache-dir", "--target", str(tmp_path / "target")],
+                              capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [p.name for p in (tmp_path / "target").glob("*.dist-info")] == [
+        "demo_ext-1.0+cu128.torch2.9.dist-info"]
+
+
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_without_javascript_every_command_is_on_the_page(tmp_path):
+    """With scripts off, the picker stays hidden and the plain sections hold the pip and uv
+    command of every project of every variant index, complete (built with its site URL)."""
+    w = _picker_site(tmp_path)
+    build(tmp_path, base_url="/files")  # a site to serve, then built again with its address
+    with _served(tmp_path / "site", w) as server:
+        report = build(tmp_path, base_url="/files", site_url=server.url + "/", init_ledger=False)
+        with Browser(server.url + "/", tmp_path / "profile", javascript=False) as browser:
+            dom = browser.html()
+    text = htmllib.unescape(re.sub(r"<[^>]+>", "", dom))
+    assert report.variant_indexes and len(report.variant_indexes) == 3
+    for path in report.variant_indexes:
+        projects = json.loads(page(tmp_path / "site", f"{path}/simple/index.json"))["projects"]
+        assert projects
+        for project in (p["name"] for p in projects):
+            index = f"{server.url}/{path}/simple/"
+            assert f"pip install {project} --only-binary {project} --extra-index-url {index}\n" in text
+            assert f"uv pip install {project} --extra-index-url {index}\n" in text
+    assert '<section id="picker" hidden="">' in dom  # no script ran to un-hide it
+    # The C library each wheel needs, per project and platform, from its platform tag.
+    rows = re.findall(r"<tr><td>([\w-]+)</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>", dom)
+    assert ("demo-ext", "Linux x86_64", "3.12", "glibc 2.17 or newer") in rows
+    assert ("demo-ext", "Linux aarch64", "3.13", "glibc 2.28 or newer") in rows
+    assert ("demo-ext", "Windows x86_64", "3.13", "none") in rows
+    assert ("other-ext", "Linux x86_64", "3.12", "not stated: tagged linux_x86_64") in rows
 
 
 def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
@@ -170,9 +335,11 @@ def test_missing_cells_say_why_and_link_failed_builds(tmp_path, write_recipe, go
     assert re.findall(r">(3\.\d+)<", row.group(1)) == ["3.10", "3.13", "3.14"]
     assert ('<td>2.9</td><td>13.0</td><td>linux_x86_64</td><td><span class="py no" '
             'title="demo_ext-3.10-cu130-torch2.9">') in section
-    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>the package isn&#39;t known '
-            'to support torch 2.10 yet: the recipe builds no CUDA 12.6 wheels (it lists CUDA 12.9, '
-            '13.0)</td></tr>') in section
+    # torch 2.10 is built: only its CUDA 12.6 variant is missing, and the page says so.
+    assert ('<tr class="unsupported"><td>2.10</td><td>12.6</td><td>—</td><td>—</td><td>no CUDA 12.6 '
+            'variant: the recipe builds for CUDA 12.9, 13.0 only; torch 2.10 is built for CUDA '
+            '13.0</td></tr>') in section
+    assert "isn&#39;t known to support" not in section
     report = json.loads(page(tmp_path / "site", "reports/demo_ext-3.11-cu130.json"))
     assert report["error"] == {"kind": "compile", "message": "nvcc failed"}
 
@@ -264,10 +431,10 @@ def test_a_stable_abi_cell_is_published_only_when_its_wheel_serves_every_series(
 
 
 def test_python_labels_of_compressed_and_abi3_tags():
-    from tools.sitegen.frontpage import _python_labels
+    from tools.sitegen.frontpage import python_labels
 
     def labels(tags):
-        return set(_python_labels(frozenset(parse_tag(tags))))
+        return set(python_labels(frozenset(parse_tag(tags))))
 
     assert labels("cp311-cp311-manylinux_2_28_x86_64") == {"3.11"}
     assert labels("cp39-abi3-manylinux_2_28_x86_64") == {"3.9+"}
@@ -389,3 +556,94 @@ def test_the_coverage_matrix_and_what_is_missing_show_each_platform(tmp_path, wr
                       "demo_ext-3.12-cu130-aarch64", "demo_ext-3.12-cu130-win"):
         assert f'title="{published}"' not in missing
     assert not re.search(r"<td>2\.9</td><td>13\.0</td><td>(linux_aarch64|win_amd64)</td>", missing)
+
+
+# --------------------------------------------------------------------------- why a pair is missing
+
+
+def _reason_of(tmp_path, write_recipe, recipe, series, cuda):
+    """(reason, detail) the front page's model gives for the recipe's (torch, CUDA) pair."""
+    write_recipe(recipe)
+    recipes = tmp_path / "recipes"
+    (recipes / "table.yaml").write_text(yaml.safe_dump(MINI_TABLE))
+    table = load_table(recipes / "table.yaml")
+    (model,) = missing_cells(load_planned(recipes, table), table, {})
+    (group,) = [g for g in model["groups"] if (g["torch"], g["cuda"]) == (series, cuda)]
+    assert group["kind"] == "unsupported" and group["cells"] == []
+    return group["reason"], group["detail"]
+
+
+def test_a_missing_cuda_variant_is_not_called_an_unsupported_torch(tmp_path, write_recipe,
+                                                                    good_recipe):
+    """torch 2.10 is built for CUDA 13.0; only its 12.6 variant is missing (no 12.6 entry)."""
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.10", "12.6")
+    assert reason == ("no CUDA 12.6 variant: the recipe builds for CUDA 12.9, 13.0 only; "
+                      "torch 2.10 is built for CUDA 13.0")
+    assert detail is None
+
+
+def test_an_exclusion_is_the_reason_with_the_recipes_words(tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["exclude"] = [{"torch": "2.9", "cuda": "13.0",
+                               "reason": "2.9's headers break the kernels (upstream #123)"}]
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "excluded by the recipe: torch 2.9 with CUDA 13.0"
+    assert detail == "2.9's headers break the kernels (upstream #123)"
+
+
+def test_a_series_outside_the_cuda_range_says_the_range_and_its_reason(tmp_path, write_recipe,
+                                                                        good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.10", "reason": "13.0 builds start at 2.10"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "torch 2.9 is older than the recipe's CUDA 13.0 range (torch 2.10 and newer)"
+    assert detail == "13.0 builds start at 2.10"
+
+
+def test_a_series_left_out_of_a_cuda_list_says_the_list(tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch": ["2.10"], "reason": "only 2.10 is asked for"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "the recipe's CUDA 13.0 build lists torch 2.10 only"
+    assert detail == "only 2.10 is asked for"
+
+
+def test_a_series_newer_than_the_packages_range_is_not_supported_yet(tmp_path, write_recipe,
+                                                                      good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["torch"] = {"from": "2.8", "to": "2.9", "reason": "setup.py pins torch<2.10"}
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.10", "13.0")
+    assert reason == ("torch 2.10 is not in the recipe's torch range (2.8 to 2.9) yet: the "
+                      "package isn't known to support it yet")
+
+
+def test_a_series_older_than_the_packages_range_says_what_it_needs(tmp_path, write_recipe,
+                                                                    good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["torch"] = {"from": "2.10", "reason": "requires torch>=2.10"}
+    del good_recipe["cuda"]["12.9"]  # its list, torch 2.8, would be outside that range
+    good_recipe["archs"].pop("12.9")
+    reason, detail = _reason_of(tmp_path, write_recipe, good_recipe, "2.9", "13.0")
+    assert reason == "the package needs torch 2.10 or newer (the recipe's torch range: 2.10 and newer)"
+
+
+def test_the_page_shows_a_reason_with_the_recipes_words_and_excluded_platforms(
+        tmp_path, write_recipe, good_recipe):
+    good_recipe["cuda"]["13.0"] = {"torch_from": "2.9", "reason": "torch's default CUDA 13"}
+    good_recipe["exclude"] = [{"torch": "2.9", "cuda": "13.0", "reason": "headers <break> it"}]
+    write_recipe(good_recipe)
+    recipes = tmp_path / "recipes"
+    table_data = copy.deepcopy(MINI_TABLE)
+    table_data["platforms"] = copy.deepcopy(PLATFORMS)
+    (recipes / "table.yaml").write_text(yaml.safe_dump(table_data))
+    recipe_file = recipes / "demo_ext" / "recipe.yaml"
+    data = yaml.safe_load(recipe_file.read_text())
+    data["platforms"] = {"win_amd64": {"exclude": True, "reason": "no MSVC path in setup.py"}}
+    recipe_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    make_wheel(tmp_path / "wheels", "demo-ext", "1.0.0", local="cu130.torch2.10")
+    build(tmp_path, recipes_dir=recipes)
+    section = page(tmp_path / "site", "index.html")
+    section = section[section.index('<h2 id="missing">'):]
+    assert ('<td>excluded by the recipe: torch 2.9 with CUDA 13.0; torch 2.9 is built for CUDA '
+            '12.6<br>' not in section)  # 12.6 is not the recipe's: nothing said that isn't so
+    assert ('<td>excluded by the recipe: torch 2.9 with CUDA 13.0<br><span class="muted">The '
+            'recipe: headers &lt;break&gt; it</span></td>') in section
+    assert '<p class="excluded">Not built for Windows x86_64: no MSVC path in setup.py</p>' in section

@@ -223,3 +223,10 @@ def test_selector_json_says_which_torch_builds_exist_per_platform(tmp_path):
     assert all(p["win_amd64"]["pypi_cuda"] is None for p in doc["torch_platforms"].values())
     assert list(doc["torch_platforms"]) == list(table.torch)  # oldest first
     parse_facts(doc, "selector.json")  # the selector still reads it
+
+
+def test_json_in_a_script_element_cannot_close_it():
+    """The picker's facts sit in a <script type="application/json">: no value may end it."""
+    text = str(render.script_json({"name": "</script><b>&"}))
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {"name": "</script><b>&"}

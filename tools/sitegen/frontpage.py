@@ -3,7 +3,9 @@
 index; and, where the index is built with the recipes, what is missing: per recipe, the cells the
 planner plans (tools.plan.cells) that have no wheel in the index yet, and why (not built yet, or
 a build failed, linked to its report), beside the (CUDA, torch) pairs of the table the recipe
-doesn't list (the package isn't known to support that torch yet).
+builds no cell of, each with its real reason (unbuilt_reason: no CUDA entry for that version,
+an exclusion and the recipe's words for it, the series outside the recipe's range for that CUDA
+version or outside the package's own torch range), and the platforms the recipe excludes.
 
 A planned cell is published when, in each variant index it serves (its CUDA version with every
 torch series it serves), a wheel of the recipe's project and version is placed
@@ -38,6 +40,7 @@ from tools.pipeline.buildreport import BuildReport, ReportError, read_report
 from tools.plan.cells import Cell, plan
 from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.table import Table
+from tools.core.platforms import PLATFORMS
 from .templating import jinja_env
 from tools.core.platforms import tag_platform
 from tools.core.variant import PLATFORM_PART, Variant
@@ -45,7 +48,7 @@ from .wheelread import parse_version
 
 
 @lru_cache(maxsize=None)
-def _python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
+def python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
     """The Pythons a wheel's tags name, for the matrix: ``cp311`` -> ``3.11``; ``py3`` -> ``py3``;
     ``cp39-abi3-...`` and ``py39-none-...`` (one build for every Python from 3.9 on: abi3, or no
     Python C API) -> ``3.9+``."""
@@ -142,7 +145,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
     for (project, public, column), tags in tags_in.items():
         state: dict[str, str] = {}
         for tag, yanked in tags:
-            for python in _python_labels(tag):
+            for python in python_labels(tag):
                 if not yanked or state.get(python) != "yes":
                     state[python] = "yanked" if yanked else "yes"
         cells[project][public][column] = state
@@ -210,7 +213,7 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
     only a wheel tagged with exactly that platform could cover, and none of this project is)."""
     if platform not in wheel_platforms_of(filename):
         return False
-    for label in _python_labels(wheel_tags(filename)):
+    for label in python_labels(wheel_tags(filename)):
         if label == python or (label.endswith("+")
                                and version_key(label[:-1]) <= version_key(python)):
             return True
@@ -291,9 +294,10 @@ def missing_cells(planned: PlanFacts, table: Table,
                   placed: Mapping[Variant, list[Entry]]) -> list[dict[str, Any]]:
     """Per recipe, its planned cells: ``published`` (their ids), and in ``groups`` the others by
     (torch series, CUDA) of the table and why: ``failed`` (a build report with an error; its cell
-    links to it) or ``todo`` (not built yet); a pair of the table the recipe doesn't list is a
-    group of kind ``unsupported`` with no cells (the package isn't known to support that torch
-    with that CUDA yet). ``placed``: the variant indexes' files
+    links to it) or ``todo`` (not built yet); a pair of the table the recipe builds no cell of is
+    a group of kind ``unsupported`` with no cells and the reason unbuilt_reason gives (a short
+    ``reason`` and the recipe's own words as ``detail``). ``excluded_platforms``: the platforms
+    of the table the recipe excludes, with its reason. ``placed``: the variant indexes' files
     (tools.sitegen.placement.place_variants); see the module docstring for when a cell counts as
     published."""
     have = _published_files(placed)
@@ -309,27 +313,30 @@ def missing_cells(planned: PlanFacts, table: Table,
             for cuda in table.torch[series].cuda:
                 if series not in listed.get(cuda, ()):
                     if recipe.pythons_for(series, table):
+                        reason, detail = unbuilt_reason(recipe, series, cuda, table)
                         groups.append({"cuda": cuda, "torch": series, "kind": "unsupported",
-                                       "platform": "", "cells": [],
-                                       "reason": _why_missing("unsupported", cuda, series, listed)})
+                                       "platform": "", "cells": [], "reason": reason,
+                                       "detail": detail})
                     continue
                 for platform in table.platforms:
                     cells = by_pair.get((recipe.package, series, cuda, platform), [])
                     if cells:
-                        _file_cells(cells, name, version, have, planned, published, groups,
-                                    listed)
+                        _file_cells(cells, name, version, have, planned, published, groups)
+        excluded = [{"platform": PLATFORMS[c.platform].shown if c.platform in PLATFORMS
+                     else c.platform, "reason": c.reason}
+                    for c in (recipe.platforms or {}).values()
+                    if c.exclude and c.platform in table.platforms]
         out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
-                    "published": published, "groups": groups})
+                    "published": published, "groups": groups, "excluded_platforms": excluded})
     return out
 
 
 def _file_cells(cells: list[Cell], name: str, version: str,
                 have: Mapping[tuple[str, str, str, str, bool], list[str]], planned: PlanFacts,
-                published: list[str], groups: list[dict[str, Any]],
-                listed: Mapping[str, tuple[str, ...]]) -> None:
+                published: list[str], groups: list[dict[str, Any]]) -> None:
     """The cells of one (torch series, CUDA, platform) of a recipe: each published one's id
     into ``published``, the others into a ``failed`` or ``todo`` group."""
-    cuda, series, platform = cells[0].cuda, cells[0].torch, cells[0].platform
+    cuda, platform = cells[0].cuda, cells[0].platform
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in cells:
         if _is_published(cell, name, version, have):
@@ -345,19 +352,50 @@ def _file_cells(cells: list[Cell], name: str, version: str,
             # and says every series it serves.
             groups.append({"cuda": cuda, "torch": _torch_shown(cells[0]), "kind": kind,
                            "platform": platform, "cells": rows[kind],
-                           "reason": _why_missing(kind, cuda, series, listed)})
+                           "reason": ("the build failed: see each cell's report"
+                                      if kind == "failed" else "not built yet"),
+                           "detail": None})
 
 
-def _why_missing(kind: str, cuda: str, series: str, listed: Mapping[str, tuple[str, ...]]) -> str:
-    if kind == "failed":
-        return "the build failed: see each cell's report"
-    if kind == "todo":
-        return "not built yet"
-    if cuda not in listed:
-        return (f"the package isn't known to support torch {series} yet: the recipe builds no "
-                f"CUDA {cuda} wheels (it lists CUDA {', '.join(listed)})")
-    return (f"the package isn't known to support torch {series} yet: for CUDA {cuda} the recipe "
-            f"lists torch {', '.join(listed[cuda])}")
+def unbuilt_reason(recipe: Recipe, series: str, cuda: str,
+                   table: Table) -> tuple[str, str | None]:
+    """Why ``recipe`` builds no cell of torch ``series`` with CUDA ``cuda`` (a pair of the
+    table that has a Python the recipe allows), as ``(reason, the recipe's own words or None)``.
+
+    The reason names what the recipe really says, in this order: no entry for that CUDA version
+    at all (then it is the CUDA variant that is missing, not the torch series: the reason says
+    which CUDA versions that series is built for); an ``exclude:`` entry (its reason); the
+    package's own ``torch:`` range, which the series is newer (not supported yet) or older than;
+    the CUDA entry's range or list, which leaves the series out (the entry's reason).
+    """
+    built_for = [t.cuda for t in recipe.cuda if series in t.torch]
+    elsewhere = (f"; torch {series} is built for CUDA {', '.join(built_for)}" if built_for
+                 else "")
+    target = next((t for t in recipe.cuda if t.cuda == cuda), None)
+    if target is None:
+        return (f"no CUDA {cuda} variant: the recipe builds for CUDA "
+                f"{', '.join(t.cuda for t in recipe.cuda)} only{elsewhere}", None)
+    excluded = next((x for x in recipe.exclude if x.covers(series, cuda)), None)
+    if excluded is not None:
+        where = f"with CUDA {cuda}" if excluded.cuda else "with every CUDA version"
+        return f"excluded by the recipe: torch {series} {where}{elsewhere}", excluded.reason
+    own = recipe.torch_range
+    if own is not None and not own.includes(series):
+        if version_key(series) < version_key(own.first):
+            return (f"the package needs torch {own.first} or newer (the recipe's torch range: "
+                    f"{own})", None)
+        return (f"torch {series} is not in the recipe's torch range ({own}) yet: the package "
+                f"isn't known to support it yet", None)
+    if target.range is None:
+        return (f"the recipe's CUDA {cuda} build lists torch {', '.join(target.torch)} "
+                f"only{elsewhere}", target.reason)
+    if not target.range.includes(series):
+        newer = target.range.last is not None and \
+            version_key(series) > version_key(target.range.last)
+        return (f"torch {series} is {'newer' if newer else 'older'} than the recipe's CUDA "
+                f"{cuda} range (torch {target.range}){elsewhere}", target.reason)
+    # In range and not excluded, yet not built: the recipe's own explanation (its Python).
+    return recipe.why_not(series, cuda, table) or "not planned", None
 
 
 def missing_report_pages(missing: list[dict[str, Any]],

@@ -14,7 +14,11 @@ the selector never reads a wheel of this index (nor needs its host) for the arch
 
 Every file's link is rendered once, in one template pass, however many pages list it; a project
 page whose inputs have the fingerprint recorded in the current site is reused instead (``reuse``).
-The front page (``index.html``) carries the coverage matrix (tools.sitegen.frontpage) and the commands.
+The front page (``index.html``) is for people: a picker (tools.sitegen.picker) that gives the
+commands for a platform, torch series, CUDA version and Python, the same commands for every
+variant index in plain sections (the page without JavaScript holds them all), the glibc each
+index's wheels need, the coverage matrix and what is missing (tools.sitegen.frontpage), and the
+links of tools.core.site.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any, NamedTuple
 from markupsafe import Markup
 
 from .frontpage import PlanFacts, coverage_matrix, missing_cells, missing_report_pages
+from .picker import command, picker_facts, variant_wheels
 from .ledger_file import Entry, dump_ledger
 from .placement import FileView, is_candidate_build, place_variants, project_name
 from tools.plan.table import Table, load_table
@@ -39,6 +44,7 @@ from tools.selector.facts import FACTS_FILE
 from .selectorfacts import with_torch_platforms
 from . import templating
 from .templating import jinja_env
+from tools.core import site as public
 from tools.core.variant import Variant, uv_index_name
 from .wheelread import parse_version
 
@@ -135,6 +141,14 @@ def json_text(doc: Any) -> str:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
+def script_json(doc: Any) -> Markup:
+    """JSON to sit inside a ``<script type="application/json">``: ``<``, ``>`` and ``&`` as
+    ``\\u`` escapes, so no value can close the element, and not HTML-escaped (a script's text
+    is not decoded)."""
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
 @lru_cache(maxsize=1)
 def render_identity() -> str:
     """A hash of everything that shapes a page besides its files: this module and the templates.
@@ -142,7 +156,8 @@ def render_identity() -> str:
     Part of every page fingerprint, so a change to either renders every page again.
     """
     digest = hashlib.sha256(f"{API_VERSION} {PAGE_FORMAT}".encode())
-    for path in [Path(__file__), *sorted(templating.TEMPLATES.glob("*.html"))]:
+    templates = [*templating.TEMPLATES.glob("*.html"), *templating.TEMPLATES.glob("*.js")]
+    for path in [Path(__file__), *sorted(templates)]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -263,6 +278,7 @@ def render_site(
             "projects": [{"name": p["name"]} for p in projects],
         }).encode("utf-8")
 
+    wheels = variant_wheels(placed, views)
     variants = [
         {
             "path": variant.index_path,
@@ -270,14 +286,21 @@ def render_site(
             "exact": variant.exact_cuda,
             "uv_name": uv_index_name(variant.index_path),
             "projects": projects,
+            "wheels": wheels[variant.index_path],
         }
         for variant, (_prefix, _title, projects) in zip(placed, roots[1:], strict=True)
     ]
     missing = missing_cells(planned, table, placed) if planned is not None else []
     report_pages = missing_report_pages(missing, planned.reports if planned else {})  # sets each failed cell's link
+    site = (site_url.rstrip("/") + "/") if site_url else None
+    picker = picker_facts(placed, views, table)
     pages["index.html"] = jinja_env().get_template("home.html").render(
         api_version=API_VERSION,
-        site_url=(site_url.rstrip("/") + "/") if site_url else None,
+        site_url=site,
+        links={"docs": public.DOCS_URL, "repository": public.REPOSITORY_URL,
+               "issues": public.ISSUES_URL},
+        picker_json=script_json({**picker, "site": site, "missing": bool(missing)}),
+        command=command,
         variants=variants,
         matrix=coverage_matrix(views, placed),
         missing=missing,
