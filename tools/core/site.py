@@ -3,7 +3,7 @@
 The README, the docs, the front page and the selector's default index all read these. The
 index is the GitHub Pages site of the repository that publishes it (``<owner>.github.io/<repo>``),
 its docs under ``docs/`` there; a fork sets its own two addresses here and nowhere else
-(``tests/test_site_setting.py`` fails where a page still says another).
+(``tests/test_docs.py`` fails where a page or module spells one out).
 """
 
 from __future__ import annotations
