@@ -359,6 +359,7 @@ def test_select(case, index):
         assert answer.build is None
     else:
         assert where in answer.reason + " ".join(answer.reasons)
+        assert answer.advice, answer.reason  # every miss says what would help
         if name in NO_BUILD:  # a build for this machine would not fit it either
             assert answer.build is None
         else:

@@ -171,7 +171,7 @@ def test_select_for_each_platform(case, url):
         assert (a.download is not None) is m.foreign
         assert ("download" in a.to_json()) is m.foreign
     else:
-        said = " ".join([a.reason or "", *a.reasons])
+        said = " ".join([a.reason or "", *a.reasons, *a.advice])
         assert expected in said, said
         if name.endswith("unknown"):
             assert "PyPI" not in said
@@ -199,7 +199,7 @@ def test_a_site_without_torch_platforms_says_nothing_of_pypi(site, tmp_path):
     for torch_version in ("2.10.0+cpu", "2.10.0+cu128"):
         a = selection.select(client.Index(str(local)), "demo-ext",
                              machine(platform="linux_aarch64", torch_version=torch_version))
-        assert "PyPI" not in " ".join([a.reason or "", *a.reasons, *a.notes])
+        assert "PyPI" not in " ".join([a.reason or "", *a.reasons, *a.advice, *a.notes])
 
 
 def test_a_machine_of_no_platform_here_is_told_at_once(url):

@@ -65,11 +65,12 @@ def driver_advice(project: str, m: Machine, facts: SiteFacts | None, alts: list[
     older = [a for a in alts if a.get("fits_otherwise") and a.get("torch_install")
              and release(a["cuda"]) < release(cuda or "0")]
     if older:
-        lines.append(_install_torch_line(project, older[0], "or a torch built for an older CUDA that this driver runs:"))
+        lead = "or a torch built for an older CUDA that this driver runs:"
+        lines.append(_install_torch_line(project, older[0], lead))
     return lines
 
 
-def cuda_torch_advice(project: str, m: Machine, alts: list[dict[str, Any]]) -> list[str]:
+def cuda_torch_advice(project: str, alts: list[dict[str, Any]]) -> list[str]:
     """For a torch without CUDA (CPU-only, ROCm) or no torch at all: the CUDA torch to install,
     one the index has wheels of ``project`` for and that fits this machine otherwise."""
     alt = _torch_choice(alts)

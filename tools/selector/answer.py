@@ -311,13 +311,13 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
         ans.reason = f"torch is not installed here, and {what} must match the torch it runs with"
         ans.reasons = ["install torch first (or pass --torch-version, e.g. 2.8.0+cu128), then run this again"]
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        ans.advice = helps.cuda_torch_advice(project, m, ans.alternatives)
+        ans.advice = helps.cuda_torch_advice(project, ans.alternatives)
         return ans, None
     if m.torch_build in ("cpu", "rocm"):
         ans.reason = (f"torch {m.torch} is a {'CPU-only' if m.torch_build == 'cpu' else 'ROCm'} build; "
                       f"{project}'s wheels are CUDA extensions for a CUDA build of torch")
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        ans.advice = helps.cuda_torch_advice(project, m, ans.alternatives)
+        ans.advice = helps.cuda_torch_advice(project, ans.alternatives)
         pypi = _torch_advice(index, m, ans.alternatives, installed_cpu=m.torch_build == "cpu")
         ans.advice += [pypi] if pypi else []
         return ans, None
@@ -439,6 +439,15 @@ def _advice_for(project: str, seen: list[FileCandidate], m: Machine, facts: Any,
         lines.append(f"{project} {newest.public} has no wheel for {shown} in {group[0].index_path}/simple/")
     if all("yanked" in k for k in kinds):
         lines.append(f"another version: {project} {newest.public} is withdrawn (yanked)")
+    if all("glibc" in k for k in kinds) and m.glibc:
+        lines.append(f"a build on this machine (below): it links against this machine's glibc "
+                     f"{m.glibc[0]}.{m.glibc[1]}; or a machine with a newer glibc")
+    if all("arch" in k for k in kinds):
+        lines.append("a build with kernels for this machine's GPUs (below: --archs "
+                     f"{','.join(sorted({g.sm for g in m.gpus}, key=int))})")
+    if all("abi" in k for k in kinds):
+        lines.append(f"a torch of the C++ ABI {project} {newest.public} is built with (torch's own builds "
+                     "use the C++11 ABI since torch 2.7), or a build against this torch (below)")
     fitting = [a for a in alts if a.get("fits_otherwise") and a.get("torch_install")]
     if fitting and not all("arch" in k for k in kinds):
         lines.append(f"or a torch whose variant index has a {project} wheel for this machine: "

@@ -136,7 +136,8 @@ def _install_fix(project: str, m: Machine, index: Index | None, answer: Answer |
         return f"{answer.pip}   (the wheel from {answer.index_path}/simple/)"
     if index is not None and answer is not None:
         helps = "; ".join(answer.advice)
-        return (f"no wheel in the index fits this machine ({answer.reason})" + (f"; what would help: {helps}" if helps else "")
+        return (f"no wheel in the index fits this machine ({answer.reason})"
+                + (f"; what would help: {helps}" if helps else "")
                 + (f"; build one: {answer.build}" if answer.build else ""))
     return (f"python cuwheels-select.pyz {project}   prints the pip command for this machine, from the "
             "project's index (--index names another)")
