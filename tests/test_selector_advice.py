@@ -22,7 +22,7 @@ from tools import ROOT
 from tools.core.site import INDEX_URL
 from tools.core.variant import cell_id, torch_index_url
 from tools.selector import answer as selection
-from tools.selector import cli, client
+from tools.selector import checks, cli, client
 
 AARCH64 = "manylinux_2_28_aarch64"
 WHEELS = [
@@ -103,6 +103,12 @@ def test_cpu_only_torch_gets_the_cuda_torch_the_index_has_for_this_driver(site, 
     assert not a.fits and a.build is None
     assert "torch 2.13.0+cpu is a CPU-only build" in a.reason
     assert a.advice[0] == torch_line("install a CUDA build of torch:", torch, cuda)
+    # PyPI's torch 2.13 is named where the site says it is a CUDA build, and only where this driver runs it.
+    facts = client.Index(site.url).facts()
+    builds = facts.torch_builds("2.13", "linux_x86_64")
+    runs = bool(builds and builds.pypi_cuda) and checks.driver_problem(builds.pypi_cuda, a.machine, facts)[0] is None
+    said = [line for line in a.advice if line.startswith("PyPI's torch 2.13 for Linux x86_64 is a CUDA ")]
+    assert len(said) == int(runs), a.advice
 
 
 def test_a_torch_series_without_wheels_gets_the_series_the_index_has_and_a_build(site):

@@ -152,7 +152,9 @@ SELECT_CASES = [
      "no Linux aarch64 CUDA build of torch 2.10 on PyPI"),
     ("aarch64-pypi-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0"}, False,
      "PyPI's torch 2.14 for Linux aarch64 is a CUDA 13.0 build: pass --torch-cuda 13.0 if this torch is PyPI's"),
-    ("aarch64-cpu-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0+cpu"}, False,
+    # (with a driver for CUDA 13.0: PyPI's build is no advice for one too old for it)
+    ("aarch64-cpu-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0+cpu",
+                                "cuda_driver": "580.65.06"}, False,
      "PyPI's torch 2.14 for Linux aarch64 is a CUDA 13.0 build"),
     ("x86_64-cpu-torch-2.14-unknown", {"platform": "linux_x86_64", "torch_version": "2.14.0+cpu"}, False,
      "is a CPU-only build"),   # the site says nothing of 2.14 on x86_64: nor does the answer

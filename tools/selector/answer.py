@@ -319,6 +319,10 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
         ans.alternatives = alternatives(index, project, combined, m, version=version)
         ans.advice = helps.cuda_torch_advice(project, ans.alternatives)
         pypi = _torch_advice(index, m, ans.alternatives, installed_cpu=m.torch_build == "cpu")
+        builds = facts.torch_builds(series_or_none(m.torch) or "", m.platform or "") if facts else None
+        # PyPI's CUDA build is no help where this driver is too old for its CUDA.
+        if builds is not None and builds.pypi_cuda and driver_problem(builds.pypi_cuda, m, facts)[0]:
+            pypi = None
         ans.advice += [pypi] if pypi else []
         return ans, None
     series = series_or_none(m.torch)
