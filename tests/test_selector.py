@@ -337,6 +337,11 @@ SELECT_CASES = [
 ]
 
 
+#: Misses no build helps: the driver is too old for the CUDA of torch itself, torch has no CUDA,
+#: the version is withdrawn or absent.
+NO_BUILD = {"torch2.13-driver570", "cpu-torch", "rocm-torch", "yanked", "no-such-version"}
+
+
 @pytest.mark.parametrize("case", SELECT_CASES, ids=[c[0] for c in SELECT_CASES])
 def test_select(case, index):
     name, overrides, version, fits, where, what = case
@@ -354,7 +359,11 @@ def test_select(case, index):
         assert answer.build is None
     else:
         assert where in answer.reason + " ".join(answer.reasons)
-        assert answer.build and "--backend host" in answer.build
+        assert answer.advice, answer.reason  # every miss says what would help
+        if name in NO_BUILD:  # a build for this machine would not fit it either
+            assert answer.build is None
+        else:
+            assert answer.build and "--backend host" in answer.build
     json.dumps(answer.to_json())
     assert cli.format_answer(answer)
 
@@ -449,13 +458,16 @@ def test_the_build_hint_names_the_cell_the_recipes_abi_gives(tmp_path_factory):
             "nox -s build-stable_ext-py3-cu130-torch2.10+ -- --backend host  (")
         assert selection.select(idx, "abi3-ext", machine(**old_glibc)).build.startswith(
             "nox -s build-abi3_ext-abi3-cu128-torch2.8 -- --backend host  (")
-        # Not known (the manifest not read, no build data at all, no CUDA torch): the planner says.
+        # Not known (the manifest not read, no build data at all): the planner says, for this platform.
         assert selection.select(idx, "stable-ext", m, peek=False).build.startswith(
-            "python -m tools.matrix --package stable_ext --python 3.12 --cuda 13.0 --torch 2.13 --format ids  (")
+            "python -m tools.matrix --package stable_ext --python 3.12 --cuda 13.0 --torch 2.13 "
+            "--platform linux_x86_64 --format ids  (")
         assert selection.select(idx, "plain-ext", machine(**old_glibc)).build.startswith(
-            "python -m tools.matrix --package plain_ext --python 3.12 --cuda 12.8 --torch 2.8 --format ids  (")
+            "python -m tools.matrix --package plain_ext --python 3.12 --cuda 12.8 --torch 2.8 "
+            "--platform linux_x86_64 --format ids  (")
+        # A CPU-only torch: no build would fit it (tests/test_selector_advice.py says what does).
         cpu = selection.select(idx, "abi3-ext", machine(torch_version="2.13.0+cpu", python_version="3.12"))
-        assert cpu.build.startswith("python -m tools.matrix --package abi3_ext --python 3.12 --torch 2.13 --format ids")
+        assert cpu.build is None
     finally:
         served.stop()
 
@@ -480,9 +492,13 @@ def test_no_torch_lists_what_exists(index, monkeypatch):
 def test_unknown_project(index):
     answer = selection.select(client.Index(index.url), "demo", machine())
     assert not answer.fits and "demo is not in the index" in answer.reason
-    assert [a["project"] for a in answer.alternatives] == ["demo-ext"]  # names that contain it first
+    # Another package is no alternative: the close names are a question, the rest a list.
+    assert answer.alternatives == [] and answer.build is None
+    assert answer.advice == ["a package of that name: demo-ext?"]
+    assert answer.reasons == ["packages in the index: demo-ext, other-ext"]
     answer = selection.select(client.Index(index.url), "flash-attn", machine())
-    assert [a["project"] for a in answer.alternatives] == ["demo-ext", "other-ext"]  # else all of them
+    assert (answer.alternatives, answer.advice, answer.build) == ([], [], None)
+    assert answer.reasons == ["packages in the index: demo-ext, other-ext"]
 
 
 def test_arch_is_read_from_the_wheel_with_range_requests(tmp_path):

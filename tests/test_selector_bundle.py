@@ -24,6 +24,7 @@ import pytest
 from wheelfactory import make_wheel
 
 from tools import ROOT
+from tools.core.site import INDEX_URL
 from tools.sitegen.generate import IndexRun, build_index
 from tools.selector import bundle
 from tools.sitegen.server import make_server
@@ -112,6 +113,16 @@ def test_downloaded_zipapp_reads_the_driver_floor_from_the_site(served, download
     assert proc.returncode == 1, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout)
     assert "needs NVIDIA driver >= 580; this machine's driver is 570.86.10" in answer["reason"]
+
+
+def test_downloaded_zipapp_defaults_to_the_projects_index(downloaded, bare_python):
+    """The archive carries tools.core.site: --help names its INDEX_URL as the default --index
+    (the answers above name a 127.0.0.1 index explicitly, which still wins)."""
+    proc = _run(bare_python, downloaded, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert f"(default: {INDEX_URL}" in " ".join(proc.stdout.split())
+    with zipfile.ZipFile(downloaded / bundle.ZIPAPP_FILE) as zf:
+        assert zf.read("tools/core/site.py") == (ROOT / "tools" / "core" / "site.py").read_bytes()
 
 
 def test_downloaded_zipapp_exit_status_for_an_unreachable_index(downloaded, bare_python):

@@ -152,7 +152,9 @@ SELECT_CASES = [
      "no Linux aarch64 CUDA build of torch 2.10 on PyPI"),
     ("aarch64-pypi-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0"}, False,
      "PyPI's torch 2.14 for Linux aarch64 is a CUDA 13.0 build: pass --torch-cuda 13.0 if this torch is PyPI's"),
-    ("aarch64-cpu-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0+cpu"}, False,
+    # (with a driver for CUDA 13.0: PyPI's build is no advice for one too old for it)
+    ("aarch64-cpu-torch-2.14", {"platform": "linux_aarch64", "torch_version": "2.14.0+cpu",
+                                "cuda_driver": "580.65.06"}, False,
      "PyPI's torch 2.14 for Linux aarch64 is a CUDA 13.0 build"),
     ("x86_64-cpu-torch-2.14-unknown", {"platform": "linux_x86_64", "torch_version": "2.14.0+cpu"}, False,
      "is a CPU-only build"),   # the site says nothing of 2.14 on x86_64: nor does the answer
@@ -171,7 +173,7 @@ def test_select_for_each_platform(case, url):
         assert (a.download is not None) is m.foreign
         assert ("download" in a.to_json()) is m.foreign
     else:
-        said = " ".join([a.reason or "", *a.reasons])
+        said = " ".join([a.reason or "", *a.reasons, *a.advice])
         assert expected in said, said
         if name.endswith("unknown"):
             assert "PyPI" not in said
@@ -199,7 +201,7 @@ def test_a_site_without_torch_platforms_says_nothing_of_pypi(site, tmp_path):
     for torch_version in ("2.10.0+cpu", "2.10.0+cu128"):
         a = selection.select(client.Index(str(local)), "demo-ext",
                              machine(platform="linux_aarch64", torch_version=torch_version))
-        assert "PyPI" not in " ".join([a.reason or "", *a.reasons, *a.notes])
+        assert "PyPI" not in " ".join([a.reason or "", *a.reasons, *a.advice, *a.notes])
 
 
 def test_a_machine_of_no_platform_here_is_told_at_once(url):

@@ -1,6 +1,6 @@
 """Which wheel fits this machine: pick the variant index to install from, or explain an import error.
 
-    python -m tools.selector flash-attn --index https://example.org/cuwheels/      what to install, and how
+    python -m tools.selector flash-attn                                           what to install, and how
     python -m tools.selector flash-attn --version 2.8.3 --index SITE --json        the same, for scripts
     python -m tools.selector flash-attn --index SITE --torch-version 2.8.0+cu128 --sm 90   another machine
     python -m tools.selector --doctor flash-attn [--error TEXT | --error-file FILE]  why an import fails
@@ -8,7 +8,7 @@
 
 Installed, the command is ``cuwheels-select``. Every site publishes the same code as one file,
 ``cuwheels-select.pyz`` (tools.selector.bundle), that runs with nothing but Python >= 3.8
-(``python cuwheels-select.pyz flash-attn --index <site>``) in the environment that has the
+(``python cuwheels-select.pyz flash-attn``) in the environment that has the
 problem: the modules here use the standard library, the package tools.core (cell ids and labels,
 the manifest, the range reader, demangling; shipped whole) and ``packaging`` (carried inside the
 file), never yaml, jinja2 or torch (torch only as a last
@@ -28,6 +28,10 @@ The index is not trusted (tools.selector.fetch): only http(s) URLs on the index'
 ``--timeout`` seconds from connecting to its last byte and all of them within ``--deadline``;
 a redirect elsewhere is refused; a page that is not what a cuwheels index writes is an error
 naming the field; nothing the index says reaches the terminal with its control characters.
+
+The index is the project's own (tools.core.site.INDEX_URL, the one place its address is
+written) unless ``--index`` names another: a URL or a site directory. A miss says what would
+help for its reason (tools.selector.advice), and suggests a build only where one would.
 
 Exit status: 0 a wheel fits (doctor: no problem found); 1 none fits (doctor: a problem was found
 and explained); 2 bad arguments; 3 the index could not be read (or was refused).

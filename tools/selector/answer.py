@@ -9,8 +9,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tools.core.variant import (PRERELEASE_ROOT, PYTHON_PART, Variant, cell_id, stable_torch_part,
+from tools.core.platforms import PLATFORMS
+from tools.core.variant import (PLATFORM_PART, PRERELEASE_ROOT, PYTHON_PART, Variant, cell_id, stable_torch_part,
                                 torch_index_url, uv_index_name)
+from . import advice as helps
 from .checks import (PEEK_MAX, FileCandidate, WheelName, check, check_arch, driver_problem, file_variant, parse_wheel,
                      same_public)
 from .client import Index, IndexFile
@@ -33,6 +35,8 @@ class Answer:
     uv: dict[str, str] | None = None
     reason: str | None = None
     reasons: list[str] = field(default_factory=list)
+    #: What would help, for the reason at hand (tools.selector.advice).
+    advice: list[str] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     build: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -48,7 +52,8 @@ class Answer:
             if self.download:
                 doc["download"] = self.download
         else:
-            doc.update(reason=self.reason, reasons=self.reasons, alternatives=self.alternatives)
+            doc.update(reason=self.reason, reasons=self.reasons, advice=self.advice,
+                       alternatives=self.alternatives)
         doc.update(build=self.build, notes=self.notes, machine=self.machine.to_json())
         return doc
 
@@ -140,12 +145,13 @@ def recipe_abi(index: Index, files: list[IndexFile], *, peek: bool = True) -> Re
 
 def build_command(project: str, m: Machine, *, archs: list[str] | None = None,
                   abi: RecipeAbi | None = None) -> str:
-    """How to build the package for this machine from a clone of the cuwheels repository.
+    """How to build the package for machine ``m`` from a clone of the cuwheels repository.
 
-    The cell id (tools.core.variant.cell_id) depends on the recipe's ``abi``: its python part is
-    the interpreter, ``abi3`` or ``py3``, and a stable-ABI build's torch part is ``<torch_from>+``.
-    Without ``abi`` (see recipe_abi), or without a CUDA build of torch here, no id is guessed: the
-    planner lists the cells that serve this machine.
+    The cell id (tools.core.variant.cell_id) is for ``m``'s platform (an aarch64 machine's id
+    ends in ``-aarch64``) and depends on the recipe's ``abi``: its python part is the
+    interpreter, ``abi3`` or ``py3``, and a stable-ABI build's torch part is ``<torch_from>+``.
+    Without ``abi`` (see recipe_abi), without a CUDA build of torch, or for a platform no cell id
+    spells, no id is guessed: the planner lists the cells that serve the machine.
     """
     pkg = canonicalize_name(project).replace("-", "_")
     py = f"{m.python[0]}.{m.python[1]}"
@@ -153,17 +159,18 @@ def build_command(project: str, m: Machine, *, archs: list[str] | None = None,
     series = series_or_none(m.torch)
     # Cell ids name major.minor ("12.4", never "12.4.1"), as index paths do.
     cuda = ".".join(m.torch_cuda.split(".")[:2]) if m.torch_build == "cuda" and m.torch_cuda else None
-    where = "in a clone of the cuwheels repository"
-    if abi is not None and cuda and series:
+    where = ("on that machine, " if m.foreign else "") + "in a clone of the cuwheels repository"
+    platform = m.platform
+    if abi is not None and cuda and series and platform in PLATFORM_PART:
         python = PYTHON_PART.get(abi.python, py)
         if abi.torch == "stable":
-            return (f"nox -s build-{cell_id(pkg, python, cuda, stable_torch_part(abi.torch_from))} -- "
+            return (f"nox -s build-{cell_id(pkg, python, cuda, stable_torch_part(abi.torch_from), platform)} -- "
                     f"--backend host{extra}  ({where})")
-        return (f"nox -s build-{cell_id(pkg, python, cuda, series)} -- --backend host{extra}  ({where}; "
-                f"the session is build-{cell_id(pkg, python, cuda)} when torch {series} is the recipe's "
-                f"first torch for CUDA {cuda}: `nox -l -t {pkg}` lists them)")
+        return (f"nox -s build-{cell_id(pkg, python, cuda, series, platform)} -- --backend host{extra}  ({where}; "
+                f"the session is build-{cell_id(pkg, python, cuda, platform=platform)} when torch {series} is "
+                f"the recipe's first torch for CUDA {cuda}: `nox -l -t {pkg}` lists them)")
     filters = f"--package {pkg} --python {py}" + (f" --cuda {cuda}" if cuda else "") \
-        + (f" --torch {series}" if series else "")
+        + (f" --torch {series}" if series else "") + (f" --platform {platform}" if platform else "")
     return (f"python -m tools.matrix {filters} --format ids  ({where}: the cells that serve this "
             f"machine; build one with nox -s build-<id> -- --backend host{extra})")
 
@@ -256,10 +263,12 @@ def alternatives(index: Index, project: str, combined: list[IndexFile], m: Machi
 
 def select(index: Index, package: str, m: Machine, *, version: str | None = None, peek: bool = True,
            pre: bool = False) -> Answer:
-    """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does
-    and how to build one (for this machine's GPUs when the wheels lack their kernels). ``pre``:
-    also look, after the release indexes, in the pre-release index of the machine's (CUDA, torch)
-    pair (builds against a torch release candidate); without it that index is never named.
+    """The wheel of ``package`` (``version`` if given) that fits machine ``m``, or why none does,
+    what would help (``advice``: tools.selector.advice) and, only where a build for this machine
+    would give a wheel that fits, how to build one (for its platform, and for its GPUs when the
+    wheels lack their kernels). ``pre``: also look, after the release indexes, in the
+    pre-release index of the machine's (CUDA, torch) pair (builds against a torch release
+    candidate); without it that index is never named.
 
     A machine of a platform the project builds nothing for (tools.core.platforms) is answered
     at once, without reading the index. For a machine of another platform than this one
@@ -267,7 +276,7 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
     if m.platform is None:
         return Answer(package=canonicalize_name(package), fits=False, machine=m, reason=no_platform_reason(m))
     ans, archs = _pick(index, package, m, version=version, peek=peek, pre=pre)
-    if not ans.fits:
+    if not ans.fits and archs is not None:
         abi = recipe_abi(index, index.files("", ans.package) or [], peek=peek)
         ans.build = build_command(ans.package, m, archs=archs, abi=abi)
     # What the pages listed that isn't the project's (tools.selector.client.Index.files).
@@ -277,16 +286,13 @@ def select(index: Index, package: str, m: Machine, *, version: str | None = None
 
 def _pick(index: Index, package: str, m: Machine, *, version: str | None,
           peek: bool, pre: bool = False) -> tuple[Answer, list[str] | None]:
-    """select's answer without the build hint, and the GPU archs a build should add, if any."""
+    """select's answer without the build hint, and whether a build would help: None when it
+    wouldn't, else the GPU archs it should add (empty: none)."""
     project = canonicalize_name(package)
     ans = Answer(package=project, fits=False, machine=m)
     combined = index.files("", project) or []
     if not combined:
-        ans.reason = f"{project} is not in the index at {index.root}"
-        known = index.projects() or []
-        squashed = project.replace("-", "")
-        close = [p for p in known if squashed in p.replace("-", "") or p.replace("-", "") in squashed]
-        ans.alternatives = [{"project": p} for p in (close or known)[:10]]
+        _unknown_project(index, ans)
         return ans, None
     if version is not None and not any(
         (w := parse_wheel(f.filename)) and same_public(w.version, version) for f in combined
@@ -294,32 +300,40 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
         ans.reason = f"the index has no {project} {version}"
         have = {w.version.public for f in combined if (w := parse_wheel(f.filename))}
         ans.reasons = [f"versions in the index: {', '.join(_sorted_versions(have))}"]
+        ans.advice = ["another version: leave out --version for the newest that fits, or pass one of "
+                      + ", ".join(_sorted_versions(have))]
         ans.alternatives = alternatives(index, project, combined, m, version=None)
         return ans, None
 
     what = f"{project}{' ' + version if version else ''}"
+    facts = index.facts()
     if m.torch is None:
         ans.reason = f"torch is not installed here, and {what} must match the torch it runs with"
         ans.reasons = ["install torch first (or pass --torch-version, e.g. 2.8.0+cu128), then run this again"]
         ans.alternatives = alternatives(index, project, combined, m, version=version)
+        ans.advice = helps.cuda_torch_advice(project, ans.alternatives)
         return ans, None
     if m.torch_build in ("cpu", "rocm"):
         ans.reason = (f"torch {m.torch} is a {'CPU-only' if m.torch_build == 'cpu' else 'ROCm'} build; "
                       f"{project}'s wheels are CUDA extensions for a CUDA build of torch")
         ans.alternatives = alternatives(index, project, combined, m, version=version)
-        advice = _torch_advice(index, m, ans.alternatives, installed_cpu=m.torch_build == "cpu")
-        ans.reasons += [advice] if advice else []
+        ans.advice = helps.cuda_torch_advice(project, ans.alternatives)
+        pypi = _torch_advice(index, m, ans.alternatives, installed_cpu=m.torch_build == "cpu")
+        builds = facts.torch_builds(series_or_none(m.torch) or "", m.platform or "") if facts else None
+        # PyPI's CUDA build is no help where this driver is too old for its CUDA.
+        if builds is not None and builds.pypi_cuda and driver_problem(builds.pypi_cuda, m, facts)[0]:
+            pypi = None
+        ans.advice += [pypi] if pypi else []
         return ans, None
     series = series_or_none(m.torch)
     if m.torch_build is None or not m.torch_cuda or series is None:
         ans.reason = f"couldn't tell which CUDA torch {m.torch} is built with: pass --torch-cuda (e.g. 12.8)"
         ans.alternatives = alternatives(index, project, combined, m, version=version)
         # An unlabelled version is PyPI's build, whose CUDA (or none) the site may know.
-        advice = _torch_advice(index, m, ans.alternatives, unlabelled=True) if "+" not in m.torch else None
-        ans.reasons += [advice] if advice else []
+        pypi = _torch_advice(index, m, ans.alternatives, unlabelled=True) if "+" not in m.torch else None
+        ans.advice += [pypi] if pypi else []
         return ans, None
 
-    facts = index.facts()
     if driver_problem(m.torch_cuda, m, facts)[0]:
         need = facts.driver_for(m.torch_cuda) if facts is not None else None
         ans.notes.append(f"this machine's NVIDIA driver is too old for torch {m.torch} itself "
@@ -346,40 +360,23 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
             check_arch(c, m, index=index, peek=peek, budget=budget)
             if c.problems:
                 continue
-            ans.fits = True
-            ans.version, ans.filename, ans.index_path = c.version, c.file.filename, path
-            ans.index_url = index.index_url(path + "/")
-            ans.pip, ans.uv = install_commands(project, c.version, ans.index_url, path)
-            ans.notes = list(dict.fromkeys(ans.notes + c.notes))
-            if m.foreign:
-                ans.download = download_commands(project, c.version, ans.index_url, c.wheel.platform, m)
-                wheel_cuda = c.variant.cuda if c.variant is not None and c.variant.exact_cuda else None
-                advice = torch_advice(series, wheel_cuda, m, facts)
-                ans.notes += [f"on that machine: {advice}"] if advice else []
-            if path.startswith(PRERELEASE_ROOT):
-                ans.notes.append(f"built against a release candidate of torch {series} (the "
-                                 "pre-release index): once the final is out, its own build in "
-                                 f"{exact}/simple/ replaces it")
-            newest = _sorted_versions({w.version.public for f in combined if (w := parse_wheel(f.filename))})
-            if (version is None and newest and not same_public(c.wheel.version, newest[0])
-                    and not Version(newest[0]).is_prerelease):
-                ans.notes.append(f"{project} {newest[0]} exists in the index, but not for torch {series} + "
-                                 f"CUDA {m.torch_cuda}")
+            _fits(ans, index, c, path, combined, m, version=version, exact=exact)
             return ans, None
 
     tv = f"torch {series} + CUDA {m.torch_cuda}"
     ans.alternatives = alternatives(index, project, combined, m, version=version, exclude=paths)
+    driver = helps.driver_too_old(m, facts, seen)
     if not seen:
         ans.reason = f"no {what} wheel for {tv} (the variant index {exact}/simple/ has none)"
-        if ans.alternatives:
-            ans.reasons = ["wheels exist for: " + "; ".join(
-                f"torch {a['torch']} + CUDA {a['cuda']} ({a['index']})" for a in ans.alternatives[:6])]
-        return ans, None
+        ans.advice = (helps.driver_advice(project, m, facts, ans.alternatives) if driver
+                      else helps.series_advice(project, m, series, ans.alternatives))
+        return ans, None if driver else []
     ans.reasons = _summarize(seen, m)
     ans.reason = f"no {what} wheel for {tv} fits this machine; {ans.reasons[0]}"
     arch_failures = [c for c in seen if any(k == "arch" for k, _ in c.problems)]
-    archs = sorted({g.sm for g in m.gpus}, key=int) if arch_failures and m.gpus else None
+    archs = sorted({g.sm for g in m.gpus}, key=int) if arch_failures and m.gpus else []
     ans.notes = list(dict.fromkeys(ans.notes + [n for c in seen for n in c.notes]))
+    ans.advice = _advice_for(project, seen, m, facts, ans.alternatives, driver=driver)
     # Other versions in the same index that fit (when a version was asked for).
     if version is not None:
         others, _ = _pick(index, project, m, version=None, peek=peek, pre=pre)
@@ -387,7 +384,79 @@ def _pick(index: Index, package: str, m: Machine, *, version: str | None,
             ans.alternatives.insert(0, {"index": others.index_path, "index_url": others.index_url,
                                         "versions": [Version(others.version or "0").public], "pip": others.pip,
                                         "fits_otherwise": True})
-    return ans, archs
+            ans.advice.append(f"{project} {Version(others.version or '0').public} fits: {others.pip}")
+    return ans, None if driver or not helps.build_helps(seen) else archs
+
+
+def _fits(ans: Answer, index: Index, c: FileCandidate, path: str, combined: list[IndexFile], m: Machine, *,
+          version: str | None, exact: str) -> None:
+    """Fill ``ans`` for candidate ``c`` of variant index ``path``, the wheel that fits."""
+    project, series = ans.package, series_or_none(m.torch) or ""
+    ans.fits = True
+    ans.version, ans.filename, ans.index_path = c.version, c.file.filename, path
+    ans.index_url = index.index_url(path + "/")
+    ans.pip, ans.uv = install_commands(project, c.version, ans.index_url, path)
+    ans.notes = list(dict.fromkeys(ans.notes + c.notes))
+    if m.foreign:
+        ans.download = download_commands(project, c.version, ans.index_url, c.wheel.platform, m)
+        wheel_cuda = c.variant.cuda if c.variant is not None and c.variant.exact_cuda else None
+        advice = torch_advice(series, wheel_cuda, m, index.facts())
+        ans.notes += [f"on that machine: {advice}"] if advice else []
+    if path.startswith(PRERELEASE_ROOT):
+        ans.notes.append(f"built against a release candidate of torch {series} (the "
+                         "pre-release index): once the final is out, its own build in "
+                         f"{exact}/simple/ replaces it")
+    newest = _sorted_versions({w.version.public for f in combined if (w := parse_wheel(f.filename))})
+    if (version is None and newest and not same_public(c.wheel.version, newest[0])
+            and not Version(newest[0]).is_prerelease):
+        ans.notes.append(f"{project} {newest[0]} exists in the index, but not for torch {series} + "
+                         f"CUDA {m.torch_cuda}")
+
+
+def _unknown_project(index: Index, ans: Answer) -> None:
+    """A project the index has no page for: no alternatives (another package is none), the
+    packages it has, and those whose names are close."""
+    project = ans.package
+    ans.reason = f"{project} is not in the index at {index.root}"
+    known = index.projects() or []
+    squashed = project.replace("-", "")
+    close = [p for p in known if squashed in p.replace("-", "") or p.replace("-", "") in squashed]
+    if known:
+        ans.reasons = [f"packages in the index: {', '.join(known[:20])}" + (" ..." if len(known) > 20 else "")]
+    if close:
+        ans.advice = [f"a package of that name: {', '.join(close[:5])}?"]
+
+
+def _advice_for(project: str, seen: list[FileCandidate], m: Machine, facts: Any,
+                alts: list[dict[str, Any]], *, driver: bool) -> list[str]:
+    """What would help when the machine's variant indexes have wheels of ``project`` and none fits."""
+    if driver:
+        return helps.driver_advice(project, m, facts, alts)
+    newest = pick_order(seen, pinned=True)[0].wheel.version
+    group = [c for c in seen if same_public(c.wheel.version, newest)]
+    kinds = [{k for k, _ in c.problems} for c in group]
+    lines: list[str] = []
+    if all(k & {"python", "requires-python"} for k in kinds):
+        lines += helps.python_advice(project, newest.public, f"{group[0].index_path}/simple/", m, group)
+    if all("platform" in k for k in kinds):
+        shown = PLATFORMS[m.platform].shown if m.platform in PLATFORMS else f"{m.os} {m.arch}"
+        lines.append(f"{project} {newest.public} has no wheel for {shown} in {group[0].index_path}/simple/")
+    if all("yanked" in k for k in kinds):
+        lines.append(f"another version: {project} {newest.public} is withdrawn (yanked)")
+    if all("glibc" in k for k in kinds) and m.glibc:
+        lines.append(f"a build on this machine (below): it links against this machine's glibc "
+                     f"{m.glibc[0]}.{m.glibc[1]}; or a machine with a newer glibc")
+    if all("arch" in k for k in kinds):
+        lines.append("a build with kernels for this machine's GPUs (below: --archs "
+                     f"{','.join(sorted({g.sm for g in m.gpus}, key=int))})")
+    if all("abi" in k for k in kinds):
+        lines.append(f"a torch of the C++ ABI {project} {newest.public} is built with (torch's own builds "
+                     "use the C++11 ABI since torch 2.7), or a build against this torch (below)")
+    fitting = [a for a in alts if a.get("fits_otherwise") and a.get("torch_install")]
+    if fitting and not all("arch" in k for k in kinds):
+        lines.append(f"or a torch whose variant index has a {project} wheel for this machine: "
+                     f"torch {fitting[0]['torch']} + CUDA {fitting[0]['cuda']}: {fitting[0]['torch_install']}")
+    return lines
 
 
 def _torch_advice(index: Index, m: Machine, alts: list[dict[str, Any]], *,

@@ -1,8 +1,9 @@
 """The selector as the site publishes it: one zipapp, and the facts file it reads from the site.
 
 ``cuwheels-select.pyz`` runs with nothing but Python >= 3.8 (``python cuwheels-select.pyz
-flash-attn --index <site>``): it holds tools/__init__.py, the package tools/core (the facts
-the selector shares with the build: cell ids and labels, the manifest, the range reader), the
+flash-attn``): it holds tools/__init__.py, the package tools/core (the facts the selector shares
+with the build: cell ids and labels, the manifest, the range reader, and tools.core.site, whose
+INDEX_URL is the default ``--index``), the
 modules of tools/selector (this one excepted: it is the builder), a ``__main__.py`` that calls
 tools.selector.cli.main, and the ``packaging`` package copied from its installed distribution
 (its Python files as installed, and its license files). A ``.pyz`` name can't shadow a module the
@@ -46,6 +47,9 @@ def _members() -> dict[str, bytes]:
     members["tools/__init__.py"] = (_TOOLS / "__init__.py").read_bytes()
     for module in sorted((_TOOLS / "core").glob("*.py")):
         members[f"tools/core/{module.name}"] = module.read_bytes()
+    # The default --index is tools.core.site.INDEX_URL: without it the archive can't start.
+    if "tools/core/site.py" not in members:
+        raise RuntimeError(f"{_TOOLS / 'core' / 'site.py'} is missing: the selector's default index is read from it")
     for module in sorted((_TOOLS / "selector").glob("*.py")):
         if module.name not in ("bundle.py", "__main__.py"):
             members[f"tools/selector/{module.name}"] = module.read_bytes()

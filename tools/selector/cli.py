@@ -1,6 +1,6 @@
 """The command line: options, overrides, human and JSON output, exit status.
 
-    cuwheels-select flash-attn --index https://example.org/cuwheels/ [--json]
+    cuwheels-select flash-attn [--index https://example.org/cuwheels/] [--json]
     python -m tools.selector ...              (in the repository)
     python cuwheels-select.pyz ...            (the single file every site publishes)
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from tools.core.platforms import PLATFORMS
+from tools.core.site import INDEX_URL
 from .answer import Answer, select
 from .client import Index, IndexReadError, visible
 from .detect import Machine, detect_machine
@@ -76,12 +77,12 @@ def format_answer(a: Answer) -> str:
     else:
         out.append(f"No wheel fits: {a.reason}")
         out += [f"  - {r}" for r in a.reasons if r not in (a.reason or "")]
+        if a.advice:
+            out += ["", "What would help:"] + [f"  - {line}" for line in a.advice]
         if a.alternatives:
-            out += ["", "Alternatives:"]
+            out += ["", f"Other builds of {a.package} in the index:"]
             for alt in a.alternatives[:8]:
-                if "project" in alt:
-                    out.append(f"  - project {alt['project']}")
-                elif "pip" in alt:
+                if "pip" in alt:
                     out.append(f"  - {a.package} {alt['versions'][0]} fits from {alt['index']}: {alt['pip']}")
                 else:
                     fit = "" if alt["fits_otherwise"] else " (not for this machine's Python/platform/driver)"
@@ -148,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("package", nargs="?", help="project name, e.g. flash-attn")
     p.add_argument("--version", help="a version of the package (default: the newest that fits)")
-    p.add_argument("--index", help="the cuwheels site: its URL or a local site directory")
+    p.add_argument("--index", help=f"the cuwheels site: its URL or a local site directory (default: {INDEX_URL}; "
+                                   "--doctor reads an index only when given one)")
     p.add_argument("--site-url", help="public URL of a local --index, used in the printed commands")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--doctor", action="store_true", help="explain an import error of PACKAGE")
@@ -186,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.detect and not args.package:
         parser.error("PACKAGE is required (or --detect)")
-    if not args.detect and not args.doctor and not args.index:
-        parser.error("--index is required: the URL (or local directory) of the cuwheels site")
+    # The project's own index unless another is named; the doctor works offline unless told one.
+    location = args.index or (None if args.doctor else INDEX_URL)
     overrides = {k: getattr(args, k) for k in ("python_version", "platform", "machine", "glibc", "torch_version",
                                                 "torch_cuda", "cxx11_abi", "cuda_driver", "sm")}
     try:
@@ -203,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(json.dumps(machine.to_json(), indent=2) if args.json else "This machine:\n" + format_machine(machine))
         return EXIT_FITS
     try:
-        index = Index(args.index, site_url=args.site_url, timeout=args.timeout, deadline=args.deadline,
-                      allow_hosts=tuple(args.allow_host)) if args.index else None
+        index = Index(location, site_url=args.site_url, timeout=args.timeout, deadline=args.deadline,
+                      allow_hosts=tuple(args.allow_host)) if location else None
         if args.doctor:
             error, read_note = args.error, ""
             if args.error_file is not None:

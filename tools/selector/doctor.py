@@ -135,9 +135,12 @@ def _install_fix(project: str, m: Machine, index: Index | None, answer: Answer |
     if answer is not None and answer.fits:
         return f"{answer.pip}   (the wheel from {answer.index_path}/simple/)"
     if index is not None and answer is not None:
-        return f"no wheel in the index fits this machine ({answer.reason}); build one: {answer.build}"
-    return (f"python cuwheels-select.pyz {project} --index <the cuwheels site URL>   prints the pip command for "
-            "this machine")
+        helps = "; ".join(answer.advice)
+        return (f"no wheel in the index fits this machine ({answer.reason})"
+                + (f"; what would help: {helps}" if helps else "")
+                + (f"; build one: {answer.build}" if answer.build else ""))
+    return (f"python cuwheels-select.pyz {project}   prints the pip command for this machine, from the "
+            "project's index (--index names another)")
 
 
 def _build_fix(project: str, m: Machine, inst: InstalledDist | None, *, archs: list[str] | None = None) -> str:
