@@ -49,6 +49,9 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("docsindex")
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}-cp{sys.version_info[0]}{sys.version_info[1]}-manylinux_2_28_x86_64"
     make_wheel(root / "wheels", "flash-attn", "2.8.3.post2", local="cu130.torch2.14", tag=tag)
+    # the other machine the page answers for: Linux aarch64, Python 3.12
+    make_wheel(root / "wheels", "flash-attn", "2.8.3.post2", local="cu130.torch2.14",
+               tag="cp312-cp312-manylinux_2_28_aarch64")
     build(root, base_url="/files")
     server = make_server(root / "site", root / "wheels")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -171,8 +174,42 @@ def test_pdm(served, tmp_path):
     assert "flash-attn" in (project / "pdm.lock").read_text()
 
 
-#: What each generated block of the page is run by (the test functions above and below).
+def _selector(text: str, served, tmp_path: Path) -> subprocess.CompletedProcess:
+    """A selector block run in a fresh venv (no torch: this machine's answer is what would help)
+    against the local index: downloaded from it, and pointed at it by ``CUWHEELS_INDEX``, the
+    variable that replaces the project's index where a block gives no ``--index``."""
+    url, _ = served
+    venv = fresh_venv(tmp_path)
+    env = {**user_env(tmp_path, venv=venv), "CUWHEELS_INDEX": url}
+    if "curl" not in text:  # the download is another block's: fetch it as that one does
+        run_block(local(body("install-selector"), url).splitlines()[0], tmp_path, env)
+    proc = subprocess.run(["bash", "-uo", "pipefail", "-c", text.replace(site.INDEX_URL, url)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    # 0: a wheel fits; 1: none does, and the answer says why and what would help.
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc
+
+
+def test_the_selector(served, tmp_path):
+    proc = _selector(body("install-selector"), served, tmp_path)
+    # no torch in this venv: the answer names the torch the index has flash-attn wheels for
+    assert "cu130/torch2.14" in proc.stdout, proc.stdout
+    assert (tmp_path / "cuwheels-select.pyz").is_file()
+
+
+def test_the_selector_for_another_machine(served, tmp_path):
+    proc = _selector(SELECTOR_OTHER_MACHINE, served, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the commands the page shows the shape of, for this index
+    assert 'pip download "flash-attn==2.8.3.post2+cu130.torch2.14" --no-deps --only-binary :all:' in proc.stdout
+    assert "--platform manylinux_2_28_aarch64 --python-version 3.12" in proc.stdout
+    assert 'uv pip install "flash-attn==2.8.3.post2+cu130.torch2.14" --no-deps --python-platform aarch64-manylinux_2_28' in proc.stdout
+
+
+#: What each generated block of the page is run by.
 RUN = {"install-pip": test_pip, "install-uv": test_uv_in_a_venv,
        "install-uv-project": test_uv_in_a_project, "install-poetry": test_poetry,
-       "install-pdm": test_pdm, "install-selector": None}
-SELECTOR_OTHER_MACHINE = ""
+       "install-pdm": test_pdm, "install-selector": test_the_selector}
+#: The one block of the page that is written there, not generated (it names no address).
+SELECTOR_OTHER_MACHINE = ("python cuwheels-select.pyz flash-attn --platform linux_aarch64 \\\n"
+                          "    --python-version 3.12 --torch-version 2.14.1+cu130 --sm 90")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from packaging.version import InvalidVersion, Version
 
 from tools.core.platforms import PLATFORMS
 from tools.core.site import INDEX_URL
+
+#: An index to read in place of the project's own when no --index is given (a fork's, a mirror).
+INDEX_ENV = "CUWHEELS_INDEX"
 from .answer import Answer, select
 from .client import Index, IndexReadError, visible
 from .detect import Machine, detect_machine
@@ -149,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("package", nargs="?", help="project name, e.g. flash-attn")
     p.add_argument("--version", help="a version of the package (default: the newest that fits)")
-    p.add_argument("--index", help=f"the cuwheels site: its URL or a local site directory (default: {INDEX_URL}; "
-                                   "--doctor reads an index only when given one)")
+    p.add_argument("--index", help=f"the cuwheels site: its URL or a local site directory (default: "
+                                   f"${INDEX_ENV}, else {INDEX_URL}; --doctor reads an index only when "
+                                   "given one)")
     p.add_argument("--site-url", help="public URL of a local --index, used in the printed commands")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--doctor", action="store_true", help="explain an import error of PACKAGE")
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.detect and not args.package:
         parser.error("PACKAGE is required (or --detect)")
     # The project's own index unless another is named; the doctor works offline unless told one.
-    location = args.index or (None if args.doctor else INDEX_URL)
+    location = args.index or (None if args.doctor else os.environ.get(INDEX_ENV) or INDEX_URL)
     overrides = {k: getattr(args, k) for k in ("python_version", "platform", "machine", "glibc", "torch_version",
                                                 "torch_cuda", "cxx11_abi", "cuda_driver", "sm")}
     try:
