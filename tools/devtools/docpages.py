@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools import ROOT
+from tools.plan.recipes.reference import reference_markdown
 
 START = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\n", re.M)
 END = "<!-- end generated -->"
@@ -61,6 +62,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "counts": _counts,
     "schedule": _schedule,
     "site-links": _site_links,
+    "recipe-reference": reference_markdown,
 }
 
 
