@@ -18,7 +18,7 @@ from tools.plan.groups import stale_spans
 from tools.plan.recipes.model import check_distinct, load_recipe, recipe_folders
 from tools.plan.recipes.todo import todo_marks
 from tools.plan.table import load_table
-from tools.upstream.newrecipe import Release, lookup, write_template
+from tools.upstream.newrecipe import TemplateRelease, lookup, write_template
 from tools.upstream.registry import PYPI_JSON, Registry
 
 
@@ -33,7 +33,7 @@ def new(argv: list[str]) -> int:
     ap.add_argument("--registry", default=PYPI_JSON,
                     help="the registry's JSON API (default: %(default)s)")
     args = ap.parse_args(argv)
-    release = (Release(args.pypi, args.version) if args.version
+    release = (TemplateRelease(args.pypi, args.version) if args.version
                else lookup(args.pypi, Registry(pypi=args.registry)))
     path = write_template(args.recipes, release, load_table())
     import yaml  # read back what was written: the markers left are the contributor's list

@@ -31,7 +31,7 @@ _PROJECT = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
-class Release:
+class TemplateRelease:
     """What the template knows of the release: None where the registry was not asked or had
     nothing (the template writes a marker there)."""
 
@@ -61,7 +61,7 @@ def folder_name(pypi: str) -> str:
     return name
 
 
-def lookup(pypi: str, registry: Registry) -> Release:
+def lookup(pypi: str, registry: Registry) -> TemplateRelease:
     """The newest release of ``pypi`` on the registry: RegistryError naming the URL when the
     registry does not answer (the hint says how to go on without it)."""
     try:
@@ -78,7 +78,7 @@ def lookup(pypi: str, registry: Registry) -> Release:
              and f.get("packagetype") == "sdist" and str(f.get("filename", "")).endswith(".tar.gz")]
     sdist = files[0] if files else {}
     digest = (sdist.get("digests") or {}).get("sha256")
-    return Release(pypi=str(info.get("name") or pypi), version=info["version"],
+    return TemplateRelease(pypi=str(info.get("name") or pypi), version=info["version"],
                    summary=_text(info.get("summary")),
                    requires_python=_text(info.get("requires_python")),
                    sdist=_text(sdist.get("filename")), url=_text(sdist.get("url")),
@@ -107,7 +107,7 @@ def _newest_cuda(table: Table) -> str:
     return max(built or table.cuda, key=version_key)
 
 
-def render(release: Release, name: str, table: Table) -> str:
+def render(release: TemplateRelease, name: str, table: Table) -> str:
     """The text of the template's recipe.yaml for ``release`` in folder ``name``."""
     r, asked = release, release.url is not None
     sdist = r.sdist or f"{name}-{r.version}.tar.gz"
@@ -178,7 +178,7 @@ def render(release: Release, name: str, table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_template(root: Path, release: Release, table: Table) -> Path:
+def write_template(root: Path, release: TemplateRelease, table: Table) -> Path:
     """Write ``<root>/<name>/recipe.yaml`` for ``release``; returns it. RecipeError when the
     folder exists (a template never overwrites a recipe)."""
     name = folder_name(release.pypi)
