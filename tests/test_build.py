@@ -173,6 +173,8 @@ def test_fixture_builds_through_every_step(sdist, tmp_path):
     assert manifest["source"]["sha256"] == sha256_file(sdist)
     assert manifest["patches"] == ["0001-Mark-patched.patch"]
     assert manifest["build_number"] == 1
+    # setuptools took the fixture's LICENSE by its default license-files; the finish step saw it
+    assert manifest["checks"]["licenses"] == "passed: 1 license file(s): licenses/LICENSE"
     assert manifest["compiler"]["nvcc"].startswith("Build cuda_") or "cuda" in \
         manifest["compiler"]["nvcc"].lower()
 
@@ -209,6 +211,32 @@ def test_failed_check_leaves_no_wheel(sdist, tmp_path):
     report = json.loads((work / _cell(data) / "report.json").read_text())
     assert report["verdict"] == "failed"
     assert [s["name"] for s in report["steps"] if s["status"] == "failed"] == ["verify"]
+
+
+@pytest.mark.cuda
+@pytest.mark.network
+def test_a_wheel_without_its_license_is_refused_and_not_published(tmp_path):
+    """The sdist ships no LICENSE, so the compiled wheel carries none: the finish step refuses
+    it before repairing it, naming the wheel, the rule and the fix; nothing reaches the
+    wheelhouse or the finish folders, and the report says why."""
+    bare = make_sdist(tmp_path / "sdist", license_file=False)
+    data = _recipe(bare)
+    recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
+    out, work = tmp_path / "wheelhouse", tmp_path / "work"
+    proc = _build(recipes, _cell(data), out, work, "--sdist", str(bare))
+    assert proc.returncode == VerifyError.exit_code, proc.stderr[-3000:]
+    assert "tinyext-0.1.0-cp311-cp311-linux_x86_64.whl carries no upstream license: its " \
+           "METADATA (Metadata-Version" in proc.stderr
+    assert "add it to the build through the recipe's patch" in proc.stderr
+    assert not (out.exists() and list(out.glob("*.whl")))
+    cell_work = work / _cell(data)
+    # Only the compile's own output (dist/) holds a wheel: none was repaired or finished.
+    wheels = list(cell_work.rglob("*.whl"))
+    assert wheels and {p.parent.name for p in wheels} == {"dist"}
+    report = json.loads((cell_work / "report.json").read_text())
+    assert report["verdict"] == "failed" and report["error"]["kind"] == "verify"
+    assert "carries no upstream license" in report["error"]["message"]
+    assert [s["name"] for s in report["steps"]][-1] == "compile"
 
 
 @pytest.mark.cuda

@@ -73,6 +73,19 @@ def test_the_finished_tinyext_wheel_is_taken_by_users_tools(tinyext, tmp_path):
     assert metadata["record_files_validated"] == len(record)
     platform_tag = final.name.rsplit("-", 1)[1].removesuffix(".whl")
     assert metadata["auditwheel_show"] == platform_tag  # e.g. manylinux_2_34_x86_64 on this host
+
+
+def test_the_tinyext_build_carries_the_fixture_license_through_finish(tinyext, tmp_path):
+    """setuptools picks the fixture's LICENSE up by its default license-files patterns; the
+    finish step finds it named (License-File) and recorded, and keeps it in the final wheel."""
+    final, manifest, progress = _finish(tinyext, CELL, tmp_path)
+    assert manifest["checks"]["licenses"] == "passed: 1 license file(s): licenses/LICENSE"
+    dist = "tinyext-0.1.0+cu130.torch2.13.dist-info"
+    assert next(s for s in progress.steps if s.name == "metadata").detail["licenses"] == [
+        f"{dist}/licenses/LICENSE"]
+    with zipfile.ZipFile(final) as zf:
+        assert zf.read(f"{dist}/licenses/LICENSE").startswith(b"MIT License")
+        assert "License-File: LICENSE" in zf.read(f"{dist}/METADATA").decode()
     proc = subprocess.run([str(Path(sys.executable).with_name("auditwheel")), "show", str(final)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

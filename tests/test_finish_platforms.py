@@ -30,6 +30,8 @@ RECIPE = SimpleNamespace(source=SimpleNamespace(sdist="demo-1.0.tar.gz", sha256=
                                                 url="https://files.example.invalid/demo-1.0.tar.gz"),
                          patches=(), build=SimpleNamespace(number=0))
 PYD = "demo/_C.cp312-win_amd64.pyd"
+#: The package's license, where setuptools before PEP 639 put it (tools.finish.licenses).
+LICENSE = {"demo-1.0.dist-info/LICENSE": b"MIT License\n"}
 IMPORTS = {"torch_cpu.dll": ["?x@@YAXXZ"], "c10_cuda.dll": ["?y@@YAXXZ"], "cudart64_13.dll": ["cudaMalloc"],
            "python312.dll": ["PyModule_Create2"], "KERNEL32.dll": ["GetLastError"]}
 
@@ -50,7 +52,7 @@ def _finish(raw, work, wheel_platform):
 def test_a_windows_wheel_is_finished_and_its_manifest_says_what_ran(tmp_path, sm90):
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", tag="cp312-cp312-win_amd64",
                      requires_dist=["torch"],
-                     extra_files={"demo/__init__.py": b"", PYD: pe_dll(AMD64, IMPORTS)})
+                     extra_files={"demo/__init__.py": b"", PYD: pe_dll(AMD64, IMPORTS), **LICENSE})
     final, manifest = _finish(raw, tmp_path / "work", "win_amd64")
     assert final.name == "demo-1.0+cu130.torch2.13-cp312-cp312-win_amd64.whl"
     assert manifest["platform"] == "win_amd64"
@@ -67,7 +69,7 @@ def test_a_windows_wheel_is_finished_and_its_manifest_says_what_ran(tmp_path, sm
 def test_a_mislabelled_windows_wheel_stops_at_the_binary_check(tmp_path, sm90):
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", tag="cp312-cp312-win_amd64",
                      extra_files={"demo/__init__.py": b"", PYD: pe_dll(AMD64, IMPORTS),
-                                  "demo/_D.pyd": elf_header(EM_X86_64)})
+                                  "demo/_D.pyd": elf_header(EM_X86_64), **LICENSE})
     with pytest.raises(VerifyError, match=r"demo/_D\.pyd is an ELF binary for x86_64"):
         _finish(raw, tmp_path / "work", "win_amd64")
     assert not list((tmp_path / "work").glob("final/*.whl"))
@@ -75,6 +77,6 @@ def test_a_mislabelled_windows_wheel_stops_at_the_binary_check(tmp_path, sm90):
 
 def test_a_wheel_of_another_platform_than_its_cell_is_refused(tmp_path, sm90):
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", tag="cp312-cp312-win_amd64",
-                     extra_files={"demo/__init__.py": b"", PYD: pe_dll(AMD64, IMPORTS)})
+                     extra_files={"demo/__init__.py": b"", PYD: pe_dll(AMD64, IMPORTS), **LICENSE})
     with pytest.raises(VerifyError, match="but its cell builds for linux_aarch64"):
         _finish(raw, tmp_path / "work", "linux_aarch64")

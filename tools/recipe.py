@@ -2,6 +2,8 @@
 
 The command only: it loads each recipe with ``tools.plan.recipes.model`` against the table, prints one
 line per valid recipe and every problem of the invalid ones, and exits non-zero when any is.
+``python -m tools.recipe new <pypi-name>`` writes a new recipe's template instead
+(``tools.upstream.newrecipe``).
 """
 
 from __future__ import annotations
@@ -10,15 +12,46 @@ import argparse
 import sys
 from pathlib import Path
 
+from tools import RECIPES_DIR
 from tools.core.errors import RecipeError, cli
 from tools.plan.groups import stale_spans
 from tools.plan.recipes.model import check_distinct, load_recipe, recipe_folders
+from tools.plan.recipes.todo import todo_marks
 from tools.plan.table import load_table
+from tools.upstream.newrecipe import TemplateRelease, lookup, write_template
+from tools.upstream.registry import PYPI_JSON, Registry
+
+
+def new(argv: list[str]) -> int:
+    """``python -m tools.recipe new <pypi-name>``: write a new recipe's template, to finish by hand."""
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe new", description=new.__doc__)
+    ap.add_argument("pypi", help="the project's name on PyPI, e.g. causal-conv1d")
+    ap.add_argument("--version", help="the release to build: skips asking the registry (the "
+                                      "sdist's url and sha256 are then left as TODO)")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR,
+                    help="the recipes folder the template's folder goes into (default: recipes/)")
+    ap.add_argument("--registry", default=PYPI_JSON,
+                    help="the registry's JSON API (default: %(default)s)")
+    args = ap.parse_args(argv)
+    release = (TemplateRelease(args.pypi, args.version) if args.version
+               else lookup(args.pypi, Registry(pypi=args.registry)))
+    path = write_template(args.recipes, release, load_table())
+    import yaml  # read back what was written: the markers left are the contributor's list
+    left = todo_marks(yaml.safe_load(path.read_text(encoding="utf-8")))
+    print(f"wrote {path} ({release.pypi} {release.version}); {len(left)} TODO to replace:")
+    for where, text in left:
+        print(f"  - {where}: {text}")
+    print(f"then: python -m tools.recipe {path.parent}   (refuses the recipe while a TODO is left)")
+    return 0
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem."""
+    """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem
+    (``python -m tools.recipe new <pypi-name>``: write a new recipe's template)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["new"]:
+        return new(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
     ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
     args = ap.parse_args(argv)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools import ROOT
+from tools.plan.recipes.reference import reference_markdown
 
 START = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\n", re.M)
 END = "<!-- end generated -->"
@@ -155,6 +156,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "packages": _packages,
     "schedule": _schedule,
     "site-links": _site_links,
+    "recipe-reference": reference_markdown,
 }
 
 

@@ -5,7 +5,8 @@ binary is for the machine the tag names; every torch symbol resolves in the cell
 Windows every imported DLL is allowed; the recipe's ``abi`` claims hold (tools.abicheck); the SASS inside covers the
 requested archs) -> metadata (local version label, torch pin, build tag, the ``cuwheels.json``
 manifest; then the wheel as users' tools see it: installer's RECORD validation and ``auditwheel
-show``, tools.finish.usertools) -> the platform tag check. The host
+show``, tools.finish.usertools) -> the platform tag check. Before any of it, the raw wheel must carry its upstream license
+files (tools.finish.licenses), and the final wheel must still carry them. The host
 backend runs it after its compile; the container backend runs the same function inside the
 image as cibuildwheel's repair command (``python -m tools.incontainer finish``). The import
 smoke test follows in a fresh environment (``tools.finish.checks.smoke_test`` on the host,
@@ -24,12 +25,14 @@ from typing import Any
 
 from .archcheck import check_binaries
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
+from tools.core.errors import VerifyError
 from tools.core.manifest import DEFAULT_PLATFORM, Manifest
 from tools.plan.cells import Cell
 from tools.pipeline.report import Progress, Step
 from tools.plan.recipes.model import Recipe
 from .usertools import check_as_users_do
 from .checks import check_archs, check_tags, cuda_archs
+from .licenses import check_licenses, licenses_summary
 from .wheelmeta import set_version_and_pin
 from .raw import FinishSettings, RawWheel
 from .wheelplatform import FinishPlatform, finish_platform
@@ -156,6 +159,13 @@ def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, 
                               build_number=recipe.build.number, requires=cell.needs_dist)
     step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,
                        build_number=recipe.build.number)
+    try:
+        # Repair and rewrite keep every .dist-info file; a wheel that lost its license on the
+        # way is still refused, and removed, so it cannot be published from the work folder.
+        step.detail.update(licenses=list(check_licenses(out)))
+    except VerifyError:
+        out.unlink()
+        raise
     if cell.needs_dist:
         step.detail.update(requires=list(cell.needs_dist))
     # The tools users run must take the wheel as it will be published.
@@ -169,7 +179,8 @@ def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, 
 def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
                  settings: FinishSettings = FinishSettings()) -> tuple[Path, dict[str, Any]]:
     """Repair, inspect (binaries, ABI and archs), set version/pin/manifest and check the tags of
-    ``raw``.
+    ``raw``, once it is known to carry its upstream license files (VerifyError otherwise, before
+    anything is written).
 
     What differs by platform (the repair tool, the inspection) is the wheel platform's
     (``tools.finish.wheelplatform``). Returns the finished wheel (under
@@ -182,6 +193,9 @@ def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
     # refused before a repair tool chokes on it (delvewheel raises a traceback on an ELF .pyd).
     check_tags(raw.path, platform=platform_name)
     check_binaries(raw.path)
+    # Checked before anything is written: a wheel without its upstream license never reaches
+    # the repaired or final folders, let alone the wheelhouse.
+    f.checks["licenses"] = licenses_summary(check_licenses(raw.path))
     repaired = progress.run("repair", repair_step, f)
     found, claims = progress.run("inspect", inspect_step, f, repaired)
     manifest = build_manifest(f, found, claims)

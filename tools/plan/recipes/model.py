@@ -33,6 +33,7 @@ from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
 from .shape import check_recipe_shape
 from ..schema import Problems, load_yaml
+from .todo import check_todos
 from ..table import Table, arch_key, load_table, version_key
 from tools.core.variant import DEFAULT_PLATFORM
 
@@ -201,6 +202,9 @@ class Recipe:
 def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     """Validate parsed YAML as a recipe at ``path`` (which fixes the package and patch folder)."""
     p = Problems(path, RecipeError)
+    # A template's placeholders first, alone: the schema would only repeat them as bad values.
+    if check_todos(p, data):
+        p.raise_if_any()
     check_recipe_shape(p, data)
     if not isinstance(data, dict):
         p.raise_if_any()
