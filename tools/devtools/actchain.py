@@ -14,7 +14,7 @@ What it takes, each made once and cached under :func:`cache_root` (``$CUWHEELS_A
   repositories (``$CUWHEELS_ACTIONS_SRC``: ``<owner>+<name>/repo`` or ``<owner>/<name>``, bare or
   not), else ``git clone`` from github.com. How each runs is :data:`ACTIONS`.
 
-What stands in, and why (README: "The release chain under act"):
+What stands in, and why (docs/maintaining/releases.md, "The release chain under act"):
 
 - upload-artifact v7.0.0 and download-artifact v8.0.1: v4.6.2 and v4.3.0, rebuilt from their
   source (npm, ncc): act 0.2.89's artifact server refuses @actions/artifact 6's requests

@@ -5,7 +5,7 @@ On an arm64 runner the container backend builds a ``linux_aarch64`` cell in
 image, this builds an arm64 image of the same shape, and podman runs it through qemu-user
 (``apt-get install qemu-user-static binfmt-support`` registers the handler the kernel uses for
 every aarch64 binary in the container), so the same cibuildwheel run, finish step and import
-test happen, only slower (compiles 11-16 times slower than natively: the README's "aarch64 on
+test happen, only slower (compiles 11-16 times slower than natively: docs/design/build.md, "aarch64 on
 an x86_64 machine"). It holds:
 
 - Debian bookworm for arm64 (``debootstrap --arch arm64``; its second stage runs under qemu,

@@ -139,7 +139,7 @@ def run_demo(*, package: str = DEFAULT_PACKAGE, python: str | None = None,
     except CuwheelsError as exc:
         print(f"\ndemo failed while {current}:\n{exc}", file=sys.stderr)
         if isinstance(exc, ToolchainError):
-            print("See README.md, 'Troubleshooting'.", file=sys.stderr)
+            print("See docs/install/troubleshooting.md.", file=sys.stderr)
         raise
     return DemoResult(cell, wheel, wheels, site, out_dir / "venv", variant,
                       int(time.monotonic() - start))

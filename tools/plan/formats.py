@@ -4,7 +4,7 @@ Each format is a plain function of the cells, or of the staged release made of t
 (``tools.plan.stages``: groups, shards, estimates; the counts formats also of the recipes and the
 table), that returns the text without its final newline; ``render`` picks one by its name. The
 bytes are a contract: CI reads ``github`` (every stage's matrices), nox reads ``json``, scripts
-read ``ids`` and ``groups``, and ``counts-md`` is the table the README shows.
+read ``ids`` and ``groups``, and ``counts-md`` is the table the docs' Packages page shows.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def counts_text(rows: list[dict]) -> str:
 
 
 def counts_markdown(rows: list[dict]) -> str:
-    """The counts as a Markdown table with total rows: the README's table, generated."""
+    """The counts as a Markdown table with total rows: the docs' table, generated."""
     lines = [f"| package | platform | {ABI_HEADING} | " + " | ".join(m for _, _, m in COLUMNS)
              + " |", "| --- | --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
     lines += [f"| {r['package']} | {r['platform']} | {r['abi']} | "

@@ -68,14 +68,14 @@ MATRIX_LIMIT = 256
 #: module docstring for which cells go where).
 CELL_MATRICES = 2
 #: A cell's finish, stated: the link, repair, inspection, metadata and import check. The full
-#: mamba_ssm build (README, "What the probes found") spent 10 s repairing, inspecting and
+#: mamba_ssm build (docs/contributing/probes.md, "What the probes found") spent 10 s repairing, inspecting and
 #: labelling and 60 s on the import check; linking a large extension takes minutes. 10 minutes.
 FINISH_MINUTES = 10
 #: A kernel unit a cell reads from a shard's cache, stated: the causal_conv1d benchmark
-#: (README, "Compiler cache") read its three kernel units from a cache in 12 s together.
+#: (docs/design/compiler-cache.md) read its three kernel units from a cache in 12 s together.
 CACHE_HIT_SECONDS = 4
 #: A recipe with no unit list, stated: the full mamba_ssm build compiled for 43 min 23 s for one
-#: arch with one job (README, "What the probes found"), so 2603 s per arch of compile, divided
+#: arch with one job (docs/contributing/probes.md, "What the probes found"), so 2603 s per arch of compile, divided
 #: among the compiles in flight.
 NO_UNITS_SECONDS_PER_ARCH = 2603
 

@@ -390,7 +390,7 @@ def format_report(report: ProbeReport) -> str:
     return "\n".join(lines)
 
 
-#: The header of the README's probe table (``--summary``).
+#: The header of the probe table (docs/contributing/probes.md) (``--summary``).
 TABLE_HEADER = ("| recipe | torch | probe | seconds per unit | peak GiB per unit "
                 "| need / recipe's job_memory_gib |\n|---|---|---|---|---|---|")
 

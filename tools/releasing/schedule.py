@@ -55,7 +55,7 @@ from .backlog import History, backlog
 from .batch import STAGES, Batch, output_bytes
 
 #: A wheel's size per arch for a recipe that states none (``build.wheel_mib_per_arch``): above
-#: mamba_ssm's measured 37 MiB and below flash_attn's 59 (README): an over-estimate for the small
+#: mamba_ssm's measured 37 MiB and below flash_attn's 59 (docs/measurements.md): an over-estimate for the small
 #: kernels, which only makes runs smaller.
 DEFAULT_WHEEL_MIB_PER_ARCH = 40
 #: A compiler cache's size beside the code it compiled, stated: ccache keeps each object

@@ -28,7 +28,7 @@ from tools.plan.table import Table, version_key
 from tools.probing.probe_build import ProbeReport, read_report
 
 #: The one arch a refresh probe compiles for: a probe of every arch takes as long as the build's
-#: heaviest unit times the archs. sm_90 is what the README's recorded probes measured; 90a first,
+#: heaviest unit times the archs. sm_90 is what the recorded probes (docs/contributing/probes.md) measured; 90a first,
 #: for recipes whose Hopper kernels exist only for 90a (xformers' sm_90 list is 90a).
 PROBE_ARCHS = ("90a", "90")
 #: Compiler paths in a first error, shortened to what a reader can find: the sdist's tree and
