@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.core import exitcodes
 from tools.core.errors import VerifyError
 from tools.hostplat import HostOS, current
 from tools.pipeline.venvs import venv_python
@@ -38,7 +39,7 @@ HARNESS = Path(__file__).resolve().with_name("harness.py")
 #: The verdict when no GPU is visible: recorded, never counted as a pass.
 NOT_RUN_NO_GPU = "not run: no GPU"
 #: Exit status of the command when the check could not run (no GPU).
-EXIT_NOT_RUN = 12
+EXIT_NOT_RUN = exitcodes.KERNEL_NOT_RUN
 #: How many failing comparisons an error message lists.
 _SHOWN = 8
 
