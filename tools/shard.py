@@ -15,6 +15,7 @@ from pathlib import Path
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
 from tools.builder.planned import Planned
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.plan.groups import UNITS_FILE, find_group
 from tools.plan.job import Inputs
@@ -76,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     rel.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
-    rel.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
-                     help="where the cells' wheels go (default %(default)s)")
+    option(rel, "--wheels", "--out", type=Path, default=ROOT / "wheelhouse", metavar="DIR",
+           help="where the cells' wheels go (default %(default)s)")
     _backend(rel)
     _common(rel)
     units = sub.add_parser("units", help=f"read a cell's build's units ({UNITS_FILE})")
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         passed += [f"--recipes={args.recipes}", f"--table={args.table}"]
         passed += [f"--{k}={v}" for k, v in (("engine", args.engine), ("image", args.image)) if v]
         jobs = local_release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
-                                    work=args.work, out=args.out, archs=args.archs,
+                                    work=args.work, out=args.wheels, archs=args.archs,
                                     backend=args.backend)
         results = local_release.run_release(jobs, args.work / "release-logs" / group.id)
         for r in results:

@@ -1,4 +1,4 @@
-"""Scanning a batch: which wheels of ``--wheels-dir`` are new, which are known, which are refused.
+"""Scanning a batch: which wheels of ``--wheels`` are new, which are known, which are refused.
 
 Known wheels (published, or removed: the ledger keeps both) are compared with the ledger (size,
 then sha256 unless the machine-local hash cache vouches for them), new ones are read by
@@ -73,7 +73,7 @@ def printable(text: str) -> str:
 
 @dataclass
 class Scan:
-    """The outcome of reading ``--wheels-dir`` against the ledger."""
+    """The outcome of reading ``--wheels`` against the ledger."""
 
     entries: dict[str, Entry]
     added: list[str] = field(default_factory=list)
