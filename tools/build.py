@@ -27,7 +27,9 @@ def parser() -> argparse.ArgumentParser:
                                              "report.")
     ap.add_argument("cell", help="cell id, e.g. causal_conv1d-3.11-cu130 (python -m tools.matrix"
                                  " --format ids lists them)")
-    ap.add_argument("--backend", choices=["auto", "host", "container"], default="auto")
+    ap.add_argument("--backend", choices=["auto", "host", "container"], default="auto",
+                    help="host: this machine's toolchain; container: the cell's image, as CI; "
+                         "auto (default): the container where an engine runs, else the host")
     ap.add_argument("--engine", choices=["docker", "podman"], help="container engine")
     ap.add_argument("--image", help="container backend: build in this image instead of the "
                                     "table's (e.g. a local stand-in: python -m tools.localimage)")

@@ -17,7 +17,8 @@ from tools.core.errors import ToolchainError, cli
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.incontainer``."""
     ap = argparse.ArgumentParser(prog="python -m tools.incontainer",
-                                 description=inside.__doc__.split("\n")[0])
+                                 description="The commands cibuildwheel runs inside the builder "
+                                             "image, from the staged copy of the tools.")
     sub = ap.add_subparsers(dest="command", required=True)
     tc = sub.add_parser("toolchain", help="check the image's nvcc against the cell's CUDA")
     tc.add_argument("--cell-file", type=Path, required=True,

@@ -31,7 +31,8 @@ def default_ledger(output_dir: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.index``: build the index; exit 11 if it couldn't or if wheels were left out."""
     parser = argparse.ArgumentParser(prog="python -m tools.index",
-                                     description=generate.__doc__.split("\n\n")[0])
+                                     description="Build the package index: a static site pip and uv "
+                                     "install from, plus a page for people.")
     option(parser, "--wheels", "--wheels-dir", required=True, type=Path, metavar="DIR",
            help="wheels of this batch (their .metadata files are written beside them)")
     option(parser, "--site", "--output-dir", required=True, type=Path, metavar="DIR",

@@ -18,7 +18,7 @@ from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, find_gpu, format_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command's arguments."""
     ap = argparse.ArgumentParser(prog="python -m tools.kernelcheck",
-                                 description="run a recipe's kernel check on this machine's GPU")
+                                 description="Run a recipe's kernel check on this machine's GPU.")
     ap.add_argument("target", help="a recipe name (flash_attn) or a check file")
     option(ap, "--interpreter", "--python", default=sys.executable, metavar="PATH",
            help="the Python of the environment holding torch and the installed wheel "

@@ -19,7 +19,8 @@ from tools.sitegen.ledger_file import hold_back_published, load_ledger_document
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
-    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description="The ledger of published files: hold back the wheels "
+                                     "of a batch already published.")
     sub = parser.add_subparsers(dest="command", required=True)
     hold = sub.add_parser("hold-back",
                           help="move wheels whose file names the ledger has (published or removed) out of the batch")

@@ -12,21 +12,22 @@ import sys
 
 from tools.core.cliopts import option
 from tools.core.errors import ToolchainError, cli
-from tools.devtools import armimage, standin_image
+from tools.devtools import armimage
 from tools.devtools.standin_image import DEFAULT_PYTHONS, HELPER_PYTHON, build_image
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.localimage``."""
-    p = argparse.ArgumentParser(prog="python -m tools.localimage", description=standin_image.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m tools.localimage",
+                                description="Build a local stand-in for PyTorch's CUDA builder image, "
+                                            "for machines that can pull no image.")
     p.add_argument("--cuda", required=True, help="X.Y; must be this machine's toolkit")
     option(p, "--python", "--pythons", default=",".join(DEFAULT_PYTHONS), metavar="X.Y[,X.Y]",
            help=f"comma-separated X.Y (default {','.join(DEFAULT_PYTHONS)}); "
                         f"{HELPER_PYTHON} is always added for cibuildwheel")
     p.add_argument("--name", help="image name (default: localhost/cuwheels-builder:"
                                   "cudaX.Y-bookworm)")
-    p.add_argument("--engine", default="podman")
+    p.add_argument("--engine", default="podman", help="container engine (default %(default)s)")
     p.add_argument("--arch", choices=["amd64", "arm64"], default="amd64",
                    help="arm64: the aarch64 stand-in, run here under qemu-user "
                         "(tools.devtools.armimage; its Python is Debian's 3.11, so --python "

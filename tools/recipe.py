@@ -19,7 +19,8 @@ from tools.plan.table import load_table
 @cli
 def main(argv: list[str] | None = None) -> int:
     """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem."""
-    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description="Validate the recipes (all, or the folders named) "
+                                 "and report every problem.")
     ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
     args = ap.parse_args(argv)
     table = load_table()

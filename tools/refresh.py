@@ -20,7 +20,8 @@ from tools.upstream.verdicts import probe_matrix
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.refresh``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description="Follow the registry and propose the change to the "
+                                 "table and the recipes (a diff, or --write).")
     ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
     ap.add_argument("--summary", type=Path, metavar="FILE",
                     help="also write the summary (markdown) here, e.g. for a pull request")

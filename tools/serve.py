@@ -19,7 +19,8 @@ from tools.sitegen import server
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.serve``: serve the site and the wheels until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=server.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description="Serve a built index on 127.0.0.1 with PEP 691 content "
+                                     "negotiation, until stopped.")
     parser.add_argument("--site", required=True, type=Path, metavar="DIR", help="the built site (INDEX_DIR)")
     option(parser, "--wheels", "--files", type=Path, default=None, metavar="DIR",
            help="the wheels directory, served at /files/")

@@ -58,12 +58,14 @@ def _shard_arg(text: str) -> tuple[int, int]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Run a shard, or read a recipe's units (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m tools.shard", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.shard", description="A compile group's kernel shards: run one, run a "
+                                 "group's release here, or list a cell's units.")
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="compile one kernel shard of a compile group")
     run.add_argument("group", help="group id, e.g. flash_attn-cu130 (a cell id without its "
                                    "Python part)")
-    run.add_argument("--shard", type=_shard_arg, required=True, metavar="K/N")
+    run.add_argument("--shard", type=_shard_arg, required=True, metavar="K/N",
+                     help="which shard: K of N, e.g. 2/3")
     run.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     run.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
