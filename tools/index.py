@@ -56,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restore", action="append", default=[], metavar="FILENAME",
                         help="put a removed file back in the index as it was published (repeatable)")
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                        help="worker processes reading a large batch of wheels (default: the CPUs available, "
-                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
+                        help="worker processes reading a large batch of wheels (default: the CPUs available; "
+                        f"batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
     parser.add_argument("--recipes", type=Path, default=None, metavar="DIR",
                         help="recipes folder: the front page then lists the cells with no wheel yet, and why")
     parser.add_argument("--table", type=Path, default=None, metavar="FILE",

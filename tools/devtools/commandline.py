@@ -65,6 +65,11 @@ def parser_of(name: str) -> argparse.ArgumentParser:
     raise RuntimeError(f"python -m {module_of(name)}: main() parsed no command line")
 
 
+def _anchor(name: str) -> str:
+    """The heading anchor mkdocs' toc makes for the command's section."""
+    return "python-m-tools" + name.replace(".", "")
+
+
 def run_line(name: str) -> str:
     """How the command is run: ``python -m tools.<name>``."""
     return f"python -m tools.{name}"
@@ -109,12 +114,23 @@ def listing() -> str:
     return "\n".join(lines)
 
 
+def _relative_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with each default path in the repository shown relative to it, so the page is
+    the same in every checkout."""
+    root = TOOLS.parent
+    for p in [parser, *(sub for _, sub in subparsers(parser))]:
+        for action in p._actions:
+            if isinstance(action.default, Path) and action.default.is_relative_to(root):
+                action.default = action.default.relative_to(root)
+    return parser
+
+
 def reference_page() -> str:
     """docs/reference/commands.md: each command, its line and its ``--help``."""
     parts = ["| Command | What it does |", "|---|---|"]
-    parts += [f"| `{run_line(n)}` | {parser_of(n).description} |" for n in commands()]
+    parts += [f"| [`{run_line(n)}`](#{_anchor(n)}) | {parser_of(n).description} |" for n in commands()]
     for name in commands():
-        parser = parser_of(name)
+        parser = _relative_defaults(parser_of(name))
         parts += ["", f"## `{run_line(name)}`", "", parser.description or "", "",
                   "```text", help_text(parser), "```"]
         for sub_name, sub in subparsers(parser):

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tools import ROOT
+from tools.core import exitcodes
+from tools.devtools import commandline, envvars
 
 START = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\n", re.M)
 END = "<!-- end generated -->"
@@ -61,6 +63,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "counts": _counts,
     "schedule": _schedule,
     "site-links": _site_links,
+    "commands": commandline.reference_page,
+    "exit-codes": exitcodes.reference_page,
+    "environment": envvars.reference_page,
 }
 
 
