@@ -1,4 +1,4 @@
-"""Progress of long steps (tools.core.progress): a live line on a terminal (a real pty here),
+"""StepCounter of long steps (tools.core.progress): a live line on a terminal (a real pty here),
 plain periodic lines in a log; and the two commands that show it, run for real."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from tools import ROOT
-from tools.core.progress import Progress
+from tools.core.progress import StepCounter
 from wheelfactory import make_wheel
 
 TIMEOUT = 120
@@ -46,7 +46,7 @@ def _drain(master: int, into: bytearray) -> threading.Thread:
 
 def test_a_log_gets_a_line_every_n_items_and_a_last_one():
     out, clock = io.StringIO(), Clock()
-    with Progress("reading new wheels", 250, stream=out, every=100, clock=clock) as p:
+    with StepCounter("reading new wheels", 250, stream=out, every=100, clock=clock) as p:
         for i in range(250):
             clock.now += 0.01
             p.advance(f"w{i}.whl")
@@ -58,7 +58,7 @@ def test_a_log_gets_a_line_every_n_items_and_a_last_one():
 
 def test_a_log_gets_a_line_every_interval_when_items_are_slow():
     out, clock = io.StringIO(), Clock()
-    p = Progress("reading the registry", stream=out, every=100, interval=10, clock=clock)
+    p = StepCounter("reading the registry", stream=out, every=100, interval=10, clock=clock)
     for seconds in (4, 4, 4, 4, 4, 4):  # a line at 12 s and at 24 s
         clock.now += seconds
         p.advance("torch/json")
@@ -69,7 +69,7 @@ def test_a_log_gets_a_line_every_interval_when_items_are_slow():
 
 def test_a_short_step_prints_nothing_in_a_log():
     out = io.StringIO()
-    with Progress("reading new wheels", 3, stream=out) as p:
+    with StepCounter("reading new wheels", 3, stream=out) as p:
         for name in ("a", "b", "c"):
             p.advance(name)
     assert out.getvalue() == ""
@@ -81,7 +81,7 @@ def test_a_terminal_gets_one_live_line_cleared_at_the_end():
     reader = _drain(master, got)
     clock = Clock()
     with os.fdopen(slave, "w") as tty:
-        with Progress("reading new wheels", 3, stream=tty, clock=clock) as p:
+        with StepCounter("reading new wheels", 3, stream=tty, clock=clock) as p:
             assert p.live
             for name in ("a.whl", "b.whl", "c.whl"):
                 clock.now += 1

@@ -1059,11 +1059,11 @@ def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fa
     import pty
     import threading
 
-    from tools.core.progress import Progress
+    from tools.core.progress import StepCounter
 
     log = io.StringIO()
     registry = fake.registry()
-    registry.progress = Progress("reading the registry", stream=log, every=1)
+    registry.progress = StepCounter("reading the registry", stream=log, every=1)
     propose(registry, recipes_dir=repo, date=DATE)
     registry.progress.close()
     lines = log.getvalue().splitlines()
@@ -1086,7 +1086,7 @@ def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fa
     reader.start()
     with os.fdopen(slave, "w") as tty:
         registry = fake.registry()
-        registry.progress = Progress("reading the registry", stream=tty)
+        registry.progress = StepCounter("reading the registry", stream=tty)
         propose(registry, recipes_dir=repo, date=DATE)
         registry.progress.close()
     reader.join(timeout=10)

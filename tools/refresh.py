@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import cli
-from tools.core.progress import Progress
+from tools.core.progress import StepCounter
 from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
 from tools.upstream.verdicts import probe_matrix
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tools.refresh``: print the registry's change to the table and the recipes as
     a diff, or apply it with ``--write``."""
     args = parser().parse_args(argv)
-    with Progress("reading the registry") as reads:
+    with StepCounter("reading the registry") as reads:
         registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test,
                             progress=reads)
         proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table,

@@ -1,4 +1,4 @@
-"""Progress of a long step (reading a batch of wheels, reading the registry), on stderr.
+"""StepCounter of a long step (reading a batch of wheels, reading the registry), on stderr.
 
 On a terminal it is one live line, rewritten in place (``\\r``) at most :data:`REDRAW` times a
 second and cleared when the step ends, so the command's own summary follows on a clean line.
@@ -23,7 +23,7 @@ EVERY = 100
 INTERVAL = 10.0
 
 
-class Progress:
+class StepCounter:
     """Counts a step's items and shows the count (see the module docstring). Safe to advance
     from several threads; use as a context manager, or call :meth:`close`."""
 
@@ -62,7 +62,7 @@ class Progress:
                 self.stream.write(f"{self._count()} ({self.clock() - self.started:.0f} s)\n")
                 self.stream.flush()
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> StepCounter:
         return self
 
     def __exit__(self, *exc: object) -> None:

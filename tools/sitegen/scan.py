@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tools.core.digest import hash_files, jobs_for
-from tools.core.progress import Progress
+from tools.core.progress import StepCounter
 from tools.core.errors import IndexBuildError
 from tools.core.regularfile import read_regular
 from .ledger_file import Entry, Removal
@@ -179,7 +179,7 @@ def scan_wheels(
     # validated when it was published).
     sizes = [u[2].st_size for u in unsure]
     hashes = hash_files([u[1] for u in unsure], jobs=jobs_for(sizes, jobs))
-    checking = Progress("checking published wheels", len(unsure))
+    checking = StepCounter("checking published wheels", len(unsure))
     for (fn, key, st, known), hashed in zip(unsure, hashes, strict=True):
         checking.advance(fn)
         if isinstance(hashed, OSError):
@@ -217,7 +217,7 @@ def scan_wheels(
         lines = (None for _ in new)
     # closing(): an error here stops the workers at once, not when the traceback is collected.
     written: dict[str, str] = {}  # .metadata files written here, for hard links (wheelread.write_metadata)
-    with closing(lines), Progress("reading new wheels", len(new)) as reading:
+    with closing(lines), StepCounter("reading new wheels", len(new)) as reading:
         for (fn, key, st), line in zip(new, lines, strict=True):
             reading.advance(fn)
             if line is None:  # no workers, or this wheel's worker died

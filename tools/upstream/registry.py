@@ -28,7 +28,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from tools.core.httpclient import PYPI_FILES, check_url, download
-from tools.core.progress import Progress
+from tools.core.progress import StepCounter
 from tools.core.errors import RegistryError
 from tools.core.rangeread import RangeReader
 from tools.plan.table import version_key
@@ -90,7 +90,7 @@ class Registry:
     #: PyTorch's test index page (release candidates), read by ``--rc`` only.
     test: str = TORCH_TEST
     #: Counts each read, for the command's progress line (None: not shown).
-    progress: Progress | None = field(default=None, compare=False, repr=False)
+    progress: StepCounter | None = field(default=None, compare=False, repr=False)
 
     def origins(self) -> tuple[str, ...]:
         """Where this client reads: the JSON API, the variant index, the test index and PyPI's
