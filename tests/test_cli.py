@@ -24,6 +24,8 @@ TIMEOUT = 120
 #: Markup that belongs in module docstrings, not in what --help prints.
 MARKUP = re.compile(r"``|:(?:func|data|class|meth|mod|attr|exc):`")
 #: Spellings replaced by one name per concept; each still works, hidden from --help.
+#: What each concept's option takes, the same in every command.
+METAVARS = {"--site": "DIR", "--wheels": "DIR", "--ledger": "FILE", "--interpreter": "PATH"}
 RENAMED = [  # (command, subcommand or None, old argv, new argv, dest)
     ("index", None, ["--wheels-dir", "w", "--output-dir", "s", "--base-url", "u"],
      ["--wheels", "w", "--site", "s", "--base-url", "u"], ("wheels", "site")),
@@ -120,6 +122,9 @@ def test_one_name_per_concept():
             shown += [f"{where} {o}" for o in action.option_strings if o in banned]
             if "--python" in action.option_strings:
                 assert action.type is not Path, f"{where}: --python is a version; a path is --interpreter"
+            for flag, metavar in METAVARS.items():
+                if flag in action.option_strings and action.metavar != metavar:
+                    shown.append(f"{where} {flag} {action.metavar} (not {metavar})")
     assert shown == []
 
 

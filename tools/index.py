@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     option(parser, "--site", "--output-dir", required=True, type=Path, metavar="DIR",
            help="the site (INDEX_DIR), replaced atomically")
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
-    parser.add_argument("--ledger", type=Path, default=None,
+    parser.add_argument("--ledger", type=Path, default=None, metavar="FILE",
                         help="record of everything published (default: beside the site, "
                         "<site>-ledger.json)")
     parser.add_argument("--init-ledger", action="store_true",

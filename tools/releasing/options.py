@@ -12,7 +12,8 @@ from tools.plan.table import TABLE_PATH
 
 #: Each command's options: (flags, argparse keywords); "src" adds the plan's source files.
 COMMANDS = {
-    "batch": ["src", ("--ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
+    "batch": ["src", ("--ledger", {"type": Path, "default": ROOT / "index" / "ledger.json",
+                                 "metavar": "FILE"}),
               ("--attempts", {"type": Path}),
               ("--pending", {"type": Path, "help": "tag<TAB>wheel lines of complete releases "
                              "the ledger lacks yet (what to-index prints): counted published"}),
@@ -40,7 +41,7 @@ COMMANDS = {
              ("--repo-ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
              ("--github-output", {"type": Path})],
     "to-index": [("--limits", {"type": Path, "default": LIMITS_PATH}),
-                 ("--repo", {"required": True}), ("--ledger", {"type": Path, "required": True})],
+                 ("--repo", {"required": True}), ("--ledger", {"type": Path, "required": True, "metavar": "FILE"})],
     "attempts": ["src", ("--attempts", {"type": Path, "required": True}),
                  ("--plan", {"type": Path, "required": True}),
                  ("--reports", {"type": Path, "required": True}), ("--report-url", {"default": ""}),
@@ -57,7 +58,7 @@ ABOUT = {"batch": "choose this run's batch; write the plan artifact, outputs and
          "attempts": "write the failed tries after the run"}
 HELP = {"--recipes": "recipes directory", "--table": "compatibility table",
         "--runners": "runners file (default: runners.yaml in --recipes)",
-        "--limits": "GitHub's limits and the drain policy", "--ledger": "the ledger (FILE)",
+        "--limits": "GitHub's limits and the drain policy", "--ledger": "the ledger: what is published",
         "--attempts": "the failed tries per cell (attempts.json)",
         "--plan-out": "where the plan artifact goes", "--plan": "the plan artifact (JSON)",
         "--github-output": "append the step's outputs here ($GITHUB_OUTPUT)",
