@@ -48,8 +48,9 @@ class ExitCode:
 #: Every exit status, in order. The meanings are what the reference page shows.
 TABLE: tuple[ExitCode, ...] = (
     ExitCode(OK, "ok", "done; every check passed"),
-    ExitCode(FAILED, "failed", "a check found problems (lint, recipe clash, abicheck), or the "
-             "selector found no wheel that fits; also any error without a class of its own"),
+    ExitCode(FAILED, "failed", "a check found problems (lint_workflows, abicheck, docpages "
+             "--check, oci_runtime), or the selector found no wheel that fits; also any error "
+             "without a class of its own"),
     ExitCode(USAGE, "usage", "the command line is wrong (argparse's status; the message says "
              "which option)"),
     ExitCode(INDEX_UNREADABLE, "index unreadable", "the selector could not read the index "

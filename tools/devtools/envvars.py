@@ -42,13 +42,15 @@ VARIABLES: dict[str, str] = {
     "CUWHEELS_ACTIONS_SRC": "the workflow test: a folder of the actions' repositories to clone "
                             "from instead of github.com",
     "XDG_CACHE_HOME": "the cache's parent: $XDG_CACHE_HOME/cuwheels (default ~/.cache/cuwheels)",
-    "HOME": "where uv and pyenv keep their Pythons, searched for a cell's interpreter",
+    "HOME": "pyenv's Pythons are under ~/.pyenv when PYENV_ROOT is not set",
     "PATH": "where nvcc, ccache, ninja, a cell's Python and the container engine are found",
-    "VIRTUAL_ENV": "a virtual environment's interpreter is never taken for a cell's Python",
+    "VIRTUAL_ENV": "left out of uv's environment when it finds a cell's Python (uv must not "
+                   "answer with the caller's virtual environment)",
     "PYENV_ROOT": "where pyenv keeps its Pythons (default ~/.pyenv)",
     # the build's
     "CUDA_HOME": "the CUDA toolkit a host build uses (default /usr/local/cuda, else nvcc on PATH)",
-    "CPATH": "extra include directories, kept for the build",
+    "CPATH": "include directories of the build; the PyPI toolkit's headers are added after "
+             "them",
     "MAX_JOBS": "the kernel shards' build: how many compiles run at once",
     "NVCC_THREADS": "the kernel shards' build: nvcc's threads per compile (recorded with a shard)",
     "SOURCE_DATE_EPOCH": "inside the builder image: the timestamp reproducible builds use",
