@@ -50,12 +50,12 @@ probe: setup
 
 ## index: emit the package index from WHEELS_DIR into INDEX_DIR
 index: setup
-	$(PY) -m tools.index --wheels-dir $(WHEELS_DIR) --output-dir $(INDEX_DIR) \
+	$(PY) -m tools.index --wheels $(WHEELS_DIR) --site $(INDEX_DIR) \
 	    --base-url $(BASE_URL) --ledger $(LEDGER) --yanked $(YANKED) $(INIT_LEDGER) $(INDEX_FLAGS)
 
 ## serve: serve INDEX_DIR (and WHEELS_DIR under /files/) on 127.0.0.1:PORT
 serve: setup
-	$(PY) -m tools.serve --site $(INDEX_DIR) --files $(WHEELS_DIR) --port $(PORT)
+	$(PY) -m tools.serve --site $(INDEX_DIR) --wheels $(WHEELS_DIR) --port $(PORT)
 
 ## recipes: validate every recipe
 recipes: setup

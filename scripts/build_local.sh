@@ -8,7 +8,7 @@
 #
 # ENGINE is docker or podman; CUDA is 12.9 or 129; --torch picks a non-default torch series for
 # that CUDA version (the recipe's first is the default). Everything after that goes to
-# `python -m tools.build` (--archs, --sdist, --dry-run, --out, --work...). The package version is
+# `python -m tools.build` (--archs, --sdist, --dry-run, --wheels, --work...). The package version is
 # the recipe's: a recipe builds one version.
 set -eu
 

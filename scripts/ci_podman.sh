@@ -7,7 +7,7 @@
 #
 #   scripts/ci_podman.sh            # CUDA version from this machine's nvcc
 #   scripts/ci_podman.sh 13.0       # or named (must match the local toolkit)
-#   scripts/ci_podman.sh 13.0 --pythons 3.12 --rebuild   # further tools.localimage options
+#   scripts/ci_podman.sh 13.0 --python 3.12 --rebuild   # further tools.localimage options
 #
 # Exits non-zero, saying why, when no image can be built or no container started.
 set -eu

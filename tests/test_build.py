@@ -128,7 +128,7 @@ def _cell(data: dict) -> str:
 
 def _build(recipes: Path, cell: str, out: Path, work: Path, *extra: str, timeout=1800):
     return subprocess.run([sys.executable, "-m", "tools.build", cell, "--backend", "host",
-                           "--recipes", str(recipes), "--out", str(out), "--work", str(work),
+                           "--recipes", str(recipes), "--wheels", str(out), "--work", str(work),
                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -343,7 +343,7 @@ def test_archs_override_keeps_the_recipes_arch_specific_targets(mini_table, writ
 @pytest.mark.cuda
 @pytest.mark.network
 def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
-    """--python with --offline: the environment's own torch and build requirements, no venv,
+    """--interpreter with --offline: the environment's own torch and build requirements, no venv,
     nothing downloaded (every proxy points at a closed port, pip and uv are told to stay
     offline), nothing installed into the environment."""
     env_python = cuda_torch_venv(tmp_path / "cluster-env")   # made before the network goes
@@ -367,11 +367,11 @@ def test_build_with_an_existing_python_offline(sdist, tmp_path, monkeypatch):
         backend="auto", inputs=Inputs(sdist=sdist, offline=True), python=env_python,
         out_dir=out, work_root=work, stream=stream, gpu_finder=lambda python, **_: None,
         container=ContainerSettings(
-            can_build=lambda engine, image: pytest.fail("--python must not probe engines"))))
+            can_build=lambda engine, image: pytest.fail("--interpreter must not probe engines"))))
     report = result.report
     assert report.verdict == "passed", stream.getvalue()[-3000:]
     assert result.wheel == Path(report.wheel)
-    assert report.why == f"--python {env_python}"
+    assert report.why == f"--interpreter {env_python}"
     names = [s["name"] for s in json.loads((work / cell / "report.json").read_text())["steps"]]
     assert names == ["python", "toolchain", "source", "compile", "repair", "inspect",
                      "metadata", "verify", "kernels", "publish"]
@@ -397,14 +397,14 @@ def test_python_with_the_container_backend_is_refused(sdist, tmp_path):
     data = _recipe(sdist)
     recipes = _write(tmp_path / "recipes", data, {"0001-Mark-patched.patch": PATCH})
     proc = _build(recipes, _cell(data), tmp_path / "out", tmp_path / "work", "--backend",
-                  "container", "--python", sys.executable, timeout=300)
+                  "container", "--interpreter", sys.executable, timeout=300)
     assert proc.returncode == ToolchainError.exit_code
     assert "the container backend brings its own" in proc.stderr
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--offline"], "--offline needs --wheelhouse (or --python"),
-    (["--offline", "--python", "/x/python"], "--offline needs --sdist or --sdist-dir"),
+    (["--offline"], "--offline needs --wheelhouse (or --interpreter"),
+    (["--offline", "--interpreter", "/x/python"], "--offline needs --sdist or --sdist-dir"),
 ])
 def test_offline_needs_what_it_cannot_download(tmp_path, args, message):
     proc = subprocess.run([sys.executable, "-m", "tools.build", "tinyext-3.11-cu130", *args],

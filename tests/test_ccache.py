@@ -347,7 +347,7 @@ def builds(tmp_path_factory) -> dict[str, Built]:
     for name, extra in (("uncached", ["--no-cache"]), ("cold", []), ("warm", [])):
         work, wheels = root / name / "work", root / name / "wheelhouse"
         proc = subprocess.run([sys.executable, "-m", "tools.build", cell, "--backend", "host",
-                               "--recipes", str(recipes), "--out", str(wheels), "--work",
+                               "--recipes", str(recipes), "--wheels", str(wheels), "--work",
                                str(work), "--sdist", str(sdist), *extra], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"

@@ -221,7 +221,7 @@ def test_repair_command_is_what_the_finish_step_parses(world, tmp_path):
     assert args.wheel == Path("/tmp/cibuildwheel/built_wheel/demo_ext-1.0.0-cp311.whl")
     assert args.dest_dir == Path("/tmp/cibuildwheel/repaired_wheel")
     assert tuple(args.archs.split(",")) == cell.archs
-    assert args.build_python == "$(command -v python)" and args.recipe_revision == "abc123"
+    assert args.interpreter == "$(command -v python)" and args.recipe_revision == "abc123"
 
 
 # --- cibuildwheel itself reads the configuration -----------------------------------------------
@@ -364,7 +364,7 @@ def test_compiler_cache_is_mounted_and_wrapped_in_the_build_only(world, tmp_path
     torch_step, setup, deps, *_ = o["CIBW_BEFORE_BUILD"].split(" && ")
     assert torch_step == (f"python -m pip install --target /tmp/cuwheels-torch "
                           f"{cell.torch_requirement} --index-url https://pypi.org/simple")
-    assert setup.endswith('-m tools.incontainer ccache setup --python "$(command -v python)"')
+    assert setup.endswith('-m tools.incontainer ccache setup --interpreter "$(command -v python)"')
     assert deps.startswith("python -m pip install ")
     assert o["CIBW_BEFORE_TEST"] == f"python -m pip install {cell.torch_requirement} " \
                                     "--index-url https://pypi.org/simple"

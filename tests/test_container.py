@@ -154,7 +154,7 @@ def test_relax_only_where_the_table_says(world, tmp_path, monkeypatch, capsys):
     _, _, relaxed = plan_cell("demo_ext-3.12-cu130-torch2.9", table, recipes, cells, tmp_path)
     _, _, plain = plan_cell("demo_ext-3.12-cu130", table, recipes, cells, tmp_path)
     assert relaxed.env["CIBW_BEFORE_BUILD"].endswith(
-        'tools.incontainer relax-nvcc-check --python "$(command -v python)"')
+        'tools.incontainer relax-nvcc-check --interpreter "$(command -v python)"')
     assert "relax-nvcc-check" not in plain.env["CIBW_BEFORE_BUILD"]
     assert "relax" not in " ".join(plain.env.values())
     out, _ = _dry_run(monkeypatch, tmp_path, table, "demo_ext-3.12-cu130-torch2.9", capsys)
@@ -178,7 +178,7 @@ def test_container_backend_without_an_engine_says_so(world, tmp_path, monkeypatc
     world()
     _no_engine_path(tmp_path, monkeypatch)
     rc = build_command.main(["demo_ext-3.12-cu129", "--backend", "container",
-                             *_world_args(tmp_path), "--out", str(tmp_path / "out")])
+                             *_world_args(tmp_path), "--wheels", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == ToolchainError.exit_code
     assert "toolchain error: no container engine can build from " in err

@@ -259,7 +259,7 @@ def test_container_shards_feed_container_cells(local_image, sdist, tmp_path, mon
         [sys.executable, "-m", "tools.shard", "release", group, "--shards", "2", "--python",
          "3.11,3.12", "--backend", "container", "--engine", "podman", "--image", local_image,
          "--archs", "90", "--recipes", str(recipes), "--sdist", str(sdist), "--cache",
-         str(cache), "--work", str(work), "--out", str(out)],
+         str(cache), "--work", str(work), "--wheels", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=3600)
     logs = "\n".join(p.read_text()[-3000:] for p in (work / "release-logs").rglob("*.log"))
     assert proc.returncode == 0, proc.stdout + logs

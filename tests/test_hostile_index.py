@@ -64,7 +64,7 @@ def run(argv: list[str], *, python_code: str | None = None) -> Run:
 
 def index_args(root: Path, *extra: str, wheels: str = "wheels", site: str = "site",
                ledger: str = "ledger.json") -> list[str]:
-    return ["--wheels-dir", str(root / wheels), "--output-dir", str(root / site), "--base-url", BASE,
+    return ["--wheels", str(root / wheels), "--site", str(root / site), "--base-url", BASE,
             "--ledger", str(root / ledger), *extra]
 
 
@@ -382,8 +382,8 @@ set -u
 mount -t tmpfs -o size=2m tmpfs "$T/roomy"
 mount -t tmpfs -o size=2m tmpfs "$T/tight"
 cd "$ROOT"
-run() { timeout 60 "$PY" -m tools.index --wheels-dir "$T/wheels" --base-url https://files.example/v1 \
-          --output-dir "$T/$SITE_FS/site" --ledger "$T/$LEDGER_FS/ledger.json" "$@"; }
+run() { timeout 60 "$PY" -m tools.index --wheels "$T/wheels" --base-url https://files.example/v1 \
+          --site "$T/$SITE_FS/site" --ledger "$T/$LEDGER_FS/ledger.json" "$@"; }
 snap() { "$PY" -c 'import hashlib, json, sys, pathlib
 print(json.dumps({str(p): hashlib.sha256(p.read_bytes()).hexdigest()
                   for top in sys.argv[1:] for p in sorted(pathlib.Path(top).rglob("*")) if p.is_file()

@@ -165,7 +165,7 @@ def test_the_chain_sdist_escapes_tarfiles_own_filter_here(tmp_path):
 
 # --------------------------------------------------------------------------- recipes
 
-#: What ``python -m tools.recipe FOLDER`` says about each hostile recipe (RecipeError, exit 3).
+#: What ``python -m tools.recipe FOLDER`` says about each hostile recipe (RecipeError).
 RECIPE_REFUSALS = {
     "sdist-absolute": "source.sdist: '/tmp/cuwheels-victim/causal_conv1d-1.7.0.tar.gz' is not a plain file name",
     "sdist-dotdot": "source.sdist: '../../causal_conv1d-1.7.0.tar.gz' is not a plain file name",
@@ -269,7 +269,7 @@ def test_two_recipes_of_one_project_are_refused_by_both_commands(tmp_path):
 
 # --------------------------------------------------------------------------- tables
 
-#: What ``python -m tools.matrix --table FILE`` says about each hostile table (TableError, exit 2).
+#: What ``python -m tools.matrix --table FILE`` says about each hostile table (TableError).
 TABLE_REFUSALS = {
     "duplicate-cuda-key": "the key '12.8' is given twice",
     "alias-bomb": "an anchor (&a0) is not allowed here",

@@ -46,7 +46,7 @@ STRICT = {"newer-manylinux", "py311-beside-py3", "platform-beside-any"}
 
 
 def _index(root: Path, *extra: str):
-    return run(["--wheels-dir", str(root / "wheels"), "--output-dir", str(root / "site"), "--base-url", "/files",
+    return run(["--wheels", str(root / "wheels"), "--site", str(root / "site"), "--base-url", "/files",
                 "--ledger", str(root / "ledger.json"), *extra])
 
 

@@ -81,8 +81,8 @@ def test_a_build_with_compiler_path_is_refused_before_anything_runs(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
     before = snapshot(tmp_path)
     run = run_python("-m", "tools.build", "causal_conv1d-3.12-cu130", "--backend", "host",
-                     "--recipes", str(folder.parent), "--work", str(work), "--out", str(out),
-                     "--offline", "--python", sys.executable, "--sdist",
+                     "--recipes", str(folder.parent), "--work", str(work), "--wheels", str(out),
+                     "--offline", "--interpreter", sys.executable, "--sdist",
                      str(tmp_path / "none.tar.gz"))
     _refused_recipe(run, folder, "env.COMPILER_PATH: COMPILER_PATH is not the package's to set")
     assert not marker.exists() and not work.exists() and not out.exists()

@@ -89,7 +89,7 @@ def serve(site: Path, files: Path | None = None, log: Path | None = None) -> Ite
     by itself after SERVER_LIFETIME seconds, and is stopped here."""
     cmd = [sys.executable, "-m", "tools.serve", "--site", str(site), "--port", "0", "--quiet",
            "--exit-after", str(SERVER_LIFETIME)]
-    cmd += ["--files", str(files)] if files is not None else []
+    cmd += ["--wheels", str(files)] if files is not None else []
     cmd += ["--log", str(log)] if log is not None else []
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})

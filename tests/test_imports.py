@@ -156,7 +156,7 @@ def test_every_module_lives_in_a_layer_package_or_is_a_command():
 def test_no_command_shares_its_name_with_a_package_module():
     """``python -m tools.verify`` is the command; the checks it runs live in ``tools.finish.checks``.
     One name, one module: a reader (or a docstring) naming ``verify`` means the command."""
-    commands = {p.stem for p in TOOLS.glob("*.py")} - {"__init__"}
+    commands = {p.stem for p in TOOLS.glob("*.py")} - {"__init__", "__main__"}  # __main__: python -m tools (the command list)
     shared = sorted(str(p.relative_to(ROOT)) for p in TOOLS.glob("*/*.py") if p.stem in commands)
     assert shared == [], f"rename these package modules by what they hold: {shared}"
 

@@ -77,7 +77,7 @@ def test_missing_ledger_is_refused_without_init(tmp_path):
 
 def test_main_exits_zero_when_everything_is_indexed(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
-    rc = main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+    rc = main(["--wheels", str(tmp_path / "w"), "--site", str(tmp_path / "site"),
                    "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger"])
     assert rc == 0
     assert "1 files in 1 projects" in capsys.readouterr().out
@@ -89,7 +89,7 @@ def test_without_ledger_the_ledger_sits_beside_the_site_not_in_the_repository(tm
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     committed = ROOT / "index" / "ledger.json"
     before = committed.read_bytes()
-    rc = main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+    rc = main(["--wheels", str(tmp_path / "w"), "--site", str(tmp_path / "site"),
                "--base-url", BASE, "--init-ledger"])
     assert rc == 0
     assert json.loads((tmp_path / "site-ledger.json").read_text())["files"]
@@ -99,7 +99,7 @@ def test_without_ledger_the_ledger_sits_beside_the_site_not_in_the_repository(tm
 def test_jobs_must_be_a_positive_number(tmp_path, capsys):
     make_wheel(tmp_path / "w", "good", "1.0", tag=ANY)
     with pytest.raises(SystemExit) as exc:
-        main(["--wheels-dir", str(tmp_path / "w"), "--output-dir", str(tmp_path / "site"),
+        main(["--wheels", str(tmp_path / "w"), "--site", str(tmp_path / "site"),
                   "--base-url", BASE, "--ledger", str(tmp_path / "l.json"), "--init-ledger", "--jobs", "0"])
     assert exc.value.code == 2
     assert "--jobs: '0' is not a number of processes" in capsys.readouterr().err
@@ -145,7 +145,7 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
     w = tmp_path / "w"
     make_wheel(w, "flash-attn", "2.8.3", local="cu12torch2.8cxx11abiFALSE")
 
-    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+    rc = main(["--wheels", str(w), "--site", str(tmp_path / "site"), "--base-url", BASE,
                "--ledger", str(tmp_path / "l.json"), "--init-ledger", "--recipes", str(recipes)])
     assert rc == 0, capsys.readouterr().err
     site = tmp_path / "site"
@@ -157,7 +157,7 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
     assert re.findall(r'title="([^"]+)"', row) == ["demo_ext-3.12-cu130"]  # this table's Pythons
 
     # --table names another table: it wins over the folder's, for all three again.
-    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+    rc = main(["--wheels", str(w), "--site", str(tmp_path / "site"), "--base-url", BASE,
                "--ledger", str(tmp_path / "l.json"), "--recipes", str(recipes),
                "--table", str(own.path)])
     assert rc == 0, capsys.readouterr().err
@@ -174,7 +174,7 @@ def test_one_run_reads_one_table_the_recipes_folders(tmp_path, write_recipe, goo
 
 
 def _cli(tmp_path, *extra, ledger="ledger.json"):
-    return main(["--wheels-dir", str(tmp_path / "wheels"), "--output-dir", str(tmp_path / "site"),
+    return main(["--wheels", str(tmp_path / "wheels"), "--site", str(tmp_path / "site"),
                  "--base-url", BASE, "--ledger", str(tmp_path / ledger), *extra])
 
 

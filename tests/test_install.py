@@ -91,8 +91,8 @@ def test_installed_index_finds_its_templates(installed, tmp_path):
     site = tmp_path / "site"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    proc = subprocess.run([str(installed), "-m", "tools.index", "--wheels-dir", str(wheels),
-                           "--output-dir", str(site), "--base-url", "http://127.0.0.1/files",
+    proc = subprocess.run([str(installed), "-m", "tools.index", "--wheels", str(wheels),
+                           "--site", str(site), "--base-url", "http://127.0.0.1/files",
                            "--ledger", str(tmp_path / "ledger.json"), "--init-ledger"],
                           cwd=tmp_path, env=_isolated_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

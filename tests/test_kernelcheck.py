@@ -173,7 +173,7 @@ def test_no_gpu_is_recorded_as_not_run_and_runs_nothing(tmp_path):
 def test_command_line(torch_python, tmp_path, fixture, code, expected):
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", str(FIXTURES / fixture),
-                           "--python", str(torch_python), "--device", "cpu", "--json", str(out)],
+                           "--interpreter", str(torch_python), "--device", "cpu", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == code, proc.stderr
     assert expected in proc.stdout + proc.stderr
@@ -185,7 +185,7 @@ def test_command_line_without_a_gpu_exits_not_run(tmp_path, monkeypatch, capsys)
     import tools.kernelcheck as kernelcheck
     monkeypatch.setattr(kernelcheck, "find_gpu", no_gpu)
     out = tmp_path / "result.json"
-    code = kernelcheck.main(["flash_attn", "--python", str(tmp_path / "unused"),
+    code = kernelcheck.main(["flash_attn", "--interpreter", str(tmp_path / "unused"),
                              "--json", str(out)])
     assert code == EXIT_NOT_RUN == 12
     assert "kernel check: not run: no GPU" in capsys.readouterr().out
@@ -197,22 +197,22 @@ def test_command_line_names_an_environment_without_torch(tmp_path):
     from tools.pipeline import venvs as pyenv
     bare = pyenv.create_venv(tmp_path / "bare", "3.11")
     proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "causal_conv1d",
-                           "--python", str(bare)],
+                           "--interpreter", str(bare)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == VerifyError.exit_code
     assert f"could not ask {bare} for a GPU: torch failed to import" in proc.stderr
 
 
-# ---- --python: an interpreter named by a path that may be relative ---------------------------
+# ---- --interpreter: an interpreter named by a path that may be relative ---------------------------
 
 def test_command_line_names_a_relative_python_that_does_not_exist(tmp_path):
     """No traceback: the path, where it was looked for, and the fix; exit 10."""
     proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "flash_attn",
-                           "--python", "relative/path/python"],
+                           "--interpreter", "relative/path/python"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == VerifyError.exit_code == 10, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert (f"Python interpreter relative/path/python (--python) was not found (relative to "
+    assert (f"Python interpreter relative/path/python (--interpreter) was not found (relative to "
             f"the current directory {ROOT})") in proc.stderr
     assert "fix: give the interpreter of the environment holding torch and the wheel as an " \
            "absolute path" in proc.stderr
@@ -248,17 +248,17 @@ def test_environment_python_on_windows_takes_backslashes_and_names_scripts(tmp_p
 
 
 @pytest.mark.parametrize("given, message, fix", [
-    ("./venv", "Python interpreter ./venv (--python) is a directory (relative to the current "
+    ("./venv", "Python interpreter ./venv (--interpreter) is a directory (relative to the current "
                "directory {cwd})", "give the interpreter inside it, e.g. {cwd}/venv/bin/python"),
-    ("venv", "Python interpreter 'venv' (--python) is no command on PATH",  # a bare name
+    ("venv", "Python interpreter 'venv' (--interpreter) is no command on PATH",  # a bare name
      "a bare name is looked up on PATH; for {cwd}/venv write ./venv/bin/python"),
-    ("venv/bin/python3.99", "Python interpreter venv/bin/python3.99 (--python) was not found "
+    ("venv/bin/python3.99", "Python interpreter venv/bin/python3.99 (--interpreter) was not found "
                             "(relative to the current directory {cwd})", "an absolute path"),
-    ("{cwd}/venv/bin/python3.99", "Python interpreter {cwd}/venv/bin/python3.99 (--python) "
+    ("{cwd}/venv/bin/python3.99", "Python interpreter {cwd}/venv/bin/python3.99 (--interpreter) "
                                   "was not found\n", "an absolute path"),
-    ("venv/notes.txt", "Python interpreter {cwd}/venv/notes.txt (--python) is not executable",
+    ("venv/notes.txt", "Python interpreter {cwd}/venv/notes.txt (--interpreter) is not executable",
      "an absolute path"),
-    ("no-such-python-3.99", "Python interpreter 'no-such-python-3.99' (--python) is no command "
+    ("no-such-python-3.99", "Python interpreter 'no-such-python-3.99' (--interpreter) is no command "
                             "on PATH", "an absolute path"),
 ])
 def test_environment_python_refuses(tmp_path, monkeypatch, given, message, fix):
@@ -338,7 +338,7 @@ def test_a_recipe_target_names_the_package_under_test():
 def test_command_line_names_a_recipe_package_missing_from_the_environment(torch_python):
     """flash_attn is not installed in a torch-only environment: said so, not blamed on its API."""
     proc = subprocess.run([sys.executable, "-m", "tools.kernelcheck", "flash_attn",
-                           "--python", str(torch_python), "--device", "cpu"],
+                           "--interpreter", str(torch_python), "--device", "cpu"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == VerifyError.exit_code, proc.stderr
     assert "kernel check: error" in proc.stdout

@@ -252,7 +252,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
 def _hold_back(tmp_path, batch):
     return subprocess.run([sys.executable, "-m", "tools.ledger", "hold-back", "--ledger", str(tmp_path / "ledger.json"),
-                           "--wheels-dir", str(batch), "--to", str(tmp_path / "held")],
+                           "--wheels", str(batch), "--to", str(tmp_path / "held")],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 

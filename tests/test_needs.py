@@ -248,7 +248,7 @@ def test_a_dependent_builds_its_needed_cell_first_and_imports_with_it(tmp_path):
     out, work = tmp_path / "wheelhouse", tmp_path / "work"
 
     proc = subprocess.run([sys.executable, "-m", "tools.build", cell, "--backend", "host",
-                           "--recipes", str(recipes), "--out", str(out), "--work", str(work),
+                           "--recipes", str(recipes), "--wheels", str(out), "--work", str(work),
                            "--sdist-dir", str(sdists)], cwd=ROOT, capture_output=True,
                           text=True, timeout=3600)
 

@@ -64,7 +64,7 @@ def index_url(tmp_path_factory) -> Iterator[str]:
                           requires_python=">=3.12", extra_files={member: data})
         assert path.name == filename(plat)
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.index", "--wheels-dir", str(wheels), "--output-dir",
+        [sys.executable, "-m", "tools.index", "--wheels", str(wheels), "--site",
          str(root / "site"), "--base-url", "/files", "--ledger", str(root / "ledger.json"),
          "--init-ledger", "--jobs", "1"],
         capture_output=True, text=True, timeout=TIMEOUT)

@@ -30,7 +30,7 @@ def test_causal_conv1d_host_build(tmp_path):
     out = tmp_path / "wheelhouse"
     nox = Path(sys.executable).parent / "nox"
     proc = subprocess.run([str(nox), "-s", f"build-{CELL}", "--", "--backend", "host",
-                           "--archs", "90", "--out", str(out)], cwd=ROOT, timeout=3 * 3600,
+                           "--archs", "90", "--wheels", str(out)], cwd=ROOT, timeout=3 * 3600,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-5000:]
     (wheel,) = out.glob("*.whl")
@@ -66,7 +66,7 @@ def test_causal_conv1d_container_build(tmp_path):
     nox = Path(sys.executable).parent / "nox"
     proc = subprocess.run([str(nox), "-s", f"build-{CONTAINER_CELL}", "--", "--backend",
                            "container", "--engine", "podman", "--image", image, "--archs", "90",
-                           "--out", str(out)], cwd=ROOT, timeout=3 * 3600, capture_output=True,
+                           "--wheels", str(out)], cwd=ROOT, timeout=3 * 3600, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr[-5000:]
     (wheel,) = out.glob("*.whl")

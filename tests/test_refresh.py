@@ -35,7 +35,7 @@ from packaging.version import Version
 
 from tools import ROOT
 from tools import refresh as refresh_command
-from tools.core.errors import CuwheelsError, RegistryError
+from tools.core.errors import CuwheelsError, RecipeError, RegistryError, TableError
 from tools.plan.cells import plan, torch_index
 from tools.plan.recipes.model import load_all
 from tools.upstream.follow import propose, summary, write_all
@@ -885,7 +885,7 @@ def test_a_bad_recipe_stops_the_refresh_before_anything_is_written(repo, fake, m
     recipe_file.write_text(text.replace(change[0], change[1]))
     before = snapshot(repo)
     rc, out, err = run_cli(repo, fake, monkeypatch, capsys, "--write")
-    assert rc == 3 and out == ""
+    assert rc == RecipeError.exit_code and out == ""
     assert f"{recipe_file}: 1 problem:" in err  # the file
     for part in expect:  # the field, the rule and the fix
         assert part in err, err
@@ -1044,7 +1044,53 @@ def test_reprobe_of_a_series_the_table_lacks_is_refused_before_the_registry_is_r
         repo, fake, monkeypatch, capsys):
     before = snapshot(repo)
     rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--reprobe", "2.99")
-    assert rc == 2
+    assert rc == TableError.exit_code
     assert "--reprobe 2.99: torch '2.99' is not a series of" in err
     assert "(it has 2.14)" in err and "fix: name a series the table has" in err
     assert snapshot(repo) == before
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fake):
+    """Each read of the registry counts: a live line on a terminal (a real pty), a plain line
+    per ``every`` reads in a log."""
+    import pty
+    import threading
+
+    from tools.core.progress import StepCounter
+
+    log = io.StringIO()
+    registry = fake.registry()
+    registry.progress = StepCounter("reading the registry", stream=log, every=1)
+    propose(registry, recipes_dir=repo, date=DATE)
+    registry.progress.close()
+    lines = log.getvalue().splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("reading the registry: 1 (")
+    assert [int(x.split(": ")[1].split()[0]) for x in lines] == list(range(1, len(lines) + 1))
+
+    master, slave = pty.openpty()
+    got = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    with os.fdopen(slave, "w") as tty:
+        registry = fake.registry()
+        registry.progress = StepCounter("reading the registry", stream=tty)
+        propose(registry, recipes_dir=repo, date=DATE)
+        registry.progress.close()
+    reader.join(timeout=10)
+    os.close(master)
+    text = got.decode()
+    assert text.startswith("\rreading the registry: 1 torch/json") and "\n" not in text
+    assert text.endswith("\r") and f"reading the registry: {len(lines)}" not in text.split("\r")[-1]

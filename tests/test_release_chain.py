@@ -76,7 +76,7 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
                str(plan), "--what", "wheels", "--dir", str(wheelhouse), env=env)
     assert "chaindemo-3.13-cu130: no wheel (its build failed)" in out
     download = f"{base}/o/r/releases/download/wheels-42"
-    _run("tools.index", "--wheels-dir", str(wheelhouse), "--output-dir", str(tmp_path / "check"),
+    _run("tools.index", "--wheels", str(wheelhouse), "--site", str(tmp_path / "check"),
          "--base-url", download, "--ledger", str(temp / "check-ledger.json"), "--init-ledger",
          env=env)
     assert (wheelhouse / f"{built.name}.metadata").is_file()
@@ -101,7 +101,7 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     _run("tools.release", "artifacts", "--repo", "o/r", "--run-id", "42", "--plan", str(plan),
          "--what", "reports", "--dir", str(reports), env=env)
     site = tmp_path / "site"
-    _run("tools.index", "--wheels-dir", str(releases), "--output-dir", str(site), "--base-url",
+    _run("tools.index", "--wheels", str(releases), "--site", str(site), "--base-url",
          download, "--ledger", str(ledger), env=env)
     published = json.loads(ledger.read_text())["files"]
     assert published[built.name]["url"] == f"{download}/{built.name}"
@@ -110,7 +110,7 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     # release's address, its .metadata too
     (tmp_path / "none").mkdir()  # the site's files are the release's, none served from here
     serve = subprocess.Popen([sys.executable, "-m", "tools.serve", "--site", str(site),
-                              "--files", str(tmp_path / "none"), "--port", "0", "--quiet",
+                              "--wheels", str(tmp_path / "none"), "--port", "0", "--quiet",
                               "--exit-after", "120"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:

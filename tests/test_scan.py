@@ -113,7 +113,7 @@ def test_bad_wheels_are_named_and_left_out_and_the_rest_is_indexed(tmp_path, cap
     (w / "not_a_wheel.whl").write_bytes(b"")
     (w / "demo-1.0.tar.gz").write_bytes(b"")
     rc = main([
-        "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+        "--wheels", str(w), "--site", str(tmp_path / "site"), "--base-url", BASE,
         "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
     ])
     err = capsys.readouterr().err
@@ -298,7 +298,7 @@ def test_a_name_with_control_characters_is_shown_escaped(tmp_path, capsys):
     w = tmp_path / "wheels"
     (w).mkdir()
     (w / "evil\x1b[2J-1.0-py3-none-any.whl").write_bytes(b"")
-    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", BASE,
+    rc = main(["--wheels", str(w), "--site", str(tmp_path / "site"), "--base-url", BASE,
                "--ledger", str(tmp_path / "ledger.json"), "--init-ledger"])
     err = capsys.readouterr().err
     assert rc == 11 and "\x1b" not in err and "evil\\x1b[2J-1.0-py3-none-any.whl: invalid wheel filename" in err

@@ -205,7 +205,7 @@ def test_pypi_simple_client_reads_both_forms_and_verifies_metadata(server):
 def test_serve_command_stops_by_itself(demo_index, tmp_path):
     log = tmp_path / "req.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--files",
+        [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--wheels",
          str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--quiet", "--exit-after", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
@@ -248,7 +248,7 @@ def guarded(demo_index, tmp_path_factory) -> Iterator[tuple[str, Path, Path]]:
     log, errors = work / "requests.log", work / "stderr"
     with open(errors, "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--files",
+            [sys.executable, "-m", "tools.serve", "--site", str(demo_index / "site"), "--wheels",
              str(demo_index / "wheels"), "--port", "0", "--log", str(log), "--exit-after", "300",
              "--request-timeout", str(REQUEST_TIMEOUT)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True)

@@ -77,7 +77,7 @@ def test_two_shards_feed_two_python_cells(world, tmp_path, monkeypatch):
     cache, work, out = tmp_path / "shards", tmp_path / "work", tmp_path / "out"
     proc = _run("release", GROUP, "--shards", "2", "--python", f"3.11,{SECOND_PYTHON}",
                 "--recipes", str(recipes), "--sdist", str(sdist), "--cache", str(cache),
-                "--work", str(work), "--out", str(out), timeout=3600)
+                "--work", str(work), "--wheels", str(out), timeout=3600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
     records = [shardcache.read_record(cache / f"{GROUP}-shard{k}") for k in (1, 2)]

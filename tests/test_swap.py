@@ -116,7 +116,7 @@ def test_site_survives_being_killed_at_any_moment(tmp_path):
     w = tmp_path / "wheels"
     for i in range(60):
         make_wheel(w, f"proj{i % 6}", f"1.{i}", local=f"cu12{i % 3}.torch2.{7 + i % 2}", tag=ANY)
-    cmd = [sys.executable, "-m", "tools.index", "--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"),
+    cmd = [sys.executable, "-m", "tools.index", "--wheels", str(w), "--site", str(tmp_path / "site"),
            "--base-url", BASE, "--ledger", str(tmp_path / "ledger.json"), "--init-ledger",
 ]
     subprocess.run(cmd, cwd=ROOT, check=True, timeout=60, capture_output=True)

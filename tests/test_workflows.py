@@ -1381,7 +1381,7 @@ for arg in "$@"; do
     BASE_URL=*) base="${arg#BASE_URL=}" ;;
   esac
 done
-exec "$PY" -m tools.index --wheels-dir "$dir" --output-dir "$site" --base-url "$base" --ledger "$ledger"
+exec "$PY" -m tools.index --wheels "$dir" --site "$site" --base-url "$base" --ledger "$ledger"
 """
 
 

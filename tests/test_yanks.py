@@ -148,7 +148,7 @@ def test_a_yank_of_some_files_of_a_version_is_warned_about(tmp_path, capsys):
     make_wheel(w, "demo", "1.1", tag=ANY)
     whole = make_wheel(w, "other", "2.0", tag=ANY).name  # a version's only file: no warning
     yanked = yank_file(tmp_path, {linux: "broken on linux", whole: ""})
-    rc = main(["--wheels-dir", str(w), "--output-dir", str(tmp_path / "site"), "--base-url", "/files",
+    rc = main(["--wheels", str(w), "--site", str(tmp_path / "site"), "--base-url", "/files",
                "--ledger", str(tmp_path / "ledger.json"), "--init-ledger", "--yanked", str(yanked)])
     out = capsys.readouterr().out
     assert rc == 0

@@ -20,18 +20,20 @@ from tools.finish.abi import SHIM_DIR, check_wheel_shims, extract_shim, known_se
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.abicheck``."""
     ap = argparse.ArgumentParser(prog="python -m tools.abicheck",
-                                 description="ABI kinds: check that a wheel's binaries depend on "
-                                             "no more than its recipe's ``abi`` claims.")
+                                 description="Check a wheel's stable-ABI shim symbols against torch "
+                                             "series, or extract a torch wheel's shim list.")
     sub = ap.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="list a wheel's shim symbols and the torch series it loads with")
-    check.add_argument("wheel", type=Path)
+    check.add_argument("wheel", type=Path, help="the wheel to check")
     check.add_argument("--series", help="comma-separated torch series (default: every committed list)")
-    check.add_argument("--shim-dir", type=Path, default=SHIM_DIR)
+    check.add_argument("--shim-dir", type=Path, default=SHIM_DIR, metavar="DIR",
+                       help="the committed shim lists (default %(default)s)")
     extract = sub.add_parser("extract", help="write the shim list of a torch wheel (path or URL)")
     extract.add_argument("wheel", help="a torch wheel: a local path or the registry's https URL")
     extract.add_argument("--sha256", help="the registry's sha256 of the wheel (recorded; checked "
                                           "for a local file)")
-    extract.add_argument("--out", type=Path, default=SHIM_DIR)
+    extract.add_argument("--out", type=Path, default=SHIM_DIR, metavar="DIR",
+                         help="where the shim list goes (default %(default)s)")
     return ap
 
 

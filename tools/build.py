@@ -14,6 +14,7 @@ from tools import RECIPES_DIR
 from tools.builder.orchestrate import (DEFAULT_OUT, DEFAULT_WORK, BuildRequest, ContainerSettings,
                                       build_cell)
 from tools.builder.planned import Planned
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.plan.job import Inputs
 from tools.plan.table import TABLE_PATH
@@ -26,7 +27,9 @@ def parser() -> argparse.ArgumentParser:
                                              "report.")
     ap.add_argument("cell", help="cell id, e.g. causal_conv1d-3.11-cu130 (python -m tools.matrix"
                                  " --format ids lists them)")
-    ap.add_argument("--backend", choices=["auto", "host", "container"], default="auto")
+    ap.add_argument("--backend", choices=["auto", "host", "container"], default="auto",
+                    help="host: this machine's toolchain; container: the cell's image, as CI; "
+                         "auto (default): the container where an engine runs, else the host")
     ap.add_argument("--engine", choices=["docker", "podman"], help="container engine")
     ap.add_argument("--image", help="container backend: build in this image instead of the "
                                     "table's (e.g. a local stand-in: python -m tools.localimage)")
@@ -36,13 +39,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--wheelhouse", type=Path,
                     help="a directory of wheels (torch, build deps) to install from")
     ap.add_argument("--offline", action="store_true",
-                    help="no network: install only from --wheelhouse (with --python: install "
+                    help="no network: install only from --wheelhouse (with --interpreter: install "
                          "nothing; needs --sdist or --sdist-dir)")
-    ap.add_argument("--python", type=Path,
-                    help="host backend: build against this existing interpreter's torch and "
-                         "build requirements as they are (no venv, no download)")
+    option(ap, "--interpreter", "--python", type=Path, metavar="PATH",
+           help="host backend: build against this existing interpreter's torch and "
+                "build requirements as they are (no venv, no download)")
     ap.add_argument("--torch-index", help="index URL for the cell's torch build")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where verified wheels go")
+    option(ap, "--wheels", "--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+           help="where verified wheels go (default %(default)s)")
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="per-cell work directories")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
     ap.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
@@ -69,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     """Build one cell (see the module docstring)."""
     ap = parser()
     args = ap.parse_args(argv)
-    if args.offline and not args.wheelhouse and not args.python:
-        ap.error("--offline needs --wheelhouse (or --python, an environment that has "
+    if args.offline and not args.wheelhouse and not args.interpreter:
+        ap.error("--offline needs --wheelhouse (or --interpreter, an environment that has "
                  "everything)")
     if args.offline and not (args.sdist or args.sdist_dir):
         ap.error("--offline needs --sdist or --sdist-dir (the sdist can't be downloaded)")
@@ -81,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     container = ContainerSettings(engine=args.engine, image=args.image, memory_gib=args.memory,
                                   cpus=args.cpus)
     result = build_cell(planned.cell(args.cell), planned, BuildRequest(
-        backend=args.backend, archs=args.archs, inputs=inputs, out_dir=args.out,
+        backend=args.backend, archs=args.archs, inputs=inputs, out_dir=args.wheels,
         work_root=args.work, dry_run=args.dry_run, cache=not args.no_cache,
-        shard_caches=args.shard_caches, container=container, python=args.python))
+        shard_caches=args.shard_caches, container=container, python=args.interpreter))
     if result.wheel:
         print(result.wheel)
     return 0

@@ -18,19 +18,20 @@ from tools.plan.table import TABLE_PATH
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.container``."""
     ap = argparse.ArgumentParser(prog="python -m tools.container",
-                                 description=containerized.__doc__.split("\n")[0])
+                                 description="Container backend: assemble a cell's source and "
+                                             "tools for cibuildwheel in its CUDA image.")
     sub = ap.add_subparsers(dest="command", required=True)
     # "stage" is the name the command had; the release's stages are the only stages now.
     st = sub.add_parser("assemble", aliases=["stage"],
                         help="on the host: fetch, verify and patch a cell's source and assemble "
                              "it with this project's tools for cibuildwheel")
-    st.add_argument("cell")
+    st.add_argument("cell", help="cell id, e.g. causal_conv1d-3.11-cu130")
     st.add_argument("--work", type=Path, required=True, help="per-cell work directories")
-    st.add_argument("--recipes", type=Path, default=RECIPES_DIR)
-    st.add_argument("--table", type=Path, default=TABLE_PATH)
+    st.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
+    st.add_argument("--table", type=Path, default=TABLE_PATH, help="compatibility table")
     src = st.add_mutually_exclusive_group()
-    src.add_argument("--sdist", type=Path)
-    src.add_argument("--sdist-dir", type=Path)
+    src.add_argument("--sdist", type=Path, help="use this sdist file instead of downloading")
+    src.add_argument("--sdist-dir", type=Path, help="take the sdist from this directory")
     return ap
 
 

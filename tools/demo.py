@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
-from tools.devtools import walkthrough
 from tools.devtools.walkthrough import DEFAULT_ARCHS, DEFAULT_PACKAGE, DEMO_DIR, run_demo, summary
 
 
@@ -19,8 +18,10 @@ from tools.devtools.walkthrough import DEFAULT_ARCHS, DEFAULT_PACKAGE, DEMO_DIR,
 def main(argv: list[str] | None = None) -> int:
     """Run the demo (see tools.devtools.walkthrough)."""
     ap = argparse.ArgumentParser(prog="python -m tools.demo",
-                                 description=walkthrough.__doc__.split("\n")[0])
-    ap.add_argument("--package", default=DEFAULT_PACKAGE)
+                                 description="From a fresh clone to pip installing a wheel built "
+                                             "here, from an index emitted here (make demo).")
+    ap.add_argument("--package", default=DEFAULT_PACKAGE,
+                    help="the recipe to build (default %(default)s)")
     ap.add_argument("--python", default="%d.%d" % sys.version_info[:2],
                     help="Python version to build for (default: this one)")
     ap.add_argument("--cuda", help="CUDA version (default: the local nvcc's)")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools.core.cliopts import option
 from tools.core.digest import PARALLEL_MIN_BYTES
 from tools.core.errors import IndexBuildError, cli
 from tools.core.workers import default_jobs
@@ -30,20 +31,22 @@ def default_ledger(output_dir: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.index``: build the index; exit 11 if it couldn't or if wheels were left out."""
     parser = argparse.ArgumentParser(prog="python -m tools.index",
-                                     description=generate.__doc__.split("\n\n")[0])
-    parser.add_argument("--wheels-dir", required=True, type=Path,
-                        help="wheels of this batch (their .metadata files are written beside them)")
-    parser.add_argument("--output-dir", required=True, type=Path, help="the site (INDEX_DIR), replaced atomically")
+                                     description="Build the package index: a static site pip and uv "
+                                     "install from, plus a page for people.")
+    option(parser, "--wheels", "--wheels-dir", required=True, type=Path, metavar="DIR",
+           help="wheels of this batch (their .metadata files are written beside them)")
+    option(parser, "--site", "--output-dir", required=True, type=Path, metavar="DIR",
+           help="the site (INDEX_DIR), replaced atomically")
     parser.add_argument("--base-url", required=True, help="URL the wheels directory is uploaded to")
-    parser.add_argument("--ledger", type=Path, default=None,
+    parser.add_argument("--ledger", type=Path, default=None, metavar="FILE",
                         help="record of everything published (default: beside the site, "
-                        "<output-dir>-ledger.json)")
+                        "<site>-ledger.json)")
     parser.add_argument("--init-ledger", action="store_true",
                         help="start --ledger if it doesn't exist: from the site's own ledger.json when "
-                        "--output-dir holds a site (nothing published is lost), else empty")
+                        "--site holds a site (nothing published is lost), else empty")
     parser.add_argument("--start-over", action="store_true",
                         help="start a new, empty ledger (--ledger must not exist) even though the site at "
-                        "--output-dir publishes files: each one it loses is named")
+                        "--site publishes files: each one it loses is named")
     parser.add_argument("--yanked", type=Path, default=None,
                         help=f"yank list {{filename: reason}} (default: {DEFAULT_YANKED} when it exists)")
     parser.add_argument("--site-url", default=None, help="public URL of the site, for the commands on its front page")
@@ -53,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restore", action="append", default=[], metavar="FILENAME",
                         help="put a removed file back in the index as it was published (repeatable)")
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                        help="worker processes reading a large batch of wheels (default: the CPUs available, "
-                        f"{default_jobs()} here; batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
+                        help="worker processes reading a large batch of wheels (default: the CPUs available; "
+                        f"batches under {PARALLEL_MIN_BYTES >> 20} MiB are read in this process)")
     parser.add_argument("--recipes", type=Path, default=None, metavar="DIR",
                         help="recipes folder: the front page then lists the cells with no wheel yet, and why")
     parser.add_argument("--table", type=Path, default=None, metavar="FILE",
@@ -79,13 +82,13 @@ def _jobs(text: str) -> int:
 @cli
 def _run(args: argparse.Namespace) -> int:
     if args.ledger is None:
-        args.ledger = default_ledger(args.output_dir)
+        args.ledger = default_ledger(args.site)
     yanked = args.yanked
     if yanked is None and DEFAULT_YANKED.exists():
         yanked = DEFAULT_YANKED
     report = generate.build_index(generate.IndexRun(
-        wheels_dir=args.wheels_dir,
-        output_dir=args.output_dir,
+        wheels_dir=args.wheels,
+        output_dir=args.site,
         base_url=args.base_url,
         ledger_path=args.ledger,
         yanked_path=yanked,
@@ -101,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     ))
     print(
         f"index: {report.files} files in {report.projects} projects, "
-        f"{len(report.variant_indexes)} variant indexes -> {args.output_dir} "
+        f"{len(report.variant_indexes)} variant indexes -> {args.site} "
         f"({len(report.added)} new, {report.hashed} hashed, {len(report.removed)} removed)"
     )
     if report.ledger_origin == "site":

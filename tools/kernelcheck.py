@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tools import RECIPES_DIR
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, find_gpu, format_result,
                                  raise_if_failed, resolve_target, run_target)
@@ -17,10 +18,10 @@ from tools.kernels.check import (EXIT_NOT_RUN, NOT_RUN_NO_GPU, find_gpu, format_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command's arguments."""
     ap = argparse.ArgumentParser(prog="python -m tools.kernelcheck",
-                                 description="run a recipe's kernel check on this machine's GPU")
+                                 description="Run a recipe's kernel check on this machine's GPU.")
     ap.add_argument("target", help="a recipe name (flash_attn) or a check file")
-    ap.add_argument("--python", default=sys.executable,
-                    help="the Python of the environment holding torch and the installed wheel "
+    option(ap, "--interpreter", "--python", default=sys.executable, metavar="PATH",
+           help="the Python of the environment holding torch and the installed wheel "
                          "(default: this one)")
     ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="recipes directory")
     ap.add_argument("--device", default="cuda",
@@ -31,14 +32,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tools.kernelcheck RECIPE|CHECK.py [--python PATH] [--json OUT]``
+    """``python -m tools.kernelcheck RECIPE|CHECK.py [--interpreter PATH] [--json OUT]``
 
-    Exit status: 0 passed, 10 failed or broke (or --python names no interpreter), 12 not run
+    Exit status: 0 passed, 10 failed or broke (or --interpreter names none), 12 not run
     (no GPU).
     """
     args = parse_args(argv)
     target = resolve_target(args.target, args.recipes)
-    result = run_target(target, args.python, device=args.device, gpu_finder=find_gpu)
+    result = run_target(target, args.interpreter, device=args.device, gpu_finder=find_gpu)
     print(format_result(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -12,25 +12,30 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.sitegen.ledger_file import hold_back_published, load_ledger_document
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.ledger hold-back``: set aside the wheels of a batch already published."""
-    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.ledger", description="The ledger of published files: hold back the wheels "
+                                     "of a batch already published.")
     sub = parser.add_subparsers(dest="command", required=True)
     hold = sub.add_parser("hold-back",
                           help="move wheels whose file names the ledger has (published or removed) out of the batch")
-    hold.add_argument("--ledger", required=True, type=Path)
-    hold.add_argument("--wheels-dir", required=True, type=Path)
-    hold.add_argument("--to", required=True, type=Path, dest="held_dir", help="where they go")
+    hold.add_argument("--ledger", required=True, type=Path, metavar="FILE",
+                      help="the ledger (the live site's ledger.json)")
+    option(hold, "--wheels", "--wheels-dir", required=True, type=Path, metavar="DIR",
+           help="the batch of wheels to publish")
+    hold.add_argument("--to", required=True, type=Path, dest="held_dir", metavar="DIR",
+                      help="where the held-back wheels go")
     return _run(parser.parse_args(argv))
 
 
 @cli
 def _run(args: argparse.Namespace) -> int:
-    report = hold_back_published(wheels_dir=args.wheels_dir, ledger=load_ledger_document(args.ledger),
+    report = hold_back_published(wheels_dir=args.wheels, ledger=load_ledger_document(args.ledger),
                                  held_dir=args.held_dir)
     for h in report.held:
         if h.removed:

@@ -10,7 +10,6 @@ import argparse
 import sys
 
 from tools.core.errors import cli
-from tools.devtools import workflow_audit
 from tools.devtools.workflow_audit import display_path, lint, workflow_files
 
 
@@ -18,7 +17,8 @@ from tools.devtools.workflow_audit import display_path, lint, workflow_files
 def main(argv: list[str] | None = None) -> int:
     """Print every finding; exit 1 when there is one."""
     ap = argparse.ArgumentParser(prog="python -m tools.lint_workflows",
-                                 description=workflow_audit.__doc__.split("\n")[0])
+                                 description="Lint and audit the GitHub workflows: actionlint, "
+                                             "zizmor and the workflow JSON schema.")
     ap.add_argument("files", nargs="*", help="workflow files (default: .github/workflows/*.yml)")
     args = ap.parse_args(argv)
     files = workflow_files(args.files)

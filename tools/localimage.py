@@ -10,25 +10,27 @@ import argparse
 import re
 import sys
 
+from tools.core.cliopts import option
 from tools.core.errors import ToolchainError, cli
-from tools.devtools import armimage, standin_image
+from tools.devtools import armimage
 from tools.devtools.standin_image import DEFAULT_PYTHONS, HELPER_PYTHON, build_image
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.localimage``."""
-    p = argparse.ArgumentParser(prog="python -m tools.localimage", description=standin_image.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m tools.localimage",
+                                description="Build a local stand-in for PyTorch's CUDA builder image, "
+                                            "for machines that can pull no image.")
     p.add_argument("--cuda", required=True, help="X.Y; must be this machine's toolkit")
-    p.add_argument("--pythons", default=",".join(DEFAULT_PYTHONS),
-                   help=f"comma-separated X.Y (default {','.join(DEFAULT_PYTHONS)}); "
+    option(p, "--python", "--pythons", default=",".join(DEFAULT_PYTHONS), metavar="X.Y[,X.Y]",
+           help=f"comma-separated X.Y (default {','.join(DEFAULT_PYTHONS)}); "
                         f"{HELPER_PYTHON} is always added for cibuildwheel")
     p.add_argument("--name", help="image name (default: localhost/cuwheels-builder:"
                                   "cudaX.Y-bookworm)")
-    p.add_argument("--engine", default="podman")
+    p.add_argument("--engine", default="podman", help="container engine (default %(default)s)")
     p.add_argument("--arch", choices=["amd64", "arm64"], default="amd64",
                    help="arm64: the aarch64 stand-in, run here under qemu-user "
-                        "(tools.devtools.armimage; its Python is Debian's 3.11, so --pythons "
+                        "(tools.devtools.armimage; its Python is Debian's 3.11, so --python "
                         "doesn't apply)")
     p.add_argument("--mirror", help="Debian mirror (default: the one apt uses here)")
     p.add_argument("--rebuild", action="store_true", help="build even if the image exists")
@@ -42,8 +44,8 @@ def parse_pythons(text: str) -> list[str]:
     versions = [v.strip() for v in text.split(",") if v.strip()]
     for v in versions:
         if not re.fullmatch(r"3\.\d{1,2}", v):
-            raise ToolchainError(f"--pythons: `{v}` is not a Python version like 3.12",
-                                 hint="pass e.g. --pythons 3.10,3.12")
+            raise ToolchainError(f"--python: `{v}` is not a Python version like 3.12",
+                                 hint="pass e.g. --python 3.10,3.12")
     return versions
 
 
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         armimage.build_image(ns.cuda, name=ns.name, engine=ns.engine, rebuild=ns.rebuild,
                              mirror=ns.mirror, check_start=ns.check_start)
         return 0
-    build_image(ns.cuda, parse_pythons(ns.pythons), name=ns.name, engine=ns.engine,
+    build_image(ns.cuda, parse_pythons(ns.python), name=ns.name, engine=ns.engine,
                 rebuild=ns.rebuild, mirror=ns.mirror, check_start=ns.check_start)
     return 0
 

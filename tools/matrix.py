@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tools import RECIPES_DIR, ROOT
 from tools.core.errors import PlanError, cli
-from tools.plan import cells
 from tools.plan.formats import FORMATS, STAGED, render
 from tools.plan.cells import (Cell, changed_only, git_changed_files, plan, require_known,
                               require_known_values, select)
@@ -32,7 +31,8 @@ SCHEDULE_FORMATS = ("schedule", "schedule-md")
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.matrix``."""
     ap = argparse.ArgumentParser(prog="python -m tools.matrix",
-                                 description=cells.__doc__.split("\n")[0])
+                                 description="Plan the build matrix: recipes x table -> cells, "
+                                             "printed in the format asked for.")
     ap.add_argument("--package", help="comma-separated packages")
     ap.add_argument("--python", help="comma-separated Python versions (3.12)")
     ap.add_argument("--cuda", help="comma-separated CUDA versions (12.9 or 129)")

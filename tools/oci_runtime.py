@@ -14,16 +14,17 @@ from tools.devtools import rlimit_runtime
 def parser() -> argparse.ArgumentParser:
     """The command line: ``check`` that an engine starts containers, or ``wrap`` a runtime (what the
     wrapper runs)."""
-    p = argparse.ArgumentParser(prog="python -m tools.oci_runtime", description=rlimit_runtime.__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m tools.oci_runtime",
+                                description="Make a container engine start containers where the OCI "
+                                            "runtime may not set resource limits.")
     sub = p.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", aliases=["probe"],
                            help="start a container plainly, else through the wrapper")
-    check.add_argument("--engine", default="podman")
+    check.add_argument("--engine", default="podman", help="container engine (default %(default)s)")
     check.add_argument("--image", required=True, help="a local image (nothing is pulled)")
     wrap_p = sub.add_parser("wrap", help="strip rlimits, then exec RUNTIME ARGS")
-    wrap_p.add_argument("runtime")
-    wrap_p.add_argument("args", nargs=argparse.REMAINDER)
+    wrap_p.add_argument("runtime", help="the OCI runtime to run (runc, crun)")
+    wrap_p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments, unchanged")
     return p
 
 

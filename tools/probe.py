@@ -19,7 +19,8 @@ from tools.probing import kernelsame, probe_build
 def main(argv: list[str] | None = None) -> int:
     """Probe one cell (see ``tools.probing.probe_build``)."""
     ap = argparse.ArgumentParser(prog="python -m tools.probe",
-                                 description=probe_build.__doc__.split("\n")[0])
+                                 description="Probe build: compile a cell's heaviest translation "
+                                             "units the way its real build would.")
     ap.add_argument("cell", nargs="?", help="cell id, e.g. mamba_ssm-3.11-cu130-torch2.13")
     ap.add_argument("--summary", type=Path, metavar="WORK",
                     help="print the probes' results under WORK (a --work directory) as the "

@@ -24,7 +24,9 @@ from tools.upstream.registry import PYPI_JSON, Registry
 
 def new(argv: list[str]) -> int:
     """``python -m tools.recipe new <pypi-name>``: write a new recipe's template, to finish by hand."""
-    ap = argparse.ArgumentParser(prog="python -m tools.recipe new", description=new.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe new",
+                                 description="Write a new recipe's template from the registry, "
+                                             "to finish by hand.")
     ap.add_argument("pypi", help="the project's name on PyPI, e.g. causal-conv1d")
     ap.add_argument("--version", help="the release to build: skips asking the registry (the "
                                       "sdist's url and sha256 are then left as TODO)")
@@ -52,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["new"]:
         return new(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m tools.recipe", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe",
+                                 description="Validate the recipes (all, or the folders named) and "
+                                             "report every problem; `new PYPI-NAME` writes a new "
+                                             "recipe's template.")
     ap.add_argument("folders", nargs="*", type=Path, help="recipe folders (default: all)")
     args = ap.parse_args(argv)
     table = load_table()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tools import RECIPES_DIR
 from tools.core.errors import cli
+from tools.core.progress import StepCounter
 from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
 from tools.upstream.verdicts import probe_matrix
@@ -20,7 +21,8 @@ from tools.upstream.verdicts import probe_matrix
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.refresh``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m tools.refresh", description="Follow the registry and propose the change to the "
+                                 "table and the recipes (a diff, or --write).")
     ap.add_argument("--write", action="store_true", help="apply the change (all files or none)")
     ap.add_argument("--summary", type=Path, metavar="FILE",
                     help="also write the summary (markdown) here, e.g. for a pull request")
@@ -55,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tools.refresh``: print the registry's change to the table and the recipes as
     a diff, or apply it with ``--write``."""
     args = parser().parse_args(argv)
-    registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test)
-    proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table, date=args.date,
-                       probes=args.probes, rc=args.rc,
-                       reprobe=tuple(args.reprobe))
+    with StepCounter("reading the registry") as reads:
+        registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test,
+                            progress=reads)
+        proposal = propose(registry, recipes_dir=args.recipes, table_path=args.table,
+                           date=args.date, probes=args.probes, rc=args.rc,
+                           reprobe=tuple(args.reprobe))
     text = summary(proposal)
     if args.probe_plan:
         args.probe_plan.write_text(json.dumps(probe_matrix(proposal.targets)) + "\n",

@@ -1,11 +1,7 @@
 """``python -m tools.release``: the commands a run of the draining release is made of.
 
-``batch`` (the plan job: this run's batch, its plan artifact, outputs and summary), ``entry``
-(a job's entry as ``$GITHUB_ENV`` lines), ``fetch-needed`` (the published wheels a cell needs),
-``artifacts`` (this run's wheels, reports or shard caches, by id), ``site`` (the live site's
-address, ledger and failed tries), ``upload`` (the run's
-release, paced and backed off), ``to-index`` (the releases the ledger lacks), ``attempts`` (the
-failed tries after the run). The logic is ``tools.releasing``'s; this module parses and prints.
+Each subcommand is one step of the release workflow (``--help`` lists them); the logic is
+``tools.releasing``'s, this module parses and prints.
 """
 
 from __future__ import annotations
@@ -15,65 +11,23 @@ import json
 import sys
 from pathlib import Path
 
-from tools import RECIPES_DIR, ROOT
 from tools.core.errors import cli
-from tools.plan.limits import LIMITS_PATH
-from tools.plan.table import TABLE_PATH
+from tools.releasing.options import ABOUT, COMMANDS, HELP, SOURCES
 from tools.releasing.publish import ledger_tags, releases_to_index, upload_release
 from tools.releasing.steps import (Sources, api_from_env, choose_batch, count_attempts,
                                    download_artifacts, fetch_needed, job_env, read_site,
                                    write_batch)
 from tools.sitegen.ledger_file import load_ledger_document
 
-#: Each command's options: (flags, argparse keywords); "src" adds the plan's source files.
-COMMANDS = {
-    "batch": ["src", ("--ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
-              ("--attempts", {"type": Path}),
-              ("--pending", {"type": Path, "help": "tag<TAB>wheel lines of complete releases "
-                             "the ledger lacks yet (what to-index prints): counted published"}),
-              *((f"--{n}", {"help": f"comma-separated {n} filter"})
-                for n in ("package", "python", "cuda", "torch", "platform")),
-              ("--changed-files", {"metavar": "FILE", "help": "a pull request's changed paths "
-                                   "(- for stdin): its recipes, capped, published or not"}),
-              ("--plan-out", {"type": Path, "required": True}),
-              ("--github-output", {"type": Path}), ("--summary", {"type": Path})],
-    "entry": [("--plan", {"type": Path, "required": True}), ("--id", {"required": True})],
-    "fetch-needed": [("--plan", {"type": Path, "required": True}), ("--id", {"required": True}),
-                     ("--dir", {"type": Path, "required": True})],
-    "artifacts": [("--limits", {"type": Path, "default": LIMITS_PATH}),
-                  ("--repo", {"required": True}), ("--run-id", {"required": True}),
-                  ("--plan", {"type": Path, "required": True}),
-                  ("--what", {"choices": ("wheels", "reports", "shards"), "required": True}),
-                  ("--id", {"help": "the cell whose shard caches to download"}),
-                  ("--dir", {"type": Path, "required": True})],
-    "upload": [("--limits", {"type": Path, "default": LIMITS_PATH}),
-               ("--repo", {"required": True}), ("--tag", {"required": True}),
-               ("--target", {"required": True}), ("--dir", {"type": Path, "required": True}),
-               ("--notes", {"type": Path, "required": True})],
-    "site": [("--limits", {"type": Path, "default": LIMITS_PATH}),
-             ("--repo", {"required": True}), ("--dir", {"type": Path, "required": True}),
-             ("--repo-ledger", {"type": Path, "default": ROOT / "index" / "ledger.json"}),
-             ("--github-output", {"type": Path})],
-    "to-index": [("--limits", {"type": Path, "default": LIMITS_PATH}),
-                 ("--repo", {"required": True}), ("--ledger", {"type": Path, "required": True})],
-    "attempts": ["src", ("--attempts", {"type": Path, "required": True}),
-                 ("--plan", {"type": Path, "required": True}),
-                 ("--reports", {"type": Path, "required": True}), ("--report-url", {"default": ""}),
-                 ("--reports-out", {"type": Path})],
-}
-SOURCES = [("--recipes", {"type": Path, "default": RECIPES_DIR}),
-           ("--table", {"type": Path, "default": TABLE_PATH}), ("--runners", {"type": Path}),
-           ("--limits", {"type": Path, "default": LIMITS_PATH})]
-
-
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.release``."""
-    ap = argparse.ArgumentParser(prog="python -m tools.release", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.release", description="The commands a run "
+                                 "of the draining release is made of (the workflows run them).")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, options in COMMANDS.items():
-        p = sub.add_parser(name)
+        p = sub.add_parser(name, help=ABOUT[name], description=ABOUT[name])
         for flag, kw in (o for opt in options for o in (SOURCES if opt == "src" else [opt])):
-            p.add_argument(flag, **kw)
+            p.add_argument(flag, **{"help": HELP.get(flag), **kw})
     return ap
 
 

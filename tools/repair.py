@@ -18,15 +18,18 @@ from tools.finish.auditwheel_repair import repair_wheel
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.repair``."""
     ap = argparse.ArgumentParser(prog="python -m tools.repair",
-                                 description="auditwheel repair with torch's libraries excluded")
-    ap.add_argument("wheel", type=Path)
-    ap.add_argument("--out-dir", type=Path, required=True)
+                                 description="Run auditwheel repair with torch's and the driver's "
+                                             "libraries excluded.")
+    ap.add_argument("wheel", type=Path, help="the wheel to repair")
+    ap.add_argument("--out-dir", type=Path, required=True, metavar="DIR",
+                    help="where the repaired wheel goes")
     ap.add_argument("--plat", default="auto",
                     help="'auto' (most compatible) or a policy, e.g. manylinux_2_28_x86_64")
     ap.add_argument("--exclude", action="append", default=[],
                     help="another soname pattern to leave out (repeatable)")
-    ap.add_argument("--no-strip", dest="strip", action="store_false")
-    ap.add_argument("--log", type=Path)
+    ap.add_argument("--no-strip", dest="strip", action="store_false",
+                    help="keep the binaries' debug symbols")
+    ap.add_argument("--log", type=Path, metavar="FILE", help="write auditwheel's output here")
     return ap
 
 

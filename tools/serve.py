@@ -12,15 +12,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.sitegen import server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tools.serve``: serve the site and the wheels until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=server.__doc__.split("\n\n")[0])
-    parser.add_argument("--site", required=True, type=Path, help="the built site (INDEX_DIR)")
-    parser.add_argument("--files", type=Path, default=None, help="wheels directory, served at /files/")
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description="Serve a built index on 127.0.0.1 with PEP 691 content "
+                                     "negotiation, until stopped.")
+    parser.add_argument("--site", required=True, type=Path, metavar="DIR", help="the built site (INDEX_DIR)")
+    option(parser, "--wheels", "--files", type=Path, default=None, metavar="DIR",
+           help="the wheels directory, served at /files/")
     parser.add_argument("--host", default="127.0.0.1",
                         help="the IP address to listen on: 127.0.0.1 (default), ::1, 0.0.0.0 or ::")
     parser.add_argument("--port", type=_port, default=8000, help="0-65535; 0 picks a free port")
@@ -63,10 +66,10 @@ def _seconds(text: str) -> float:
 
 @cli
 def _run(args: argparse.Namespace) -> int:
-    httpd = server.make_server(args.site, args.files, host=args.host, port=args.port,
+    httpd = server.make_server(args.site, args.wheels, host=args.host, port=args.port,
                               negotiate=not args.no_negotiate, log_path=args.log, quiet=args.quiet,
                               request_timeout=args.request_timeout, response_timeout=args.response_timeout)
-    files = f", {args.files} at /files/" if args.files else ""
+    files = f", {args.wheels} at /files/" if args.wheels else ""
     print(f"serving {httpd.url}/ ({args.site}{files})", flush=True)
     server.serve(httpd, exit_after=args.exit_after)
     return 0

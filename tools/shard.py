@@ -15,6 +15,7 @@ from pathlib import Path
 from tools import RECIPES_DIR, ROOT
 from tools.builder.orchestrate import resolve_archs
 from tools.builder.planned import Planned
+from tools.core.cliopts import option
 from tools.core.errors import cli
 from tools.plan.groups import UNITS_FILE, find_group
 from tools.plan.job import Inputs
@@ -57,12 +58,14 @@ def _shard_arg(text: str) -> tuple[int, int]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     """Run a shard, or read a recipe's units (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m tools.shard", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.shard", description="A compile group's kernel shards: run one, run a "
+                                 "group's release here, or list a cell's units.")
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="compile one kernel shard of a compile group")
     run.add_argument("group", help="group id, e.g. flash_attn-cu130 (a cell id without its "
                                    "Python part)")
-    run.add_argument("--shard", type=_shard_arg, required=True, metavar="K/N")
+    run.add_argument("--shard", type=_shard_arg, required=True, metavar="K/N",
+                     help="which shard: K of N, e.g. 2/3")
     run.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     run.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
@@ -76,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("--archs", help="override the arch list for a local build: 90 or 80,90")
     rel.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                      help="where shard caches go (default %(default)s)")
-    rel.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
-                     help="where the cells' wheels go (default %(default)s)")
+    option(rel, "--wheels", "--out", type=Path, default=ROOT / "wheelhouse", metavar="DIR",
+           help="where the cells' wheels go (default %(default)s)")
     _backend(rel)
     _common(rel)
     units = sub.add_parser("units", help=f"read a cell's build's units ({UNITS_FILE})")
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         passed += [f"--recipes={args.recipes}", f"--table={args.table}"]
         passed += [f"--{k}={v}" for k, v in (("engine", args.engine), ("image", args.image)) if v]
         jobs = local_release.release_jobs(group, args.shards, cells, common=passed, cache=args.cache,
-                                    work=args.work, out=args.out, archs=args.archs,
+                                    work=args.work, out=args.wheels, archs=args.archs,
                                     backend=args.backend)
         results = local_release.run_release(jobs, args.work / "release-logs" / group.id)
         for r in results:

@@ -22,13 +22,14 @@ from tools.pipeline.venvs import find_python
 def main(argv: list[str] | None = None) -> int:
     """Print the toolkit root, or each Python's interpreter (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m tools.toolchain",
-                                 description=__doc__.split("\n")[0].split(": ", 1)[1])
+                                 description="Find (or get) what a host build compiles with, and "
+                                             "print where.")
     sub = ap.add_subparsers(dest="what", required=True)
     sub.add_parser("cuda-home", help="print the CUDA toolkit root (installing CUDA 13.0 from "
                                      "PyPI when this machine has none)")
     pythons = sub.add_parser("python", help="print each version's interpreter (installing it "
                                             "with uv when this machine has none)")
-    pythons.add_argument("versions", nargs="+", metavar="X.Y")
+    pythons.add_argument("versions", nargs="+", metavar="X.Y", help="Python versions, e.g. 3.12")
     pythons.add_argument("--no-install", action="store_true",
                          help="only look: never download a Python")
     args = ap.parse_args(argv)

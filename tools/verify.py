@@ -19,11 +19,12 @@ from tools.finish.checks import check_wheel
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m tools.verify``."""
     ap = argparse.ArgumentParser(prog="python -m tools.verify",
-                                 description="check a built wheel's tags, torch ABI and GPU archs")
-    ap.add_argument("wheel", type=Path)
+                                 description="Check a built wheel's tags, torch ABI and GPU archs "
+                                             "before it is published.")
+    ap.add_argument("wheel", type=Path, help="the built wheel")
     ap.add_argument("--torch-lib", type=Path, required=True,
                     help="site-packages/torch/lib of the torch to check against")
-    ap.add_argument("--torch-version", required=True)
+    ap.add_argument("--torch-version", required=True, help="the torch version, e.g. 2.9.1")
     ap.add_argument("--archs", nargs="*", default=[],
                     help="archs that must have SASS, e.g. 80 90 100a")
     return ap

@@ -347,7 +347,7 @@ def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = 
             *(d.requirement for d in recipe.build.requires)]
     steps = [pip_install_torch(cell, table, wheels, CONTAINER_TORCH if ccache else None)]
     if ccache:
-        steps.append(_sh([*_tools("ccache"), "setup", "--python", _BUILD_PYTHON]))
+        steps.append(_sh([*_tools("ccache"), "setup", "--interpreter", _BUILD_PYTHON]))
     steps.append(_sh(["python", "-m", "pip", "install", *(_q(r) for r in rest),
                       "--index-url", PYPI_SIMPLE]))
     if "ninja" in names:
@@ -357,7 +357,7 @@ def before_build(cell: Cell, recipe: Recipe, table: Table, wheels: str | None = 
                      "on PATH after installing the build requirements (is the image Python "
                      "read-only?): torch would compile serially'; exit 1; }; }")
     if table.torch[cell.torch].nvcc_check_relaxed(cell.cuda):
-        steps.append(_sh([*_tools("relax-nvcc-check"), "--python", _BUILD_PYTHON]))
+        steps.append(_sh([*_tools("relax-nvcc-check"), "--interpreter", _BUILD_PYTHON]))
     return " && ".join(steps)
 
 
@@ -368,7 +368,7 @@ def repair_command(cell: Cell, archs: tuple[str, ...], recipe_revision: str,
     ``ccache``, first what the cache did for the compile (``incontainer ccache stats``)."""
     image = image or Image(cell.image, cell.platform_tag)
     finish = _sh([*_tools("finish"), "{wheel}", "{dest_dir}", "--cell-file", str(CONTAINER_CELL),
-                  "--archs", ",".join(archs), "--build-python", _BUILD_PYTHON,
+                  "--archs", ",".join(archs), "--interpreter", _BUILD_PYTHON,
                   "--plat", image.plat, "--image", _q(image.name),
                   "--recipe-revision", _q(recipe_revision)])
     return f"{_sh([*_tools('ccache'), 'stats'])} && {finish}" if ccache else finish

@@ -443,7 +443,7 @@ class ContainerBackend:
                         f"{image_name} lacks what {cell.id} needs: {'; '.join(missing)}",
                         hint="use an image that has them (the table's image for CUDA "
                              f"{cell.cuda}, or `python -m tools.localimage --cuda {cell.cuda} "
-                             f"--pythons {cell.python}`), or leave this Python out of the "
+                             f"--python {cell.python}`), or leave this Python out of the "
                              "recipe")
                 # podman won't resolve a short name without a terminal to ask on; docker
                 # assumes Docker Hub, which is what the qualified name says.

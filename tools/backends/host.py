@@ -43,7 +43,7 @@ from .base import BuildOptions, BuildResult
 #: The host backend's steps, as the progress lines and the report name them.
 HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "metadata",
               "verify", "kernels", "publish"]
-#: The steps with ``--python``: the given interpreter is checked first, before anything else.
+#: The steps with ``--interpreter``: the given interpreter is checked first, before anything else.
 EXISTING_PYTHON_STEPS = ["python", *(s for s in HOST_STEPS if s != "python")]
 
 _VERSION_QUERY = "import sys; print('%d.%d' % sys.version_info[:2])"
@@ -64,7 +64,7 @@ def _sibling(cells: Sequence[Cell], cell: Cell, *, python: str, torch: str) -> C
 
 def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table, *,
                           cells: Sequence[Cell] = ()) -> BuildPython:
-    """Check an existing interpreter (``--python``) for ``cell`` before anything compiles: it
+    """Check an existing interpreter (``--interpreter``) for ``cell`` before anything compiles: it
     runs, it is the cell's Python version, its torch imports and is a CUDA build of the cell's
     CUDA major and torch series (and the table's C++ ABI), and the recipe's build requirements
     (and pip, which runs the build) are installed. Nothing is installed or downloaded: each
@@ -72,7 +72,7 @@ def check_existing_python(python: Path, cell: Cell, recipe: Recipe, table: Table
     fits another cell of ``cells`` (the plan ``cell`` comes from), the fix names that cell.
     """
     python = Path(python)
-    flag = f"--python {python}"
+    flag = f"--interpreter {python}"
     if not python.is_file() or not os.access(python, os.X_OK):
         raise ToolchainError(f"{flag}: no executable interpreter there",
                              hint="give the path of the environment's python, e.g. "
@@ -233,7 +233,7 @@ class HostBackend:
         return BuildResult(report, wheel)
 
     def _existing(self, job: BuildJob, step: Step) -> BuildPython:
-        """The ``python`` step with ``--python``: that interpreter checked against the cell."""
+        """The ``python`` step with ``--interpreter``: that interpreter checked against the cell."""
         bp = check_existing_python(self.python, job.cell, job.recipe, job.table,
                                    cells=self.cells)
         step.detail.update(python=str(bp.python), existing=True, torch=bp.torch_version,
@@ -268,7 +268,7 @@ class HostBackend:
     def _verify(self, job: BuildJob, final: Path, bp: BuildPython, needed: tuple[Path, ...],
                 work: Path, step: Step) -> Installed:
         """The ``verify`` step, the import smoke test: in a fresh venv with the cell's torch,
-        or with ``--python`` in that interpreter (the wheel unpacked beside it); returns where
+        or with ``--interpreter`` in that interpreter (the wheel unpacked beside it); returns where
         the kernel check runs."""
         cell, recipe = job.cell, job.recipe
         if self.python is not None:

@@ -2,11 +2,11 @@
 
 ``python -m tools.incontainer`` (the command line, ``tools/incontainer.py``) runs these:
 ``toolchain --cell-file FILE`` (before-all: the image's nvcc against the cell's CUDA, the host
-backend's own check, ``tools.pipeline.build_toolchain``), ``relax-nvcc-check --python PY``
+backend's own check, ``tools.pipeline.build_toolchain``), ``relax-nvcc-check --interpreter PY``
 (before-build, only where the table marks the torch: ``relax_nvcc_check``) and ``finish WHEEL
 DEST_DIR ...`` (the repair command: the finish stage, ``tools.finish.steps``, on cibuildwheel's
 raw wheel, repaired to the cell's manylinux target). With the compiler cache mounted, ``ccache
-setup --python PY`` (before-build, after torch went to its fixed directory) points the build
+setup --interpreter PY`` (before-build, after torch went to its fixed directory) points the build
 Python at that torch through a ``.pth`` file and puts the ``c++`` link in place, and ``ccache
 stats`` (before the finish) prints what the cache did for the compile and writes it into the
 container's result file (``tools.backends.result``); in a kernel shard's build, ``shard-result

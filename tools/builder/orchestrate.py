@@ -140,14 +140,14 @@ def build_cell(cell: Cell, planned: Planned, request: BuildRequest = BuildReques
     backend, settings = request.backend, request.container
     if request.python is not None:
         if backend == "container":
-            raise ToolchainError("--python builds against an interpreter on this machine; the "
+            raise ToolchainError("--interpreter builds against an interpreter on this machine; the "
                                  "container backend brings its own",
-                                 hint="drop --backend container (--python implies host)")
+                                 hint="drop --backend container (--interpreter implies host)")
         backend = "host"
     chosen, why, engine = choose_backend(backend, settings.engine,
                                          settings.image or cell.image, settings.can_build)
     if request.python is not None:
-        why = f"--python {request.python}"
+        why = f"--interpreter {request.python}"
     cell_archs = resolve_archs(cell, request.archs, table)
     needed: tuple[Path, ...] = ()
     if cell.needs and not request.dry_run:

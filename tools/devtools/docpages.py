@@ -24,6 +24,8 @@ from pathlib import Path
 
 from tools import ROOT
 from tools.plan.recipes.reference import reference_markdown
+from tools.core import exitcodes
+from tools.devtools import commandline, envvars
 
 START = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->\n", re.M)
 END = "<!-- end generated -->"
@@ -136,6 +138,14 @@ def _install_selector() -> str:
                   "python cuwheels-select.pyz flash-attn")
 
 
+def _site_layout() -> str:
+    """The site's layout, as the index module's docstring draws it."""
+    from tools.sitegen import generate
+    doc = generate.__doc__
+    block = doc.split("Layout of the site", 1)[1].split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    return "```text\n" + "\n".join(line[4:] for line in block.splitlines()) + "\n```"
+
+
 def _site_links() -> str:
     from tools.core import site
     return "\n".join([f"- The index: <{site.INDEX_URL}>",
@@ -155,8 +165,12 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "install-uv-project": _install_uv_project,
     "packages": _packages,
     "schedule": _schedule,
+    "site-layout": _site_layout,
     "site-links": _site_links,
     "recipe-reference": reference_markdown,
+    "commands": commandline.reference_page,
+    "exit-codes": exitcodes.reference_page,
+    "environment": envvars.reference_page,
 }
 
 

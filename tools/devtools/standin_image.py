@@ -110,10 +110,10 @@ def find_local_python(version: str, run: Runner = _run) -> LocalPython:
             return LocalPython(version, Path(prefix))
     raise ToolchainError(
         f"Python {version} is not installed on this machine; the local image copies this "
-        f"machine's Pythons installed in a prefix of their own (--pythons, and "
+        f"machine's Pythons installed in a prefix of their own (--python, and "
         f"{HELPER_PYTHON} for cibuildwheel's probe)",
         hint=f"install it in its own prefix (`pyenv install {version}`), or leave {version} "
-             "out of --pythons")
+             "out of --python")
 
 
 def find_cuda(cuda: str, run: Runner = _run,

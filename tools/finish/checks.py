@@ -430,7 +430,7 @@ def smoke_venv(workdir: Path) -> Path:
 def smoke_test_existing(wheel: Path, *, python: Path, torch_series: str,
                         imports: tuple[str, ...], workdir: Path,
                         extra_wheels: tuple[Path, ...] = ()) -> tuple[float, Path]:
-    """The smoke test for a build against an existing interpreter (``--python``): the wheel
+    """The smoke test for a build against an existing interpreter (``--interpreter``): the wheel
     (and ``extra_wheels``, those of the cells it needs) is
     installed, without dependencies and offline, into ``<workdir>/site``, which goes first on
     ``python``'s path; then torch (``torch_series``.x, that environment's own) and each of

@@ -42,5 +42,5 @@ class FinishSettings:
     recipe_revision: str | None = None
     #: SOURCE_DATE_EPOCH for the rewritten wheel's timestamps.
     epoch: int = DEFAULT_SOURCE_DATE_EPOCH
-    #: More facts for the manifest's ``extra`` (the image, the workarounds, ``--python``).
+    #: More facts for the manifest's ``extra`` (the image, the workarounds, ``--interpreter``).
     manifest_extra: dict[str, Any] | None = None

@@ -11,7 +11,7 @@ op, dtype, shape, error, tolerance and pass/fail; the GPU; the verdict.
 Without a GPU nothing runs and the verdict is ``not run: no GPU``, never a pass. Which GPU the
 environment sees is a parameter (``gpu_finder``), so tests decide it.
 
-``python -m tools.kernelcheck flash_attn [--python PATH] [--json OUT]`` (the command module)
+``python -m tools.kernelcheck flash_attn [--interpreter PATH] [--json OUT]`` (the command module)
 runs a recipe's check through :func:`run_target` in an environment where the wheel is installed.
 """
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.core import exitcodes
 from tools.core.errors import VerifyError
 from tools.hostplat import HostOS, current
 from tools.pipeline.venvs import venv_python
@@ -38,7 +39,7 @@ HARNESS = Path(__file__).resolve().with_name("harness.py")
 #: The verdict when no GPU is visible: recorded, never counted as a pass.
 NOT_RUN_NO_GPU = "not run: no GPU"
 #: Exit status of the command when the check could not run (no GPU).
-EXIT_NOT_RUN = 12
+EXIT_NOT_RUN = exitcodes.KERNEL_NOT_RUN
 #: How many failing comparisons an error message lists.
 _SHOWN = 8
 
@@ -86,20 +87,20 @@ def environment_python(python: Path | str, *, host: HostOS = current()) -> Path:
             here = Path(text).absolute()
             inside = ("/" + venv_python(Path(), host=host).as_posix()
                       if here.is_dir() else "")
-            raise VerifyError(f"Python interpreter {text!r} (--python) is no command on PATH",
+            raise VerifyError(f"Python interpreter {text!r} (--interpreter) is no command on PATH",
                               hint=f"a bare name is looked up on PATH; for {here} write "
                                    f"./{text}{inside}" if here.exists() else fix)
         return Path(found)
     path = Path(text).absolute()
     where = "" if Path(text).is_absolute() else f" (relative to the current directory {Path.cwd()})"
     if path.is_dir():
-        raise VerifyError(f"Python interpreter {text} (--python) is a directory{where}",
+        raise VerifyError(f"Python interpreter {text} (--interpreter) is a directory{where}",
                           hint=f"give the interpreter inside it, e.g. "
                                f"{venv_python(path, host=host)}")
     if not path.is_file():
-        raise VerifyError(f"Python interpreter {text} (--python) was not found{where}", hint=fix)
+        raise VerifyError(f"Python interpreter {text} (--interpreter) was not found{where}", hint=fix)
     if not os.access(path, os.X_OK):
-        raise VerifyError(f"Python interpreter {path} (--python) is not executable", hint=fix)
+        raise VerifyError(f"Python interpreter {path} (--interpreter) is not executable", hint=fix)
     return path
 
 
@@ -285,11 +286,11 @@ def _missing_module(result: dict[str, Any], what: str, modules: tuple[str, ...]
     python = result.get("python") or "the environment under test"
     if missing in {m.split(".")[0] for m in modules}:
         hint = (f"install the wheel under test there ({python} -m pip install "
-                f"<the .whl file>), or give --python the interpreter of the environment that "
+                f"<the .whl file>), or give --interpreter the interpreter of the environment that "
                 f"holds it")
     else:
         hint = (f"install what provides {missing} there ({python} -m pip install ...), or give "
-                f"--python the interpreter of an environment that has it; if the wheel under "
+                f"--interpreter the interpreter of an environment that has it; if the wheel under "
                 f"test imports it, the wheel's metadata should require it")
     return VerifyError(f"the kernel check of {what} could not run: {missing} is not installed "
                        f"in {python}", hint=hint)

@@ -59,7 +59,7 @@ def make_python(job: BuildJob, work: Path, inputs: Inputs, step: Step) -> BuildP
 def prepare(job: BuildJob, work: Path, inputs: Inputs, progress: Progress, *,
             python: BuildPython | None = None) -> Prelude:
     """Run the three steps in order; ``python``: an interpreter the caller checked already
-    (``--python``), used as it is instead of the ``python`` step."""
+    (``--interpreter``), used as it is instead of the ``python`` step."""
     nvcc = progress.run("toolchain", lambda step: find_toolchain(job, step, progress))
     source = progress.run("source", lambda step: fetch_source(job, work, inputs, step))
     if python is None:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.core import exitcodes
 from tools.core.errors import CuwheelsError
 from tools.plan.limits import Limits
 
@@ -42,7 +43,7 @@ class ApiError(CuwheelsError):
     """A call to GitHub's API that failed for good (or answered with an error the caller
     can't go on from)."""
 
-    exit_code = 6
+    exit_code = exitcodes.GITHUB_API
 
 
 class _KeepRedirects(urllib.request.HTTPRedirectHandler):

@@ -58,7 +58,7 @@ def release_jobs(group: Group, shards: int, cells: Sequence[str], *, common: Seq
               "--backend", backend, "--cache", str(cache), "--work", str(work), *common])
             for k in range(1, shards + 1)]
     jobs += [(cell, "cell", [*py, "tools.build", cell, "--backend", backend, *arch,
-                             "--shard-caches", str(cache), "--work", str(work), "--out", str(out),
+                             "--shard-caches", str(cache), "--work", str(work), "--wheels", str(out),
                              *common])
              for cell in cells]
     return jobs

@@ -1,10 +1,10 @@
 """The package index: a static site that pip and uv install from, plus a page for people.
 
-    python -m tools.index --wheels-dir dist --output-dir build/site --base-url https://host/files
+    python -m tools.index --wheels dist --site build/site --base-url https://host/files
 
 (the command is tools/index.py; this module is the order of the steps, build_index).
 
-Layout of the site (``--output-dir``, INDEX_DIR)::
+Layout of the site (``--site``, INDEX_DIR)::
 
     index.html                                   for people: coverage matrix, pip and uv commands
     ledger.json                                  copy of the ledger this site was built from
@@ -14,6 +14,7 @@ Layout of the site (``--output-dir``, INDEX_DIR)::
     simple/<project>/index.html, index.json      every file of <project>
     cu128/torch2.8/simple/...                    variant index: only wheels for CUDA 12.8 + torch 2.8
     cu12/torch2.8/simple/...                     variant index for "any CUDA 12.x" wheels
+    docs/                                        the docs site (make docs DOCS_DIR=<site>/docs; the publish job)
     .index-fingerprints.json                     what each project page was rendered from
 
 and beside it, never published: ``.<name>.prev`` (the previous site, until the next run),
@@ -37,12 +38,12 @@ folder when one is given, else recipes/table.yaml): the placement (each torch se
 the selector's ``selector.json`` and the front page's planned cells all come from it.
 
 Wheels are not copied into the site: each link points at ``--base-url`` + the file name, and the
-wheel's METADATA is extracted to ``<wheel>.metadata`` beside it in ``--wheels-dir``, so uploading
+wheel's METADATA is extracted to ``<wheel>.metadata`` beside it in ``--wheels``, so uploading
 that directory to ``--base-url`` puts the PEP 658 file at the wheel's URL + ``.metadata``.
 
 Ledger: the ledger is the authority (tools.sitegen.ledger_file; the site publishes the one it was
 built from as ``ledger.json``). Pages are rendered from it, not from the wheels on disk, so a
-``--wheels-dir`` holding only a new batch keeps everything published before. A known file name
+``--wheels`` holding only a new batch keeps everything published before. A known file name
 arriving with another sha256 stops the run (files are immutable), and so does a site listing a
 file the ledger lacks or records with another sha256; a file spelled otherwise but the same to
 installers (project, version, build tag, tags) is left out; files leave the index only through

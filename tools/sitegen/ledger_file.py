@@ -11,7 +11,7 @@ Every site the index builds carries the ledger it was built from at ``<site>/led
 deployed site is its own record: the publishing workflow fetches that copy and merges the new
 batch into it, and the repository's ``index/ledger.json`` (empty) is only where the first
 deployment starts. A run whose ``--ledger`` does not exist is refused, unless ``--init-ledger``
-starts it: from the site's own ``ledger.json`` when ``--output-dir`` holds a site (nothing
+starts it: from the site's own ``ledger.json`` when ``--site`` holds a site (nothing
 published is lost), empty otherwise; only ``--start-over`` publishes over a site without its
 files, and names each one. A local demo passes its own ``LEDGER``, so that URLs of a local
 server never enter a real ledger.
@@ -37,7 +37,7 @@ recorded bytes (other bytes stop the run, as for a published name) and left out,
 the same (project, version, build tag, tags) under another name is refused, until
 ``--restore FILENAME`` puts the entry back as it was.
 
-Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels-dir D --to H`` moves the
+Before publishing, ``python -m tools.ledger hold-back --ledger L --wheels D --to H`` moves the
 wheels of a batch whose file names the ledger already has (published or removed) to H (a re-run
 of a build, or a rebuild without a new version or build number), saying which, so that only new
 files are released.
@@ -375,7 +375,7 @@ def read_ledger_text(path: Path, *, init: bool = False) -> str | None:
         raise IndexBuildError(
             f"ledger {path} does not exist",
             hint="pass the right --ledger, or --init-ledger to start one (from the site's own "
-            "ledger.json when --output-dir holds a site)",
+            "ledger.json when --site holds a site)",
         ) from None
     except UnicodeDecodeError as exc:
         raise IndexBuildError(f"ledger {path} is not UTF-8 text: {exc}",

@@ -1,4 +1,4 @@
-"""Scanning a batch: which wheels of ``--wheels-dir`` are new, which are known, which are refused.
+"""Scanning a batch: which wheels of ``--wheels`` are new, which are known, which are refused.
 
 Known wheels (published, or removed: the ledger keeps both) are compared with the ledger (size,
 then sha256 unless the machine-local hash cache vouches for them), new ones are read by
@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tools.core.digest import hash_files, jobs_for
+from tools.core.progress import StepCounter
 from tools.core.errors import IndexBuildError
 from tools.core.regularfile import read_regular
 from .ledger_file import Entry, Removal
@@ -73,7 +74,7 @@ def printable(text: str) -> str:
 
 @dataclass
 class Scan:
-    """The outcome of reading ``--wheels-dir`` against the ledger."""
+    """The outcome of reading ``--wheels`` against the ledger."""
 
     entries: dict[str, Entry]
     added: list[str] = field(default_factory=list)
@@ -178,7 +179,9 @@ def scan_wheels(
     # validated when it was published).
     sizes = [u[2].st_size for u in unsure]
     hashes = hash_files([u[1] for u in unsure], jobs=jobs_for(sizes, jobs))
+    checking = StepCounter("checking published wheels", len(unsure))
     for (fn, key, st, known), hashed in zip(unsure, hashes, strict=True):
+        checking.advance(fn)
         if isinstance(hashed, OSError):
             conflicts.append(f"{fn}: published, but this copy can't be read: {hashed}")
             continue
@@ -189,6 +192,7 @@ def scan_wheels(
             continue
         scan.cache[key] = _record(st, sha256)
         _known_as_published(Path(key), known, fn in removed, names, scan)
+    checking.close()
     if conflicts:
         raise IndexBuildError(
             "files are immutable, and these differ from what was published under the same name:\n  "
@@ -213,8 +217,9 @@ def scan_wheels(
         lines = (None for _ in new)
     # closing(): an error here stops the workers at once, not when the traceback is collected.
     written: dict[str, str] = {}  # .metadata files written here, for hard links (wheelread.write_metadata)
-    with closing(lines):
+    with closing(lines), StepCounter("reading new wheels", len(new)) as reading:
         for (fn, key, st), line in zip(new, lines, strict=True):
+            reading.advance(fn)
             if line is None:  # no workers, or this wheel's worker died
                 outcome = index_wheel(key, base_url=base_url, upload_time=upload_time, written=written)
             else:

@@ -1,6 +1,6 @@
 """Serve a built index on 127.0.0.1, with the PEP 691 content negotiation static hosting lacks.
 
-    python -m tools.serve --site build/site --files dist --port 8000 [--log requests.log]
+    python -m tools.serve --site build/site --wheels dist --port 8000 [--log requests.log]
 
 (the command is tools/serve.py; this module is the server: make_server, serve).
 
@@ -390,7 +390,7 @@ class IndexServer(ThreadingHTTPServer):
                  response_timeout: float = RESPONSE_TIMEOUT):
         self.site_dir = Path(site_dir).resolve()
         self.request_timeout, self.response_timeout = request_timeout, response_timeout
-        # Without --files, /files/ serves an empty place rather than the site.
+        # Without --wheels, /files/ serves an empty place rather than the site.
         self.files_dir = Path(files_dir).resolve() if files_dir is not None else self.site_dir / ".no-files"
         self.negotiate = negotiate
         self.quiet = quiet

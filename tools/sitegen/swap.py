@@ -144,12 +144,12 @@ def delete_in_background(paths: Sequence[Path]) -> threading.Thread:
 
 
 def check_replaceable(output_dir: Path) -> None:
-    """Never replace a directory this module didn't make (a mistyped --output-dir would be lost)."""
+    """Never replace a directory this module didn't make (a mistyped --site would be lost)."""
     if output_dir.exists() and any(output_dir.iterdir()):
         if not (output_dir / "simple" / "index.html").is_file() or not (output_dir / "ledger.json").is_file():
             raise IndexBuildError(
                 f"refusing to replace {output_dir}: it is not empty and is not a site built by tools.index",
-                hint="point --output-dir at a new directory or at a previous index",
+                hint="point --site at a new directory or at a previous index",
             )
 
 

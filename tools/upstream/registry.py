@@ -28,6 +28,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from tools.core.httpclient import PYPI_FILES, check_url, download
+from tools.core.progress import StepCounter
 from tools.core.errors import RegistryError
 from tools.core.rangeread import RangeReader
 from tools.plan.table import version_key
@@ -88,6 +89,8 @@ class Registry:
     max_bytes: int = MAX_ANSWER_BYTES
     #: PyTorch's test index page (release candidates), read by ``--rc`` only.
     test: str = TORCH_TEST
+    #: Counts each read, for the command's progress line (None: not shown).
+    progress: StepCounter | None = field(default=None, compare=False, repr=False)
 
     def origins(self) -> tuple[str, ...]:
         """Where this client reads: the JSON API, the variant index, the test index and PyPI's
@@ -103,6 +106,8 @@ class Registry:
             raise RegistryError(f"{url}: the answer is not JSON ({exc})") from None
 
     def _get(self, url: str) -> bytes:
+        if self.progress is not None:
+            self.progress.advance(_short(url))
         body = io.BytesIO()
         download(url, body, origins=self.origins(), error=RegistryError, hint=_HINT,
                  max_bytes=self.max_bytes, deadline=self.deadline, timeout=self.timeout,
@@ -113,6 +118,8 @@ class Registry:
         """The named members of the remote zip at ``url``, read with HTTP range requests
         (``size`` None: asked of the server with a one-byte range request)."""
         check_url(url, self.origins(), RegistryError)
+        if self.progress is not None:
+            self.progress.advance(_short(url))
         try:
             # Without a size the reader asks the server first: inside, so its errors are named.
             reader = RangeReader(url, size, timeout=self.timeout, user_agent=RANGE_USER_AGENT,
@@ -192,6 +199,11 @@ class PlatformFacts:
     def known(self) -> bool:
         """Whether the CUDA build of PyPI's wheel was read (a CUDA version, or CPU-only)."""
         return self.cuda is not None or self.cpu_only
+
+
+def _short(url: str) -> str:
+    """The end of a URL's path, for the progress line (``torch/json``, a wheel's name)."""
+    return "/".join(urllib.parse.urlsplit(url).path.rstrip("/").split("/")[-2:])
 
 
 def release_wheels(files: list[dict]) -> Iterator[tuple[dict, Any, Any]]:
