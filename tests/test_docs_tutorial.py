@@ -60,12 +60,16 @@ def clone(tmp_path: Path) -> Path:
     root = tmp_path / "cuwheels"
     shutil.copytree(ROOT, root, symlinks=True, ignore=lambda d, names: [n for n in names if n in SKIP])
     (root / ".venv").symlink_to(ROOT / ".venv", target_is_directory=True)
+    # The linked environment is this checkout's, set up already: older than its stamp, the
+    # clone's pyproject.toml doesn't make `make` set it up again.
+    os.utime(root / "pyproject.toml", (0, 0))
     return root
 
 
 def sh(text: str, cwd: Path, *, ok: bool = True, timeout: float = 900, env: dict | None = None):
+    env = {**os.environ, **(env or {})}
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", text], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env=env)
     if ok:
         assert proc.returncode == 0, f"{text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc

@@ -23,6 +23,8 @@ from tools import ROOT
 #: name -> what it does. Sections: the project's own, the build's, CI's, the Makefile's.
 VARIABLES: dict[str, str] = {
     # the project's own
+    "CUWHEELS_INDEX": "the index the selector reads when no --index is given (a fork's, a mirror); "
+                      "default: the project's own (tools/core/site.py)",
     "CUWHEELS_ROOT": "the repository the tools work on (the one holding recipes/table.yaml); "
                      "default: this checkout, or the working directory's",
     "CUWHEELS_CCACHE_DIR": "the compiler cache (default ~/.cache/cuwheels/ccache); the container "
@@ -79,6 +81,7 @@ VARIABLES: dict[str, str] = {
     "EXTRAS": "make setup: the extras installed (default farm,test)",
     "WHEELS_DIR": "make index/serve: the wheels directory (--wheels; default wheelhouse)",
     "INDEX_DIR": "make index/serve: the site (--site; default site)",
+    "DOCS_DIR": "make docs: where the docs site is built (default build/docs; the publish job: site/docs)",
     "BASE_URL": "make index: where the wheels are served (--base-url)",
     "YANKED": "make index: the yank list (--yanked; default index/yanked.yaml)",
     "LEDGER": "make index: the ledger (--ledger; default $(INDEX_DIR)-ledger.json)",
