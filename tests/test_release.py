@@ -210,6 +210,21 @@ def test_the_live_sites_ledger_and_tries_win(tmp_path, github, served):
     assert (into / "attempts.json").is_file()
 
 
+def test_a_site_served_away_from_the_projects_address_is_named(tmp_path, github, served):
+    from tools.core import site
+    _, url = served
+    rc, log, _, _ = _site(tmp_path, github, url)
+    assert rc == 0, log
+    assert f"::warning title=project address::the index is served at {url}/" in log
+    assert site.INDEX_URL in log and "tools/core/site.py" in log
+
+
+def test_the_projects_own_address_gets_no_warning():
+    from tools.core import site
+    from tools.releasing.steps import address_warning
+    assert address_warning(site.INDEX_URL.rstrip("/")) == []
+
+
 def test_a_first_deployment_starts_from_the_repositorys_ledger(tmp_path, github, served):
     _, url = served
     (tmp_path / "repo-ledger.json").write_text(LIVE)

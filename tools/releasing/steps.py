@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.core import site
 from tools.core.errors import PlanError
 from tools.pipeline.buildreport import (BuildReport, ReportError, ReportedError, read_report,
                                         write_report)
@@ -132,7 +133,19 @@ def read_site(api: Api, repo: str, into: Path, repo_ledger: Path,
     if github_output:
         with github_output.open("a") as out:
             out.write(github_output_text({"base_url": base}))
-    return [f"site: {base}", *lines]
+    return [f"site: {base}", *lines, *address_warning(base)]
+
+
+def address_warning(base: str) -> list[str]:
+    """A warning annotation when the site is served somewhere other than the project's address
+    (``tools/core/site.py``): the README, the docs and the selector's default index would send
+    people elsewhere (a fork that has not set its own address yet)."""
+    if base.rstrip("/") + "/" == site.INDEX_URL:
+        return []
+    return [f"::warning title=project address::the index is served at {base.rstrip('/')}/ but "
+            f"tools/core/site.py says {site.INDEX_URL}, which the README, the docs and the "
+            "selector's default index point people to: set INDEX_URL and REPOSITORY_URL there, "
+            "then run python -m tools.devtools.docpages and commit the pages"]
 
 
 def schedule_of(src: Sources, selected: list, cells: list, recipes: list, table: Any, *,
