@@ -109,6 +109,7 @@ def _clone(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_the_probe_commands(tmp_path):
     clone = _clone(tmp_path)
     env_python = str(ROOT / ".venv" / "bin" / "python")
@@ -120,6 +121,7 @@ def test_the_probe_commands(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_make_demo(tmp_path):
     clone = _clone(tmp_path)
     out = sh("make demo", clone, timeout=3600).stdout

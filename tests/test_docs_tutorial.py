@@ -101,6 +101,7 @@ def test_the_tutorial_from_the_registry_to_the_pull_request(clone):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_the_tutorials_build_and_install(clone, tmp_path):
     start_recipe(clone)
     env = {"PATH": f"{Path(uv_bin()).parent}{os.pathsep}{os.environ['PATH']}"}

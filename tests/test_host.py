@@ -141,7 +141,7 @@ def test_existing_python_is_refused_with_a_named_reason(envs, real_recipe, env, 
     with pytest.raises(ToolchainError) as info:
         check_existing_python(envs[env], _cell(recipe, cell), recipe, load_table(),
                               cells=_plan(recipe))
-    assert f"--python {envs[env]}" in info.value.message
+    assert f"--interpreter {envs[env]}" in info.value.message
     assert message in info.value.message
     assert fix in (info.value.hint or "")
 

@@ -120,7 +120,7 @@ def test_downloaded_zipapp_defaults_to_the_projects_index(downloaded, bare_pytho
     (the answers above name a 127.0.0.1 index explicitly, which still wins)."""
     proc = _run(bare_python, downloaded, "--help")
     assert proc.returncode == 0, proc.stderr
-    assert f"(default: {INDEX_URL}" in " ".join(proc.stdout.split())
+    assert f"(default: $CUWHEELS_INDEX, else {INDEX_URL}" in " ".join(proc.stdout.split())
     with zipfile.ZipFile(downloaded / bundle.ZIPAPP_FILE) as zf:
         assert zf.read("tools/core/site.py") == (ROOT / "tools" / "core" / "site.py").read_bytes()
 
