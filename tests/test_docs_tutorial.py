@@ -104,7 +104,11 @@ def test_the_tutorial_from_the_registry_to_the_pull_request(clone):
 @pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_the_tutorials_build_and_install(clone, tmp_path):
     start_recipe(clone)
-    env = {"PATH": f"{Path(uv_bin()).parent}{os.pathsep}{os.environ['PATH']}"}
+    # The tutorial's `uv venv -p 3.12` finds Python 3.12 on PATH: put the one this machine has
+    # first (found, or installed, by tools.toolchain), ahead of a shim that may not run it.
+    py312 = sh(".venv/bin/python -m tools.toolchain python 3.12", clone).stdout.strip().splitlines()[-1]
+    env = {"PATH": os.pathsep.join([str(Path(py312).parent), str(Path(uv_bin()).parent),
+                                    os.environ["PATH"]])}
     probe = sh(block("export CUDA_HOME="), clone, timeout=3600, env=env).stdout
     assert "job_memory_gib supported" in probe
     sh(block(".venv/bin/python -m tools.shard units"), clone, timeout=5400, env=env)
