@@ -8,17 +8,14 @@ A block that repeats a line of the tutorial is run there. ``make test`` is this 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tools import ROOT
+from test_docs_tutorial import make_clone, page_blocks, sh
 
 PAGES = [ROOT / "docs" / "contributing" / name for name in ("adding-a-recipe.md", "probes.md", "setup.md")]
 EXAMPLE = ROOT / "docs" / "contributing" / "example" / "torch_spline_conv"
@@ -38,7 +35,6 @@ def block(start: str) -> str:
 
 
 def tutorial_lines() -> set[str]:
-    from test_docs_tutorial import page_blocks
     return {line for b in page_blocks() for line in b.splitlines()}
 
 
@@ -55,13 +51,6 @@ def test_every_command_block_is_run_by_a_test():
         if lines == ["make demo", "make test"]:
             continue  # make demo: below; make test: this suite
         assert set(lines) <= tutorial, f"no test runs this block:\n{text}"
-
-
-def sh(text: str, cwd: Path, *, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", text], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
 
 
 def _example_source() -> dict:
@@ -99,19 +88,10 @@ def test_the_patch_is_made_as_shown(tmp_path):
     assert _diff(text) == _diff((EXAMPLE / "patches" / "0001-Build-with-ninja.patch").read_text())
 
 
-def _clone(tmp_path: Path) -> Path:
-    from test_docs_tutorial import SKIP
-    root = tmp_path / "cuwheels"
-    shutil.copytree(ROOT, root, symlinks=True, ignore=lambda d, names: [n for n in names if n in SKIP])
-    (root / ".venv").symlink_to(ROOT / ".venv", target_is_directory=True)
-    os.utime(root / "pyproject.toml", (0, 0))
-    return root
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_the_probe_commands(tmp_path):
-    clone = _clone(tmp_path)
+    clone = make_clone(tmp_path)
     env_python = str(ROOT / ".venv" / "bin" / "python")
     for line in block("python -m tools.probe mamba_ssm").splitlines():
         command = line.split("  #")[0].strip().replace("python -m", f"{env_python} -m", 1) \
@@ -123,6 +103,6 @@ def test_the_probe_commands(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(7200)  # compiles for half an hour or more on two cores
 def test_make_demo(tmp_path):
-    clone = _clone(tmp_path)
+    clone = make_clone(tmp_path)
     out = sh("make demo", clone, timeout=3600).stdout
     assert re.search(r"done in \d+m\d\ds: pip installed causal_conv1d-\S+\.whl from the index this demo emitted", out)

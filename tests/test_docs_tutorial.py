@@ -54,8 +54,7 @@ def test_every_command_block_of_the_tutorial_is_run_here():
     assert sorted(page_blocks()) == sorted(block(s) for s in FAST + SLOW)
 
 
-@pytest.fixture
-def clone(tmp_path: Path) -> Path:
+def make_clone(tmp_path: Path) -> Path:
     """This checkout's files, as a clone has them, with the project's environment linked."""
     root = tmp_path / "cuwheels"
     shutil.copytree(ROOT, root, symlinks=True, ignore=lambda d, names: [n for n in names if n in SKIP])
@@ -64,6 +63,11 @@ def clone(tmp_path: Path) -> Path:
     # clone's pyproject.toml doesn't make `make` set it up again.
     os.utime(root / "pyproject.toml", (0, 0))
     return root
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    return make_clone(tmp_path)
 
 
 def sh(text: str, cwd: Path, *, ok: bool = True, timeout: float = 900, env: dict | None = None):

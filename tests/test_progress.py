@@ -28,7 +28,7 @@ class Clock:
         return self.now
 
 
-def _drain(master: int, into: bytearray) -> threading.Thread:
+def drain_pty(master: int, into: bytearray) -> threading.Thread:
     """Read the pty's other end until it closes (a full pty buffer would block the writer)."""
     def run():
         while True:
@@ -78,7 +78,7 @@ def test_a_short_step_prints_nothing_in_a_log():
 def test_a_terminal_gets_one_live_line_cleared_at_the_end():
     master, slave = pty.openpty()
     got = bytearray()
-    reader = _drain(master, got)
+    reader = drain_pty(master, got)
     clock = Clock()
     with os.fdopen(slave, "w") as tty:
         with StepCounter("reading new wheels", 3, stream=tty, clock=clock) as p:
@@ -105,7 +105,7 @@ def test_the_index_shows_a_live_line_on_a_terminal(tmp_path):
     wheels = _wheels(tmp_path / "w", 3)
     master, slave = pty.openpty()
     got = bytearray()
-    reader = _drain(master, got)
+    reader = drain_pty(master, got)
     proc = subprocess.run([sys.executable, "-m", "tools.index", "--wheels", str(wheels), "--site",
                            str(tmp_path / "site"), "--base-url", "https://files.example/v1",
                            "--init-ledger"], cwd=ROOT, stdout=subprocess.PIPE, stderr=slave,

@@ -1057,8 +1057,7 @@ def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fa
     """Each read of the registry counts: a live line on a terminal (a real pty), a plain line
     per ``every`` reads in a log."""
     import pty
-    import threading
-
+    from test_progress import drain_pty
     from tools.core.progress import StepCounter
 
     log = io.StringIO()
@@ -1072,18 +1071,7 @@ def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fa
 
     master, slave = pty.openpty()
     got = bytearray()
-
-    def drain():
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                return
-            if not chunk:
-                return
-            got.extend(chunk)
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    reader = drain_pty(master, got)
     with os.fdopen(slave, "w") as tty:
         registry = fake.registry()
         registry.progress = StepCounter("reading the registry", stream=tty)
