@@ -188,7 +188,8 @@ def test_render_picks_the_format_by_name(planned):
     rows = counts_rows(cells, recipes, table, RUNNERS)
     assert render("counts", cells, recipes, table, RUNNERS) == counts_text(rows)
     assert render("counts-md", cells, recipes, table, RUNNERS) == counts_markdown(rows)
-    assert set(FORMATS) == {"json", "github", "ids", "groups", "counts", "counts-md"}
+    assert set(FORMATS) == {"json", "github", "ids", "groups", "counts", "counts-md",
+                            "new-series", "new-series-md"}
     with pytest.raises(PlanError, match="no output format 'yaml'") as info:
         render("yaml", cells, recipes, table)
     assert "counts-md" in info.value.hint

@@ -11,7 +11,7 @@ import yaml
 from tools.core.errors import PlanError
 from tools.core.variant import shard_id
 from tools.plan.groups import (UNITS_FILE, cell_group, group_key, groups, kernel_span,
-                               read_units, sources_digest, split,
+                               python_free, read_units, sources_digest, split,
                                stale_spans)
 from tools.plan.cells import plan
 from tools.plan.recipes.model import load_all
@@ -238,3 +238,39 @@ def test_a_bad_kernels_block_is_refused(flashy, entry, message):
     # a wrong value asks for a new measurement; a missing key names the key to add
     assert ("python -m tools.probe <cell> --across-torch --write" in str(info.value)
             or "required key is missing" in str(info.value))
+
+
+def test_a_python_free_measurement_marks_the_groups_of_its_series(flashy):
+    _, recipe, cells, write = flashy
+    cuda, series = _span(cells)
+    write({**UNITS, "python_free": {cuda: {"platform": "linux_x86_64", "torch": series[:1],
+                                           "sources": sources_digest(recipe), "units": 3,
+                                           "read_with": "a test"}}})
+    marked = {g.id: g.python_free for g in groups(cells, [recipe])}
+    for cell in cells:
+        expect = (cell.cuda, cell.torch, cell.platform) == (cuda, series[0], "linux_x86_64")
+        assert python_free(cell, recipe) == expect, cell.id
+        assert marked[cell_group(cell, recipe)] == expect
+    # the ids and keys don't change: the measurement says how to plan, not what is built
+    write(UNITS)
+    assert {g.id: g.key for g in groups(cells, [recipe])} == {
+        g.id: g.key for g in groups(cells, [recipe])}
+    # measured with other patches: ignored
+    write({**UNITS, "python_free": {cuda: {"platform": "linux_x86_64", "torch": series,
+                                           "sources": "e" * 64}}})
+    assert not any(python_free(c, recipe) for c in cells)
+
+
+@pytest.mark.parametrize("entry,message", [
+    ({"platform": "linux_x86_64", "torch": ["2.9"], "sources": "nope"},
+     "python_free.12.6.sources: must be a sha256"),
+    ({"platform": "win32", "torch": ["2.9"], "sources": "e" * 64},
+     "python_free.12.6.platform: 'win32' is not a wheel platform"),
+    ({"platform": "linux_x86_64", "torch": ["2.9"], "sources": "e" * 64, "digest": "d"},
+     "python_free.12.6.digest: unknown key"),
+])
+def test_a_bad_python_free_block_is_refused(flashy, entry, message):
+    _, recipe, _, write = flashy
+    write({**UNITS, "python_free": {"12.6": entry}})
+    with pytest.raises(PlanError, match=message.replace(".", r"\.")):
+        read_units(recipe)

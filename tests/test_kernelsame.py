@@ -4,13 +4,15 @@ headers that make two series differ named, and the span the plan groups by writt
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tools.core.errors import ProbeError
+from tools.core.errors import ProbeError, ToolchainError
 from tools.plan.groups import UNITS_FILE
 from tools.plan.job import load_job
 from tools.probing import kernelsame
@@ -177,3 +179,107 @@ def test_a_cuda_version_with_one_torch_series_has_nothing_to_compare(tmp_path):
                                          "nothing to compare"):
         kernelsame.across_torch(job, kernelsame.Inputs(), tmp_path)
     assert not any(tmp_path.iterdir())                     # refused before anything ran
+
+
+def test_an_option_only_one_series_has_is_named_with_the_series():
+    out = kernelsame.option_differences({
+        "2.10.0+cu128": "nvcc -c x.cu -O3 -std=c++17",
+        "2.8.0+cu128": "nvcc -c x.cu -O3 -std=c++17 -DPYBIND11_STDLIB=x -Xfatbin"})
+    assert out == ["-DPYBIND11_STDLIB=x (2.8)", "-Xfatbin (2.8)"]
+    verdict = kernelsame.UnitVerdict("k.cu", False, {}, 0, [], True, out)
+    assert kernelsame.command_cell(verdict) == ("differ: `-DPYBIND11_STDLIB=x (2.8)`, "
+                                                "`-Xfatbin (2.8)`")
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_a_macro_no_included_file_names_is_inert_and_one_that_is_named_is_not(tmp_path):
+    """Real preprocessing: torch 2.8 put pybind11's -D options on every nvcc line; the kernel
+    units include nothing that names them, so the two series' units are the same. A macro the
+    unit's header names (it changes the text when defined) is never inert."""
+    (tmp_path / "kern.h").write_text("#ifdef WIDE\ntypedef long T;\n#else\ntypedef int T;\n"
+                                     "#endif\n")
+    (tmp_path / "k.cpp").write_text('#include "kern.h"\nT k() { return 1; }\n')
+    results = {}
+    for torch, extra in (("2.10.0", ""), ("2.8.0", " -DPYBIND11_STDLIB=x -DWIDE"),
+                         ("2.9.0", " -DPYBIND11_STDLIB=x")):
+        unit = Unit("k.cpp", "c++", f"c++ -I{tmp_path} -c {tmp_path}/k.cpp -o {tmp_path}/k.o"
+                    f" -O2{extra}", tmp_path, tmp_path / "k.o")
+        results[torch] = kernelsame.preprocess_unit(
+            unit, None, tmp_path / torch / "k.ii", kernelsame.TorchHeaders(tmp_path / "none"),
+            {}, kernelsame.MacroUse())
+    assert results["2.9.0"].inert == ["-DPYBIND11_STDLIB=x"]
+    assert results["2.8.0"].inert == ["-DPYBIND11_STDLIB=x"]           # WIDE is named
+    assert results["2.9.0"].flags == results["2.10.0"].flags != results["2.8.0"].flags
+    series = [kernelsame.SeriesKernels(t, t, {"k.cpp": r}) for t, r in results.items()]
+    same = kernelsame.compare([series[0], series[2]])[0]
+    assert same.same and same.inert_differences == ["-DPYBIND11_STDLIB=x (2.9)"]
+    assert "inert" in kernelsame.format_table("c", [series[0], series[2]], [same])
+    differ = kernelsame.compare(series[:2])[0]
+    assert not differ.same and differ.differing_options == ["-DWIDE (2.8)"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_compiler_cache_leaves_an_inert_macro_out_of_its_key(tmp_path):
+    """What makes an inert option safe to leave out: ccache, in the preprocessor mode a cell
+    reads a shard's objects by, hits the object compiled without the option; another
+    optimization level (an option that is not only the preprocessor's) misses."""
+    from tools.pipeline.ccache import find_ccache
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    env = {**os.environ, "CCACHE_DIR": str(tmp_path / "cache")}
+    binary = find_ccache()
+    for out, extra in (("a.o", []), ("b.o", ["-DPYBIND11_BUILD_ABI=\"_cxxabi1018\""]),
+                       ("c.o", ["-O2"])):
+        subprocess.run([binary, "nvcc", "-c", "k.cu", "-o", out, "-arch=sm_90", *extra],
+                       cwd=tmp_path, env=env, check=True, timeout=300)
+    stats = subprocess.run([binary, "--print-stats"], env=env, check=True,
+                           capture_output=True, text=True, timeout=60).stdout
+    counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+    assert (counts["preprocessed_cache_hit"], counts["cache_miss"]) == ("1", "2")
+
+
+def test_the_stand_in_toolkit_answers_as_the_cells_cuda_and_preprocesses_with_the_real_one(
+        tmp_path):
+    from tools.pipeline.build_toolchain import find_nvcc
+    from tools.probing import toolkitstandin
+    try:
+        real = find_nvcc(pypi=False)
+    except ToolchainError:
+        pytest.skip("needs a CUDA toolkit")
+    other = "12.8" if real.version != "12.8" else "13.0"
+    root = toolkitstandin.make(real, other, tmp_path)
+    found = find_nvcc({"CUDA_HOME": str(root), "PATH": ""}, pypi=False)
+    assert (found.version, found.cuda_home) == (other, str(root))
+    (tmp_path / "k.cu").write_text("__global__ void kern_standin(float* x) { x[0] = 1.0f; }\n")
+    subprocess.run([str(root / "bin" / "nvcc"), "-E", "k.cu", "-o", "k.ii"], cwd=tmp_path,
+                   check=True, timeout=300)
+    assert "kern_standin" in (tmp_path / "k.ii").read_text()      # the real nvcc ran
+    with pytest.raises(ProbeError, match="no stand-in is needed"):
+        toolkitstandin.make(real, real.version, tmp_path)
+
+
+def test_the_python_free_block_is_written_beside_the_kernels_block(tmp_path):
+    path = tmp_path / UNITS_FILE
+    original = "schema: 1\nversion: '1.0'\nunits:\n  cuda: [a.cu]\n"
+    path.write_text(original)
+    span = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "digest": "d" * 64}
+    free = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "sources": "e" * 64}
+    kernelsame.write_span(path, "13.0", free, block="python_free")
+    kernelsame.write_span(path, "13.0", span)
+    data = yaml.safe_load(path.read_text())
+    assert data["kernels"] == {"13.0": span} and data["python_free"] == {"13.0": free}
+    assert path.read_text().index("kernels:") < path.read_text().index("python_free:")
+    kernelsame.write_span(path, "13.0", None)
+    kernelsame.write_span(path, "13.0", None, block="python_free")
+    assert path.read_text() == original
+
+
+def test_a_series_whose_units_include_python_is_not_python_free():
+    job = load_job("torch_scatter-3.12-cu130")
+    free = _series("2.14.1+cu130", **{"a.cu": ("x", {})})
+    bound = _series("2.13.0+cu130", **{"a.cu": ("y", {})})
+    record = kernelsame.python_free_record(job, [free, bound])
+    assert record["torch"] == ["2.14", "2.13"] and record["units"] == 1
+    assert record["read_with"] == ("python -m tools.probe torch_scatter-3.12-cu130 "
+                                   "--across-torch --write")
+    bound.units["a.cu"].python_headers = 12           # torch/extension.h brings Python.h in
+    assert kernelsame.python_free_record(job, [free, bound]) is None

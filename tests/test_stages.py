@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -288,3 +289,23 @@ def test_a_changed_runner_file_changes_the_plan_not_the_cells(tmp_path):
     assert [c["id"] for c in small.cell_jobs()] == [c["id"] for c in large.cell_jobs()]
     assert len(large.shard_jobs()) < len(small.shard_jobs())
     assert {j["runner"] for j in large.shard_jobs() + large.cell_jobs()} == {"linux-16-core"}
+
+
+def test_a_group_measured_python_free_compiles_its_kernels_once_when_that_is_cheaper(flashy):
+    """A group whose one cell fits a job: unmeasured, each of its cells compiles the kernels
+    (a unit that includes Python.h would miss in the other Pythons' cells); measured to
+    include no Python header, one shard compiles them for all its cells, because that costs
+    fewer runner-hours."""
+    recipes, cells, recipe, group, write = flashy
+    write()
+    runner = runners(budget_hours=20, job_limit_hours=24).default
+    units = read_units(recipe)
+    unmeasured = plan_group(group, recipe, runner, ("80", "90"), units)
+    assert unmeasured.shards == ()
+    measured = plan_group(replace(group, python_free=True), recipe, runner, ("80", "90"),
+                          units)
+    assert len(measured.shards) == 1 and measured.hours < unmeasured.hours
+    assert "would compile the same kernels" in measured.why
+    # a group of one cell gains nothing from a shard
+    single = replace(group, python_free=True, cells=group.cells[:1])
+    assert plan_group(single, recipe, runner, ("80", "90"), units).shards == ()

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true",
                     help="with --across-torch: record the torch series that share the kernels "
                          "in the recipe's units.yaml (kernels:), which the plan groups by")
+    ap.add_argument("--toolkit-stand-in", action="store_true",
+                    help="with --across-torch: preprocess with this machine's CUDA toolkit "
+                         "answering as the cell's CUDA version, where no such compiler is here")
     ap.add_argument("--units", help="comma-separated units to compile (paths in the source "
                                     "tree, or their file names), instead of the heaviest")
     ap.add_argument("--count", type=int, default=probe_build.DEFAULT_COUNT,
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("name a cell to probe (or --summary WORK)")
     if args.write and not args.across_torch:
         ap.error("--write records what --across-torch measures: give both")
+    if args.toolkit_stand_in and not args.across_torch:
+        ap.error("--toolkit-stand-in is for measuring with --across-torch only: give both")
     if args.offline and not args.wheelhouse:
         ap.error("--offline needs --wheelhouse")
     if args.count < 1:
@@ -73,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = Inputs(sdist=args.sdist, sdist_dir=args.sdist_dir, wheelhouse=args.wheelhouse,
                     offline=args.offline, torch_index=args.torch_index)
     if args.across_torch:
-        print(kernelsame.across_torch(job, inputs, args.work, write=args.write)["table"])
+        print(kernelsame.across_torch(job, inputs, args.work, write=args.write,
+                                      stand_in=args.toolkit_stand_in)["table"])
         return 0
     try:
         report = probe_build.probe_cell(job, probe_build.ProbeRequest(

@@ -46,6 +46,11 @@ def _counts() -> str:
     return _command_output("tools.matrix", ["--format", "counts-md"])
 
 
+def _new_series() -> str:
+    return _command_output("tools.matrix", ["--format", "new-series-md", "--platform",
+                                            "linux_x86_64"])
+
+
 def _schedule() -> str:
     # The whole backlog, as before the first release: the ledger of a site that has nothing yet.
     return _command_output("tools.matrix", ["--format", "schedule-md",
@@ -163,6 +168,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "install-selector": _install_selector,
     "install-uv": _install_uv,
     "install-uv-project": _install_uv_project,
+    "new-series": _new_series,
     "packages": _packages,
     "schedule": _schedule,
     "site-layout": _site_layout,

@@ -11,6 +11,7 @@ has its own: the image brings the toolchain and the Python.)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +31,11 @@ class Prelude:
     python: BuildPython
 
 
-def find_toolchain(job: BuildJob, step: Step, progress: Progress) -> Nvcc:
-    """The ``toolchain`` step: this machine's nvcc, with a note when its CUDA is not the cell's."""
-    nvcc = find_nvcc()
+def find_toolchain(job: BuildJob, step: Step, progress: Progress,
+                   toolkit: Path | None = None) -> Nvcc:
+    """The ``toolchain`` step: this machine's nvcc (or the one of ``toolkit``, a toolkit root),
+    with a note when its CUDA is not the cell's."""
+    nvcc = find_nvcc({**os.environ, "CUDA_HOME": str(toolkit)} if toolkit else None)
     if warning := check_nvcc(nvcc, job.cell):
         progress.say(f"note: {warning}")
     step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version, cuda_home=nvcc.cuda_home)
@@ -60,7 +63,8 @@ def prepare(job: BuildJob, work: Path, inputs: Inputs, progress: Progress, *,
             python: BuildPython | None = None) -> Prelude:
     """Run the three steps in order; ``python``: an interpreter the caller checked already
     (``--interpreter``), used as it is instead of the ``python`` step."""
-    nvcc = progress.run("toolchain", lambda step: find_toolchain(job, step, progress))
+    nvcc = progress.run("toolchain", lambda step: find_toolchain(job, step, progress,
+                                                                  inputs.toolkit))
     source = progress.run("source", lambda step: fetch_source(job, work, inputs, step))
     if python is None:
         python = progress.run("python", lambda step: make_python(job, work, inputs, step))

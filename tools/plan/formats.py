@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 
 from tools.core.errors import PlanError
+from tools.core.variant import DEFAULT_PLATFORM
+from . import newseries
 from .cells import Cell, counts, plan
 from .recipes.model import Recipe
 from .runners import Runners
@@ -19,9 +21,10 @@ from .stages import Release, plan_release
 from .table import Table
 
 #: The format names ``render`` knows, ``json`` (the default) first.
-FORMATS = ("json", "github", "ids", "groups", "counts", "counts-md")
+FORMATS = ("json", "github", "ids", "groups", "counts", "counts-md", "new-series",
+           "new-series-md")
 #: The formats made from the staged release, which need the runner file.
-STAGED = ("github", "groups", "counts", "counts-md")
+STAGED = ("github", "groups", "counts", "counts-md", "new-series", "new-series-md")
 
 #: The counts tables' second column, as both formats head it.
 ABI_HEADING = "abi (python + torch)"
@@ -135,6 +138,14 @@ def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
         return counts_text(counts_rows(cells, recipes, table, runners))
     if name == "counts-md":
         return counts_markdown(counts_rows(cells, recipes, table, runners))
+    if name in ("new-series", "new-series-md"):
+        platforms = dict.fromkeys(c.platform for c in cells) or {DEFAULT_PLATFORM: None}
+        write = newseries.as_markdown if name == "new-series-md" else newseries.as_text
+        parts = []
+        for platform in platforms:
+            series, prices = newseries.price_new_series(recipes, table, runners, platform)
+            parts.append(write(series, platform, prices))
+        return "\n\n".join(parts)
     if name in ("github", "groups"):
         release = plan_release(cells, recipes, runners, plan(recipes, table))
         return as_github(release) if name == "github" else as_groups(release)

@@ -64,6 +64,26 @@ class KernelSpan:
     #: again).
     sources: str
     read_with: str = ""
+    #: What preprocessed the units where it was not the CUDA version's own toolkit (the
+    #: probe's ``--toolkit-stand-in``: CUDA 12.x measured with CUDA 13's nvcc answering as it).
+    toolkit: str = ""
+
+
+@dataclass(frozen=True)
+class PythonFree:
+    """A measurement (``python -m tools.probe CELL --across-torch --write``): a recipe's CUDA
+    units, preprocessed for these torch series of one CUDA version on one platform, include no
+    header of Python's, so the cells of one series, which differ only in Python, compile the
+    same kernel objects. Its group then compiles them once when that costs fewer runner-hours
+    (``tools.plan.stages``); without it each cell that fits a job compiles its own."""
+
+    cuda: str
+    platform: str
+    torch: tuple[str, ...]
+    #: :func:`sources_digest` of the recipe it was measured with (another sdist or patch and
+    #: the record says nothing until measured again).
+    sources: str
+    read_with: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,9 @@ class UnitList:
     measured: dict[str, float]                # unit -> measured seconds per arch (the probe's)
     #: CUDA version -> the torch series that share its kernels (the ``kernels:`` block)
     kernels: dict[str, KernelSpan] = field(default_factory=dict)
+    #: CUDA version -> the torch series whose CUDA units include no Python header (the
+    #: ``python_free:`` block)
+    python_free: dict[str, PythonFree] = field(default_factory=dict)
 
     def sharded(self) -> tuple[str, ...]:
         """The units shards compile, in the file's order."""
@@ -111,7 +134,7 @@ def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str)
     raw = load_yaml(path, PlanError)
     p = Problems(path, PlanError)
     m = p.entry(raw, "", {"schema": int, "version": str, "units": dict, "cost": dict},
-                {"read_from": dict, "measured": dict, "kernels": dict})
+                {"read_from": dict, "measured": dict, "kernels": dict, "python_free": dict})
     if m is None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a unit list")
@@ -143,8 +166,9 @@ def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str)
         elif p.typed(seconds, f"measured.{unit}", (int, float)):
             measured[unit] = float(seconds)
     kernels = _read_spans(m.get("kernels") or {}, p)
+    python_free = _read_python_free(m.get("python_free") or {}, p)
     p.raise_if_any()
-    return UnitList(path, m["version"], units, cost, measured, kernels)
+    return UnitList(path, m["version"], units, cost, measured, kernels, python_free)
 
 
 def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
@@ -153,7 +177,8 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
     for cuda, entry in block.items():
         where = f"kernels.{cuda}"
         e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str,
-                                   "sources": str}, {"read_with": str, "units": int})
+                                   "sources": str}, {"read_with": str, "units": int,
+                                                     "toolkit": str})
         if e is None:
             continue
         if e["platform"] not in PLATFORM_PART:
@@ -168,8 +193,30 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
             p.add(f"{where}.{k}", "must be a sha256 (64 lowercase hex digits)", fix)
         if not bad and torch is not None and len(torch) >= 2:
             spans[str(cuda)] = KernelSpan(str(cuda), e["platform"], tuple(torch), e["digest"],
-                                          e["sources"], e.get("read_with", ""))
+                                          e["sources"], e.get("read_with", ""),
+                                          e.get("toolkit", ""))
     return spans
+
+
+def _read_python_free(block: dict, p: Problems) -> dict[str, PythonFree]:
+    fix = "measure it again: python -m tools.probe <cell> --across-torch --write"
+    out: dict[str, PythonFree] = {}
+    for cuda, entry in block.items():
+        where = f"python_free.{cuda}"
+        e = p.entry(entry, where, {"platform": str, "torch": list, "sources": str},
+                    {"read_with": str, "units": int, "toolkit": str})
+        if e is None:
+            continue
+        if e["platform"] not in PLATFORM_PART:
+            p.add(f"{where}.platform", f"{e['platform']!r} is not a wheel platform (one of "
+                                       f"{', '.join(PLATFORM_PART)})", fix)
+        torch = p.strings(e["torch"], f"{where}.torch")
+        if not _DIGEST.fullmatch(e["sources"]):
+            p.add(f"{where}.sources", "must be a sha256 (64 lowercase hex digits)", fix)
+        elif torch is not None:
+            out[str(cuda)] = PythonFree(str(cuda), e["platform"], tuple(torch), e["sources"],
+                                        e.get("read_with", ""))
+    return out
 
 
 def patch_digests(recipe: Recipe) -> list[list[str]]:
@@ -215,6 +262,15 @@ def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
     return span if span.sources == sources_digest(recipe) else None
 
 
+def python_free(cell: Cell, recipe: Recipe) -> bool:
+    """Were ``cell``'s CUDA units measured to include no Python header (:class:`PythonFree`)
+    for its CUDA version, platform and torch series, with the recipe's sdist and patches?"""
+    units = read_units(recipe)
+    record = units.python_free.get(cell.cuda) if units else None
+    return (record is not None and record.platform == cell.platform
+            and cell.torch in record.torch and record.sources == sources_digest(recipe))
+
+
 def group_key(cell: Cell, recipe: Recipe) -> str:
     """A digest of what decides a group's kernel objects: the sdist, the patches' bytes, CUDA,
     the torch series, the archs, the recipe's build variables and its arch variable; 16 hex.
@@ -253,6 +309,9 @@ class Group:
     platform: str = DEFAULT_PLATFORM
     #: Its kernels are shared by several torch series (:func:`kernel_span`).
     shared: bool = False
+    #: Its CUDA units were measured to include no Python header (:func:`python_free`): its
+    #: cells, one per Python, compile the same kernels.
+    python_free: bool = False
 
 
 def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
@@ -260,6 +319,7 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
     by_package = {r.package: r for r in recipes}
     out: dict[str, tuple[str, str, list[str], str]] = {}
     shared: set[str] = set()
+    free: set[str] = set()
     for cell in cells:
         recipe = by_package[cell.package]
         gid = cell_group(cell, recipe)
@@ -267,8 +327,10 @@ def groups(cells: list[Cell], recipes: list[Recipe]) -> list[Group]:
             out[gid] = (group_key(cell, recipe), cell.package, [], cell.platform)
             if kernel_span(cell, recipe) is not None:
                 shared.add(gid)
+            if python_free(cell, recipe):
+                free.add(gid)
         out[gid][2].append(cell.id)
-    return [Group(gid, key, package, tuple(ids), platform, gid in shared)
+    return [Group(gid, key, package, tuple(ids), platform, gid in shared, gid in free)
             for gid, (key, package, ids, platform) in out.items()]
 
 

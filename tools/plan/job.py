@@ -46,6 +46,9 @@ class Inputs:
     offline: bool = False
     #: The index the cell's torch comes from (default: the table's for its CUDA).
     torch_index: str | None = None
+    #: A CUDA toolkit root to use instead of this machine's (the probe's stand-in for another
+    #: CUDA version, ``tools.probing.toolkitstandin``: measuring only, never a build).
+    toolkit: Path | None = None
 
 
 def load_job(cell_id: str, recipes_root: Path = RECIPES_DIR, table_path: Path = TABLE_PATH

@@ -24,9 +24,11 @@ unit list is estimated by :data:`NO_UNITS_SECONDS_PER_ARCH`.
 no shards: each of its cells compiles its kernels. A group whose kernels several torch series
 share (``tools.plan.groups.kernel_span``) gets one shard anyway when that costs fewer
 runner-hours: one shard compiling the kernels once, plus every cell reading them, against every
-cell compiling them. Otherwise its CUDA units are split
-(``tools.plan.groups.split``, the split ``python -m tools.shard run`` makes) into the fewest
-shards whose every job fits the budget, starting from ``ceil(kernel hours / (budget - setup))``.
+cell compiling them; so does a group whose CUDA units were measured to include no Python
+header (``tools.plan.groups.python_free``), whose cells, one per Python, compile the same
+kernels. Otherwise its CUDA units are split (``tools.plan.groups.split``, the split ``python
+-m tools.shard run`` makes) into the fewest shards whose every job fits the budget, starting
+from ``ceil(kernel hours / (budget - setup))``.
 A unit that doesn't fit a shard of its own, or a cell that doesn't fit even with every kernel
 from the shards, is a PlanError naming the group, the runner and the budget.
 
@@ -169,12 +171,13 @@ def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, .
         + cell_units + finish
     cells = len(group.cells)
     if whole <= budget:
-        # Fits without shards: a group whose kernels several torch series share still gets
-        # one when it compiles them once for all its cells instead of once per cell (the
-        # shard's setup is the price). Other groups (the Pythons of one series) don't: their
-        # cells would all wait for shards, and the cell matrices that wait are full.
+        # Fits without shards: a group whose kernels are measured to be the same for all its
+        # cells (several torch series share them, or its CUDA units include no Python header)
+        # still gets one when it compiles them once for all its cells instead of once per
+        # cell (the shard's setup is the price). Unmeasured groups don't: a unit that includes
+        # Python.h would miss in every other Python's cell.
         one = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs)))
-        if not group.shared or one + cells * cell >= cells * whole:
+        if not (group.shared or group.python_free) or one + cells * cell >= cells * whole:
             return GroupPlan(group, runner, sizing, archs, units, (), (), whole, whole,
                              f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}) and "
                              f"a shard would not save runner-hours: no shards, each cell "

@@ -30,7 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -38,13 +38,14 @@ import yaml
 
 from tools.core.errors import ProbeError
 from tools.core.variant import torch_series
-from tools.pipeline.build_toolchain import build_process_env
+from tools.pipeline.build_toolchain import build_process_env, find_nvcc
 from tools.pipeline.ccache import site_packages
 from tools.pipeline.report import Progress
 from tools.plan.cells import Cell, plan
 from tools.plan.groups import UNITS_FILE, sources_digest
 from tools.plan.job import BuildJob, Inputs
 from tools.plan.table import version_key
+from . import toolkitstandin
 from .compdb import Unit, read_build
 
 STEPS = ["toolchain", "source", "python", "commands", "preprocess"]
@@ -55,6 +56,8 @@ PREPROCESS_TIMEOUT = 600
 _DEPENDENCY_FLAGS = {"--generate-dependencies-with-compile", "-MD", "-MMD"}
 _DEPENDENCY_VALUE_FLAGS = {"--dependency-output", "-MF", "-MT", "-MQ"}
 _LINE_MARKER = re.compile(r'^#\s*(?:line\s+)?\d+\s+"([^"]*)"', re.M)
+#: A macro definition or removal on a command line, as torch's extension builder writes them.
+_MACRO_OPTION = re.compile(r"^-[DU]([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def siblings(job: BuildJob) -> list[Cell]:
@@ -120,6 +123,16 @@ class UnitText:
     #: sha256 of the normalized command line: options that don't reach the text (-O3,
     #: --use_fast_math, ...) still decide the object, and the compiler cache hashes them
     flags: str = ""
+    #: the normalized command line itself, so that a difference can be shown option by option
+    command: str = ""
+    #: how many of Python's headers it includes (``Python.h`` through ``torch/extension.h``):
+    #: a unit that includes none compiles the same for every Python
+    python_headers: int = 0
+    #: its ``-D``/``-U`` options whose macro no file the unit includes names: they can't reach
+    #: the text or the object, and the compiler cache leaves them out of its key too
+    #: (preprocessor mode hashes the text, not the options that only act through it), so
+    #: ``flags`` is the command line without them
+    inert: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +155,44 @@ class UnitVerdict:
     differing_headers: list[str] = field(default_factory=list)
     #: the command lines differ (another C++ standard, other options), whatever the text
     flags_differ: bool = False
+    #: where they differ: each option some series give the unit and others don't, with the
+    #: series that give it (``-std=c++17 (2.8)``)
+    differing_options: list[str] = field(default_factory=list)
+    #: options that differ between the series but are inert (:attr:`UnitText.inert`): they
+    #: don't make the unit differ
+    inert_differences: list[str] = field(default_factory=list)
+
+
+class MacroUse:
+    """Whether a file names a macro, each file read once however many units include it."""
+
+    def __init__(self):
+        self._texts: dict[str, str] = {}
+        self._named: dict[tuple[str, str], bool] = {}
+
+    def named(self, name: str, files: set[str]) -> bool:
+        """Does any of ``files`` contain ``name`` (as text: a conservative test, a longer
+        identifier containing it counts too)? An unreadable file counts as naming it."""
+        for path in files:
+            key = (path, name)
+            if key not in self._named:
+                if path not in self._texts:
+                    try:
+                        self._texts[path] = Path(path).read_text(errors="replace")
+                    except OSError:
+                        self._texts[path] = name
+                self._named[key] = name in self._texts[path]
+            if self._named[key]:
+                return True
+        return False
+
+
+def inert_options(argv: list[str], text: str, cwd: Path | str, uses: MacroUse) -> list[str]:
+    """The ``-D``/``-U`` options of ``argv`` whose macro no file of the preprocessed ``text``
+    names (its line markers list every file it came from; relative ones are under ``cwd``)."""
+    files = {m if m.startswith("/") else str(Path(cwd) / m)
+             for m in _LINE_MARKER.findall(text) if not m.startswith("<")}
+    return [a for a in argv if (m := _MACRO_OPTION.match(a)) and not uses.named(m[1], files)]
 
 
 class TorchHeaders:
@@ -163,7 +214,8 @@ class TorchHeaders:
 
 
 def preprocess_unit(unit: Unit, env: dict[str, str] | None, out: Path, headers: TorchHeaders,
-                    replacements: dict[str, str]) -> UnitText:
+                    replacements: dict[str, str], uses: MacroUse | None = None,
+                    python_include: str | None = None) -> UnitText:
     """Preprocess ``unit`` with its own command line into ``out`` and describe the text."""
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = preprocess_argv(unit.command, out)
@@ -181,8 +233,23 @@ def preprocess_unit(unit: Unit, env: dict[str, str] | None, out: Path, headers: 
     text = out.read_text(errors="replace")
     digest = hashlib.sha256(normalize(text, replacements).encode()).hexdigest()
     line = normalize(shlex.join(a for a in argv if a != str(out)), replacements)
+    inert = inert_options(argv, text, unit.directory, uses or MacroUse())
+    decides = normalize(shlex.join(a for a in argv if a != str(out) and a not in inert),
+                        replacements)
     out.unlink()   # flash-attn's are 10 MB each; the digest is what is kept
-    return UnitText(digest, headers.digests(text), hashlib.sha256(line.encode()).hexdigest())
+    python = len(included_under(text, python_include)) if python_include else 0
+    return UnitText(digest, headers.digests(text), hashlib.sha256(decides.encode()).hexdigest(),
+                    line, python, inert)
+
+
+def python_include(python: Path) -> str:
+    """The directory of ``python``'s own headers (``Python.h``), as torch's extension builder
+    finds it."""
+    proc = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['include'])"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ProbeError(f"{python} did not say where its headers are: {proc.stderr[-400:]}")
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def measure_series(job: BuildJob, inputs: Inputs, work: Path, progress: Progress
@@ -200,12 +267,14 @@ def measure_series(job: BuildJob, inputs: Inputs, work: Path, progress: Progress
     process_env = build_process_env(bp.python, read.env)
     headers = TorchHeaders(site / "torch" / "include")
     result = SeriesKernels(job.id, bp.torch_version)
+    uses = MacroUse()
+    include = python_include(bp.python)
 
     def preprocess(step):
         for unit in units:
             result.units[unit.name] = preprocess_unit(
                 unit, process_env, work / "preprocessed" / (Path(unit.name).name + ".ii"),
-                headers, replacements)
+                headers, replacements, uses, include)
         step.detail.update(units=len(units))
 
     progress.run("preprocess", preprocess)
@@ -228,8 +297,39 @@ def compare(series: list[SeriesKernels]) -> list[UnitVerdict]:
                      if len({u.torch_headers.get(h) for u in present}) > 1]
         flags_differ = len({u.flags for u in present}) > 1
         same = len(set(digests.values())) == 1 and not flags_differ
-        verdicts.append(UnitVerdict(name, same, digests, len(headers), differing, flags_differ))
+        options = option_differences({t: _without(u.command, u.inert) for t, u in texts.items()
+                                      if u}) if flags_differ else []
+        inert = {a for u in present for a in u.inert}
+        ignored = [o for o in option_differences({t: u.command for t, u in texts.items() if u})
+                   if o.split(" (")[0] in inert] if inert else []
+        verdicts.append(UnitVerdict(name, same, digests, len(headers), differing, flags_differ,
+                                    options, ignored))
     return verdicts
+
+
+def _without(line: str, inert: list[str]) -> str:
+    return shlex.join(a for a in shlex.split(line) if a not in inert)
+
+
+def _series(torch: str) -> str:
+    try:
+        return torch_series(torch)
+    except ValueError:          # a name that is not a torch version: shown as it is
+        return torch
+
+
+def option_differences(commands: dict[str, str]) -> list[str]:
+    """The options of ``commands`` (torch version -> command line) that not every series has,
+    each with the series that have it, in command-line order."""
+    split = {torch: shlex.split(line) for torch, line in commands.items()}
+    out: list[str] = []
+    for torch, argv in split.items():
+        for arg in argv:
+            having = [_series(t) for t, other in split.items() if arg in other]
+            entry = f"{arg} ({', '.join(having)})"
+            if len(having) < len(split) and entry not in out:
+                out.append(entry)
+    return out
 
 
 def combined_digest(kernels: SeriesKernels) -> str:
@@ -238,36 +338,62 @@ def combined_digest(kernels: SeriesKernels) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def span_record(job: BuildJob, series: list[SeriesKernels]) -> dict | None:
+def span_record(job: BuildJob, series: list[SeriesKernels], toolkit: str | None = None
+                ) -> dict | None:
     """The ``kernels:`` entry of ``units.yaml`` for ``job``'s CUDA version: the series whose
-    units all preprocess like the newest one's (two at least), None when no other does."""
+    units all preprocess like the newest one's (two at least), None when no other does.
+    ``toolkit``: what preprocessed them, where it was not the cell's own CUDA version."""
     newest = combined_digest(series[0])
     same = [s for s in series if combined_digest(s) == newest]
     if len(same) < 2:
         return None
-    return {"platform": job.cell.platform,
-            "torch": [torch_series(s.torch) for s in same],
-            "digest": newest, "sources": sources_digest(job.recipe),
-            "units": len(series[0].units),
-            "read_with": f"python -m tools.probe {job.id} --across-torch --write "
-                         f"(torch {', '.join(s.torch for s in same)})"}
+    record = {"platform": job.cell.platform,
+              "torch": [torch_series(s.torch) for s in same],
+              "digest": newest, "sources": sources_digest(job.recipe),
+              "units": len(series[0].units),
+              "read_with": f"python -m tools.probe {job.id} --across-torch --write"
+                           f"{' --toolkit-stand-in' if toolkit else ''} "
+                           f"(torch {', '.join(s.torch for s in same)})"}
+    if toolkit:
+        record["toolkit"] = toolkit
+    return record
 
 
-def write_span(units_path: Path, cuda: str, record: dict | None) -> None:
-    """Put ``record`` under ``kernels.<cuda>`` in ``units_path`` (or remove the entry when it
-    is None). Only the ``kernels:`` block is rewritten, at the end of the file: every other
-    line, comments included, stays as it was."""
+def python_free_record(job: BuildJob, series: list[SeriesKernels], toolkit: str | None = None
+                       ) -> dict | None:
+    """The ``python_free:`` entry of ``units.yaml`` for ``job``'s CUDA version: every series
+    measured, when none of their CUDA units includes a Python header; None otherwise."""
+    if any(u.python_headers for s in series for u in s.units.values()):
+        return None
+    record = {"platform": job.cell.platform, "torch": [torch_series(s.torch) for s in series],
+              "sources": sources_digest(job.recipe), "units": len(series[0].units),
+              "read_with": f"python -m tools.probe {job.id} --across-torch --write"
+                           f"{' --toolkit-stand-in' if toolkit else ''}"}
+    if toolkit:
+        record["toolkit"] = toolkit
+    return record
+
+
+#: The blocks the probe writes at the end of ``units.yaml``, in this order.
+MEASURED_BLOCKS = ("kernels", "python_free")
+
+
+def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str = "kernels"
+               ) -> None:
+    """Put ``record`` under ``<block>.<cuda>`` in ``units_path`` (or remove the entry when it
+    is None); ``block`` is one of :data:`MEASURED_BLOCKS`. Only those blocks are rewritten, at
+    the end of the file: every other line, comments included, stays as it was."""
     text = units_path.read_text()
     data = yaml.safe_load(text) or {}
-    kernels = dict(data.get("kernels") or {})
+    blocks = {name: dict(data.get(name) or {}) for name in MEASURED_BLOCKS}
     if record is None:
-        kernels.pop(cuda, None)
+        blocks[block].pop(cuda, None)
     else:
-        kernels[cuda] = record
+        blocks[block][cuda] = record
     lines = text.splitlines(keepends=True)
     kept, inside = [], False
     for line in lines:
-        if line.startswith("kernels:"):
+        if any(line.startswith(f"{name}:") for name in MEASURED_BLOCKS):
             inside = True
             continue
         if inside and line.strip() and not line[0].isspace():
@@ -277,8 +403,9 @@ def write_span(units_path: Path, cuda: str, record: dict | None) -> None:
     body = "".join(kept)
     if body and not body.endswith("\n"):
         body += "\n"
-    if kernels:
-        body += yaml.safe_dump({"kernels": kernels}, sort_keys=False, width=100)
+    for name in MEASURED_BLOCKS:
+        if blocks[name]:
+            body += yaml.safe_dump({name: blocks[name]}, sort_keys=False, width=100)
     tmp = units_path.with_suffix(".tmp")
     tmp.write_text(body)
     tmp.replace(units_path)
@@ -299,15 +426,39 @@ def format_table(cell: str, series: list[SeriesKernels], verdicts: list[UnitVerd
             more = len(v.differing_headers) - 6
             lines.append(f"| `{v.unit}` | {v.torch_headers} | {len(v.differing_headers)}: "
                          f"{shown}{f' and {more} more' if more > 0 else ''} | "
-                         f"{'differ' if v.flags_differ else 'the same'} |")
+                         f"{command_cell(v)} |")
+    inert = sorted({o for v in same for o in v.inert_differences})
+    if inert:
+        lines += ["", f"Options that differ between the series but no file the units include "
+                      f"names (inert, left out as the compiler cache leaves them out): "
+                      f"{', '.join(f'`{o}`' for o in inert)}"]
     return "\n".join(lines)
 
 
+def command_cell(verdict: UnitVerdict) -> str:
+    """The table's command-line column for one unit: the same, or the options that differ."""
+    if not verdict.flags_differ:
+        inert = ", ".join(f"`{o}`" for o in verdict.inert_differences[:3])
+        return f"the same (inert: {inert})" if inert else "the same"
+    shown = ", ".join(f"`{o}`" for o in verdict.differing_options[:4])
+    more = len(verdict.differing_options) - 4
+    return f"differ: {shown}{f' and {more} more' if more > 0 else ''}" if shown else "differ"
+
+
 def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO | None = None,
-                 *, write: bool = False) -> dict:
+                 *, write: bool = False, stand_in: bool = False) -> dict:
     """Measure ``job``'s cell and its torch siblings; write and return the record. ``write``:
     also record the series that share the kernels in the recipe's ``units.yaml`` (or remove
-    the CUDA version's entry when none do)."""
+    the CUDA version's entry when none do). ``stand_in``: preprocess with this machine's
+    toolkit standing in for the cell's CUDA version (``tools.probing.toolkitstandin``), and
+    say so in the record."""
+    toolkit = None
+    if stand_in:
+        real = find_nvcc()
+        inputs = replace(inputs, toolkit=toolkitstandin.make(real, job.cell.cuda, work_root))
+        toolkit = (f"nvcc {real.version} standing in for CUDA {job.cell.cuda} (no CUDA "
+                   f"{job.cell.cuda} compiler here): the torch headers and the command lines "
+                   f"are CUDA {job.cell.cuda}'s, the CUDA headers {real.version}'s")
     cells = siblings(job)
     if len(cells) < 2:
         raise ProbeError(f"{job.id}: its CUDA version builds one torch series here "
@@ -323,7 +474,8 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
     verdicts = compare(series)
     record = {"cell": job.id, "cuda": job.cell.cuda, "torch": [s.torch for s in series],
               "same": sum(v.same for v in verdicts), "units": len(verdicts),
-              "span": span_record(job, series),
+              "span": span_record(job, series, toolkit),
+              "python_free": python_free_record(job, series, toolkit),
               "verdicts": [asdict(v) for v in verdicts],
               "series": [asdict(s) for s in series]}
     out = work_root / job.id / "kernels" / "kernels.json"
@@ -331,6 +483,8 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
     out.write_text(json.dumps(record, indent=1))
     if write:
         write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["span"])
+        write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["python_free"],
+                   block="python_free")
     table = format_table(job.id, series, verdicts)
     span = record["span"]
     record["table"] = table + "\n\n" + (

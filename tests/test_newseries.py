@@ -1,0 +1,93 @@
+"""tools.plan.newseries: what a new torch series costs, recipe by recipe: cells only for a recipe
+whose kernel units were measured torch-free (its CUDA version's kernel cache serves them), its
+kernels compiled for any other, nothing for a stable-ABI recipe."""
+
+from __future__ import annotations
+
+import yaml
+
+from tools.plan import newseries
+from tools.plan.cells import plan
+from tools.plan.recipes.model import load_all
+from tools.plan.formats import render
+from tools.plan.groups import UNITS_FILE, sources_digest
+from tools.plan.runners import parse_runners
+from tools.plan.table import load_table
+
+RUNNER = {"label": "ubuntu-24.04", "cores": 4, "memory_gib": 16, "build_memory_gib": 13.5,
+          "disk_gib": 14, "job_limit_hours": 6, "budget_hours": 5, "setup_minutes": 45,
+          "reason": "GitHub's standard runner for the tests"}
+UNITS = {
+    "schema": 1, "version": "2.0.0",
+    "cost": {"cuda": {"seconds": 1500, "reason": "stated rule for the tests"},
+             "c++": {"seconds": 120, "reason": "stated rule for the tests"}},
+    "units": {"c++": ["csrc/api.cpp"], "cuda": [f"csrc/k{i:02}.cu" for i in range(12)]},
+}
+
+
+def test_the_next_series_is_a_copy_of_the_newest():
+    table = load_table()
+    newest = max(table.torch, key=lambda s: tuple(map(int, s.split("."))))
+    series = newseries.next_series(table)
+    major, minor = newest.split(".")
+    assert series == f"{major}.{int(minor) + 1}"
+    bigger = newseries.with_series(table, series)
+    assert set(bigger.torch) == set(table.torch) | {series}
+    copy, last = bigger.torch[series], table.torch[newest]
+    assert (copy.cuda, copy.python, copy.platforms) == (last.cuda, last.python, last.platforms)
+    assert copy.release == f"{series}.0" and series not in table.torch      # not changed
+
+
+def test_a_recipe_measured_torch_free_costs_its_cells_only(world):
+    table, recipes, _ = world()
+    flashy = next(r for r in recipes if r.package == "flashy")
+    # its CUDA 12.6 range open at the top, so that a new series with CUDA 12.6 joins it
+    data = yaml.safe_load(flashy.path.read_text())
+    data["cuda"] = {"12.6": {"torch_from": "2.8", "reason": "every series with CUDA 12.6"}}
+    flashy.path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipes = load_all(flashy.folder.parent, table)
+    flashy = next(r for r in recipes if r.package == "flashy")
+    cells = plan(recipes, table)
+    runners = parse_runners({"schema": 1, "default": RUNNER}, table.path.with_name("r.yaml"))
+    (flashy.folder / UNITS_FILE).write_text(yaml.safe_dump(UNITS, sort_keys=False))
+    series, before = newseries.price_new_series(recipes, table, runners)
+    mine = {p.package: p for p in before}
+    assert series == newseries.next_series(table) and "flashy" in mine
+    unmeasured = mine["flashy"]
+    assert unmeasured.hours == unmeasured.hours_compiled and "compiled for the series" in \
+        unmeasured.why
+    # a span measured on one of its CUDA versions: the new series reads the kernel cache
+    cuda = next(c.cuda for c in cells if c.package == "flashy")
+    torch = sorted({c.torch for c in cells if c.package == "flashy" and c.cuda == cuda})
+    (flashy.folder / UNITS_FILE).write_text(yaml.safe_dump({**UNITS, "kernels": {cuda: {
+        "platform": "linux_x86_64", "torch": torch * (2 if len(torch) == 1 else 1),
+        "digest": "d" * 64, "sources": sources_digest(flashy)}}}, sort_keys=False))
+    _, after = newseries.price_new_series(recipes, table, runners)
+    measured = next(p for p in after if p.package == "flashy")
+    assert measured.cells == unmeasured.cells and measured.hours_compiled == unmeasured.hours
+    assert measured.hours < unmeasured.hours and "torch-free" in measured.why
+    # what a cell reading every kernel costs: setup, the hits, the C++ unit, the finish
+    assert measured.hours == round(measured.cells * (0.75 + (12 * 4 + 120) / 3600 + 10 / 60), 1)
+
+
+def test_the_repository_prices_a_new_series_on_linux_x86_64():
+    """The committed recipes: flash_attn and causal_conv1d (patched, measured torch-free) pay
+    for cells only; a stable-ABI recipe (xformers) adds no cell."""
+    out = render("new-series", [], *_repository())
+    assert out.startswith("a new torch series (") and "on linux_x86_64" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[3:]}
+    assert "xformers" not in rows
+    for package in ("flash_attn", "causal_conv1d"):
+        hours, compiled = float(rows[package][3]), float(rows[package][4])
+        assert hours < compiled / 2, package
+    md = render("new-series-md", [], *_repository())
+    assert md.splitlines()[-1].startswith("| **total** |")
+
+
+def _repository():
+    from tools import RECIPES_DIR
+    from tools.plan.runners import load_runners
+    table = load_table()
+    recipes = load_all(RECIPES_DIR, table)
+    return recipes, table, load_runners(RECIPES_DIR / "runners.yaml",
+                                        {r.package for r in recipes})
