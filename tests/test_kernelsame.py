@@ -283,3 +283,21 @@ def test_a_series_whose_units_include_python_is_not_python_free():
                                    "--across-torch --write")
     bound.units["a.cu"].python_headers = 12           # torch/extension.h brings Python.h in
     assert kernelsame.python_free_record(job, [free, bound]) is None
+
+
+def test_the_siblings_of_a_recipe_that_depends_on_another_are_planned_with_it():
+    """torch_sparse needs torch_scatter's wheel: its plan links the two, so the probe plans
+    every recipe of its folder (it used to stop at 'there is no recipe torch_scatter')."""
+    job = load_job("torch_sparse-3.12-cu130")
+    assert job.recipe.depends
+    assert [c.torch for c in kernelsame.siblings(job)] == ["2.14", "2.13", "2.12", "2.11"]
+
+
+def test_the_table_says_whether_the_pythons_of_a_series_share_the_units():
+    free = _series("2.14.1+cu130", **{"a.cu": ("x", {}), "b.cu": ("y", {})})
+    verdicts = kernelsame.compare([free, free])
+    assert "0 of 2 CUDA units include Python's headers: the Pythons of a series share them" in \
+        kernelsame.format_table("c", [free, free], verdicts)
+    free.units["b.cu"].python_headers = 111
+    assert "1 of 2 CUDA units include Python's headers (`b.cu`): each Python compiles them" in \
+        kernelsame.format_table("c", [free, free], verdicts)

@@ -44,6 +44,7 @@ from tools.pipeline.report import Progress
 from tools.plan.cells import Cell, plan
 from tools.plan.groups import UNITS_FILE, sources_digest
 from tools.plan.job import BuildJob, Inputs
+from tools.plan.recipes.model import load_all
 from tools.plan.table import version_key
 from . import toolkitstandin
 from .compdb import Unit, read_build
@@ -64,7 +65,11 @@ def siblings(job: BuildJob) -> list[Cell]:
     """The planned cells that differ from ``job``'s cell only in the torch series, newest
     first (the cell's own among them)."""
     cell = job.cell
-    same = [c for c in plan([job.recipe], job.table)
+    # the recipes it depends on too: the plan links a cell to the cells it needs
+    recipes = [job.recipe]
+    if job.recipe.depends:
+        recipes = load_all(job.recipe.folder.parent, job.table)
+    same = [c for c in plan(recipes, job.table)
             if (c.package, c.python, c.cuda, c.platform, c.archs)
             == (cell.package, cell.python, cell.cuda, cell.platform, cell.archs)]
     return sorted(same, key=lambda c: version_key(c.torch), reverse=True)
@@ -427,6 +432,11 @@ def format_table(cell: str, series: list[SeriesKernels], verdicts: list[UnitVerd
             lines.append(f"| `{v.unit}` | {v.torch_headers} | {len(v.differing_headers)}: "
                          f"{shown}{f' and {more} more' if more > 0 else ''} | "
                          f"{command_cell(v)} |")
+    bound = sorted({name for s in series for name, u in s.units.items() if u.python_headers})
+    lines += ["", f"{len(bound)} of {len(verdicts)} CUDA units include Python's headers"
+                  + (f" ({', '.join(f'`{b}`' for b in bound[:3])}"
+                     f"{' ...' if len(bound) > 3 else ''}): each Python compiles them"
+                     if bound else ": the Pythons of a series share them")]
     inert = sorted({o for v in same for o in v.inert_differences})
     if inert:
         lines += ["", f"Options that differ between the series but no file the units include "
