@@ -71,10 +71,12 @@ def render_units(cell: Cell, recipe: Recipe, units: list[Unit], torch: str) -> s
             "cost": cost, "units": by_kind}
     if measured:
         data["measured"] = measured
-    if isinstance(old.get("kernels"), dict) and old.get("version") == recipe.source.version:
-        # the measured torch spans (python -m tools.probe CELL --across-torch --write) stay
-        # while the version does; a new version's units are measured again
-        data["kernels"] = old["kernels"]
+    for block in ("kernels", "python_free"):
+        if isinstance(old.get(block), dict) and old.get("version") == recipe.source.version:
+            # what python -m tools.probe CELL --across-torch --write measured (the torch spans,
+            # the units without Python headers) stays while the version does; a new version's
+            # units are measured again
+            data[block] = old[block]
     header = HEADER.format(package=recipe.package, version=recipe.source.version, cell=cell.id,
                            torch=torch, cuda=cell.cuda)
     return header + yaml.safe_dump(data, sort_keys=False, width=100)
