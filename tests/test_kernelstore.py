@@ -20,9 +20,11 @@ import yaml
 
 from github_standin import Clock, github  # noqa: F401 (the fixture)
 from github_standin import paced_api
+from tinyext_support import nvcc_path
 
 from tools import ROOT
 from tools.core.errors import PlanError
+from tools.pipeline.build_toolchain import find_nvcc
 from tools.pipeline.shardcache import ShardResult, candidates, choose, write_record
 from tools.plan.groups import UNITS_FILE, groups
 from tools.plan.runners import parse_runners
@@ -369,3 +371,51 @@ def test_the_kernels_command_end_to_end(tmp_path, github):
     assert [p.name for p in (tmp_path / "pulled").iterdir()] == [f"{GROUP}-shard2"]
     missing = run("pull", "--key", KEY)
     assert missing.returncode != 0 and "kernels pull needs --dir" in missing.stderr
+
+
+# --------------------------------------------------------------------------- a real hit
+
+
+@pytest.mark.parametrize("unit", ["kernel.cpp", pytest.param(
+    "kernel.cu", marks=[pytest.mark.cuda,
+                        pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")])])
+def test_a_cell_gets_a_real_compiler_cache_hit_from_a_pulled_entry(tmp_path, github, unit):
+    """A shard compiles a unit through ccache into its cache (ccache's file storage, as
+    ``tools.sharding.shard_build`` has it); the cache goes to the store and comes back in a
+    fresh folder; a cell of another Python, with an empty cache of its own, reads it there
+    read-only (``shard_reader_env``, as its build does) and gets the object as a shard hit
+    instead of compiling."""
+    from test_ccache import compile_units, fake_cell
+    from tools.pipeline import ccache
+    cuda_home = find_nvcc().cuda_home if unit.endswith(".cu") else "/unused"
+    state, base = github()
+    api = paced_api(base, Clock())
+    shard = tmp_path / "made" / f"{GROUP}-shard1"
+    shard.mkdir(parents=True)
+    first = fake_cell(tmp_path, "3.11")
+    writer = ccache.prepare(first.work, site=first.site, cuda_home=cuda_home,
+                            directory=tmp_path / "shard-local")
+    writer.env.update(ccache.shard_writer_env(shard))
+    compile_units(first, writer, [unit], torch_include=first.work / "torch-root/torch/include",
+                  cuda_home=cuda_home)
+    assert list(ccache.unit_results(writer.stats_log).values()) == ["miss"]
+    write_record(shard, ShardResult(f"{GROUP}-shard1", GROUP, KEY, 1, 1, [f"csrc/{unit}"],
+                                    ["90"], verdict="passed", complete=True))
+    assert ": pushed, " in store.push(api, "o/r", shard)
+    pulled = tmp_path / "pulled"
+    assert store.pull(api, "o/r", KEY, pulled)[-1].endswith(", 1 used")
+    use = choose(candidates(pulled, GROUP), group=GROUP, key=KEY)
+    second = fake_cell(tmp_path, "3.12")
+    reader = ccache.prepare(second.work, site=second.site, cuda_home=cuda_home,
+                            directory=tmp_path / "cell-local")
+    reader.env.update(ccache.shard_reader_env(use.used))
+    compile_units(second, reader, [unit], torch_include=second.work / "torch-root/torch/include",
+                  cuda_home=cuda_home)
+    assert list(ccache.unit_results(reader.stats_log).values()) == ["shard hit"]
+    # and without the pulled entry, the same compile misses (the control)
+    third = fake_cell(tmp_path, "3.13")
+    alone = ccache.prepare(third.work, site=third.site, cuda_home=cuda_home,
+                           directory=tmp_path / "alone-local")
+    compile_units(third, alone, [unit], torch_include=third.work / "torch-root/torch/include",
+                  cuda_home=cuda_home)
+    assert list(ccache.unit_results(alone.stats_log).values()) == ["miss"]

@@ -267,7 +267,7 @@ def _sidecar(api: Api, repo: str, e: StoredEntry, key: str) -> dict[str, Any]:
             "count": e.count}
     wrong = {k: side.get(k) for k, v in want.items()
              if not isinstance(side, dict) or side.get(k) != v}
-    if wrong or not isinstance(side.get("size"), int) \
+    if wrong or not isinstance(side.get("size"), int) or side["size"] < 1 \
             or not re.fullmatch(r"[0-9a-f]{64}", str(side.get("sha256"))):
         raise Unusable(f"{e.sidecar['name']}: the sidecar is not this entry's (expected "
                        f"{want}, found {wrong or 'no sha256 or size'})")
@@ -280,7 +280,7 @@ def _pull_one(api: Api, repo: str, e: StoredEntry, key: str, dest: Path,
     with tempfile.TemporaryDirectory(dir=dest, prefix=".pull-") as tmp:
         archive = Path(tmp) / "entry.tar.gz"
         with open(archive, "wb") as f:
-            _download(api, repo, e.tar, f, side["size"])
+            _download(api, repo, e.tar, f, min(side["size"], api.limits.asset_bytes))
         got, size = _sha256(archive), archive.stat().st_size
         if (got, size) != (side["sha256"], side["size"]):
             raise Unusable(f"{e.tar['name']}: expected sha256 {side['sha256']} "
@@ -328,7 +328,7 @@ def pull(api: Api, repo: str, key: str, dest: Path, tag: str = STORE_TAG,
     for e in mine:
         try:
             lines.append(_pull_one(api, repo, e, key, dest, shard))
-        except (Unusable, ApiError, OSError, tarfile.TarError, EOFError) as exc:
+        except (Unusable, ApiError, OSError, ValueError, tarfile.TarError, EOFError) as exc:
             lines.append(f"{_WARN}{getattr(exc, 'message', exc)}: not used; the build "
                          "compiles its units")
     return lines + [f"kernel store: {len(mine)} entr{'y' if len(mine) == 1 else 'ies'} of "
