@@ -1,5 +1,7 @@
 """A stand-in of GitHub's REST API for one repository (``o/r``) on 127.0.0.1: releases and their
-assets (with the documented limit of assets per release), a run's artifacts (listed a page at a
+assets (with the documented limit of assets per release; a name uploaded twice refused as
+GitHub's ``already_exists``; each asset read, downloaded through a redirect to storage, or
+deleted by id, as the kernel store uses them), a run's artifacts (listed a page at a
 time, each downloaded through a redirect to "storage", which refuses the token as Azure's does),
 the assets' download addresses, and rate limits answered as GitHub answers them (403 with
 ``retry-after`` and a secondary-limit message). It is a stand-in: it keeps the API's shapes and
@@ -16,6 +18,9 @@ takes a Pages deployment of one of them (``POST /repos/o/r/pages/deployments`` w
 ``/site/``, the Pages address it answers.
 
     from github_standin import github   # the fixture: state, base_url = github(...)
+
+``Clock`` and ``paced_api`` give a test the release's client (``tools.releasing.ghapi.Api``)
+paced by the limits file on an injected clock, so the pacing waits cost no time.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import threading
 import time
 import zipfile
 from collections import deque
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
@@ -36,6 +42,29 @@ from urllib.parse import parse_qs, unquote, urlparse
 import pytest
 
 from tools.plan.limits import load_limits
+from tools.releasing.ghapi import Api
+
+class Clock:
+    """An injected clock: sleeping moves it on at once, and every wait is recorded."""
+
+    def __init__(self):
+        self.now, self.waits = 1000.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.waits.append(s)
+        self.now += s
+
+
+def paced_api(base, clock, **limits):
+    """The release's API client at ``base``, paced by the limits file (``limits`` replacing
+    some of its figures) on ``clock``."""
+    lim = replace(load_limits(), **limits)
+    return Api(base, "token", lim, backoff_s=1, backoff_max_s=8, attempts=4, clock=clock,
+               sleep=clock.sleep, say=lambda _: None)
+
 
 #: Every answer says what answered it.
 STAND_IN_HEADER = ("X-GitHub-Stand-In", "tests/github_standin.py: a stand-in of GitHub's REST API, "
@@ -58,6 +87,8 @@ class StandIn:
         #: each uploaded asset's bytes, by (release id, name)
         self.blobs: dict[tuple[int, str], bytes] = {}
         self.assets: dict[int, list[dict]] = {}
+        #: the next asset's id, and its upload time (one second after the previous one's)
+        self.next_asset = 1000
         self.assets_limit = limits.assets_per_release if assets_limit is None else assets_limit
         #: the documented request limits: (limit, window seconds, times of the requests in it)
         self.rest_window = (limits.rest_requests_per_hour, 3600, deque())
@@ -195,8 +226,26 @@ def _handler(state: StandIn, base: list[str]):
                         state.storage_saw_token = True
                         return self._send(400, {"message": "two kinds of authentication"})
                     return self._bytes(state.all_artifacts()[int(m.group(1)) - 1][1])
+                m = re.fullmatch(r"/repos/o/r/releases/assets/(\d+)", path)
+                if m:  # one asset: its JSON, its bytes (a redirect to storage), or deleted
+                    found = [(rid, a) for rid, assets in state.assets.items() for a in assets
+                             if a["id"] == int(m.group(1))]
+                    if not found:
+                        return self._send(404, {"message": "Not Found"})
+                    rid, asset = found[0]
+                    if self.command == "DELETE":
+                        state.assets[rid].remove(asset)
+                        del state.blobs[(rid, asset["name"])]
+                        return self._send(204)
+                    if self.headers.get("Accept") == "application/octet-stream":
+                        return self._send(302, None, {"Location": asset["browser_download_url"]
+                                                      + "?sig=signed"})
+                    return self._send(200, asset)
                 m = re.fullmatch(r"/o/r/releases/download/([^/]+)/([^/]+)", path)
                 if m:  # an asset's browser_download_url
+                    if "sig=" in self.path and self.headers.get("Authorization"):
+                        state.storage_saw_token = True
+                        return self._send(400, {"message": "two kinds of authentication"})
                     tag, name = m.group(1), unquote(m.group(2))
                     rel = next((r for r in state.releases if r["tag_name"] == tag), None)
                     asset = next((a for a in state.assets.get(rel["id"], []) if a["name"] == name),
@@ -216,6 +265,7 @@ def _handler(state: StandIn, base: list[str]):
                     got = json.loads(body)
                     rid = len(state.releases) + 1
                     rel = {"id": rid, "tag_name": got["tag_name"], "draft": got["draft"],
+                           "prerelease": got.get("prerelease", False),
                            "upload_url": f"{base[0]}/uploads/{rid}/assets{{?name,label}}"}
                     state.releases.append(rel)
                     state.assets[rid] = []
@@ -234,10 +284,17 @@ def _handler(state: StandIn, base: list[str]):
                     if len(assets) >= state.assets_limit:
                         return self._send(422, {"message": "too many assets"})
                     name = parse_qs(urlparse(self.path).query)["name"][0]
+                    if any(a["name"] == name for a in assets):  # GitHub's already_exists
+                        return self._send(422, {"message": "Validation Failed",
+                                                "errors": [{"code": "already_exists"}]})
                     rid = int(m.group(1))
                     tag = state.releases[rid - 1]["tag_name"]
-                    asset = {"id": len(assets) + 1000, "name": name, "size": len(body),
-                             "state": "uploaded", "browser_download_url":
+                    state.next_asset += 1
+                    asset = {"id": state.next_asset, "name": name, "size": len(body),
+                             "state": "uploaded",
+                             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+                                 1_700_000_000 + state.next_asset)),
+                             "browser_download_url":
                              f"{base[0]}/o/r/releases/download/{tag}/{name}"}
                     assets.append(asset)
                     state.blobs[(rid, name)] = body

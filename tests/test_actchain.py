@@ -167,7 +167,8 @@ def test_the_release_chain_runs_under_act(tmp_path):
             ["succeeded"] * 4, run.table()
 
         # released through the stand-in, within its limits; deployed through it
-        (release,) = state.releases
+        # (the kernel store's release, kernel-cache, only when the run had shards to keep)
+        (release,) = [r for r in state.releases if r["tag_name"] != "kernel-cache"]
         assert release["tag_name"].startswith("wheels-") and not release["draft"]
         wheels = [a["name"] for a in state.assets[release["id"]] if a["name"].endswith(".whl")]
         assert len(wheels) == 1 and wheels[0].startswith("causal_conv1d-1.7.0"), wheels

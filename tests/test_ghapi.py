@@ -5,35 +5,13 @@ keeps the API's shapes and limits, not GitHub's storage."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from github_standin import github  # noqa: F401 (the fixture)
+from github_standin import Clock, github  # noqa: F401 (the fixture)
+from github_standin import paced_api as _api
 
-from tools.plan.limits import load_limits
-from tools.releasing.ghapi import Api, ApiError
+from tools.releasing.ghapi import ApiError
 from tools.releasing.publish import releases_to_index, upload_release
-
-
-class Clock:
-    """An injected clock: sleeping moves it on at once, and every wait is recorded."""
-
-    def __init__(self):
-        self.now, self.waits = 1000.0, []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.waits.append(s)
-        self.now += s
-
-
-def _api(base, clock, **limits):
-    lim = replace(load_limits(), **limits)
-    return Api(base, "token", lim, backoff_s=1, backoff_max_s=8, attempts=4, clock=clock,
-               sleep=clock.sleep, say=lambda _: None)
 
 
 def _files(tmp_path, n):

@@ -111,8 +111,10 @@ def test_write_permissions_only_in_jobs_that_never_run_for_pull_requests(workflo
         cond = " ".join(str(job.get("if", "")).split())
         for guard in WRITE_GUARDS:
             assert guard in cond, f"{where} has {writes} but its `if` lacks {guard!r}"
-    # the release job attests what it releases (one attestation of every wheel of the run)
+    # the release job attests what it releases (one attestation of every wheel of the run); the
+    # kernel store's job writes the store's release (no job that runs a package's build may)
     assert writers == [("refresh.yml:refresh", ["actions", "contents", "pull-requests"]),
+                       ("wheels.yml:kernel_store", ["contents"]),
                        ("wheels.yml:release", ["attestations", "contents", "id-token"]),
                        ("wheels.yml:publish", ["id-token", "pages"])]
 
@@ -163,14 +165,21 @@ def test_no_secrets_and_the_token_only_where_publishing(workflows):
         assert not re.search(r"\$\{\{[^}]*\bsecrets\b", path.read_text()), path.name
     for where, job in _jobs(workflows):
         if "github.token" in yaml.safe_dump(job):
-            # besides the publishing jobs, the cells read their shard caches from this run's
-            # artifacts by id, and the plan reads the Pages site's address (where the live
-            # ledger is), each with a token that may only read
+            # besides the publishing jobs and the kernel store's, the cells read their shard
+            # caches from this run's artifacts by id and the kernel store's entries, the shards
+            # their entries of the store, and the plan reads the Pages site's address (where the
+            # live ledger is) and lists the store, each with a token that may only read
             assert where in ("wheels.yml:release", "wheels.yml:publish", "refresh.yml:refresh",
                              "wheels-linux-cell.yml:build", "wheels-windows-cell.yml:build",
-                             "wheels.yml:plan"), where
+                             "wheels-linux-shard.yml:compile",
+                             "wheels-windows-shard.yml:compile",
+                             "wheels.yml:plan", "wheels.yml:kernel_store"), where
             if where.endswith(":build"):
                 assert job["permissions"] == {"contents": "read", "actions": "read"}, where
+            if where.endswith(":compile"):
+                assert job["permissions"] == {"contents": "read"}, where
+            if where == "wheels.yml:kernel_store":
+                assert job["permissions"] == {"contents": "write", "actions": "read"}
             if where == "wheels.yml:plan":
                 assert job["permissions"] == {"contents": "read", "pages": "read"}
 
@@ -593,10 +602,10 @@ def test_compiler_cache_is_restored_always_and_saved_only_from_main(workflows, w
     assert restore_step["uses"].split("@")[1] == save_step["uses"].split("@")[1]
     assert "if" not in restore_step                       # pull requests read it too
     # only trusted runs write it, and also after a failed or stopped build (that is the point);
-    # a cell that reads shards doesn't: its kernels are the shards' objects
+    # a cell that reads shards or the kernel store doesn't: its kernels are their objects
     assert save_step["if"].startswith("always() && ")
     assert all(guard in save_step["if"] for guard in WRITE_GUARDS)
-    assert save_step["if"].endswith("&& env.SHARDS == ''")
+    assert save_step["if"].endswith("&& env.SHARDS == '' && env.STORE_KEY == ''")
     # the directory tools.pipeline.ccache uses by default (the container backend mounts it)
     from tools.pipeline.ccache import cache_dir
     path = restore_step["with"]["path"]
@@ -1084,6 +1093,92 @@ def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo,
     assert {s["group"] for s in shards} == {c["group"] for c in cells}
     assert all(c["shards"] for c in cells)
     assert max(j["estimate_hours"] for j in shards + cells) <= 5
+
+
+def test_plan_step_a_group_the_kernel_store_covers_runs_no_shard(scratch_repo, workflows):
+    """The list step leaves the store's listing in RUNNER_TEMP; the batch step reads it: a group
+    whose every shard an earlier run stored gets none, its cells start at once and pull the
+    store's entries of its key. A listing that is not one stops the plan, naming the file."""
+    repo, add_recipe = scratch_repo
+    add_recipe()
+    units = {"schema": 1, "version": "1.0.0",
+             "cost": {"cuda": {"seconds": 4000, "reason": "stated rule for the tests"}},
+             "units": {"cuda": [f"csrc/k{i}.cu" for i in range(8)]}}
+    (repo / "recipes" / "demo_ext" / "units.yaml").write_text(json.dumps(units))
+    commit(repo, "demo_ext's units")
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="push")
+    shards = _entries(outputs, "shards")
+    listing = {"schema": 1, "repo": "o/r", "tag": "kernel-cache", "entries": [
+        {"name": f"{s['key']}-{s['shard']}of{s['of']}-{s['group']}", "key": s["key"],
+         "group": s["group"], "index": s["shard"], "count": s["of"], "bytes": 1000,
+         "created": "2026-11-01T00:00:00Z"} for s in shards]}
+    (repo / ".runner-temp" / "kernel-store.json").write_text(json.dumps(listing))
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="push")
+    assert outputs["rc"] == 0, log
+    assert outputs["shards_count"] == "0" and outputs["cells2_count"] == "0"
+    cells = _entries(outputs, "cells1")
+    assert len(cells) == 14
+    keys = {s["group"]: s["key"] for s in shards}
+    assert all(c["shards"] == [] and c["store_key"] == keys[c["group"]] for c in cells)
+    (repo / ".runner-temp" / "kernel-store.json").write_text('{"schema": 7}')
+    outputs, _, log = run_plan_step(repo, workflows, EVENT="push")
+    assert outputs["rc"] != 0 and "kernel-store.json: not a kernel store listing" in log
+    # the listing comes from the store, read only, before the batch
+    plan = workflows["wheels.yml"]["jobs"]["plan"]
+    listed, list_step = _step(plan, "List the kernel store")
+    assert listed < _step(plan, "Choose this run's batch")[0]
+    assert "-m tools.release kernels list" in list_step["run"]
+    assert "$RUNNER_TEMP/kernel-store.json" in list_step["run"]
+    assert plan["permissions"] == {"contents": "read", "pages": "read"}
+
+
+@pytest.mark.parametrize("workflow", CELL_FILES + SHARD_FILES)
+def test_cells_and_shards_pull_from_the_kernel_store_before_they_compile(workflows, workflow):
+    """A cell pulls its group's entries when its plan entry names the store's key; a shard
+    pulls its own entry into its cache, so it compiles only what the store lacks. Read only,
+    values through env:, and a store that can't be read never fails the job."""
+    (job,) = workflows[workflow]["jobs"].values()
+    pull, step = _step(job, "from the kernel store")
+    build = _step(job, "Build the cell" if workflow in CELL_FILES else "Compile the shard")[0]
+    assert pull < build
+    assert step["env"] == {"GH_TOKEN": "${{ github.token }}",
+                           "GH_REPO": "${{ github.repository }}"}
+    argv = shlex.split(step["run"].split("||")[0].replace("\\\n", " "))
+    assert argv[1:5] == ["-m", "tools.release", "kernels", "pull"]
+    opts = dict(zip(argv[5::2], argv[6::2]))
+    assert opts["--dir"] == "shard-caches" and opts["--repo"] == "$GH_REPO"
+    if workflow in CELL_FILES:
+        assert step["if"] == "env.STORE_KEY != ''" and opts["--key"] == "$STORE_KEY"
+        assert "--shard" not in opts
+    else:
+        assert "if" not in step and opts["--key"] == "$GROUP_KEY"
+        assert opts["--shard"] == "$SHARD/$OF"
+    assert "|| echo \"::warning title=kernel store::" in step["run"]
+    from tools.releasing.steps import ENV_FIELDS
+    assert ENV_FIELDS["cell"]["store_key"] == "STORE_KEY"
+    assert ENV_FIELDS["shard"]["key"] == "GROUP_KEY"
+
+
+def test_the_kernel_store_job_prunes_then_pushes_the_runs_shards_from_main_only(workflows):
+    jobs = workflows["wheels.yml"]["jobs"]
+    job = jobs["kernel_store"]
+    # after every platform's shards, whatever their result; never for a pull request
+    assert job["needs"] == ["plan", "shards", "shards_aarch64", "shards_win"]
+    cond = " ".join(job["if"].split())
+    assert cond.startswith("!cancelled() && needs.plan.result == 'success'")
+    assert all(guard in cond for guard in WRITE_GUARDS)
+    assert job["permissions"] == {"contents": "write", "actions": "read"}
+    # no cell waits for it
+    assert not any("kernel_store" in str(j.get("needs", "")) for j in jobs.values())
+    prune, prune_step = _step(job, "Prune the kernel store")
+    push, push_step = _step(job, "Push this run's finished shard caches")
+    assert prune < push
+    for step, action in ((prune_step, "prune"), (push_step, "push")):
+        argv = shlex.split(step["run"])
+        assert argv[1:5] == ["-m", "tools.release", "kernels", action]
+        assert dict(zip(argv[5::2], argv[6::2]))["--plan"] == "$RUNNER_TEMP/batch/batch.json"
+    assert dict(zip(shlex.split(push_step["run"])[5::2],
+                    shlex.split(push_step["run"])[6::2]))["--run-id"] == "$GITHUB_RUN_ID"
 
 
 def test_plan_step_pull_request_builds_a_capped_sample_of_its_change(scratch_repo, workflows):

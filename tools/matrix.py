@@ -1,10 +1,8 @@
 """``python -m tools.matrix``: the build matrix: recipes x table -> cells, one id per cell, one cell per distinct build.
 
-The command only: it parses the filters, plans with ``tools.plan.cells``, prints in a format of
-``tools.plan.formats``, and says on stderr which recipes changed and when the list was capped.
-The formats of the release's stages (``github``, ``groups``, ``counts``) plan the compile groups
-and shards of the selected cells for the runners of ``--runners`` (``tools.plan.runners``).
-"""
+The command only: it parses the filters, plans (``tools.plan.cells``), prints a format of
+``tools.plan.formats`` and says on stderr which recipes changed and when the list was capped.
+The staged formats plan groups and shards for ``--runners`` and ``--kernel-store``."""
 
 from __future__ import annotations
 
@@ -22,6 +20,7 @@ from tools.plan.cells import (Cell, changed_only, git_changed_files, plan, requi
 from tools.plan.recipes.model import load_all
 from tools.plan.limits import LIMITS_PATH
 from tools.plan.runners import load_runners
+from tools.plan.stored import stored_keys
 from tools.plan.table import TABLE_PATH, Table, load_table
 
 #: The formats that schedule the backlog (``tools.releasing.schedule``).
@@ -72,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--attempts", type=Path, metavar="FILE",
                     help="schedule formats: the failed tries per cell (the live site's "
                          "attempts.json; default: none)")
+    ap.add_argument("--kernel-store", type=Path, metavar="FILE", help="the kernel store's "
+                    "listing (tools.release kernels list): a group it covers gets no shards")
     return ap
 
 
@@ -128,21 +129,20 @@ def main(argv: list[str] | None = None) -> int:
                       platforms=_platforms(args.platform, table))
     if args.format in SCHEDULE_FORMATS:
         # Here, not at the top: the schedule reads the ledger (tools.sitegen, Jinja2), and the
-        # noxfile lists its sessions through this command from nox's own environment, which has
-        # only PyYAML, jsonschema and packaging.
+        # noxfile lists sessions through this command in nox's env (PyYAML, jsonschema, packaging)
         from tools.releasing.schedule import as_markdown
         from tools.releasing.steps import Sources, schedule_of
         found = schedule_of(Sources(args.recipes, args.table, args.runners, args.limits),
                             _cap(selected, args.cap), cells, recipes, table,
-                            ledger=args.ledger, attempts=args.attempts)
+                            ledger=args.ledger, attempts=args.attempts,
+                            kernel_store=args.kernel_store)
         print(as_markdown(found) if args.format == "schedule-md"
               else json.dumps(found.to_json(), indent=1))
         return 0
-    runners = None
-    if args.format in STAGED:
-        runners = load_runners(args.runners or args.recipes / "runners.yaml",
-                               {r.package for r in recipes})
-    print(render(args.format, _cap(selected, args.cap), recipes, table, runners))
+    runners = load_runners(args.runners or args.recipes / "runners.yaml",
+                           {r.package for r in recipes}) if args.format in STAGED else None
+    print(render(args.format, _cap(selected, args.cap), recipes, table, runners,
+                 stored_keys(args.kernel_store)))
     return 0
 
 

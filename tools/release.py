@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 from tools.core.errors import cli
+from tools.core.errors import PlanError
+from tools.releasing import kernelstore as store
 from tools.releasing.options import ABOUT, COMMANDS, HELP, SOURCES
 from tools.releasing.publish import ledger_tags, releases_to_index, upload_release
 from tools.releasing.steps import (Sources, api_from_env, choose_batch, count_attempts,
-                                   download_artifacts, fetch_needed, job_env, read_site,
-                                   write_batch)
+                                   download_artifacts, fetch_needed, job_env, planned_keys,
+                                   read_site, write_batch)
 from tools.sitegen.ledger_file import load_ledger_document
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +39,7 @@ def _csv(text: str | None) -> list[str] | None:
 
 def _run(a: argparse.Namespace) -> list[str]:
     """The command's work; the lines it prints."""
-    if a.command in ("batch", "attempts"):
+    if a.command in ("batch", "attempts", "kernels"):
         src = Sources(a.recipes, a.table, a.runners, a.limits)
     if a.command == "batch":
         changed = None
@@ -51,7 +53,8 @@ def _run(a: argparse.Namespace) -> list[str]:
             filters={n: _csv(getattr(a, n)) for n in ("package", "python", "cuda", "torch",
                                                       "platform")},
             say=lambda line: print(f"::warning title=batch capped::{line}" if a.github_output
-                                   and line.startswith("capped") else line, file=sys.stderr))
+                                   and line.startswith("capped") else line, file=sys.stderr),
+            kernel_store=a.kernel_store)
         return [write_batch(batch, schedule, plan_out=a.plan_out, github_output=a.github_output,
                             summary=a.summary, pending=len(pending))]
     if a.command == "attempts":
@@ -63,6 +66,8 @@ def _run(a: argparse.Namespace) -> list[str]:
     if a.command == "fetch-needed":
         return fetch_needed(json.loads(a.plan.read_text()), a.id, a.dir)
     api = api_from_env(a.limits)
+    if a.command == "kernels":
+        return _kernels(a, api, src)
     if a.command == "site":
         return read_site(api, a.repo, a.dir, a.repo_ledger, a.github_output)
     if a.command == "artifacts":
@@ -78,6 +83,32 @@ def _run(a: argparse.Namespace) -> list[str]:
     return [f"{tag}\t{name}" for tag, wheels in
             releases_to_index(api, a.repo, set(doc.files) | set(doc.removed), ledger_tags(doc))
             for name in wheels]
+
+
+def _kernels(a: argparse.Namespace, api, src: Sources) -> list[str]:
+    """``kernels ACTION``: the kernel store (``tools.releasing.kernelstore``)."""
+    wants = {"pull": ("key", "dir"), "push": ("dir",) + (("plan",) if a.run_id else ())}
+    missing = [f"--{n.replace('_', '-')}" for n in wants.get(a.action, ()) if not getattr(a, n)]
+    if missing:
+        raise PlanError(f"kernels {a.action} needs {' and '.join(missing)}",
+                        hint="python -m tools.release kernels --help")
+    if a.action == "pull":
+        return store.pull(api, a.repo, a.key, a.dir, a.tag, a.shard)
+    if a.action == "push" and a.run_id:
+        return store.push_run(api, a.repo, a.run_id, json.loads(a.plan.read_text()), a.dir,
+                              a.tag)
+    if a.action == "push":
+        return [store.push(api, a.repo, cache, a.tag) for cache in store.shard_caches(a.dir)]
+    if a.action == "prune":
+        shards = [j for name, jobs in json.loads(a.plan.read_text())["stages"].items()
+                  if name.startswith("shards") for j in jobs] if a.plan else []
+        return store.prune(api, a.repo, planned_keys(src), len(shards), a.tag)
+    listing = store.list_store(api, a.repo, a.tag)
+    if a.out:
+        a.out.write_text(json.dumps(listing.to_json(a.repo, a.tag), indent=1))
+    return [f"{e.name}\t{e.bytes}\t{e.created}" for e in listing.entries] + [
+        f"kernel store {a.repo} {a.tag}: {len(listing.entries)} entries, "
+        f"{sum(e.bytes for e in listing.entries)} bytes, {len(listing.strays)} stray assets"]
 
 
 @cli

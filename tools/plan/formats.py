@@ -61,14 +61,15 @@ COLUMNS = (("before", "before", "before"), ("after", "after", "after"),
 
 
 def counts_rows(cells: list[Cell], recipes: list[Recipe], table: Table,
-                runners: Runners) -> list[dict]:
+                runners: Runners, stored: frozenset[str] = frozenset()) -> list[dict]:
     """``counts`` of the recipes that have a cell among ``cells`` (every recipe's row counts all
     of its cells, whichever of them were selected), with the compile groups and shards of the
     recipe's full plan on its runner, and the estimated runner-hours of that plan (``hours``)
-    and of one job per cell without shards (``per_cell_hours``)."""
+    and of one job per cell without shards (``per_cell_hours``); ``stored``: the group keys
+    the kernel store covers (``tools.plan.stored``)."""
     chosen = {(c.package, c.platform) for c in cells}
     release = plan_release([c for c in plan(recipes, table) if (c.package, c.platform) in chosen],
-                           recipes, runners)
+                           recipes, runners, stored=stored)
     rows = []
     for row in counts(recipes, table):
         if (row["package"], row["platform"]) not in chosen:
@@ -126,18 +127,19 @@ def counts_markdown(rows: list[dict]) -> str:
 
 
 def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
-           runners: Runners | None = None) -> str:
+           runners: Runners | None = None, stored: frozenset[str] = frozenset()) -> str:
     """The cells in the format called ``name`` (one of :data:`FORMATS`); the :data:`STAGED`
-    formats plan the release on ``runners``."""
+    formats plan the release on ``runners``, the groups whose keys are ``stored`` (the kernel
+    store covers them: ``tools.plan.stored``) without shards."""
     if name not in FORMATS:
         raise PlanError(f"no output format {name!r}", hint=f"use one of: {', '.join(FORMATS)}")
     if name in STAGED and runners is None:
         raise PlanError(f"--format {name} plans the release's stages, which needs the runner "
                         "file", hint="pass --runners FILE (recipes/runners.yaml by default)")
     if name == "counts":
-        return counts_text(counts_rows(cells, recipes, table, runners))
+        return counts_text(counts_rows(cells, recipes, table, runners, stored))
     if name == "counts-md":
-        return counts_markdown(counts_rows(cells, recipes, table, runners))
+        return counts_markdown(counts_rows(cells, recipes, table, runners, stored))
     if name in ("new-series", "new-series-md"):
         platforms = dict.fromkeys(c.platform for c in cells) or {DEFAULT_PLATFORM: None}
         write = newseries.as_markdown if name == "new-series-md" else newseries.as_text
@@ -147,6 +149,6 @@ def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
             parts.append(write(series, platform, prices))
         return "\n\n".join(parts)
     if name in ("github", "groups"):
-        release = plan_release(cells, recipes, runners, plan(recipes, table))
+        release = plan_release(cells, recipes, runners, plan(recipes, table), stored)
         return as_github(release) if name == "github" else as_groups(release)
     return {"json": as_json, "ids": as_ids}[name](cells)

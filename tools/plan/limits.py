@@ -6,7 +6,7 @@ REST and content-creating requests, cache, runner disk, the account's concurrent
 ``policy``: the project's rules for draining the backlog, each a ``value`` with its ``reason``:
 the priority order and the packages' ranking, how many times a failed cell is tried, the share of
 the request limits the release's commands use, the disk kept back, the cron period, a pull
-request's sample, each platform's parallel jobs. The schedule (``tools.releasing.schedule``) cuts
+request's sample, each platform's parallel jobs, the kernel store's byte budget. The schedule (``tools.releasing.schedule``) cuts
 the backlog into runs that keep every limit; the release's commands pace themselves by them.
 
 Read strictly, like the runner file: every problem (an unknown or missing key, a figure of the
@@ -41,7 +41,7 @@ LIMIT_FIELDS = {"jobs_per_matrix": int, "job_hours": (int, float), "job_output_b
 ORDER_KEYS = ("torch", "package", "cuda", "python", "platform")
 POLICY_FIELDS = {"packages": list, "order": list, "tries": int, "rate_share": (int, float),
                  "disk_reserve_gib": (int, float), "cron_hours": (int, float),
-                 "pull_request_cells": int, "max_parallel": dict}
+                 "pull_request_cells": int, "max_parallel": dict, "kernel_store_bytes": int}
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class Limits:
     cron_hours: float
     pull_request_cells: int
     max_parallel: dict[str, int]
+    #: The kernel store's byte budget (``tools.releasing.kernelstore``: pruned to it).
+    kernel_store_bytes: int
 
     @property
     def wheel_disk_bytes(self) -> int:
@@ -132,7 +134,7 @@ def parse_limits(raw: object, path: Path) -> Limits:
         if wrong or sorted(order) != sorted(set(order)):
             p.add("policy.order.value", f"{order!r} is not an order of the sort keys",
                   f"list each of {', '.join(ORDER_KEYS)} at most once")
-    for key in ("tries", "pull_request_cells"):
+    for key in ("tries", "pull_request_cells", "kernel_store_bytes"):
         if key in policy and policy[key] < 1:
             p.add(f"policy.{key}.value", f"{policy[key]} is less than 1", "at least 1")
     if "rate_share" in policy and not 0 < policy["rate_share"] <= 1:
@@ -157,7 +159,8 @@ def parse_limits(raw: object, path: Path) -> Limits:
                   rate_share=float(policy["rate_share"]),
                   disk_reserve_gib=float(policy["disk_reserve_gib"]),
                   cron_hours=float(policy["cron_hours"]),
-                  pull_request_cells=policy["pull_request_cells"], max_parallel=dict(parallel))
+                  pull_request_cells=policy["pull_request_cells"], max_parallel=dict(parallel),
+                  kernel_store_bytes=policy["kernel_store_bytes"])
 
 
 def load_limits(path: Path = LIMITS_PATH) -> Limits:

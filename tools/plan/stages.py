@@ -61,6 +61,7 @@ from .cells import Cell
 from .recipes.model import Recipe
 from .runners import Runner, Runners
 from .sizing import Sizing, size_jobs
+from .stored import stored_why
 
 #: GitHub runs at most this many jobs from one matrix (docs.github.com, "Running variations of
 #: jobs in a workflow": "A matrix will generate a maximum of 256 jobs per workflow run").
@@ -100,6 +101,8 @@ class GroupPlan:
     #: One cell compiling everything: the job a plan of one job per cell would have.
     whole_hours: float
     why: str
+    #: Its cells read every kernel from the kernel store (``tools.plan.stored``): no shards.
+    stored: bool = False
 
     @property
     def hours(self) -> float:
@@ -144,9 +147,10 @@ def _hours(seconds: float) -> float:
 
 
 def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
-               units: UnitList | None) -> GroupPlan:
+               units: UnitList | None, stored: bool = False) -> GroupPlan:
     """Size one group for its runner: its shards and every job's estimate (see the module
-    docstring); PlanError when a job can't fit the runner's budget."""
+    docstring); PlanError when a job can't fit the runner's budget. ``stored``: the kernel
+    store holds every kernel unit of the group's key (``tools.plan.stored``)."""
     sizing = size_jobs(cores=runner.cores, available_gib=runner.build_memory_gib,
                        job_memory_gib=recipe.build.job_memory_gib,
                        nvcc_threads=recipe.build.nvcc_threads,
@@ -170,6 +174,9 @@ def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, .
     cell = setup + _hours(CACHE_HIT_SECONDS * len(kernels) / max(1, sizing.max_jobs)) \
         + cell_units + finish
     cells = len(group.cells)
+    if stored and cell <= budget:  # every kernel from the kernel store: as from shards, none run
+        return GroupPlan(group, runner, sizing, archs, units, (), (), cell, whole,
+                         stored_why(cell, budget, on), stored=True)
     if whole <= budget:
         # Fits without shards: a group whose kernels are measured to be the same for all its
         # cells (several torch series share them, or its CUDA units include no Python header)
@@ -326,16 +333,18 @@ _FEWER = ("plan fewer cells in one run (--package, --cuda, --torch, --cap), or g
 
 
 def plan_release(cells: list[Cell], recipes: list[Recipe], runners: Runners,
-                 everything: list[Cell] | None = None) -> Release:
+                 everything: list[Cell] | None = None,
+                 stored: frozenset[str] = frozenset()) -> Release:
     """The staged plan of ``cells``: their compile groups sized for each recipe's runner.
     ``everything``: the full plan ``cells`` were selected from, whose first cell of a group is
-    the one ``python -m tools.shard run`` compiles the group's shards with."""
+    the one ``python -m tools.shard run`` compiles the group's shards with. ``stored``: the
+    group keys whose every kernel unit the kernel store holds (``tools.plan.stored``)."""
     by_package = {r.package: r for r in recipes}
     units = {p: read_units(by_package[p]) for p in dict.fromkeys(c.package for c in cells)}
     cell_of = {c.id: c for c in cells}
     planned = tuple(
         plan_group(g, by_package[g.package], runners.for_package(g.package, cell_of[g.cells[0]].platform),
-                   cell_of[g.cells[0]].archs, units[g.package])
+                   cell_of[g.cells[0]].archs, units[g.package], g.key in stored)
         for g in groups(cells, recipes))
     return Release(planned, tuple(cells), toolchain_cells(everything or cells, recipes))
 

@@ -180,12 +180,14 @@ class Backlog:
 @dataclass(frozen=True)
 class History:
     """What has happened to the plan so far: the ledger's published ``entries``, the
-    ``attempts`` of cells that failed, and the ``pending`` wheels of releases the ledger lacks
-    yet (:func:`pending_entries`)."""
+    ``attempts`` of cells that failed, the ``pending`` wheels of releases the ledger lacks
+    yet (:func:`pending_entries`), and the group keys whose kernels earlier runs left in the
+    kernel store (``stored``: ``tools.plan.stored``)."""
 
     entries: Sequence[Entry] = ()
     attempts: Mapping[str, Attempt] = field(default_factory=dict)
     pending: Sequence[Entry] = ()
+    stored: frozenset[str] = frozenset()
 
 
 def backlog(cells: list[Cell], recipes: list[Recipe], table: Table, history: History,

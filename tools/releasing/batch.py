@@ -3,7 +3,8 @@
 A run's jobs are the compile groups the schedule chose for it (``tools.releasing.schedule``):
 their shards and cells, as ``tools.plan.stages.Release`` plans them. The **plan artifact**
 (``batch.json``) holds every job's full entry (``Release.shard_jobs``/``cell_jobs``: image,
-archs, shards read, budget, cache key, ...) and the cells the run's cells need from the index.
+archs, shards read, budget, cache key, ...), the cells the run's cells need from the index, and
+for a cell whose group the kernel store covers, the key whose entries it pulls (``store_key``).
 The plan job's **outputs** carry only what GitHub must know before a job starts: per stage, a
 matrix of ``{"id", "runner"}`` entries (``runs-on`` can't come from an artifact), and the counts.
 Each job then reads its own entry from the artifact by id (``python -m tools.release entry``).
@@ -48,8 +49,11 @@ class Batch:
         """Every platform's stages (:func:`matrix_key` names), each its full job entries in
         the order the workflow runs them; PlanError when a stage is over the matrix limit."""
         shards, cells = self.release.shard_jobs(), self.release.cell_jobs()
+        # a cell of a group the kernel store covers pulls the store's entries of its key
+        stored = {c: g.group.key for g in self.release.groups if g.stored for c in g.group.cells}
         for job in cells:
             job["needs_wheels"] = self.needed.get(job["id"], [])
+            job["store_key"] = stored.get(job["id"], "")
         for job in shards + cells:
             job["ccache_save_bytes"] = self.cache_share
         out: dict[str, list[dict[str, Any]]] = {}

@@ -32,7 +32,7 @@ transfers run at :data:`TRANSFER_MIB_PER_S`; the small jobs' setup is
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -195,8 +195,8 @@ class Schedule:
                 "refused": [r.to_json() for r in self.refused]}
 
 
-def _items(cells: list[Cell], recipes: list[Recipe], runners: Runners,
-           limits: Limits) -> tuple[list[Item], list[Refusal]]:
+def _items(cells: list[Cell], recipes: list[Recipe], runners: Runners, limits: Limits,
+           stored: frozenset[str] = frozenset()) -> tuple[list[Item], list[Refusal]]:
     """The backlog's compile groups as items, and the groups refused before any run: a job
     over its budget (``plan_group``'s error), a wheel over the asset size or the disk."""
     by_package = {r.package: r for r in recipes}
@@ -208,7 +208,7 @@ def _items(cells: list[Cell], recipes: list[Recipe], runners: Runners,
         mine = tuple(cell_of[c] for c in g.cells)
         try:
             plan = plan_group(g, recipe, runners.for_package(g.package, first.platform),
-                              first.archs, units[g.package])
+                              first.archs, units[g.package], g.key in stored)
         except PlanError as exc:
             refused.append(Refusal(g.cells, str(exc)))
             continue
@@ -224,6 +224,8 @@ def _items(cells: list[Cell], recipes: list[Recipe], runners: Runners,
             kernels = max(1, len(plan.units.sharded()))
             caches = tuple(int(wheels[0] * CACHE_SHARE * len(part) / kernels)
                            for part in plan.shards)
+        elif plan.stored:  # its kernels are the store's: its cells save no cache of their own
+            caches = ()
         else:
             caches = tuple(int(w * CACHE_SHARE) for w in wheels)
         needs = frozenset(n for c in mine for n in c.needs)
@@ -417,14 +419,15 @@ class _Tally:
 def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recipe],
                   runners: Runners, limits: Limits, published: frozenset[str] = frozenset(),
                   unavailable: frozenset[str] = frozenset(),
-                  backlog: dict[str, Any] | None = None,
+                  stored: frozenset[str] = frozenset(),
                   pending: frozenset[str] = frozenset()) -> Schedule:
     """The runs that drain ``cells`` (the backlog, from the full plan ``everything``), given the
     cells already ``published``, those ``pending`` (released, indexed by the first run's
-    publish: a cell that needs one waits for the second run) and those ``unavailable`` (given
-    up on: a cell that needs one is refused). See the module docstring for the rule."""
+    publish: a cell that needs one waits for the second run), those ``unavailable`` (given
+    up on: a cell that needs one is refused) and the group keys the kernel store covers
+    (``stored``: ``tools.plan.stored``). See the module docstring for the rule."""
     toolchain = toolchain_cells(everything, recipes)
-    items, refused = _items(cells, recipes, runners, limits)
+    items, refused = _items(cells, recipes, runners, limits, stored)
     items.sort(key=lambda i: priority(i, limits))
     budget = runners.default.budget_hours
     done = set(published)
@@ -473,7 +476,7 @@ def make_schedule(cells: list[Cell], everything: list[Cell], recipes: list[Recip
         done |= {c.id for i in run for c in i.cells} | pending
         taken = {i.id for i in run}
         waiting = [i for i in waiting if i.id not in taken]
-    return Schedule(tuple(runs), tuple(figs), tuple(refused), limits, backlog or {})
+    return Schedule(tuple(runs), tuple(figs), tuple(refused), limits)
 
 
 def first_batch(schedule: Schedule, everything: list[Cell], recipes: list[Recipe],
@@ -579,5 +582,6 @@ def drain(selected: list[Cell], everything: list[Cell], recipes: list[Recipe], t
                "backlog": len(todo), "unplanned_ledger_files": log.unplanned_files,
                "unplanned_attempts": list(log.unplanned_attempts),
                "given_up_cells": {c: a.to_json() for c, a in sorted(log.given_up.items())}}
-    return make_schedule(todo, everything, recipes, runners, limits, log.published,
-                         frozenset(log.given_up), account, log.pending)
+    return replace(make_schedule(todo, everything, recipes, runners, limits, log.published,
+                                 frozenset(log.given_up), history.stored, log.pending),
+                   backlog=account)

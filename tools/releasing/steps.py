@@ -25,8 +25,10 @@ from tools.pipeline.buildreport import (BuildReport, ReportError, ReportedError,
                                         write_report)
 from tools.plan.limits import load_limits
 from tools.plan.cells import changed_only, plan, require_known, select
+from tools.plan.groups import groups
 from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners
+from tools.plan.stored import stored_keys
 from tools.plan.table import load_table
 from tools.sitegen.ledger_file import load_ledger
 from .artifacts import fetch
@@ -45,8 +47,10 @@ ENV_FIELDS = {
     "cell": {"id": "CELL_ID", "group": "GROUP", "shards": "SHARDS", "image": "IMAGE",
              "python": "CELL_PYTHON", "cuda": "CELL_CUDA",
              "ccache_prefix": "COMPILER_CACHE_PREFIX",
-             "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"},
-    "shard": {"id": "SHARD_ID", "group": "GROUP", "shard": "SHARD", "of": "OF",
+             "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES",
+             "store_key": "STORE_KEY"},
+    "shard": {"id": "SHARD_ID", "group": "GROUP", "key": "GROUP_KEY", "shard": "SHARD",
+              "of": "OF",
               "image": "IMAGE", "cuda": "CELL_CUDA", "cache_key": "CACHE_KEY",
               "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES"}}
 
@@ -67,12 +71,14 @@ class Sources:
 
 def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
                  filters: dict[str, list[str] | None], changed: list[str] | None,
-                 pending: list[str] = (), say: Any = print) -> tuple[Batch, Schedule]:
+                 pending: list[str] = (), say: Any = print,
+                 kernel_store: Path | None = None) -> tuple[Batch, Schedule]:
     """This run's batch: the first run of the schedule of the backlog (the cells ``filters``
     selects, less what ``ledger`` publishes, the ``pending`` wheels of complete releases the
     ledger lacks yet, and what ``attempts`` gave up on). ``changed``: a pull request's changed
     paths: only the recipes they touch, at most the policy's sample, published or not (no
-    ledger, no attempts)."""
+    ledger, no attempts). ``kernel_store``: the kernel store's listing (``kernels list``): a
+    group it covers gets no shards, its cells read the store (``tools.plan.stored``)."""
     table = load_table(src.table)
     recipes = load_all(src.recipes, table)
     cells = plan(recipes, table)
@@ -102,7 +108,8 @@ def choose_batch(src: Sources, *, ledger: Path | None, attempts: Path | None,
             f"{limits.pull_request_cells} (recipes/limits.yaml pull_request_cells)")
         selected = selected[:limits.pull_request_cells]
     found = drain(selected, cells, recipes, table, runners, limits,
-                  History(entries, tries, released), fingerprints(recipes, src.table, runners.path))
+                  History(entries, tries, released, stored_keys(kernel_store)),
+                  fingerprints(recipes, src.table, runners.path))
     # the wheels a cell needs come from the index: the ledger's entries, never the released ones
     return first_batch(found, cells, recipes, entries), found
 
@@ -149,11 +156,13 @@ def address_warning(base: str) -> list[str]:
 
 
 def schedule_of(src: Sources, selected: list, cells: list, recipes: list, table: Any, *,
-                ledger: Path, attempts: Path | None) -> Schedule:
+                ledger: Path, attempts: Path | None, kernel_store: Path | None = None
+                ) -> Schedule:
     """The schedule of the backlog of ``selected`` (``python -m tools.matrix --format
-    schedule``) over the ledger and attempts files."""
+    schedule``) over the ledger and attempts files and the kernel store's listing."""
     runners = load_runners(src.runners_path(), {r.package for r in recipes})
-    history = History(list(load_ledger(ledger).values()), load_attempts(attempts))
+    history = History(list(load_ledger(ledger).values()), load_attempts(attempts),
+                      stored=stored_keys(kernel_store))
     return drain(selected, cells, recipes, table, runners, load_limits(src.limits), history,
                  fingerprints(recipes, src.table, runners.path))
 
@@ -193,6 +202,14 @@ def fetch_needed(document: dict[str, Any], job_id: str, into: Path) -> list[str]
         (into / name).write_bytes(data)
         lines.append(f"{need['cell']}: {name}")
     return lines
+
+
+def planned_keys(src: Sources) -> frozenset[str]:
+    """The group keys of the full plan (every planned cell's compile group): the kernel store
+    keeps entries of these only (``tools.releasing.kernelstore.prune``)."""
+    table = load_table(src.table)
+    recipes = load_all(src.recipes, table)
+    return frozenset(g.key for g in groups(plan(recipes, table), recipes))
 
 
 def api_from_env(limits_path: Path) -> Api:
