@@ -9,6 +9,7 @@ Python and per torch series (``cpython`` + ``exact``).
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import zipfile
@@ -21,6 +22,7 @@ from tinyext_support import TORCH_VERSION, nvcc_path, shared_tinyext
 
 from tools.core.errors import VerifyError
 from tools.finish.raw import FinishSettings, RawWheel
+from tools.finish.sbom import check_wheel_sbom
 from tools.finish.steps import FINISH_STEPS, finish_wheel
 from tools.core.manifest import read_manifest
 from tools.plan.cells import Cell
@@ -34,7 +36,7 @@ CELL = Cell("tinyext", "0.1.0", "3.11", "13.0", "2.13", TORCH_VERSION, True, Tru
 #: What finish reads of a recipe.
 RECIPE = SimpleNamespace(source=SimpleNamespace(sdist="tinyext-0.1.0.tar.gz", sha256="0" * 64,
                                                 url="https://files.example.invalid/tinyext-0.1.0.tar.gz"),
-                         patches=(), build=SimpleNamespace(number=0))
+                         patches=(), build=SimpleNamespace(number=0, isolation=False, requires=()))
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,24 @@ def test_a_true_claim_reaches_the_manifest_and_the_pin(tinyext, tmp_path):
         assert read_manifest(zf)["abi"] == manifest["abi"]
         metadata = zf.read("tinyext-0.1.0+cu130.torch2.13.dist-info/METADATA").decode()
     assert "Requires-Dist: torch==2.13.*" in metadata
+
+
+def test_the_real_wheel_carries_a_valid_sbom_naming_its_compilers(tinyext, tmp_path):
+    """The Linux path's SBOM (tests/test_sbom.py has the rest): in RECORD, valid CycloneDX 1.6,
+    naming this machine's nvcc and gcc as the manifest records them, auditwheel and setuptools."""
+    final, manifest, _ = _finish(tinyext, CELL, tmp_path)
+    member = "tinyext-0.1.0+cu130.torch2.13.dist-info/sboms/cuwheels.cdx.json"
+    assert check_wheel_sbom(final) == manifest["checks"]["sbom"]
+    assert manifest["checks"]["sbom"]["path"] == member
+    with zipfile.ZipFile(final) as zf:
+        doc = json.loads(zf.read(member))
+        assert member in zf.read("tinyext-0.1.0+cu130.torch2.13.dist-info/RECORD").decode()
+    parts = {c["bom-ref"]: c for c in doc["components"]}
+    for name in ("nvcc", "gcc"):
+        assert parts[f"compiler:{name}"]["description"] == manifest["compiler"][name]
+        assert parts[f"compiler:{name}"]["version"]
+    tools = {t["name"]: t.get("version") for t in doc["metadata"]["tools"]["components"]}
+    assert tools["auditwheel"] and tools["setuptools"]
 
 
 def test_the_finished_tinyext_wheel_is_taken_by_users_tools(tinyext, tmp_path):

@@ -28,7 +28,7 @@ CELL = Cell("demo", "1.0", "3.12", "13.0", "2.13", "2.13.0+cu130", True, True, "
             "unused", ("90",), serves_torch=("2.13",), serves_python=("3.12",))
 RECIPE = SimpleNamespace(source=SimpleNamespace(sdist="demo-1.0.tar.gz", sha256="0" * 64,
                                                 url="https://files.example.invalid/demo-1.0.tar.gz"),
-                         patches=(), build=SimpleNamespace(number=0))
+                         patches=(), build=SimpleNamespace(number=0, isolation=False, requires=()))
 PYD = "demo/_C.cp312-win_amd64.pyd"
 #: The package's license, where setuptools before PEP 639 put it (tools.finish.licenses).
 LICENSE = {"demo-1.0.dist-info/LICENSE": b"MIT License\n"}

@@ -158,6 +158,8 @@ def assemble(job: BuildJob, work: Path, inputs: Inputs = Inputs()) -> Staged:
     dest = project / TOOLS_DIR
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "tools", dest / "tools", ignore=ignore)
+    # The wheel's SBOM names the tools' version, which pyproject.toml holds (tools.finish.sbom).
+    shutil.copyfile(ROOT / "pyproject.toml", dest / "pyproject.toml")
     (dest / "recipes").mkdir(parents=True)
     shutil.copyfile(table.path, dest / "recipes" / "table.yaml")
     shutil.copytree(recipe.folder, dest / "recipes" / recipe.package, ignore=ignore)

@@ -3,7 +3,8 @@
 It records the cell, the CUDA/torch/ABI the wheel was built against, the GPU architectures found
 in its extensions (not just requested), the source's sha256, the patches applied, the compiler
 versions, the recipe revision, the platform (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)
-and which checks ran (``checks``: the Windows ABI check is not possible, and says so), and, from
+and which checks ran (``checks``: the Windows ABI check is not possible, and says so; ``sbom``
+names the bill of materials in ``.dist-info/sboms/`` with its sha256), and, from
 the host backend, ``kernel_check``: the kernel check's
 verdict (``passed``, or ``not run: no GPU``), the GPU and the largest error of each op and dtype
 against its tolerance (``tools.kernels.check.summary``). The index reads the variant from it; the
@@ -72,8 +73,9 @@ class Manifest:
     #: The platform the wheel is for (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``).
     platform: str = DEFAULT_PLATFORM
     #: Which checks of the finish step ran and what each found (``passed: ...``), or why one did
-    #: not (``not possible on Windows: ...``): check name -> one line.
-    checks: dict[str, str] = field(default_factory=dict)
+    #: not (``not possible on Windows: ...``): check name -> one line; and ``sbom``, the bill of
+    #: materials the wheel carries (tools.finish.sbom): its ``path``, ``format`` and ``sha256``.
+    checks: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as the JSON object written into the wheel (and kept in the build report)."""

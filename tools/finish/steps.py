@@ -25,6 +25,7 @@ from typing import Any
 
 from .archcheck import check_binaries
 from tools.pipeline.buildenv import DEFAULT_SOURCE_DATE_EPOCH
+from tools.core.digest import sha256_file
 from tools.core.errors import VerifyError
 from tools.core.manifest import DEFAULT_PLATFORM, Manifest
 from tools.plan.cells import Cell
@@ -33,7 +34,10 @@ from tools.plan.recipes.model import Recipe
 from .usertools import check_as_users_do
 from .checks import check_archs, check_tags, cuda_archs
 from .licenses import check_licenses, licenses_summary
-from .wheelmeta import set_version_and_pin
+from .sbom import (PatchFile, SbomInputs, Tool, build_venv_tools, check_wheel_sbom,
+                   installed_tool, project_tool, sbom_bytes, sbom_document, sbom_member,
+                   sbom_record, validate_sbom, wheel_generator)
+from .wheelmeta import final_name, set_version_and_pin
 from .raw import FinishSettings, RawWheel
 from .wheelplatform import FinishPlatform, finish_platform
 
@@ -149,20 +153,66 @@ def build_manifest(f: Finishing, found: dict[str, Any], claims: Any) -> dict[str
     ).to_json()
 
 
-def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, Any]) -> Path:
-    """Version label, torch pin, build tag, requirements and manifest written into the wheel,
-    then the wheel checked as users' tools read it; returns the final wheel."""
+def build_tools(f: Finishing) -> tuple[Tool, ...]:
+    """The tools of the build the SBOM names: this project's, the repair tool that ran here, the
+    package's build backend (the raw wheel's ``Generator:``) and the recipe's build requirements
+    at the versions of the build venv, which holds the build's torch (``raw.torch_lib``)."""
+    recipe = f.raw.recipe
+    repair = "delvewheel" if f.platform.startswith("win") else "auditwheel"
+    tools = {t.name: t for t in build_venv_tools(
+        f.raw.torch_lib.parent.parent, (d.requirement for d in recipe.build.requires),
+        isolated=recipe.build.isolation)}
+    generator = wheel_generator(f.raw.path)
+    # The backend that wrote the wheel says its own version; the venv's copy may say nothing
+    # (an isolated build).
+    if generator is not None and not (tools.get(generator.name) and tools[generator.name].version):
+        tools[generator.name] = generator
+    tools[repair] = installed_tool(repair, "the finish step's environment, which repaired the wheel")
+    tools["cuwheels-tools"] = project_tool()
+    return tuple(sorted(tools.values(), key=lambda t: t.name))
+
+
+def sbom_step(f: Finishing, repaired: Path, manifest: dict[str, Any]
+              ) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The wheel's SBOM (tools.finish.sbom), made from ``manifest`` and validated before
+    anything is written; returns the manifest with ``checks.sbom`` (path, format, sha256) and
+    the file to add to ``.dist-info``. VerifyError when it does not validate."""
+    cell, recipe = f.raw.cell, f.raw.recipe
+    names = final_name(repaired, label=cell.label, build_number=recipe.build.number)
+    patches = tuple(PatchFile(p.file, sha256_file(p.path), p.reason) for p in recipe.patches)
+    data = sbom_bytes(sbom_document(SbomInputs(
+        manifest, names.dist_name, str(names.version), names.file_name, patches,
+        build_tools(f), f.settings.epoch)))
+    member = sbom_member(names.dist_info)
+    validate_sbom(data, wheel=names.file_name, member=member)
+    checks = {**manifest["checks"], "sbom": sbom_record(member, data)}
+    return {**manifest, "checks": checks}, {member.split("/", 1)[1]: data}
+
+
+def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, Any]
+                  ) -> tuple[Path, dict[str, Any]]:
+    """Version label, torch pin, build tag, requirements, manifest and SBOM written into the
+    wheel, then the wheel checked as users' tools read it; returns the final wheel and its
+    manifest (with ``checks.sbom``)."""
     cell, recipe = f.raw.cell, f.raw.recipe
     pin = cell.torch_pin
+    manifest, sbom_file = sbom_step(f, repaired, manifest)
     out = set_version_and_pin(repaired, f.work / "final", label=cell.label, torch_pin=pin,
                               manifest=manifest, epoch=f.settings.epoch,
-                              build_number=recipe.build.number, requires=cell.needs_dist)
+                              build_number=recipe.build.number, requires=cell.needs_dist,
+                              dist_files=sbom_file)
     step.detail.update(wheel=out.name, torch_pin=pin, label=cell.label,
                        build_number=recipe.build.number)
     try:
         # Repair and rewrite keep every .dist-info file; a wheel that lost its license on the
         # way is still refused, and removed, so it cannot be published from the work folder.
         step.detail.update(licenses=list(check_licenses(out)))
+        # The SBOM as the wheel carries it: the bytes the manifest's checks.sbom hashed.
+        step.detail.update(sbom=check_wheel_sbom(out))
+        if step.detail["sbom"] != manifest["checks"]["sbom"]:
+            raise VerifyError(f"{out.name}: its SBOM is not the one its manifest records",
+                              hint="set_version_and_pin wrote another SBOM than the metadata "
+                                   "step made: finish the wheel again")
     except VerifyError:
         out.unlink()
         raise
@@ -173,7 +223,7 @@ def metadata_step(step: Step, f: Finishing, repaired: Path, manifest: dict[str, 
     step.detail.update(record_files_validated=seen.record_files,
                        auditwheel_show=(seen.auditwheel_constraint or "no glibc constraint")
                        if seen.auditwheel_ran else "not run: a Windows wheel (ELF only)")
-    return out
+    return out, manifest
 
 
 def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
@@ -199,6 +249,6 @@ def finish_wheel(raw: RawWheel, work: Path, progress: Progress,
     repaired = progress.run("repair", repair_step, f)
     found, claims = progress.run("inspect", inspect_step, f, repaired)
     manifest = build_manifest(f, found, claims)
-    final = progress.run("metadata", metadata_step, f, repaired, manifest)
+    final, manifest = progress.run("metadata", metadata_step, f, repaired, manifest)
     check_tags(final, platform=platform_name)
     return final, manifest

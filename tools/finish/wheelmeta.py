@@ -16,6 +16,8 @@ import io
 import re
 import time
 import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,58 +77,91 @@ def _set_wheel_build(text: str, number: int) -> str:
     return "\n".join([*lines, f"Build: {number}"]) + "\n"
 
 
+@dataclass(frozen=True)
+class FinalName:
+    """What the metadata step names a wheel: its distribution name as its ``.dist-info``
+    spells it, the version with the local label, that ``.dist-info`` folder and the file name."""
+
+    dist_name: str
+    version: Version
+    dist_info: str
+    file_name: str
+
+
+def final_name(wheel: Path, *, label: str, build_number: int = 0) -> FinalName:
+    """The names :func:`set_version_and_pin` gives ``wheel`` with ``label`` and
+    ``build_number``: the SBOM names the final wheel before it is written."""
+    _, old_version, build, tags = parse_wheel_filename(wheel.name)
+    if build_number > 0:
+        build = (build_number, "")
+    new_version = Version(f"{old_version.public}+{label}")
+    with zipfile.ZipFile(wheel) as zin:
+        dist_infos = {i.filename.split("/")[0] for i in zin.infolist()
+                      if i.filename.split("/")[0].endswith(".dist-info")}
+    if len(dist_infos) != 1:
+        raise VerifyError(f"{wheel.name} has {len(dist_infos)} .dist-info directories",
+                          hint="the package's build produced a malformed wheel")
+    dist_name = dist_infos.pop()[: -len(".dist-info")].rsplit("-", 1)[0]
+    build_part = f"-{build[0]}{build[1]}" if build else ""
+    tag_part = "-".join([
+        ".".join(sorted({t.interpreter for t in tags})),
+        ".".join(sorted({t.abi for t in tags})),
+        ".".join(sorted({t.platform for t in tags})),
+    ])
+    return FinalName(dist_name, new_version, f"{dist_name}-{new_version}.dist-info",
+                     f"{dist_name}-{new_version}{build_part}-{tag_part}.whl")
+
+
 def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: str | None,
                         manifest: dict[str, Any] | None, epoch: int, build_number: int = 0,
-                        requires: tuple[str, ...] = ()) -> Path:
+                        requires: tuple[str, ...] = (),
+                        dist_files: Mapping[str, bytes] | None = None) -> Path:
     """Write a new wheel into ``out_dir`` whose version carries ``label`` (replacing any local
     label the package set itself), whose torch requirement is ``torch_pin``, which also requires
     each of ``requires`` it doesn't already (a recipe's ``depends``), and which holds
     ``manifest``; returns its path. Entries get the ``epoch`` timestamp (reproducible zips).
     A ``build_number`` above 0 becomes the wheel's build tag, in its file name and in WHEEL's
-    ``Build:`` (pip and uv prefer the higher build of the same version and tags)."""
-    name, old_version, build, tags = parse_wheel_filename(wheel.name)
-    if build_number > 0:
-        build = (build_number, "")
-    new_version = Version(f"{old_version.public}+{label}")
+    ``Build:`` (pip and uv prefer the higher build of the same version and tags).
+    ``dist_files`` (a path inside ``.dist-info`` -> its bytes, such as the SBOM's
+    ``sboms/cuwheels.cdx.json``) are written there too, each in place of any file of that path,
+    and RECORD lists them with the rest."""
+    names = final_name(wheel, label=label, build_number=build_number)
+    _, old_version, _, _ = parse_wheel_filename(wheel.name)
+    new_version, new_dist = names.version, names.dist_info
+    added = dict(dist_files or {})
+    if manifest is not None:
+        added[MANIFEST_NAME] = manifest_bytes(manifest)
+    stamp = time.gmtime(max(epoch, 315532800))[:6]  # zip can't go before 1980
+    entries: list[tuple[zipfile.ZipInfo, bytes]] = []
     with zipfile.ZipFile(wheel) as zin:
-        infos = zin.infolist()
-        dist_infos = {i.filename.split("/")[0] for i in infos
-                      if i.filename.split("/")[0].endswith(".dist-info")}
-        if len(dist_infos) != 1:
-            raise VerifyError(f"{wheel.name} has {len(dist_infos)} .dist-info directories",
-                              hint="the package's build produced a malformed wheel")
-        old_dist = dist_infos.pop()
-        dist_name = old_dist[: -len(".dist-info")].rsplit("-", 1)[0]
-        new_dist = f"{dist_name}-{new_version}.dist-info"
-        stamp = time.gmtime(max(epoch, 315532800))[:6]  # zip can't go before 1980
-        entries: list[tuple[zipfile.ZipInfo, bytes]] = []
-        for info in infos:
+        for info in zin.infolist():
             top, _, rest = info.filename.partition("/")
+            in_dist = top.endswith(".dist-info")
             # RECORD lists files only, and so does the zip: a directory entry (the package's
             # build may write them) would land in RECORD, and `auditwheel show` iterates RECORD
             # and crashes on it (IsADirectoryError). Installers create directories themselves.
-            if info.is_dir() or (top == old_dist and rest in ("RECORD", MANIFEST_NAME)):
+            if info.is_dir() or (in_dist and (rest in ("RECORD", MANIFEST_NAME) or rest in added)):
                 continue
             data = zin.read(info)
-            filename = f"{new_dist}/{rest}" if top == old_dist else info.filename
-            if top == old_dist and rest == "METADATA":
+            filename = f"{new_dist}/{rest}" if in_dist else info.filename
+            if in_dist and rest == "METADATA":
                 text = data.decode("utf-8")
                 meta_version = re.search(r"^Version: *(.+)$", text, re.M)
                 if not meta_version or Version(meta_version.group(1).strip()) != old_version:
                     raise VerifyError(f"{wheel.name}: METADATA Version does not match the file "
                                       "name", hint="the package's build produced a bad wheel")
                 data = _rewrite_metadata(text, str(new_version), torch_pin, requires).encode()
-            if top == old_dist and rest == "WHEEL" and build_number > 0:
+            if in_dist and rest == "WHEEL" and build_number > 0:
                 data = _set_wheel_build(data.decode("utf-8"), build_number).encode()
             new = zipfile.ZipInfo(filename, date_time=stamp)
             new.external_attr = info.external_attr
             new.compress_type = zipfile.ZIP_DEFLATED
             entries.append((new, data))
-    if manifest is not None:
-        info = zipfile.ZipInfo(f"{new_dist}/{MANIFEST_NAME}", date_time=stamp)
+    for rest, data in sorted(added.items()):
+        info = zipfile.ZipInfo(f"{new_dist}/{rest}", date_time=stamp)
         info.external_attr = 0o644 << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        entries.append((info, manifest_bytes(manifest)))
+        entries.append((info, data))
     # .dist-info last, RECORD very last (the wheel spec's recommended order)
     entries.sort(key=lambda e: (e[0].filename.startswith(new_dist + "/"), e[0].filename))
     # csv quotes a path holding a comma or a quote, as the wheel spec's RECORD (a CSV file) requires.
@@ -139,14 +174,8 @@ def set_version_and_pin(wheel: Path, out_dir: Path, *, label: str, torch_pin: st
     record.compress_type = zipfile.ZIP_DEFLATED
     entries.append((record, record_text.getvalue().encode()))
 
-    build_part = f"-{build[0]}{build[1]}" if build else ""
-    tag_part = "-".join([
-        ".".join(sorted({t.interpreter for t in tags})),
-        ".".join(sorted({t.abi for t in tags})),
-        ".".join(sorted({t.platform for t in tags})),
-    ])
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{dist_name}-{new_version}{build_part}-{tag_part}.whl"
+    target = out_dir / names.file_name
     partial = target.with_suffix(".part")
     with zipfile.ZipFile(partial, "w") as zout:
         for info, data in entries:
