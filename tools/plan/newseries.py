@@ -16,8 +16,10 @@ plan the recipes as committed would make for it:
   then the series compiles its own kernels: the price without the cache, beside it.
 - **Any other recipe** compiles its kernels for the new series: its groups as the plan sizes
   them (shards and cells). A recipe whose CUDA units were measured to include no Python header
-  for the series of a CUDA version (``python_free:``) is priced that way for the new series of
-  that CUDA version too (one compile of its kernels for all its Pythons, when that is cheaper).
+  (``python_free:``, for a CUDA version of the platform) is priced that way for the new series
+  too (one compile of its kernels for all its Pythons, when that is cheaper): what its units
+  include comes from its own sources, which the new series doesn't change, and the probe
+  measures the new series' units when it arrives.
 - **A recipe on torch's stable ABI** (one build per CUDA version for every series) adds no
   cell: it costs nothing.
 
@@ -115,7 +117,7 @@ def price_new_series(recipes: list[Recipe], table: Table, runners: Runners,
         hours = compiled = 0.0
         for group in groups(mine, [recipe]):
             cell = next(c for c in mine if c.id == group.cells[0])
-            planned = plan_group(replace(group, python_free=cell.cuda in free), recipe, runner,
+            planned = plan_group(replace(group, python_free=bool(free)), recipe, runner,
                                  cell.archs, units)
             compiled += planned.hours
             hours += reading_hours(planned) * len(group.cells) if spans else planned.hours
@@ -125,8 +127,8 @@ def price_new_series(recipes: list[Recipe], table: Table, runners: Runners,
                    "cells read the kernel cache of their CUDA version")
         else:
             why = ("its kernel units take torch's headers: compiled for the series"
-                   + (", once for all Pythons (they include no Python header)"
-                      if free & {c.cuda for c in mine} else ""))
+                   + (f", once for all Pythons (measured without Python headers, CUDA "
+                      f"{', '.join(sorted(free))})" if free else ""))
         prices.append(SeriesPrice(recipe.package, len(mine), n_groups, round(hours, 1),
                                   round(compiled, 1), why))
     return series, prices
