@@ -20,6 +20,7 @@ import yaml
 
 from github_standin import Clock, github  # noqa: F401 (the fixture)
 from github_standin import paced_api
+from test_stages import UNITS, runners
 from tinyext_support import nvcc_path
 
 from tools import ROOT
@@ -27,10 +28,8 @@ from tools.core.errors import PlanError
 from tools.pipeline.build_toolchain import find_nvcc
 from tools.pipeline.shardcache import ShardResult, candidates, choose, write_record
 from tools.plan.groups import UNITS_FILE, groups
-from tools.plan.runners import parse_runners
 from tools.plan.stages import CACHE_HIT_SECONDS, FINISH_MINUTES, plan_release
 from tools.plan.stored import covered_keys, read_listing, stored_keys
-from tools.plan.table import load_table
 from tools.releasing import kernelstore as store
 from tools.releasing.batch import Batch
 from tools.releasing.ghapi import ApiError
@@ -261,14 +260,6 @@ def test_the_index_never_reads_the_store(tmp_path, github):
 
 # --------------------------------------------------------------------------- the plan
 
-RUNNER = {"label": "ubuntu-24.04", "cores": 4, "memory_gib": 16, "build_memory_gib": 13.5,
-          "disk_gib": 14, "job_limit_hours": 6, "budget_hours": 5, "setup_minutes": 45,
-          "reason": "GitHub's standard runner for the tests"}
-UNITS = {"schema": 1, "version": "2.0.0",
-         "cost": {"cuda": {"seconds": 1500, "reason": "stated rule for the tests"},
-                  "c++": {"seconds": 120, "reason": "stated rule for the tests"}},
-         "units": {"c++": ["csrc/api.cpp"], "cuda": [f"csrc/k{i:02}.cu" for i in range(12)]}}
-
 
 def _listing(path: Path, entries: list[tuple[str, int, int]]) -> Path:
     path.write_text(json.dumps({"schema": 1, "repo": "o/r", "tag": store.STORE_TAG, "entries": [
@@ -281,11 +272,9 @@ def test_a_group_the_store_covers_needs_no_shard_and_its_cells_read_it(world, tm
     table, recipes, cells = world()
     recipe = next(r for r in recipes if r.package == "flashy")
     (recipe.folder / UNITS_FILE).write_text(yaml.safe_dump(UNITS))
-    runners = parse_runners({"schema": 1, "default": RUNNER},
-                            load_table().path.with_name("test-runners.yaml"))
     mine = [c for c in cells if c.package == "flashy"]
     group = next(g for g in groups(mine, recipes) if g.id == GROUP)
-    before = plan_release(mine, recipes, runners)
+    before = plan_release(mine, recipes, runners())
     planned = next(g for g in before.groups if g.group.id == GROUP)
     assert len(planned.shards) == 2 and not planned.stored      # over the budget: 2 shards
     # a listing with shard 1 of 2 only covers nothing; with both, the group's key
@@ -293,7 +282,7 @@ def test_a_group_the_store_covers_needs_no_shard_and_its_cells_read_it(world, tm
     full = _listing(tmp_path / "full.json", [(group.key, 1, 2), (group.key, 2, 2),
                                              ("f" * 16, 1, 1)])
     assert stored_keys(full) == {group.key, "f" * 16}
-    after = plan_release(mine, recipes, runners, stored=stored_keys(full))
+    after = plan_release(mine, recipes, runners(), stored=stored_keys(full))
     got = next(g for g in after.groups if g.group.id == GROUP)
     assert got.stored and got.shards == () and got.shard_hours == ()
     assert got.why.startswith("the kernel store holds every kernel of its key: no shards")
@@ -319,13 +308,11 @@ def test_the_schedule_prices_a_stored_group_without_its_shards(world, tmp_path):
     table, recipes, cells = world()
     recipe = next(r for r in recipes if r.package == "flashy")
     (recipe.folder / UNITS_FILE).write_text(yaml.safe_dump(UNITS))
-    runners = parse_runners({"schema": 1, "default": RUNNER},
-                            load_table().path.with_name("test-runners.yaml"))
     mine = [c for c in cells if c.package == "flashy"]
     key = next(g.key for g in groups(mine, recipes) if g.id == GROUP)
     limits = load_limits()
-    plain = make_schedule(mine, mine, recipes, runners, limits)
-    stored = make_schedule(mine, mine, recipes, runners, limits, stored=frozenset({key}))
+    plain = make_schedule(mine, mine, recipes, runners(), limits)
+    stored = make_schedule(mine, mine, recipes, runners(), limits, stored=frozenset({key}))
     assert stored.totals()["shards"] == plain.totals()["shards"] - 2
     assert stored.totals()["runner_hours"] < plain.totals()["runner_hours"]
 

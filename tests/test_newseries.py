@@ -11,18 +11,10 @@ from tools.plan.cells import plan
 from tools.plan.recipes.model import load_all
 from tools.plan.formats import render
 from tools.plan.groups import UNITS_FILE, sources_digest
-from tools.plan.runners import parse_runners
 from tools.plan.table import load_table
 
-RUNNER = {"label": "ubuntu-24.04", "cores": 4, "memory_gib": 16, "build_memory_gib": 13.5,
-          "disk_gib": 14, "job_limit_hours": 6, "budget_hours": 5, "setup_minutes": 45,
-          "reason": "GitHub's standard runner for the tests"}
-UNITS = {
-    "schema": 1, "version": "2.0.0",
-    "cost": {"cuda": {"seconds": 1500, "reason": "stated rule for the tests"},
-             "c++": {"seconds": 120, "reason": "stated rule for the tests"}},
-    "units": {"c++": ["csrc/api.cpp"], "cuda": [f"csrc/k{i:02}.cu" for i in range(12)]},
-}
+from test_stages import UNITS, runners
+
 
 
 def test_the_next_series_is_a_copy_of_the_newest():
@@ -48,9 +40,8 @@ def test_a_recipe_measured_torch_free_costs_its_cells_only(world):
     recipes = load_all(flashy.folder.parent, table)
     flashy = next(r for r in recipes if r.package == "flashy")
     cells = plan(recipes, table)
-    runners = parse_runners({"schema": 1, "default": RUNNER}, table.path.with_name("r.yaml"))
     (flashy.folder / UNITS_FILE).write_text(yaml.safe_dump(UNITS, sort_keys=False))
-    series, before = newseries.price_new_series(recipes, table, runners)
+    series, before = newseries.price_new_series(recipes, table, runners())
     mine = {p.package: p for p in before}
     assert series == newseries.next_series(table) and "flashy" in mine
     unmeasured = mine["flashy"]
@@ -62,7 +53,7 @@ def test_a_recipe_measured_torch_free_costs_its_cells_only(world):
     (flashy.folder / UNITS_FILE).write_text(yaml.safe_dump({**UNITS, "kernels": {cuda: {
         "platform": "linux_x86_64", "torch": torch * (2 if len(torch) == 1 else 1),
         "digest": "d" * 64, "sources": sources_digest(flashy)}}}, sort_keys=False))
-    _, after = newseries.price_new_series(recipes, table, runners)
+    _, after = newseries.price_new_series(recipes, table, runners())
     measured = next(p for p in after if p.package == "flashy")
     assert measured.cells == unmeasured.cells and measured.hours_compiled == unmeasured.hours
     assert measured.hours < unmeasured.hours and "torch-free" in measured.why

@@ -1077,7 +1077,8 @@ def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(sc
     assert outputs["count"] == "14"
 
 
-def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo, workflows):
+def _too_big_for_one_job(scratch_repo) -> Path:
+    """The scratch repository with demo_ext, whose 8 CUDA units of 4000 s need shards."""
     repo, add_recipe = scratch_repo
     add_recipe()
     units = {"schema": 1, "version": "1.0.0",
@@ -1085,6 +1086,11 @@ def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo,
              "units": {"cuda": [f"csrc/k{i}.cu" for i in range(8)]}}
     (repo / "recipes" / "demo_ext" / "units.yaml").write_text(json.dumps(units))
     commit(repo, "demo_ext's units")
+    return repo
+
+
+def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo, workflows):
+    repo = _too_big_for_one_job(scratch_repo)
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="push")
     assert outputs["rc"] == 0, log
     shards, cells = _entries(outputs, "shards"), _entries(outputs, "cells2")
@@ -1099,13 +1105,7 @@ def test_plan_step_a_group_the_kernel_store_covers_runs_no_shard(scratch_repo, w
     """The list step leaves the store's listing in RUNNER_TEMP; the batch step reads it: a group
     whose every shard an earlier run stored gets none, its cells start at once and pull the
     store's entries of its key. A listing that is not one stops the plan, naming the file."""
-    repo, add_recipe = scratch_repo
-    add_recipe()
-    units = {"schema": 1, "version": "1.0.0",
-             "cost": {"cuda": {"seconds": 4000, "reason": "stated rule for the tests"}},
-             "units": {"cuda": [f"csrc/k{i}.cu" for i in range(8)]}}
-    (repo / "recipes" / "demo_ext" / "units.yaml").write_text(json.dumps(units))
-    commit(repo, "demo_ext's units")
+    repo = _too_big_for_one_job(scratch_repo)
     outputs, _, log = run_plan_step(repo, workflows, EVENT="push")
     shards = _entries(outputs, "shards")
     listing = {"schema": 1, "repo": "o/r", "tag": "kernel-cache", "entries": [

@@ -171,6 +171,14 @@ def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str)
     return UnitList(path, m["version"], units, cost, measured, kernels, python_free)
 
 
+def _platform_and_torch(e: dict, where: str, p: Problems, fix: str) -> tuple[str, ...] | None:
+    """A measured record's platform, checked, and its torch series (None when not strings)."""
+    if e["platform"] not in PLATFORM_PART:
+        p.add(f"{where}.platform", f"{e['platform']!r} is not a wheel platform (one of "
+                                   f"{', '.join(PLATFORM_PART)})", fix)
+    return p.strings(e["torch"], f"{where}.torch")
+
+
 def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
     fix = "measure it again: python -m tools.probe <cell> --across-torch --write"
     spans: dict[str, KernelSpan] = {}
@@ -181,10 +189,7 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
                                                      "toolkit": str})
         if e is None:
             continue
-        if e["platform"] not in PLATFORM_PART:
-            p.add(f"{where}.platform", f"{e['platform']!r} is not a wheel platform (one of "
-                                       f"{', '.join(PLATFORM_PART)})", fix)
-        torch = p.strings(e["torch"], f"{where}.torch")
+        torch = _platform_and_torch(e, where, p, fix)
         if torch is not None and len(torch) < 2:
             p.add(f"{where}.torch", "names fewer than two torch series: there is nothing to "
                                     "share", fix)
@@ -207,10 +212,7 @@ def _read_python_free(block: dict, p: Problems) -> dict[str, PythonFree]:
                     {"read_with": str, "units": int, "toolkit": str})
         if e is None:
             continue
-        if e["platform"] not in PLATFORM_PART:
-            p.add(f"{where}.platform", f"{e['platform']!r} is not a wheel platform (one of "
-                                       f"{', '.join(PLATFORM_PART)})", fix)
-        torch = p.strings(e["torch"], f"{where}.torch")
+        torch = _platform_and_torch(e, where, p, fix)
         if not _DIGEST.fullmatch(e["sources"]):
             p.add(f"{where}.sources", "must be a sha256 (64 lowercase hex digits)", fix)
         elif torch is not None:
