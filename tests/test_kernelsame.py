@@ -249,10 +249,18 @@ def test_the_stand_in_toolkit_answers_as_the_cells_cuda_and_preprocesses_with_th
     root = toolkitstandin.make(real, other, tmp_path)
     found = find_nvcc({"CUDA_HOME": str(root), "PATH": ""}, pypi=False)
     assert (found.version, found.cuda_home) == (other, str(root))
-    (tmp_path / "k.cu").write_text("__global__ void kern_standin(float* x) { x[0] = 1.0f; }\n")
-    subprocess.run([str(root / "bin" / "nvcc"), "-E", "k.cu", "-o", "k.ii"], cwd=tmp_path,
-                   check=True, timeout=300)
-    assert "kern_standin" in (tmp_path / "k.ii").read_text()      # the real nvcc ran
+    (tmp_path / "k.cu").write_text("__global__ void kern_standin(float* x) "
+                                   "{ x[0] = __CUDA_ARCH_LIST__; }\n")
+    # an arch no CUDA 11 or newer compiles for (sm_30) is left out, as sm_70 is for CUDA 12.8's
+    # lines under CUDA 13; the one the real compiler has stays
+    arch = toolkitstandin.real_archs(Path(real.cuda_home) / "bin" / "nvcc")[-1]
+    subprocess.run([str(root / "bin" / "nvcc"), "-E", "k.cu", "-o", "k.ii",
+                    "-gencode", "arch=compute_30,code=sm_30",
+                    f"-gencode=arch=compute_{arch},code=sm_{arch}"], cwd=tmp_path, check=True,
+                   timeout=300)
+    text = (tmp_path / "k.ii").read_text()
+    assert "kern_standin" in text                                  # the real nvcc ran
+    assert f"x[0] = {int(''.join(c for c in arch if c.isdigit())) * 10};" in text
     with pytest.raises(ProbeError, match="no stand-in is needed"):
         toolkitstandin.make(real, real.version, tmp_path)
 

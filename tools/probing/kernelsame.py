@@ -468,7 +468,8 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
         inputs = replace(inputs, toolkit=toolkitstandin.make(real, job.cell.cuda, work_root))
         toolkit = (f"nvcc {real.version} standing in for CUDA {job.cell.cuda} (no CUDA "
                    f"{job.cell.cuda} compiler here): the torch headers and the command lines "
-                   f"are CUDA {job.cell.cuda}'s, the CUDA headers {real.version}'s")
+                   f"are CUDA {job.cell.cuda}'s, the CUDA headers {real.version}'s, and the "
+                   f"archs {real.version} lacks left out")
     cells = siblings(job)
     if len(cells) < 2:
         raise ProbeError(f"{job.id}: its CUDA version builds one torch series here "
