@@ -71,10 +71,12 @@ class KernelSpan:
 
 @dataclass(frozen=True)
 class PythonFree:
-    """A measurement (``python -m tools.probe CELL --across-torch --write``): a recipe's CUDA
-    units, preprocessed for these torch series of one CUDA version on one platform, include no
-    header of Python's, so the cells of one series, which differ only in Python, compile the
-    same kernel objects. Its group then compiles them once when that costs fewer runner-hours
+    """A measurement (``python -m tools.probe CELL --across-torch`` counts the headers, and its
+    ``kernels.json`` holds this entry when there are none; a person copies it into
+    ``units.yaml`` once a second Python's build has shown the kernels hitting, because no
+    header is necessary, not enough): a recipe's CUDA units, preprocessed for these torch
+    series of one CUDA version on one platform, include no header of Python's, so the cells of
+    one series, which differ only in Python, compile the same kernel objects. Its group then compiles them once when that costs fewer runner-hours
     (``tools.plan.stages``); without it each cell that fits a job compiles its own."""
 
     cuda: str

@@ -493,9 +493,11 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
     if write:
+        # Only the span: a unit without Python's headers is necessary for the Pythons of a series
+        # to share its object, not enough (torch_scatter's patched units had none and still
+        # missed in a second Python's build), so a python_free: record is written by hand,
+        # from kernels.json's, once a second Python's build has shown the kernels hitting.
         write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["span"])
-        write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["python_free"],
-                   block="python_free")
     table = format_table(job.id, series, verdicts)
     span = record["span"]
     record["table"] = table + "\n\n" + (
