@@ -158,7 +158,7 @@ def build_tools(f: Finishing) -> tuple[Tool, ...]:
     package's build backend (the raw wheel's ``Generator:``) and the recipe's build requirements
     at the versions of the build venv, which holds the build's torch (``raw.torch_lib``)."""
     recipe = f.raw.recipe
-    repair = "delvewheel" if f.platform.startswith("win") else "auditwheel"
+    repair = f.target.repair_tool
     tools = {t.name: t for t in build_venv_tools(
         f.raw.torch_lib.parent.parent, (d.requirement for d in recipe.build.requires),
         isolated=recipe.build.isolation)}

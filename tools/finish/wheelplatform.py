@@ -38,6 +38,9 @@ class Repaired:
 class FinishPlatform(Protocol):
     """The finish steps' view of one wheel platform."""
 
+    #: The repair tool it runs (the SBOM names it with its version).
+    repair_tool: str
+
     def repair(self, raw: RawWheel, work: Path, plat: str, progress: Progress) -> Repaired:
         """Repair ``raw`` into ``<work>/repaired`` (``plat``: the target policy where the tool
         has one), its log at ``<work>/repair.log``."""
@@ -54,6 +57,8 @@ class FinishPlatform(Protocol):
 @dataclass(frozen=True)
 class LinuxFinish:
     """auditwheel, and the ABI check against the cell's torch."""
+
+    repair_tool: str = "auditwheel"
 
     def repair(self, raw: RawWheel, work: Path, plat: str, progress: Progress) -> Repaired:
         """auditwheel to ``plat``; a note when ``auto`` tags it below the cell's manylinux."""
@@ -93,6 +98,8 @@ class LinuxFinish:
 @dataclass(frozen=True)
 class WindowsFinish:
     """delvewheel, and every imported DLL accounted for."""
+
+    repair_tool: str = "delvewheel"
 
     def repair(self, raw: RawWheel, work: Path, plat: str, progress: Progress) -> Repaired:
         """delvewheel (it has no policy: ``plat`` is not read)."""

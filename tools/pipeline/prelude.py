@@ -35,7 +35,7 @@ def find_toolchain(job: BuildJob, step: Step, progress: Progress,
                    toolkit: Path | None = None) -> Nvcc:
     """The ``toolchain`` step: this machine's nvcc (or the one of ``toolkit``, a toolkit root),
     with a note when its CUDA is not the cell's."""
-    nvcc = find_nvcc({**os.environ, "CUDA_HOME": str(toolkit)} if toolkit else None)
+    nvcc = find_nvcc({**os.environ, "CUDA_HOME": str(toolkit)}) if toolkit else find_nvcc()
     if warning := check_nvcc(nvcc, job.cell):
         progress.say(f"note: {warning}")
     step.detail.update(nvcc=nvcc.path, nvcc_version=nvcc.version, cuda_home=nvcc.cuda_home)
