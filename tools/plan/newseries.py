@@ -36,8 +36,7 @@ from .cells import Cell, plan
 from .groups import groups, read_units, sources_digest
 from .recipes.model import Recipe, load_recipe
 from .runners import Runners
-from .stages import (CACHE_HIT_SECONDS, FINISH_MINUTES, GroupPlan, cell_unit_seconds,
-                     plan_group)
+from .stages import plan_group, reading_hours
 from .table import Table, version_key
 
 
@@ -69,17 +68,6 @@ def with_series(table: Table, series: str) -> Table:
     entry = replace(newest, series=series, release=f"{series}.0",
                     note=f"a series priced as a copy of {newest.series} (not released)")
     return replace(table, torch={series: entry, **table.torch})
-
-
-def reading_hours(planned: GroupPlan) -> float:
-    """One cell of ``planned``'s group reading every kernel from a cache: the runner's setup,
-    the hits, the units every cell compiles, the finish (``tools.plan.stages``)."""
-    runner, units, sizing = planned.runner, planned.units, planned.sizing
-    if units is None:
-        return planned.cell_hours
-    kernels = units.sharded()
-    return (runner.setup_hours + CACHE_HIT_SECONDS * len(kernels) / max(1, sizing.max_jobs)
-            / 3600 + cell_unit_seconds(units, sizing) / 3600 + FINISH_MINUTES / 60)
 
 
 def _measured(recipe: Recipe, platform: str) -> tuple[set[str], set[str]]:
@@ -115,13 +103,15 @@ def price_new_series(recipes: list[Recipe], table: Table, runners: Runners,
         runner = runners.for_package(recipe.package, platform)
         units = read_units(recipe)
         hours = compiled = 0.0
-        for group in groups(mine, [recipe]):
+        mine_groups = groups(mine, [recipe])
+        for group in mine_groups:
             cell = next(c for c in mine if c.id == group.cells[0])
             planned = plan_group(replace(group, python_free=bool(free)), recipe, runner,
                                  cell.archs, units)
             compiled += planned.hours
-            hours += reading_hours(planned) * len(group.cells) if spans else planned.hours
-        n_groups = len(groups(mine, [recipe]))
+            one = reading_hours(runner, units, planned.sizing) if units else planned.cell_hours
+            hours += one * len(group.cells) if spans else planned.hours
+        n_groups = len(mine_groups)
         if spans:
             why = (f"kernel units measured torch-free (CUDA {', '.join(sorted(spans))}): its "
                    "cells read the kernel cache of their CUDA version")

@@ -142,6 +142,14 @@ def cell_unit_seconds(units: UnitList, sizing: Sizing) -> float:
     return max(sum(seconds) / max(1, min(sizing.cores, sizing.max_jobs)), max(seconds))
 
 
+def reading_hours(runner: Runner, units: UnitList, sizing: Sizing) -> float:
+    """One cell reading every kernel from a cache (shards, the kernel store): the runner's
+    setup, a hit per kernel, the units every cell compiles, the finish."""
+    return (runner.setup_hours
+            + _hours(CACHE_HIT_SECONDS * len(units.sharded()) / max(1, sizing.max_jobs))
+            + _hours(cell_unit_seconds(units, sizing)) + FINISH_MINUTES / 60)
+
+
 def _hours(seconds: float) -> float:
     return seconds / 3600
 
@@ -171,8 +179,7 @@ def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, .
     kernels = units.sharded()
     cell_units = _hours(cell_unit_seconds(units, sizing))
     whole = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs))) + cell_units + finish
-    cell = setup + _hours(CACHE_HIT_SECONDS * len(kernels) / max(1, sizing.max_jobs)) \
-        + cell_units + finish
+    cell = reading_hours(runner, units, sizing)
     cells = len(group.cells)
     if stored and cell <= budget:  # every kernel from the kernel store: as from shards, none run
         return GroupPlan(group, runner, sizing, archs, units, (), (), cell, whole,
