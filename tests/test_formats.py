@@ -59,13 +59,19 @@ def test_github_holds_every_stages_matrices_on_one_compact_line(planned):
     assert doc == release.matrices()
     assert list(doc)[:3] == ["shards", "cells1", "cells2"]  # then each other platform's
     assert all(set(m) == {"include"} for m in doc.values())
-    # each cell job is the cell's own fields, then its group, shards, runner and estimate
+    # each cell job: what its cells share, then each cell's own fields and estimate
     jobs = doc["cells1"]["include"] + doc["cells2"]["include"]
-    assert [j["id"] for j in jobs] == [c.id for c in cells]
-    for job, cell in zip(jobs, cells):
-        assert {k: job[k] for k in cell.to_json()} == cell.to_json()
-        assert set(job) - set(cell.to_json()) == {"group", "shards", "runner", "estimate_hours",
-                                                  "budget_minutes", "ccache_prefix"}
+    assert sorted(c["id"] for j in jobs for c in j["cells"]) == sorted(c.id for c in cells)
+    by_id = {c.id: c for c in cells}
+    for job in jobs:
+        assert set(job) == {"id", "group", "package", "platform", "image", "cuda", "python",
+                            "shards", "runner", "estimate_hours", "budget_minutes",
+                            "ccache_prefix", "cells"}
+        for entry in job["cells"]:
+            cell = by_id[entry["id"]].to_json()
+            assert entry == {**cell, "estimate_hours": entry["estimate_hours"]}
+            assert (cell["platform"], cell["image"], cell["cuda"]) == \
+                (job["platform"], job["image"], job["cuda"])
         # the compiler cache's key prefix: Linux x86_64's as before platforms, others name theirs
         assert job["ccache_prefix"].startswith("ccache-")
     assert as_json(cells[:1]).startswith('[\n  {\n    "id": ')
@@ -164,7 +170,9 @@ def test_counts_rows_are_the_recipes_of_the_selected_cells(planned):
     # and its whole plan's groups; without a unit list, no shards and the stated rule's hours
     release = plan_release([c for c in cells if c.package == "flashy"], recipes, RUNNERS)
     assert row["groups"] == len(release.groups) == 2 and row["shards"] == 0
-    assert row["hours"] == row["per_cell_hours"] == round(release.hours()[0], 1)
+    # its cells share their jobs' setups: fewer runner-hours than a job per cell
+    assert row["hours"] == round(release.hours()[0], 1) < row["per_cell_hours"]
+    assert row["per_cell_hours"] == round(release.hours()[1], 1)
     assert counts_rows([], recipes, table, RUNNERS) == []
 
 

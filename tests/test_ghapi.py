@@ -101,25 +101,34 @@ def _zip(**members: bytes) -> bytes:
     return buf.getvalue()
 
 
+def _job(cell: str) -> str:
+    """The cell job of one cell in these tests' plans."""
+    return cell.replace("-3.12-", "-") + "-job1"
+
+
 def _plan(cells: list[str], shards: dict[str, list[str]] | None = None) -> dict:
-    return {"schema": 1, "stages": {"cells1": [{"id": c, "shards": (shards or {}).get(c, [])}
-                                               for c in cells]}}
+    """A plan artifact of a cell job per cell."""
+    return {"schema": 2, "stages": {"cells1": [
+        {"id": _job(c), "shards": (shards or {}).get(c, []), "cells": [{"id": c}]}
+        for c in cells]}}
 
 
 def test_every_wheel_of_the_run_is_listed_page_by_page_and_downloaded_by_id(tmp_path, github):
     from tools.releasing.steps import download_artifacts
     state, base = github()
     cells = [f"demo-3.12-cu130-n{i}" for i in range(130)]
-    # 120 cells built (a wheel and a report each), 10 failed (a report only)
+    # 120 cell jobs built (a wheel and a report each), 10 failed (a report only); a job's
+    # reports are in its cells' folders
     for i, cell in enumerate(cells):
         if i < 120:
-            state.artifacts.append((f"wheels-{cell}", _zip(**{f"demo-{i}-py3-none-any.whl": b"w"})))
-        state.artifacts.append((f"report-{cell}", _zip(**{"report.json": b"{}"})))
+            state.artifacts.append((f"wheels-{_job(cell)}",
+                                    _zip(**{f"demo-{i}-py3-none-any.whl": b"w"})))
+        state.artifacts.append((f"report-{_job(cell)}", _zip(**{f"{cell}__report.json": b"{}"})))
     api = _api(base, Clock())
     lines = download_artifacts(api, "o/r", "7", _plan(cells), "wheels", tmp_path / "wh")
     assert len(list((tmp_path / "wh").glob("*.whl"))) == 120
     assert lines[-1].startswith("wheels: 120 downloaded, 10 missing")
-    assert "demo-3.12-cu130-n129: no wheel (its build failed)" in lines
+    assert "demo-cu130-n129-job1: no wheel (its builds failed: demo-3.12-cu130-n129)" in lines
     # 250 artifacts: three pages, then one download each; never the token to storage
     assert sum(1 for _, p, _ in state.log if "/artifacts?" in p) == 3
     assert not state.storage_saw_token
@@ -127,6 +136,7 @@ def test_every_wheel_of_the_run_is_listed_page_by_page_and_downloaded_by_id(tmp_
     download_artifacts(api, "o/r", "7", _plan(cells), "reports", tmp_path / "rep")
     assert len(list((tmp_path / "rep").glob("*/report.json"))) == 130
     assert (tmp_path / "rep" / cells[0] / "report.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(cells)
 
 
 def test_a_cut_listing_is_an_error_not_a_silent_loss(tmp_path, github):
@@ -145,7 +155,7 @@ def test_a_cells_shard_caches_by_name_a_missing_one_is_said(tmp_path, github):
                        ("other-shard1", _zip(x=b"no"))]
     plan = _plan(["c"], {"c": ["g-shard1", "g-shard2", "g-shard3"]})
     lines = download_artifacts(_api(base, Clock()), "o/r", "7", plan, "shards", tmp_path / "sc",
-                               cell="c")
+                               cell=_job("c"))
     assert (tmp_path / "sc" / "g-shard1" / "ccache" / "a" / "b").read_bytes() == b"obj"
     assert sorted(p.name for p in (tmp_path / "sc").iterdir()) == ["g-shard1", "g-shard3"]
     assert lines[0].startswith("g-shard2: no cache")

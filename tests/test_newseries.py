@@ -7,6 +7,7 @@ from __future__ import annotations
 import yaml
 
 from tools.plan import newseries
+from tools.plan.stages import job_hours
 from tools.plan.cells import plan
 from tools.plan.recipes.model import load_all
 from tools.plan.formats import render
@@ -57,8 +58,10 @@ def test_a_recipe_measured_torch_free_costs_its_cells_only(world):
     measured = next(p for p in after if p.package == "flashy")
     assert measured.cells == unmeasured.cells and measured.hours_compiled == unmeasured.hours
     assert measured.hours < unmeasured.hours and "torch-free" in measured.why
-    # what a cell reading every kernel costs: setup, the hits, the C++ unit, the finish
-    assert measured.hours == round(measured.cells * (0.75 + (12 * 4 + 120) / 3600 + 10 / 60), 1)
+    # what a cell reading every kernel costs: setup, the hits, the C++ unit, the finish; its
+    # cells in one cell job, the setup once
+    one = 0.75 + (12 * 4 + 120) / 3600 + 10 / 60
+    assert measured.hours == round(job_hours(measured.cells, one, 0.75), 1)
 
 
 def test_the_repository_prices_a_new_series_on_linux_x86_64():

@@ -22,7 +22,8 @@ from tools import ROOT
 from tools.core.errors import PlanError
 from tools.pipeline.buildreport import BuildReport, ReportedError, read_report, write_report
 from tools.releasing.backlog import load_attempts
-from tools.releasing.steps import Sources, count_attempts, fetch_needed, job_env
+from tools.releasing.steps import (Sources, cell_ids, cell_jobs, count_attempts, fetch_needed,
+                                   job_env)
 
 
 def _release(*args, **kw):
@@ -46,26 +47,32 @@ def batch(tmp_path_factory):
 def test_the_batch_outputs_ids_and_the_summary_the_schedule(batch):
     document, outputs, summary = batch
     first = [e["id"] for e in json.loads(outputs["cells1"])["include"]]
-    # the cells of causal_conv1d's CUDA 13.0 and 12.8 kernels, which the torch series of each
-    # share, wait for their group's one shard; the others start at once
+    # the cell jobs of causal_conv1d's CUDA 13.0 and 12.8 kernels, which the torch series of
+    # each share, wait for their group's one shard; the others start at once
     waiting = [e["id"] for e in json.loads(outputs["cells2"])["include"]]
-    cells = first + waiting
-    assert cells and all(c.startswith("causal_conv1d-") for c in cells)
-    assert waiting and all("-cu130" in c or "-cu128" in c for c in waiting)
-    assert outputs["count"] == str(len(cells))
+    jobs = first + waiting
+    assert jobs and all(j.startswith("causal_conv1d-cu") and "-job" in j for j in jobs)
+    assert waiting and all(j.startswith(("causal_conv1d-cu130-", "causal_conv1d-cu128-"))
+                           for j in waiting)
+    # the count is of cells: each job builds several
+    cells = cell_ids(document)
+    assert all(c.startswith("causal_conv1d-3.") for c in cells)
+    assert outputs["count"] == str(len(cells)) and len(cells) > len(jobs)
     assert summary.startswith("## The backlog's schedule (this run is run 1)")
     assert "**Totals**: 1 runs" in summary
 
 
 def test_a_jobs_entry_becomes_its_environment(batch):
     document, outputs, _ = batch
-    cell = json.loads(outputs["cells1"])["include"][0]["id"]
-    env = dict(line.split("=", 1) for line in job_env(document, cell))
-    assert env["CELL_ID"] == cell and env["IMAGE"].startswith("pytorch/")
+    job = json.loads(outputs["cells1"])["include"][0]["id"]
+    env = dict(line.split("=", 1) for line in job_env(document, job))
+    cells = cell_jobs(document)[job]
+    assert env["JOB_ID"] == job and env["CELLS"] == " ".join(cells) and len(cells) > 1
+    assert env["IMAGE"].startswith("pytorch/") and env["CELL_PYTHON"] in cells[0]
     assert int(env["CCACHE_SAVE_BYTES"]) > 0 and env["SHARDS"] == ""
     # the command prints the same lines
-    proc = _release("entry", "--plan", "/dev/stdin", "--id", cell, input=json.dumps(document))
-    assert proc.returncode == 0 and proc.stdout.splitlines() == job_env(document, cell)
+    proc = _release("entry", "--plan", "/dev/stdin", "--id", job, input=json.dumps(document))
+    assert proc.returncode == 0 and proc.stdout.splitlines() == job_env(document, job)
     # a job of another run's plan: named
     with pytest.raises(PlanError, match="no job 'nope'"):
         job_env(document, "nope")
@@ -81,9 +88,9 @@ def test_no_name_of_a_jobs_environment_is_read_by_ccache(batch):
     except ToolchainError as exc:
         pytest.skip(str(exc))
     document, outputs, _ = batch
-    cell = json.loads(outputs["cells1"])["include"][0]["id"]
+    job = json.loads(outputs["cells1"])["include"][0]["id"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCACHE_")}
-    env.update(line.split("=", 1) for line in job_env(document, cell))
+    env.update(line.split("=", 1) for line in job_env(document, job))
     shown = subprocess.run([ccache, "--show-config"], env=env, capture_output=True, text=True,
                            timeout=60, check=True).stdout
     assert [line for line in shown.splitlines() if line.startswith("(environment)")] == []
@@ -107,28 +114,29 @@ def test_a_needed_wheel_comes_from_the_index_checked_against_the_ledger(tmp_path
     (folder / name).write_bytes(b"wheel bytes")
     good = {"cell": "torch_scatter-3.12-cu130", "file": name, "url": f"{base}/{name}",
             "sha256": hashlib.sha256(b"wheel bytes").hexdigest()}
-    doc = {"schema": 1, "stages": {"cells1": [{"id": "sparse", "needs_wheels": [good]}]}}
+    doc = {"schema": 2, "stages": {"cells1": [{"id": "sparse-job1", "cells": [
+        {"id": "sparse", "needs_wheels": [good]}]}]}}
     assert fetch_needed(doc, "sparse", tmp_path / "needed") == [f"torch_scatter-3.12-cu130: {name}"]
     assert (tmp_path / "needed" / name).read_bytes() == b"wheel bytes"
     # other bytes than the ledger's: refused, nothing kept
     bad = {**good, "sha256": "0" * 64}
-    doc["stages"]["cells1"][0]["needs_wheels"] = [bad]
+    doc["stages"]["cells1"][0]["cells"][0]["needs_wheels"] = [bad]
     with pytest.raises(PlanError, match="not the ones the ledger publishes"):
         fetch_needed(doc, "sparse", tmp_path / "other")
     assert not (tmp_path / "other" / name).exists()
     # an address that is no web address (a hand-edited ledger): refused, nothing read
-    doc["stages"]["cells1"][0]["needs_wheels"] = [{**good, "url": "file:///etc/passwd"}]
+    doc["stages"]["cells1"][0]["cells"][0]["needs_wheels"] = [{**good, "url": "file:///etc/passwd"}]
     with pytest.raises(PlanError, match="is not a web address"):
         fetch_needed(doc, "sparse", tmp_path / "other")
     # a name that is a path: refused before anything is fetched
-    doc["stages"]["cells1"][0]["needs_wheels"] = [{**good, "file": "../x.whl"}]
+    doc["stages"]["cells1"][0]["cells"][0]["needs_wheels"] = [{**good, "file": "../x.whl"}]
     with pytest.raises(PlanError, match="is not a wheel's name"):
         fetch_needed(doc, "sparse", tmp_path / "other")
 
 
 def test_the_failed_tries_after_a_run(tmp_path, batch):
     document, outputs, _ = batch
-    cells = [e["id"] for m in ("cells1", "cells2") for e in json.loads(outputs[m])["include"]]
+    cells = cell_ids(document)
     reports = tmp_path / "reports"
     # cell 0 built; cell 1 failed with a report; the others left no report (failed early)
     write_report(reports / cells[0] / "report.json",
@@ -163,13 +171,14 @@ def test_the_failed_tries_after_a_run(tmp_path, batch):
 
 def test_a_report_that_is_not_one_is_a_failed_try_naming_the_file(tmp_path, batch):
     document, outputs, _ = batch
-    cell = json.loads(outputs["cells1"])["include"][0]["id"]
+    cell = cell_ids(document)[0]
     (tmp_path / "r" / cell).mkdir(parents=True)
     (tmp_path / "r" / cell / "report.json").write_text('{"schema": 99, "cell": "x"}')
     src = Sources(ROOT / "recipes", ROOT / "recipes" / "table.yaml", None,
                   ROOT / "recipes" / "limits.yaml")
     count_attempts(src, attempts=tmp_path / "attempts.json",
-                   document={"stages": {"cells1": [{"id": cell}]}}, reports=tmp_path / "r")
+                   document={"stages": {"cells1": [{"id": "j", "cells": [{"id": cell}]}]}},
+                   reports=tmp_path / "r")
     error = load_attempts(tmp_path / "attempts.json")[cell].error
     assert error == (f"its build report could not be read: {tmp_path / 'r' / cell / 'report.json'}"
                      ": schema 99: this code reads build reports of schema 1")

@@ -56,17 +56,21 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     state, base = github(rate_limit_every=5)
     env = {**os.environ, "GH_TOKEN": "t", "GITHUB_API_URL": base, "PYTHONPATH": str(ROOT),
            "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-    # this run: two cells, one built (its wheel and report are artifacts), one failed
+    # this run: a cell job of two cells, one built (its wheel and report are the job's
+    # artifacts) and one failed (its report only); and a job that left nothing (stopped early)
     built = make_wheel(tmp_path / "built", "chaindemo", "1.0", tag="py3-none-any")
-    state.artifacts = [("wheels-chaindemo-3.12-cu130", _zip(**{built.name: built.read_bytes()})),
-                       ("report-chaindemo-3.12-cu130", _zip(**{"report.json": _report(
-                           BuildReport("chaindemo-3.12-cu130", "container", "passed"))})),
-                       ("report-chaindemo-3.13-cu130", _zip(**{"report.json": _report(
-                           BuildReport("chaindemo-3.13-cu130", "container",
-                                       error=ReportedError("compile", "nvcc failed")))}))]
+    state.artifacts = [("wheels-chaindemo-cu130-job1", _zip(**{built.name: built.read_bytes()})),
+                       ("report-chaindemo-cu130-job1", _zip(**{
+                           "chaindemo-3.12-cu130/report.json": _report(BuildReport(
+                               "chaindemo-3.12-cu130", "container", "passed")),
+                           "chaindemo-3.13-cu130/report.json": _report(BuildReport(
+                               "chaindemo-3.13-cu130", "container",
+                               error=ReportedError("compile", "nvcc failed")))}))]
     plan = tmp_path / "batch.json"
-    plan.write_text(json.dumps({"schema": 1, "stages": {"cells1": [
-        {"id": "chaindemo-3.12-cu130"}, {"id": "chaindemo-3.13-cu130"}]}}))
+    plan.write_text(json.dumps({"schema": 2, "stages": {"cells1": [
+        {"id": "chaindemo-cu130-job1", "cells": [{"id": "chaindemo-3.12-cu130"},
+                                                 {"id": "chaindemo-3.13-cu130"}]},
+        {"id": "chaindemo-cu130-job2", "cells": [{"id": "chaindemo-3.14-cu130"}]}]}}))
     temp = tmp_path / "runner-temp"
     temp.mkdir()
 
@@ -74,7 +78,8 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     wheelhouse = tmp_path / "wheelhouse"
     out = _run("tools.release", "artifacts", "--repo", "o/r", "--run-id", "42", "--plan",
                str(plan), "--what", "wheels", "--dir", str(wheelhouse), env=env)
-    assert "chaindemo-3.13-cu130: no wheel (its build failed)" in out
+    assert "chaindemo-cu130-job2: no wheel (its builds failed: chaindemo-3.14-cu130)" in out
+    assert "wheels: 1 downloaded, 1 missing" in out
     download = f"{base}/o/r/releases/download/wheels-42"
     _run("tools.index", "--wheels", str(wheelhouse), "--site", str(tmp_path / "check"),
          "--base-url", download, "--ledger", str(temp / "check-ledger.json"), "--init-ledger",
@@ -100,6 +105,10 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     reports = temp / "reports"
     _run("tools.release", "artifacts", "--repo", "o/r", "--run-id", "42", "--plan", str(plan),
          "--what", "reports", "--dir", str(reports), env=env)
+    # each cell's report in a folder of its own, as the attempts count and the front page read
+    assert sorted(p.relative_to(reports).as_posix() for p in reports.rglob("*")
+                  if p.is_file()) == ["chaindemo-3.12-cu130/report.json",
+                                      "chaindemo-3.13-cu130/report.json"]
     site = tmp_path / "site"
     _run("tools.index", "--wheels", str(releases), "--site", str(site), "--base-url",
          download, "--ledger", str(ledger), env=env)
@@ -139,10 +148,11 @@ def test_a_runs_wheels_are_released_indexed_and_installed_with_pip(tmp_path, git
     fetched = [p for m, p, code in state.log if m == "GET" and p.startswith("/o/r/releases/download/")]
     assert f"/o/r/releases/download/wheels-42/{built.name}" in fetched
 
-    # the failed tries, for the next run's backlog: the failed cell counted once
+    # the failed tries, for the next run's backlog: the failed cell and the one with no report,
+    # each counted once
     from tools.releasing.steps import Sources, count_attempts
     src = Sources(ROOT / "recipes", ROOT / "recipes" / "table.yaml", None,
                   ROOT / "recipes" / "limits.yaml")
     line = count_attempts(src, attempts=temp / "attempts.json",
                           document=json.loads(plan.read_text()), reports=reports)
-    assert line.startswith("2 cells ran, 1 failed")
+    assert line.startswith("3 cells ran, 2 failed")

@@ -263,8 +263,8 @@ def test_a_needing_cells_job_gets_the_published_wheel_of_its_platform(world):
     assert tag in ours.filename and other.filename != ours.filename
     got = make_schedule([sparse], cells, recipes, runners, limits, frozenset({scatter.id}))
     batch = first_batch(got, cells, recipes, [other, ours])
-    (entry,) = [j for js in batch.document()["stages"].values() for j in js
-                if j["id"] == sparse.id]
+    (entry,) = [c for js in batch.document()["stages"].values() for j in js
+                for c in j.get("cells", ()) if c["id"] == sparse.id]
     assert entry["needs_wheels"] == [{"cell": scatter.id, "file": ours.filename,
                                       "url": ours.url, "sha256": ours.sha256}]
     # not in the ledger: a plan error naming both cells

@@ -19,8 +19,8 @@ from tools.plan.recipes.model import load_all
 from tools.plan.runners import load_runners, parse_runners
 from tools.plan.sizing import size_jobs
 from tools.plan.stages import (CACHE_HIT_SECONDS, FINISH_MINUTES, MATRIX_LIMIT,
-                               NO_UNITS_SECONDS_PER_ARCH, cuda_seconds, plan_group, plan_release,
-                               streams)
+                               NEXT_CELL_MINUTES, NO_UNITS_SECONDS_PER_ARCH, cuda_seconds,
+                               job_hours, pack_cells, plan_group, plan_release, streams)
 from tools.plan.table import load_table
 
 RUNNER = {"label": "ubuntu-24.04", "cores": 4, "memory_gib": 16, "build_memory_gib": 13.5,
@@ -84,7 +84,30 @@ def test_a_group_whose_cell_fits_has_no_shards(flashy):
     assert planned.cell_hours == planned.whole_hours
     assert planned.why.startswith("one cell fits the budget (")
     assert planned.why.endswith("no shards, each cell compiles its kernels")
-    assert planned.hours == planned.per_cell_hours == planned.whole_hours * len(group.cells)
+    assert planned.per_cell_hours == planned.whole_hours * len(group.cells)
+    # its four cells in cell jobs: two of two in a budget of 20 h (all four would be over)
+    setup = runners().default.setup_hours
+    assert planned.jobs == (group.cells[:2], group.cells[2:])
+    assert planned.job_hours == (job_hours(2, planned.whole_hours, setup),) * 2
+    assert job_hours(4, planned.whole_hours, setup) > 20 >= job_hours(2, planned.whole_hours, setup)
+    # a job's later cell costs its compile, finish and the stated next-cell minutes, not the setup
+    assert planned.hours == pytest.approx(4 * planned.whole_hours
+                                          - 2 * (setup - NEXT_CELL_MINUTES / 60))
+
+
+def test_cells_are_packed_into_the_fewest_even_jobs_that_fit():
+    cells = tuple(f"c{i}" for i in range(7))
+    # 1 h a cell alone, 0.75 h of it setup: each further cell 0.25 + 1/6 h
+    assert pack_cells(cells, 1.0, 0.75, 10) == (cells,)
+    assert job_hours(7, 1.0, 0.75) == pytest.approx(1 + 6 * (0.25 + NEXT_CELL_MINUTES / 60))
+    # room for 4 a job: two jobs, 4 and 3, not 4 and... as evenly as they go
+    budget = job_hours(4, 1.0, 0.75)
+    assert pack_cells(cells, 1.0, 0.75, budget) == (cells[:4], cells[4:])
+    assert [len(j) for j in pack_cells(cells, 1.0, 0.75, job_hours(2, 1.0, 0.75))] == [2, 2, 2, 1]
+    # a cell that needs the whole budget is a job alone; one over it still one (refused elsewhere)
+    assert pack_cells(cells[:3], 5.0, 0.75, 5.0) == tuple((c,) for c in cells[:3])
+    assert pack_cells(cells[:2], 6.0, 0.75, 5.0) == (("c0",), ("c1",))
+    assert pack_cells((), 1.0, 0.75, 5.0) == ()
 
 
 def test_a_group_over_the_budget_gets_the_fewest_shards_that_fit(flashy):
@@ -180,10 +203,17 @@ def test_the_release_jobs_and_matrices(flashy):
     assert first["key"] == group.key and first["archs"] == ["80", "90"]
     assert first["cache_key"] == f"shard-flashy-cu126-shard1-{group.key}-of{len(mine)}"
     cell_jobs = release.cell_jobs()
-    assert [c["id"] for c in cell_jobs] == [c.id for c in cells]
-    job = next(c for c in cell_jobs if c["id"] == group.cells[0])
+    # every cell in exactly one cell job, each job's cells of one group, in plan order
+    assert sorted(c["id"] for j in cell_jobs for c in j["cells"]) == sorted(c.id for c in cells)
+    assert [j["id"] for j in cell_jobs] == [
+        f"{g.group.id}-job{k}" for g in release.groups for k in range(1, len(g.jobs) + 1)]
+    job = next(j for j in cell_jobs if j["cells"][0]["id"] == group.cells[0])
+    assert job["id"] == "flashy-cu126-job1" and [c["id"] for c in job["cells"]] == list(group.cells)
     assert job["group"] == "flashy-cu126" and job["shards"] == [s["id"] for s in mine]
-    assert job["estimate_hours"] < first["estimate_hours"]
+    assert (job["python"], job["cuda"], job["image"]) == ("3.10", "12.6", first["image"])
+    planned = release.group_of()[group.cells[0]]
+    assert job["estimate_hours"] == round(planned.job_hours[0], 2) < first["estimate_hours"]
+    assert {c["estimate_hours"] for c in job["cells"]} == {round(planned.cell_hours, 2)}
     demo = next(c for c in cell_jobs if c["package"] == "demo_ext")
     assert demo["shards"] == []                                  # no unit list: no shards
     matrices = release.matrices()
@@ -218,14 +248,15 @@ def test_a_matrix_over_githubs_limit_is_a_plan_error(flashy, monkeypatch):
     free = [j for j in release.cell_jobs() if not j["shards"]]
     assert jobs["cells1"]["include"] == free
     assert jobs["cells2"]["include"] == [j for j in release.cell_jobs() if j["shards"]]
-    # a first matrix of 4: the rest goes to the second, which overflows at the fifth
-    monkeypatch.setattr(stages, "MATRIX_LIMIT", 4)
+    # a first matrix of 2: the rest goes to the second, which overflows at the third (the
+    # cells' matrices alone: at this limit the shard matrix would be over first)
     with pytest.raises(PlanError) as info:
-        release.matrices()
-    rest = free[4:] + jobs["cells2"]["include"]
+        stages.platform_matrices([], release.cell_jobs(), 2)
+    rest = free[2:] + jobs["cells2"]["include"]
+    assert len(rest) > 2
     assert str(info.value).startswith(
-        f"the cells would need more than 2 matrices of GitHub's limit of 4 jobs: "
-        f"{len(rest) - 4} too many (crossed at group {rest[4]['group']})")
+        f"the cells would need more than 2 matrices of GitHub's limit of 2 jobs: "
+        f"{len(rest) - 2} too many (crossed at group {rest[2]['group']})")
     assert "raise tools.plan.stages.CELL_MATRICES" in info.value.hint
 
 
@@ -242,7 +273,9 @@ def test_the_repositorys_release_fits_githubs_standard_runner():
     matrices = release.matrices()
     assert all(len(m["include"]) <= MATRIX_LIMIT for m in matrices.values())
     jobs = [j for m in matrices.values() for j in m["include"]]
-    assert len(jobs) == len(cells) + sum(len(g.shards) for g in release.groups)
+    assert len(jobs) == sum(len(g.jobs) + len(g.shards) for g in release.groups)
+    assert sum(len(j["cells"]) for j in jobs if "cells" in j) == len(cells)
+    assert sum(len(g.jobs) for g in release.groups) < len(cells) / 2  # cells share a setup
     assert max(j["estimate_hours"] for j in jobs) <= runner.default.budget_hours
     # every platform has cells, each job in its own platform's matrices on its runner
     labels = {"": "ubuntu-24.04", "_aarch64": "ubuntu-24.04-arm", "_win": "windows-2022"}
@@ -256,7 +289,7 @@ def test_the_repositorys_release_fits_githubs_standard_runner():
     by_platform: dict[str, set[str]] = {}
     for job in release.cell_jobs():
         prefix = job["ccache_prefix"]
-        old = f"ccache-{job['package']}-cu{job['cuda']}-torch{job['torch']}"
+        old = f"ccache-{job['package']}-cu{job['cuda']}-torch{job['cells'][0]['torch']}"
         if job["platform"] == "linux_x86_64":
             assert prefix == old
         else:
@@ -286,7 +319,8 @@ def test_a_changed_runner_file_changes_the_plan_not_the_cells(tmp_path):
     path.write_text(yaml.safe_dump(big))
     small = plan_release(cells, recipes, load_runners(packages={r.package for r in recipes}))
     large = plan_release(cells, recipes, load_runners(path, {r.package for r in recipes}))
-    assert [c["id"] for c in small.cell_jobs()] == [c["id"] for c in large.cell_jobs()]
+    assert [c["id"] for j in small.cell_jobs() for c in j["cells"]] == \
+        [c["id"] for j in large.cell_jobs() for c in j["cells"]]
     assert len(large.shard_jobs()) < len(small.shard_jobs())
     assert {j["runner"] for j in large.shard_jobs() + large.cell_jobs()} == {"linux-16-core"}
 

@@ -319,7 +319,7 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     entry, _ = _step(job, "Read the job's entry from the plan")
     pull, pull_step = _step(job, "Pull the builder image")
     shards, shards_step = _step(job, "Download the group's shard caches")
-    needed, needed_step = _step(job, "Download the published wheels the cell needs")
+    needed, needed_step = _step(job, "Download the published wheels the cells need")
     build, build_step = _step(job, "Build the cell")
     assert start == 0 and start_step["run"] == 'echo "JOB_START=$(date +%s)" >> "$GITHUB_ENV"'
     assert free < install < entry < pull < shards < needed < build
@@ -336,8 +336,9 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     assert argv[1:4] == ["-m", "tools.release", "artifacts"]
     assert dict(zip(argv[4::2], argv[5::2]))["--what"] == "shards"
     shard_dir = dict(zip(argv[4::2], argv[5::2]))["--dir"]
-    needed_dir = dict(zip(shlex.split(needed_step["run"])[4::2],
-                          shlex.split(needed_step["run"])[5::2]))["--dir"]
+    (fetch,) = [ln for ln in needed_step["run"].splitlines() if "fetch-needed" in ln]
+    assert "for cell in $CELLS; do" in needed_step["run"] and '--id "$cell"' in fetch
+    needed_dir = dict(zip(shlex.split(fetch)[4::2], shlex.split(fetch)[5::2]))["--dir"]
     # What the step runs, not how it is spelled: nox's session for the cell, on the container
     # backend with docker (what the runner has), reading the shard caches, and nothing else.
     (line,) = [ln for ln in build_step["run"].splitlines() if "nox" in ln]
@@ -346,7 +347,8 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
     argv = argv[3:]
     assert Path(argv[0]).name == "nox"
-    assert argv[1:3] == ["-s", "build-$CELL_ID"]
+    assert argv[1:3] == ["-s", "build-$cell"]
+    assert "for cell in $CELLS; do" in build_step["run"]
     posargs = argv[argv.index("--") + 1:]
     assert posargs[0] == "${backend[@]}"
     options = dict(zip(posargs[1::2], posargs[2::2]))
@@ -373,15 +375,18 @@ def test_linux_cells_run_the_local_nox_session_in_their_builder_image(workflows)
 
 
 def _check_cell_uploads(job: dict, build: int) -> None:
-    """A cell's report (also after a failed build) and wheel, named by its cell id as the release
-    and publish jobs look for them (report-*, wheels-*)."""
+    """A cell job's reports and wheels (also after a failed build: the cells that passed keep
+    theirs), named by the job's id as the release and publish jobs look for them (report-*,
+    wheels-*), the reports in their cells' folders."""
     uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
-    assert {u["with"]["name"] for u in uploads} == {"report-${{ env.CELL_ID }}",
-                                                    "wheels-${{ env.CELL_ID }}"}
+    assert {u["with"]["name"] for u in uploads} == {"report-${{ env.JOB_ID }}",
+                                                    "wheels-${{ env.JOB_ID }}"}
     report, report_step = _step(job, "Upload the build report")
     assert report > build and report_step["if"] == "always()"
-    assert report_step["with"]["path"] == "build-cells/${{ env.CELL_ID }}/report.json"
-    assert _step(job, "Upload the wheel")[1]["with"]["path"] == "wheelhouse/*.whl"
+    assert report_step["with"]["path"] == "build-cells/*/report.json"
+    _, wheels_step = _step(job, "Upload the wheel")
+    assert wheels_step["with"]["path"] == "wheelhouse/*.whl" and wheels_step["if"] == "always()"
+    assert wheels_step["with"]["if-no-files-found"] == "warn"
     # a re-run's upload replaces the earlier attempt's artifact of the same name
     assert all(u["with"]["overwrite"] is True for u in uploads)
 
@@ -422,7 +427,7 @@ def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
     argv = shlex.split(line.split("||")[0])
     assert argv[:3] == ["timeout", "--kill-after=5m", "${left}s"]
     _, shards_step = _step(cell, "Download the group's shard caches")
-    assert argv[3:] == [".venv/Scripts/python", "-m", "tools.build", "$CELL_ID", "--backend",
+    assert argv[3:] == [".venv/Scripts/python", "-m", "tools.build", "$cell", "--backend",
                         "host", "--shard-caches", "shard-caches", "--wheelhouse", "needed-wheels"]
     assert shards_step["if"] == "env.SHARDS != ''"
     _check_cell_uploads(cell, build)
@@ -434,8 +439,8 @@ def test_windows_cells_build_natively_with_msvc_and_the_cuda_toolkit(workflows):
     # and those that run the project's commands differ only in the venv's layout
     for name in ("Download the group's shard caches", "Download the published wheels",
                  "Trim the compiler cache"):
-        assert yaml.safe_dump(_step(cell, name)[1]).replace(".venv/Scripts/python", "PY").replace(
-            ".venv/Scripts/ccache.exe", "CCACHE") == yaml.safe_dump(_step(linux, name)[1]).replace(
+        assert json.dumps(_step(cell, name)[1]).replace(".venv/Scripts/python", "PY").replace(
+            ".venv/Scripts/ccache.exe", "CCACHE") == json.dumps(_step(linux, name)[1]).replace(
             ".venv/bin/python", "PY").replace(".venv/bin/ccache", "CCACHE"), name
 
 
@@ -662,41 +667,52 @@ def _run_budget_step(tmp_path, workflow: str, step_name: str, program: str, scri
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("workflow,program,passes", [
-    ("wheels-linux-cell.yml", "nox",
-     'test "$2" = build-demo_ext-3.12-cu130 && test -d shard-caches\n'),
-    ("wheels-windows-cell.yml", "python",
-     'test "$*" = "-m tools.build demo_ext-3.12-cu130 --backend host --shard-caches shard-caches'
-     ' --wheelhouse needed-wheels" && test -d shard-caches\n'),
+#: A cell job of two cells, as its entry sets CELLS.
+TWO_CELLS = {"CELLS": "demo_ext-3.12-cu130 demo_ext-3.13-cu130", "JOB_ID": "demo_ext-cu130-job1"}
+
+
+@pytest.mark.parametrize("workflow,program,argv", [
+    ("wheels-linux-cell.yml", "nox", "-s build-{} -- --backend container --engine docker "
+                                     "--shard-caches shard-caches --wheelhouse needed-wheels"),
+    ("wheels-windows-cell.yml", "python", "-m tools.build {} --backend host --shard-caches "
+                                          "shard-caches --wheelhouse needed-wheels"),
 ])
-@pytest.mark.parametrize("script,used_s,code,out_of_time", [
-    # a build past its budget: stopped, and the message says how to continue
-    ("sleep 30\n", 59, 124, True),
-    # a build that fails by itself keeps its own exit status, without that message
-    ("exit 7\n", 0, 7, False),
-    # a build that passes, with the shard caches' directory there for it
-    (None, 0, 0, False),
+@pytest.mark.parametrize("first,used_s,ran,failed,out_of_time", [
+    # both cells pass, each built with its own command and the shard caches' directory there
+    ("exit 0", 0, 2, [], False),
+    # the first fails by itself: the second is still built; the step fails naming the first
+    ("exit 7", 0, 2, ["demo_ext-3.12-cu130"], False),
+    # the first runs past the budget: stopped, with how to continue; the second not started
+    ("sleep 30", 59, 1, ["demo_ext-3.12-cu130", "demo_ext-3.13-cu130"], True),
 ])
-def test_build_step_stops_itself_at_the_budget(tmp_path, workflow, program, passes, script,
-                                               used_s, code, out_of_time):
-    proc = _run_budget_step(tmp_path, workflow, "Build the cell", program, script or passes,
-                            used_s, 1, CELL_ID="demo_ext-3.12-cu130")
-    assert proc.returncode == code, proc.stderr
-    message = ("::error title=out of time::demo_ext-3.12-cu130 stopped at its 1-minute budget "
-               "(counted from the job's start); re-run this job to continue from what was kept: "
-               "its group's shard caches, or on main its own compiler cache")
+def test_build_step_builds_each_cell_within_the_jobs_budget(tmp_path, workflow, program, argv,
+                                                            first, used_s, ran, failed,
+                                                            out_of_time):
+    script = ('echo "$*" >> calls\ntest -d shard-caches\n'
+              f'case "$*" in *3.12-cu130*) {first} ;; esac\n')
+    proc = _run_budget_step(tmp_path, workflow, "Build the cell", program, script, used_s, 1,
+                            **TWO_CELLS)
+    assert proc.returncode == (1 if failed else 0), proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == [argv.format(c) for c in TWO_CELLS["CELLS"].split()][:ran]
+    assert (f"::error title=failed cells::{' '.join(failed)}" in proc.stdout) is bool(failed)
+    message = ("::error title=out of time::demo_ext-3.12-cu130 stopped at the job's 1-minute "
+               "budget (counted from the job's start); re-run this job to continue from what "
+               "was kept: its group's shard caches, or on main its own compiler cache")
     assert (message in proc.stdout) is out_of_time
+    assert ("demo_ext-3.13-cu130: not started" in proc.stdout) is (ran == 1)
 
 
 @pytest.mark.parametrize("workflow,program", [("wheels-linux-cell.yml", "nox"),
                                               ("wheels-windows-cell.yml", "python")])
 def test_the_budget_counts_from_the_jobs_start(tmp_path, workflow, program):
-    # the setup (the image pull, the tools) used it all: the build doesn't start
+    # the setup (the image pull, the tools) used it all: no build starts, each cell says so
     proc = _run_budget_step(tmp_path, workflow, "Build the cell", program, "touch started\n",
-                            61, 1, CELL_ID="demo_ext-3.12-cu130")
-    assert proc.returncode == 124
-    assert ("::error title=out of time::demo_ext-3.12-cu130: the setup used the whole 1-minute "
-            "budget") in proc.stdout
+                            61, 1, **TWO_CELLS)
+    assert proc.returncode == 1
+    for cell in TWO_CELLS["CELLS"].split():
+        assert (f"::error title=out of time::{cell}: not started, the job's 1-minute budget is "
+                "spent (the next run builds it)") in proc.stdout
     assert not (tmp_path / "started").exists()
 
 
@@ -972,7 +988,7 @@ def test_planner_reads_a_fake_diff_of_a_changed_recipe(scratch_repo):
         cwd=repo, input="recipes/demo_ext/recipe.yaml\nREADME.md\n",
         capture_output=True, text=True, check=True)
     matrices = json.loads(proc.stdout)
-    cells = matrices["cells1"]["include"] + matrices["cells2"]["include"]
+    cells = _flat(matrices["cells1"]["include"] + matrices["cells2"]["include"])
     assert len(cells) == 14 and {c["package"] for c in cells} == {"demo_ext"}
     assert {"id", "image", "python", "cuda", "torch", "group", "runner", "shards",
             "estimate_hours", "budget_minutes"} <= set(cells[0])
@@ -1019,6 +1035,17 @@ def _entries(outputs: dict, key: str) -> list[dict]:
     return [job_entry(outputs["plan"], e["id"]) for e in json.loads(outputs[key])["include"]]
 
 
+def _flat(jobs: list[dict]) -> list[dict]:
+    """The cells of cell jobs, each with what its job gives all its cells (group, shards,
+    runner, store key, ...) and its own fields over them."""
+    return [{**{k: v for k, v in j.items() if k != "cells"}, **c} for j in jobs for c in j["cells"]]
+
+
+def _cells_of(outputs: dict, key: str) -> list[dict]:
+    """A cell stage's cells (:func:`_flat` of its job entries)."""
+    return _flat(_entries(outputs, key))
+
+
 def test_plan_step_a_push_or_the_schedule_takes_the_backlogs_first_run(scratch_repo, workflows):
     repo, add_recipe = scratch_repo
     add_recipe()
@@ -1026,10 +1053,12 @@ def test_plan_step_a_push_or_the_schedule_takes_the_backlogs_first_run(scratch_r
         outputs, summary, log = run_plan_step(repo, workflows, EVENT=event)
         assert outputs["rc"] == 0, log
         matrix = json.loads(outputs["cells1"])["include"]
-        assert outputs["count"] == "14" == str(len(matrix)) == outputs["cells1_count"]
+        assert str(len(matrix)) == outputs["cells1_count"]
         # the matrices carry ids and runners only; the entries are in the plan artifact
         assert all(set(e) == {"id", "runner"} for e in matrix)
-        cells = _entries(outputs, "cells1")
+        cells = _cells_of(outputs, "cells1")
+        # the count is of cells, in fewer cell jobs
+        assert outputs["count"] == "14" == str(len(cells)) and len(matrix) < 14
         assert {"id", "image", "python", "cuda", "torch", "group", "runner", "shards",
                 "estimate_hours", "budget_minutes", "ccache_save_bytes"} <= set(cells[0])
         # demo_ext has no unit list: no shards, every cell in the matrix that waits for none
@@ -1044,7 +1073,7 @@ def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(sc
     repo, add_recipe = scratch_repo
     add_recipe()
     outputs, _, _ = run_plan_step(repo, workflows, EVENT="schedule")
-    first = _entries(outputs, "cells1")[0]["id"]
+    first = _cells_of(outputs, "cells1")[0]["id"]
     from tools.plan.cells import plan
     from tools.plan.recipes.model import load_all
     from tools.plan.table import load_table
@@ -1058,10 +1087,10 @@ def test_plan_step_leaves_out_what_the_ledger_publishes_and_what_was_given_up(sc
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="schedule", attempts=gave_up)
     assert outputs["rc"] == 0, log
     assert outputs["count"] == "13"
-    assert first not in [e["id"] for e in json.loads(outputs["cells1"])["include"]]
+    assert first not in [e["id"] for e in _cells_of(outputs, "cells1")]
     assert "1 given up after 3 tries" in summary
     # a wheel of a complete release the ledger lacks yet (its run's publish failed): published
-    entry = _entries(outputs, "cells1")[0]
+    entry = _cells_of(outputs, "cells1")[0]
     tag = "cp" + entry["python"].replace(".", "")
     wheel = (f"demo_ext-{entry['version']}+{entry['label']}-{tag}-{tag}-"
              f"{entry['platform_tag']}.whl")
@@ -1093,12 +1122,14 @@ def test_plan_step_plans_the_shards_of_a_group_too_big_for_one_job(scratch_repo,
     repo = _too_big_for_one_job(scratch_repo)
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="push")
     assert outputs["rc"] == 0, log
-    shards, cells = _entries(outputs, "shards"), _entries(outputs, "cells2")
+    shards, jobs = _entries(outputs, "shards"), _entries(outputs, "cells2")
+    cells = _flat(jobs)
     assert outputs["shards_count"] == str(len(shards)) and len(shards) > 4
-    assert outputs["count"] == "14" == outputs["cells2_count"] and outputs["cells1_count"] == "0"
+    assert outputs["count"] == "14" == str(len(cells)) and outputs["cells1_count"] == "0"
+    assert outputs["cells2_count"] == str(len(jobs))
     assert {s["group"] for s in shards} == {c["group"] for c in cells}
     assert all(c["shards"] for c in cells)
-    assert max(j["estimate_hours"] for j in shards + cells) <= 5
+    assert max(j["estimate_hours"] for j in shards + jobs) <= 5
 
 
 def test_plan_step_a_group_the_kernel_store_covers_runs_no_shard(scratch_repo, workflows):
@@ -1116,7 +1147,7 @@ def test_plan_step_a_group_the_kernel_store_covers_runs_no_shard(scratch_repo, w
     outputs, _, log = run_plan_step(repo, workflows, EVENT="push")
     assert outputs["rc"] == 0, log
     assert outputs["shards_count"] == "0" and outputs["cells2_count"] == "0"
-    cells = _entries(outputs, "cells1")
+    cells = _cells_of(outputs, "cells1")
     assert len(cells) == 14
     keys = {s["group"]: s["key"] for s in shards}
     assert all(c["shards"] == [] and c["store_key"] == keys[c["group"]] for c in cells)
@@ -1189,7 +1220,7 @@ def test_plan_step_pull_request_builds_a_capped_sample_of_its_change(scratch_rep
     assert outputs["rc"] == 0, log
     from tools.plan.limits import load_limits
     cap = load_limits().pull_request_cells
-    assert outputs["count"] == str(cap) == str(len(json.loads(outputs["cells1"])["include"]))
+    assert outputs["count"] == str(cap) == str(len(_cells_of(outputs, "cells1")))
     assert (f"::warning title=batch capped::capped: 14 cells changed, a pull request builds the "
             f"first {cap}") in log
 
@@ -1212,7 +1243,7 @@ def test_plan_step_dispatch_filters(scratch_repo, workflows):
     outputs, _, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
                                     IN_PACKAGE="demo_ext", IN_PYTHON="3.12", IN_CUDA="13.0")
     assert outputs["rc"] == 0, log
-    ids = sorted(c["id"] for c in json.loads(outputs["cells1"])["include"])
+    ids = sorted(c["id"] for c in _cells_of(outputs, "cells1"))
     assert ids == ["demo_ext-3.12-cu130", "demo_ext-3.12-cu130-torch2.9"]
 
 
@@ -1270,8 +1301,8 @@ def test_plan_step_outputs_every_platforms_stages(platform_repo, workflows):
     assert outputs["rc"] == 0, log
     # the step writes every output the plan job declares, and nothing else
     assert set(outputs) - {"rc", "plan"} == set(workflows["wheels.yml"]["jobs"]["plan"]["outputs"])
-    x86, arm = _entries(outputs, "cells1"), _entries(outputs, "cells1_aarch64")
-    win = _entries(outputs, "cells1_win")
+    x86, arm = _cells_of(outputs, "cells1"), _cells_of(outputs, "cells1_aarch64")
+    win = _cells_of(outputs, "cells1_win")
     assert len(x86) == len(arm) == len(win) == 14 and outputs["count"] == "42"
     assert {(c["platform"], c["runner"]) for c in x86} == {("linux_x86_64", "ubuntu-24.04")}
     assert {(c["platform"], c["runner"]) for c in arm} == {("linux_aarch64", "ubuntu-24.04-arm")}
@@ -1283,16 +1314,20 @@ def test_plan_step_outputs_every_platforms_stages(platform_repo, workflows):
         {("win_amd64", "windows-2022", "")}
     # the matrix entry's runner is the one the plan made the job for
     assert [e["runner"] for e in json.loads(outputs["cells1_win"])["include"]] == \
-        [c["runner"] for c in win]
-    # the compiler cache: Linux x86_64's keys are the ones CI always used (the old template,
-    # with the matrix values), and no key of another platform starts like one of them
-    old = [re.sub(r"\$\{\{ matrix\.(\w+) \}\}", lambda m, c=c: c[m.group(1)], CACHE_KEY)
-           for c in x86]
-    assert [_render_key(c) for c in x86] == old
-    x86_prefixes = {_render_key(c) for c in x86} | {c["ccache_prefix"] + "-" for c in x86}
-    for cell, platform in [*((c, "linux_aarch64") for c in arm), *((c, "win_amd64") for c in win)]:
-        assert cell["ccache_prefix"].startswith(f"ccache-{platform}-")
-        assert not any(_render_key(cell).startswith(p) for p in x86_prefixes), cell["id"]
+        [j["runner"] for j in _entries(outputs, "cells1_win")]
+    # the compiler cache: a Linux x86_64 job's key is the one CI always used for its first cell
+    # (the old template, with that cell's values), and no key of another platform starts like
+    # one of them
+    x86_jobs = _entries(outputs, "cells1")
+    old = [re.sub(r"\$\{\{ matrix\.(\w+) \}\}", lambda m, c=j["cells"][0]: c[m.group(1)],
+                  CACHE_KEY) for j in x86_jobs]
+    assert [_render_key(j) for j in x86_jobs] == old
+    x86_prefixes = {_render_key(j) for j in x86_jobs} | {c["ccache_prefix"] + "-" for c in x86}
+    others = [*((j, "linux_aarch64") for j in _entries(outputs, "cells1_aarch64")),
+              *((j, "win_amd64") for j in _entries(outputs, "cells1_win"))]
+    for job, platform in others:
+        assert job["ccache_prefix"].startswith(f"ccache-{platform}-")
+        assert not any(_render_key(job).startswith(p) for p in x86_prefixes), job["id"]
 
 
 def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, workflows):
@@ -1301,7 +1336,7 @@ def test_plan_step_plans_windows_alone_when_a_dispatch_names_it(platform_repo, w
     outputs, summary, log = run_plan_step(repo, workflows, EVENT="workflow_dispatch",
                                           IN_PLATFORM="win_amd64")
     assert outputs["rc"] == 0, log
-    win = _entries(outputs, "cells1_win")
+    win = _cells_of(outputs, "cells1_win")
     assert len(win) == 14 and outputs["count"] == "14"
     # natively on the Windows runner: no builder image
     assert {(c["platform_tag"], c["runner"], c["image"]) for c in win} == \

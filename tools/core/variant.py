@@ -260,6 +260,17 @@ def shard_id(group: str, index: int) -> str:
     return f"{group}-shard{index}"
 
 
+def job_id(group: str, index: int) -> str:
+    """``flash_attn-cu130-job2``: cell job K (1-based) of a compile group (:func:`group_id`):
+    the CI job that builds several of the group's cells one after another after one setup
+    (``tools.plan.stages``), and its artifacts.
+
+    >>> job_id("flash_attn-cu130", 2)
+    'flash_attn-cu130-job2'
+    """
+    return f"{group}-job{index}"
+
+
 def cuda_from_nodot(digits: str) -> str:
     """``"129"`` -> ``"12.9"``, ``"118"`` -> ``"11.8"``, ``"12"`` -> ``"12"`` (major only)."""
     if not digits or not is_dotted_digits(digits) or "." in digits:

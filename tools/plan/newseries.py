@@ -10,7 +10,8 @@ plan the recipes as committed would make for it:
   committed: its patched units include no torch header, so the series of that CUDA version
   preprocess them alike) needs no kernel compiled for the new series: the kernel cache of its
   CUDA version (kept between runs) serves its cells, which compile only their binding and link
-  (each cell estimated as reading every kernel, as a cell reading shards is). This rests on the
+  (planned as a group the kernel store covers: no shard, each cell reading every kernel, the
+  cells in cell jobs sharing their setup). This rests on the
   new series measuring like the others, which ``python -m tools.probe CELL --across-torch
   --write`` checks when the series arrives; the group key follows the measured text, so until
   then the series compiles its own kernels: the price without the cache, beside it.
@@ -36,7 +37,7 @@ from .cells import Cell, plan
 from .groups import groups, read_units, sources_digest
 from .recipes.model import Recipe, load_recipe
 from .runners import Runners
-from .stages import plan_group, reading_hours
+from .stages import plan_group
 from .table import Table, version_key
 
 
@@ -109,8 +110,11 @@ def price_new_series(recipes: list[Recipe], table: Table, runners: Runners,
             planned = plan_group(replace(group, python_free=bool(free)), recipe, runner,
                                  cell.archs, units)
             compiled += planned.hours
-            one = reading_hours(runner, units, planned.sizing) if units else planned.cell_hours
-            hours += one * len(group.cells) if spans else planned.hours
+            # its kernels in the cache: planned as a group the kernel store covers (no shard,
+            # each cell reading every kernel, the cells in cell jobs)
+            hours += plan_group(replace(group, python_free=bool(free)), recipe, runner,
+                                cell.archs, units, stored=True).hours \
+                if spans and units else planned.hours
         n_groups = len(mine_groups)
         if spans:
             why = (f"kernel units measured torch-free (CUDA {', '.join(sorted(spans))}): its "

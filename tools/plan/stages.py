@@ -20,6 +20,15 @@ compiled in every cell) take ``seconds / min(cores, MAX_JOBS)``, never less than
 kernel unit a cell reads from a shard's cache costs :data:`CACHE_HIT_SECONDS`. A recipe without a
 unit list is estimated by :data:`NO_UNITS_SECONDS_PER_ARCH`.
 
+**Cell jobs.** A group's cells are built by **cell jobs**, each of one or more of its cells one
+after another after one setup (``python -m tools.build`` once a cell, in the same job): the
+builder image is pulled and the tools installed once, and each further cell costs only its own
+torch and container (:data:`NEXT_CELL_MINUTES`) besides its compile and finish. The cells of a
+group share everything the setup prepares (platform, CUDA, image, shards), and differ in their
+Python and, in a group that spans torch series, their torch. A group's cells are split into the
+fewest jobs whose every one fits the runner's budget, as evenly as they go
+(:func:`pack_cells`): a cell that needs the whole budget is a job of its own, as before.
+
 **How many shards.** A group whose one cell (compiling everything) fits its runner's budget needs
 no shards: each of its cells compiles its kernels. A group whose kernels several torch series
 share (``tools.plan.groups.kernel_span``) gets one shard anyway when that costs fewer
@@ -51,11 +60,11 @@ keeps the cell id's platform part).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM, PLATFORM_PART
-from tools.core.variant import shard_id
+from tools.core.variant import job_id, shard_id
 from .groups import Group, UnitList, cell_group, groups, read_units, split
 from .cells import Cell
 from .recipes.model import Recipe
@@ -77,6 +86,12 @@ FINISH_MINUTES = 10
 #: A kernel unit a cell reads from a shard's cache, stated: the causal_conv1d benchmark
 #: (docs/design/compiler-cache.md) read its three kernel units from a cache in 12 s together.
 CACHE_HIT_SECONDS = 4
+#: A cell job's each cell after its first, on top of that cell's compile and finish, stated:
+#: the job's setup (the builder image, about 9 GB compressed, and the tools) is done once, but
+#: each cell installs its own torch (one wheel of about 1 GB for its Python and series: the
+#: NVIDIA libraries it requires are py3 wheels, the same files for every Python, which pip's
+#: cache already holds) and starts its own container: 10 minutes.
+NEXT_CELL_MINUTES = 10
 #: A recipe with no unit list, stated: the full mamba_ssm build compiled for 43 min 23 s for one
 #: arch with one job (docs/contributing/probes.md, "What the probes found"), so 2603 s per arch of compile, divided
 #: among the compiles in flight.
@@ -103,11 +118,15 @@ class GroupPlan:
     why: str
     #: Its cells read every kernel from the kernel store (``tools.plan.stored``): no shards.
     stored: bool = False
+    #: Its cell jobs (:func:`pack_cells`), each the ids of the cells it builds in order, and
+    #: each one's estimate; empty until :func:`plan_group` packs them.
+    jobs: tuple[tuple[str, ...], ...] = ()
+    job_hours: tuple[float, ...] = ()
 
     @property
     def hours(self) -> float:
-        """The runner-hours of the group as planned: every shard and every cell."""
-        return sum(self.shard_hours) + self.cell_hours * len(self.group.cells)
+        """The runner-hours of the group as planned: every shard and every cell job."""
+        return sum(self.shard_hours) + sum(self.job_hours)
 
     @property
     def per_cell_hours(self) -> float:
@@ -154,11 +173,46 @@ def _hours(seconds: float) -> float:
     return seconds / 3600
 
 
+def job_hours(cells: int, first: float, setup: float) -> float:
+    """A cell job of ``cells`` cells whose one alone is ``first`` hours (``setup`` of them the
+    runner's setup): the setup once, each further cell its compile, finish and
+    :data:`NEXT_CELL_MINUTES`."""
+    return first + (cells - 1) * (first - setup + NEXT_CELL_MINUTES / 60)
+
+
+def pack_cells(cells: tuple[str, ...], first: float, setup: float,
+               budget: float) -> tuple[tuple[str, ...], ...]:
+    """``cells`` (in order) as the fewest cell jobs whose every one fits ``budget`` hours, their
+    sizes differing by one at most (see the module docstring); a cell alone over the budget is
+    still a job of its own (the plan refuses it elsewhere)."""
+    if not cells:
+        return ()
+    count = next((k for k in range(1, len(cells) + 1)
+                  if job_hours(math.ceil(len(cells) / k), first, setup) <= budget), len(cells))
+    size, extra = divmod(len(cells), count)
+    out, at = [], 0
+    for k in range(count):
+        n = size + (1 if k < extra else 0)
+        out.append(tuple(cells[at:at + n]))
+        at += n
+    return tuple(out)
+
+
 def plan_group(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
                units: UnitList | None, stored: bool = False) -> GroupPlan:
-    """Size one group for its runner: its shards and every job's estimate (see the module
-    docstring); PlanError when a job can't fit the runner's budget. ``stored``: the kernel
-    store holds every kernel unit of the group's key (``tools.plan.stored``)."""
+    """Size one group for its runner: its shards, its cell jobs and every job's estimate (see
+    the module docstring); PlanError when a job can't fit the runner's budget. ``stored``: the
+    kernel store holds every kernel unit of the group's key (``tools.plan.stored``)."""
+    planned = _sized(group, recipe, runner, archs, units, stored)
+    setup = runner.setup_hours
+    jobs = pack_cells(group.cells, planned.cell_hours, setup, runner.budget_hours)
+    return replace(planned, jobs=jobs,
+                   job_hours=tuple(job_hours(len(j), planned.cell_hours, setup) for j in jobs))
+
+
+def _sized(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
+           units: UnitList | None, stored: bool) -> GroupPlan:
+    """The group's shards and one cell's estimate, before its cells are packed into jobs."""
     sizing = size_jobs(cores=runner.cores, available_gib=runner.build_memory_gib,
                        job_memory_gib=recipe.build.job_memory_gib,
                        nvcc_threads=recipe.build.nvcc_threads,
@@ -260,17 +314,25 @@ class Release:
         return out
 
     def cell_jobs(self) -> list[dict]:
-        """One matrix entry per cell: the cell's fields, its group, the shards it reads, its
-        estimate and its compiler cache's key prefix (:func:`ccache_prefix`)."""
-        of = self.group_of()
+        """One matrix entry per cell job (:func:`pack_cells`): its id (``<group>-job<k>``), what
+        its cells share (group, platform, image, CUDA, the shards they read, runner, budget, the
+        compiler cache's key prefix of its first cell, :func:`ccache_prefix`), its estimate, and
+        ``cells``: each cell's fields and estimate alone, in the order the job builds them."""
+        cell_of = {c.id: c for c in self.cells}
         out = []
-        for cell in self.cells:
-            g = of[cell.id]
-            out.append({**cell.to_json(), "group": g.group.id,
-                        "shards": [shard_id(g.group.id, k) for k in range(1, len(g.shards) + 1)],
-                        "runner": g.runner.label, "estimate_hours": round(g.cell_hours, 2),
-                        "budget_minutes": round(g.runner.budget_hours * 60),
-                        "ccache_prefix": ccache_prefix(cell)})
+        for g in self.groups:
+            shards = [shard_id(g.group.id, k) for k in range(1, len(g.shards) + 1)]
+            for k, (ids, hours) in enumerate(zip(g.jobs, g.job_hours), 1):
+                first = cell_of[ids[0]]
+                out.append({"id": job_id(g.group.id, k), "group": g.group.id,
+                            "package": g.group.package, "platform": first.platform,
+                            "image": first.image, "cuda": first.cuda, "python": first.python,
+                            "shards": shards, "runner": g.runner.label,
+                            "estimate_hours": round(hours, 2),
+                            "budget_minutes": round(g.runner.budget_hours * 60),
+                            "ccache_prefix": ccache_prefix(first),
+                            "cells": [{**cell_of[c].to_json(),
+                                       "estimate_hours": round(g.cell_hours, 2)} for c in ids]})
         return out
 
     def matrices(self) -> dict[str, dict]:
@@ -289,7 +351,8 @@ class Release:
         return out
 
     def hours(self) -> tuple[float, float]:
-        """The estimated runner-hours of the release as planned, and with one job per cell."""
+        """The estimated runner-hours of the release as planned, and with one job per cell and
+        no shards."""
         return (sum(g.hours for g in self.groups), sum(g.per_cell_hours for g in self.groups))
 
 

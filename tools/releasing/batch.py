@@ -1,7 +1,8 @@
 """One run's batch: the plan artifact its jobs read, and the small outputs of its plan job.
 
 A run's jobs are the compile groups the schedule chose for it (``tools.releasing.schedule``):
-their shards and cells, as ``tools.plan.stages.Release`` plans them. The **plan artifact**
+their shards and cell jobs (each building one or more of a group's cells after one setup), as
+``tools.plan.stages.Release`` plans them. The **plan artifact**
 (``batch.json``) holds every job's full entry (``Release.shard_jobs``/``cell_jobs``: image,
 archs, shards read, budget, cache key, ...), the cells the run's cells need from the index, and
 for a cell whose group the kernel store covers, the key whose entries it pulls (``store_key``).
@@ -27,7 +28,8 @@ from tools.core.errors import PlanError
 from tools.core.variant import PLATFORM_PART
 from tools.plan.stages import Release, matrix_key, platform_matrices
 
-BATCH_SCHEMA = 1
+#: 2: the cell stages hold cell jobs, each with its ``cells``.
+BATCH_SCHEMA = 2
 #: The stage names of one platform, in the order the workflow runs them.
 STAGES = ("shards", "cells1", "cells2")
 
@@ -49,11 +51,12 @@ class Batch:
         """Every platform's stages (:func:`matrix_key` names), each its full job entries in
         the order the workflow runs them; PlanError when a stage is over the matrix limit."""
         shards, cells = self.release.shard_jobs(), self.release.cell_jobs()
-        # a cell of a group the kernel store covers pulls the store's entries of its key
-        stored = {c: g.group.key for g in self.release.groups if g.stored for c in g.group.cells}
+        # a cell job of a group the kernel store covers pulls the store's entries of its key
+        stored = {g.group.id: g.group.key for g in self.release.groups if g.stored}
         for job in cells:
-            job["needs_wheels"] = self.needed.get(job["id"], [])
-            job["store_key"] = stored.get(job["id"], "")
+            job["store_key"] = stored.get(job["group"], "")
+            for cell in job["cells"]:
+                cell["needs_wheels"] = self.needed.get(cell["id"], [])
         for job in shards + cells:
             job["ccache_save_bytes"] = self.cache_share
         out: dict[str, list[dict[str, Any]]] = {}
@@ -78,7 +81,7 @@ class Batch:
                                                 for j in jobs]}, separators=(",", ":"))
             out[f"{name}_count"] = str(len(jobs))
             if name.startswith("cells"):
-                cells += len(jobs)
+                cells += sum(len(j["cells"]) for j in jobs)
         out["count"] = str(cells)
         return out
 
@@ -98,14 +101,19 @@ def github_output_text(outputs: dict[str, str]) -> str:
 
 
 def job_entry(document: dict[str, Any], job_id: str) -> dict[str, Any]:
-    """The full entry of job ``job_id`` in a plan artifact's ``document``; PlanError naming the
-    id when the artifact has none (a job of another run's plan)."""
+    """The full entry of job ``job_id`` (a shard or a cell job), or of a cell of a cell job, in
+    a plan artifact's ``document``; PlanError naming the id when the artifact has none (a job
+    of another run's plan)."""
     if not isinstance(document, dict) or document.get("schema") != BATCH_SCHEMA:
         raise PlanError(f"not a batch plan of schema {BATCH_SCHEMA}",
-                        hint="download this run's plan artifact (batch-plan)")
+                        hint="download this run's plan artifact (batch-plan), made by this "
+                             "version of the tools")
     for jobs in document.get("stages", {}).values():
         for job in jobs:
             if job.get("id") == job_id:
                 return job
+            for cell in job.get("cells", ()):
+                if cell.get("id") == job_id:
+                    return cell
     raise PlanError(f"the batch plan has no job {job_id!r}",
                     hint="the job and the plan artifact must be of the same run")

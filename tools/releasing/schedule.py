@@ -42,7 +42,7 @@ from tools.builder.needs import is_wheel_of
 from tools.core.errors import PlanError
 from tools.core.platforms import tag_platform
 from tools.core.variant import PLATFORM_PART
-from tools.core.variant import shard_id
+from tools.core.variant import job_id, shard_id
 from tools.plan.groups import groups, read_units
 from tools.plan.limits import Limits
 from tools.plan.cells import Cell
@@ -96,8 +96,8 @@ class Item:
     cells: tuple[Cell, ...]
     #: Each cell's wheel, estimated (:func:`wheel_bytes`).
     wheels: tuple[int, ...]
-    #: The compiler cache of each job that saves one: every shard's, or every cell's when the
-    #: group has no shards (its cells then compile their kernels).
+    #: The compiler cache of each job that saves one: every shard's, or every cell job's when
+    #: the group has no shards (its cells then compile their kernels).
     caches: tuple[int, ...]
     #: Ids of the cells its cells need (another recipe's, published before it runs).
     needs: frozenset[str]
@@ -226,8 +226,9 @@ def _items(cells: list[Cell], recipes: list[Recipe], runners: Runners, limits: L
                            for part in plan.shards)
         elif plan.stored:  # its kernels are the store's: its cells save no cache of their own
             caches = ()
-        else:
-            caches = tuple(int(w * CACHE_SHARE) for w in wheels)
+        else:  # each cell job saves one cache: what its cells compiled
+            size = dict(zip(g.cells, wheels))
+            caches = tuple(int(sum(size[c] for c in job) * CACHE_SHARE) for job in plan.jobs)
         needs = frozenset(n for c in mine for n in c.needs)
         items.append(Item(plan, mine, wheels, caches, needs))
     return items, refused
@@ -291,18 +292,20 @@ def cache_share(items: list[Item] | tuple[Item, ...], limits: Limits) -> int:
     return limits.cache_bytes // max(1, jobs)
 
 
-def _small_jobs(n: int, shards: int, total: int, limits: Limits) -> dict[str, float]:
-    """The request counts of a run of ``n`` cells, ``shards`` shards and ``total`` wheel bytes,
-    and the hours of its release and publish jobs (the release paced by the limits)."""
+def _small_jobs(n: int, jobs: int, shards: int, total: int,
+                limits: Limits) -> dict[str, float]:
+    """The request counts of a run of ``n`` cells in ``jobs`` cell jobs, ``shards`` shards and
+    ``total`` wheel bytes, and the hours of its release and publish jobs (the release paced by
+    the limits)."""
     assets = 2 * n
-    artifacts = 2 * n + 2 * shards + RUN_ARTIFACTS
+    artifacts = 2 * jobs + 2 * shards + RUN_ARTIFACTS
     pages = math.ceil(artifacts / limits.artifacts_per_page)
     asset_pages = math.ceil(assets / limits.artifacts_per_page)
-    # release: list the run's artifacts, download each wheel, the asset list before and after,
-    # every upload; publish: list the artifacts, download each report, the release's assets,
-    # each wheel.
+    # release: list the run's artifacts, download each cell job's wheels, the asset list before
+    # and after, every upload; publish: list the artifacts, download each cell job's reports,
+    # the release's assets, each wheel.
     content = assets + 2
-    rest = FIXED_REST_CALLS + 2 * pages + 3 * asset_pages + assets + 3 * n
+    rest = FIXED_REST_CALLS + 2 * pages + 3 * asset_pages + assets + 2 * jobs + n
     transfer = total / 2**20 / TRANSFER_MIB_PER_S / 3600
     index = n * INDEX_SECONDS_PER_WHEEL / 3600
     paced = max(content / limits.paced(limits.content_requests_per_hour),
@@ -323,7 +326,8 @@ def figures(items: list[Item] | tuple[Item, ...], release: Release,
     cells = tuple(c.id for i in items for c in i.cells)
     shards = sum(len(i.plan.shards) for i in items)
     total = sum(sum(i.wheels) for i in items)
-    small = _small_jobs(len(cells), shards, total, limits)
+    cell_jobs = sum(len(i.plan.jobs) for i in items)
+    small = _small_jobs(len(cells), cell_jobs, shards, total, limits)
     by_stage = {name: [hours[j["id"]] for j in jobs] for name, jobs in stages.items()}
     jobs_h = [h for hs in by_stage.values() for h in hs]
     tail = [small["release"], small["publish"]]
@@ -331,9 +335,10 @@ def figures(items: list[Item] | tuple[Item, ...], release: Release,
         cells=cells, shards=shards, wheels=len(cells), wheel_bytes=total,
         release_assets=small["assets"],
         largest_wheel_bytes=max((w for i in items for w in i.wheels), default=0),
-        # the cells' calls too: each reads its shard caches by name, a lookup and a download each
+        # the cell jobs' calls too: each reads its shard caches by name, a lookup and a
+        # download each
         artifacts=small["artifacts"], content_calls=small["content"],
-        rest_calls=small["rest"] + 2 * sum(len(i.cells) * len(i.plan.shards) for i in items),
+        rest_calls=small["rest"] + 2 * sum(len(i.plan.jobs) * len(i.plan.shards) for i in items),
         plan_output_utf16_bytes=output_bytes(batch.outputs()),
         cache_bytes_saved=sum(min(c, share) for i in items for c in i.caches), disk_bytes=total,
         matrix_jobs={k: len(v) for k, v in stages.items() if v},
@@ -383,7 +388,7 @@ class _Tally:
 
     def __init__(self, limits: Limits, budget: float):
         self.limits, self.budget = limits, budget
-        self.cells = self.shards = self.bytes = self.output = 0
+        self.cells = self.cell_jobs = self.shards = self.bytes = self.output = 0
         self.free: dict[str, int] = {}
         self.sharded: dict[str, int] = {}
         self.shard_jobs: dict[str, int] = {}
@@ -391,17 +396,19 @@ class _Tally:
     def admit(self, item: Item) -> bool:
         """Add ``item`` when the run keeps every limit with it; say whether it was added."""
         lim, p = self.limits, item.platform
-        n = len(item.cells)
+        n, k = len(item.cells), len(item.plan.jobs)
         shards = len(item.plan.shards)
-        free = self.free.get(p, 0) + (0 if shards else n)
-        sharded = self.sharded.get(p, 0) + (n if shards else 0)
+        free = self.free.get(p, 0) + (0 if shards else k)
+        sharded = self.sharded.get(p, 0) + (k if shards else 0)
         shard_jobs = self.shard_jobs.get(p, 0) + shards
         runner = item.plan.runner.label
-        jobs = (*item.plan.group.cells, *(shard_id(item.id, k) for k in range(1, shards + 1)))
+        jobs = (*(job_id(item.id, j) for j in range(1, k + 1)),
+                *(shard_id(item.id, j) for j in range(1, shards + 1)))
         output = self.output + 2 * sum(len(f'{{"id":"{j}","runner":"{runner}"}},') for j in jobs)
         cells, all_shards = self.cells + n, self.shards + shards
+        cell_jobs = self.cell_jobs + k
         total = self.bytes + sum(item.wheels)
-        small = _small_jobs(cells, all_shards, total, lim)
+        small = _small_jobs(cells, cell_jobs, all_shards, total, lim)
         first = min(free, lim.jobs_per_matrix)
         fits = (shard_jobs <= lim.jobs_per_matrix and free - first + sharded <= lim.jobs_per_matrix
                 and output + _OUTPUT_OVERHEAD <= lim.job_output_bytes
@@ -412,6 +419,7 @@ class _Tally:
                 and small["release"] <= self.budget)
         if fits:
             self.cells, self.shards, self.bytes, self.output = cells, all_shards, total, output
+            self.cell_jobs = cell_jobs
             self.free[p], self.sharded[p], self.shard_jobs[p] = free, sharded, shard_jobs
         return fits
 

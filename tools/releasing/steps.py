@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,8 @@ from .site import fetch_state, find_site
 #: the runner (Windows, the host backend) inherits them, and ccache took CCACHE_PREFIX, the
 #: cache key's prefix, for its prefix_command and ran it before every compiler call.
 ENV_FIELDS = {
-    "cell": {"id": "CELL_ID", "group": "GROUP", "shards": "SHARDS", "image": "IMAGE",
+    "cell": {"id": "JOB_ID", "cells": "CELLS", "group": "GROUP", "shards": "SHARDS",
+             "image": "IMAGE",
              "python": "CELL_PYTHON", "cuda": "CELL_CUDA",
              "ccache_prefix": "COMPILER_CACHE_PREFIX",
              "budget_minutes": "BUDGET_MINUTES", "ccache_save_bytes": "CCACHE_SAVE_BYTES",
@@ -174,7 +176,7 @@ def job_env(document: dict[str, Any], job_id: str) -> list[str]:
     for key, name in ENV_FIELDS["shard" if "shard" in job else "cell"].items():
         if key not in job:
             continue
-        value = job[key]
+        value = [c["id"] for c in job[key]] if key == "cells" else job[key]
         text = " ".join(value) if isinstance(value, list) else str(value)
         if "\n" in text or "\r" in text:
             raise PlanError(f"{job_id}: {key} holds a line break", hint="a plan artifact bug")
@@ -221,39 +223,52 @@ def api_from_env(limits_path: Path) -> Api:
                load_limits(limits_path))
 
 
+def cell_jobs(document: dict[str, Any]) -> dict[str, list[str]]:
+    """The cell jobs of a plan artifact, in stage order: each job's id and its cells' ids."""
+    return {j["id"]: [c["id"] for c in j["cells"]] for name, jobs in
+            document.get("stages", {}).items() if name.startswith("cells") for j in jobs}
+
+
 def cell_ids(document: dict[str, Any]) -> list[str]:
     """The cells of a plan artifact, in stage order."""
-    return [j["id"] for name, jobs in document.get("stages", {}).items()
-            if name.startswith("cells") for j in jobs]
+    return [c for cells in cell_jobs(document).values() for c in cells]
 
 
 def download_artifacts(api: Api, repo: str, run_id: str, document: dict[str, Any], what: str,
                        into: Path, cell: str | None = None) -> list[str]:
-    """This run's ``wheels`` (every cell's, into ``into``; as many wheels as artifacts found),
-    ``reports`` (``into/<cell>/report.json``) or ``shards`` (cell ``cell``'s shard caches, into
-    ``into/<shard>/``); one line per missing artifact and a count."""
+    """This run's ``wheels`` (every cell job's, into ``into``; at most a wheel per cell of the
+    jobs found), ``reports`` (``into/<cell>/report.json``) or ``shards`` (the shard caches
+    cell job ``cell`` reads, into ``into/<shard>/``); one line per missing artifact and a
+    count. A cell job's artifacts (``report-<job>``, ``wheels-<job>``) hold its cells' reports
+    (``<cell>/report.json``) and wheels: a job whose later cell failed still has the earlier
+    ones'."""
     into.mkdir(parents=True, exist_ok=True)
     lines = []
+    jobs = cell_jobs(document)
     if what == "shards":
         if not cell:
-            raise PlanError("--what shards needs --id CELL", hint="the cell reading the caches")
+            raise PlanError("--what shards needs --id JOB", hint="the cell job reading the caches")
         found, missing = fetch(api, repo, run_id, list(job_entry(document, cell).get("shards", [])),
                                into, few=True)
         lines += [f"{n}: no cache (the shard failed or was stopped): the build compiles its "
                   "units itself" for n in missing]
     elif what == "reports":
-        found, missing = fetch(api, repo, run_id, [f"report-{c}" for c in cell_ids(document)],
-                               into)
-        for name in found:  # <dir>/report-<cell>/report.json -> <dir>/<cell>/report.json
-            (into / name).rename(into / name.removeprefix("report-"))
+        found, missing = fetch(api, repo, run_id, [f"report-{j}" for j in jobs], into)
+        for name in found:  # <dir>/report-<job>/<cell>/report.json -> <dir>/<cell>/report.json
+            for c in jobs[name.removeprefix("report-")]:
+                if (into / name / c / "report.json").is_file():
+                    (into / name / c).rename(into / c)
+            shutil.rmtree(into / name)
     else:
-        found, missing = fetch(api, repo, run_id, [f"wheels-{c}" for c in cell_ids(document)],
-                               into, separate=False)
+        found, missing = fetch(api, repo, run_id, [f"wheels-{j}" for j in jobs], into,
+                               separate=False)
         wheels = list(into.glob("*.whl"))
-        if len(wheels) != len(found):
-            raise PlanError(f"{len(found)} wheel artifacts held {len(wheels)} wheels",
-                            hint="each cell's artifact holds its one wheel")
-        lines += [f"{n.removeprefix('wheels-')}: no wheel (its build failed)" for n in missing]
+        most = sum(len(jobs[n.removeprefix("wheels-")]) for n in found)
+        if len(wheels) > most:
+            raise PlanError(f"{len(found)} wheel artifacts of {most} cells held {len(wheels)} "
+                            "wheels", hint="each cell job's artifact holds a wheel per cell")
+        lines += [f"{n.removeprefix('wheels-')}: no wheel (its builds failed: "
+                  f"{', '.join(jobs[n.removeprefix('wheels-')])})" for n in missing]
     return lines + [f"{what}: {len(found)} downloaded, {len(missing)} missing, "
                     f"{api.made} requests"]
 
