@@ -116,8 +116,10 @@ def test_the_repositorys_plan_has_one_build_per_file_name():
                   c.platform_tag) for c in cells]
     assert len(names) == len(set(names))
     xformers = [c.id for c in cells if c.package == "xformers"]
-    assert xformers == [f"xformers-py3-cu{cu}-torch2.10+{part}" for part in ("", "-aarch64", "-win")
-                        for cu in (128, 130, 132)]
+    # CUDA 12.6 where the table has PyTorch's cu126 build: Linux x86_64 and Windows
+    assert xformers == [f"xformers-py3-cu{cu}-torch2.10+{part}" for part, cus in
+                        (("", (126, 128, 130, 132)), ("-aarch64", (128, 130, 132)),
+                         ("-win", (126, 128, 130, 132))) for cu in cus]
 
 
 #: The Linux x86_64 cells as ``python -m tools.matrix --format json`` printed them before
@@ -132,6 +134,11 @@ def test_linux_x86_64_cells_and_ids_are_what_they_were():
     now = [c for c in json.loads(proc.stdout) if c["platform"] == "linux_x86_64"]
     assert {c["platform_tag"] for c in now} == {"manylinux_2_28_x86_64"}
     was = [json.loads(line) for line in X86_64_CELLS.read_text().splitlines()]
+    # CUDA 12.6's cells (PyTorch's cu126 builds of 2.11 to 2.14) are new; no other cell changed
+    assert {c["cuda"] for c in was} >= {"12.8", "13.0"} and "12.6" not in {c["cuda"] for c in was}
+    new = [c for c in now if c["cuda"] == "12.6"]
+    assert len(new) == 161 and {c["torch"] for c in new} == {"2.11", "2.12", "2.13", "2.14"}
+    now = [c for c in now if c["cuda"] != "12.6"]
     assert [c["id"] for c in now] == [c["id"] for c in was]  # not one id changed
     # every field as it was; platforms only added two
     assert [{k: v for k, v in c.items() if k not in ("platform", "platform_tag")} for c in now] \
@@ -164,7 +171,7 @@ def test_the_repositorys_plan_per_platform():
     assert sparse.needs == ("torch_scatter-3.12-cu130-win",)
 
 
-@pytest.mark.parametrize("platform,count", [("linux_aarch64", 283), ("win_amd64", 208)])
+@pytest.mark.parametrize("platform,count", [("linux_aarch64", 283), ("win_amd64", 309)])
 def test_the_platform_filter(platform, count):
     proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--platform", platform,
                            "--format", "ids"], cwd=ROOT, capture_output=True, text=True,
@@ -191,7 +198,7 @@ def test_counts_before_and_after_for_every_recipe():
     rows = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[1:]
             if "linux_x86_64" in line}
     rows["total"] = proc.stdout.splitlines()[-1].split()[-6:]
-    assert rows["xformers"][:2] == ["30", "3"] and "none + stable>=2.10" in proc.stdout
+    assert rows["xformers"][:2] == ["50", "4"] and "none + stable>=2.10" in proc.stdout
     for package in ("causal_conv1d", "flash_attn", "mamba_ssm"):
         assert rows[package][0] == rows[package][1]  # per-Python, per-torch: nothing collapses
     assert int(rows["total"][1]) == len(plan())
@@ -265,16 +272,19 @@ def test_the_repositorys_recipes_plan_cells_the_table_allows():
 
 #: Each repository recipe's torch series per CUDA version as its recipe listed them before the
 #: recipes narrowed the table with ranges (the default torch first).
+#: CUDA 12.6: PyTorch's cu126 builds of 2.11 to 2.14 (its line for drivers older than 580).
+_CU126 = {"12.6": ["2.14", "2.13", "2.12", "2.11"]}
 EXPLICIT_LISTS = {
-    **{package: {"12.8": ["2.10", "2.9", "2.8"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
-                 "13.2": ["2.15"]}
+    **{package: {**_CU126, "12.8": ["2.10", "2.9", "2.8"],
+                 "13.0": ["2.14", "2.13", "2.12", "2.11"], "13.2": ["2.15"]}
        for package in ("causal_conv1d", "grouped_gemm", "mmcv", "torch_cluster", "torch_scatter",
                        "torch_sparse")},
-    "flash_attn": {"12.8": ["2.10", "2.9", "2.8"], "12.9": ["2.8"],
+    "flash_attn": {**_CU126, "12.8": ["2.10", "2.9", "2.8"], "12.9": ["2.8"],
                    "13.0": ["2.14", "2.13", "2.12", "2.11"], "13.2": ["2.15"]},
-    "mamba_ssm": {"12.8": ["2.10", "2.9"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
+    "mamba_ssm": {**_CU126, "12.8": ["2.10", "2.9"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
                   "13.2": ["2.15"]},
-    "xformers": {"12.8": ["2.10"], "13.0": ["2.14", "2.13", "2.12", "2.11"], "13.2": ["2.15"]},
+    "xformers": {**_CU126, "12.8": ["2.10"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
+                 "13.2": ["2.15"]},
 }
 
 

@@ -197,3 +197,38 @@ def test_the_default_index_is_the_projects_one_setting(site, monkeypatch, capsys
     assert cli.main(["flash-attn", "--json", *flags]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["index_url"] == f"{site.url}/cu128/torch2.8/simple/"
+
+
+#: flash-attn for torch 2.13 as the index builds it: CUDA 13.0 (PyPI's torch) and CUDA 12.6
+#: (PyTorch's cu126 index, its line for drivers older than 580), and for torch 2.8 + CUDA 12.8.
+CU126_WHEELS = [
+    ("flash-attn", "2.8.3", "cu130.torch2.13", f"cp311-cp311-{X86}", None),
+    ("flash-attn", "2.8.3", "cu126.torch2.13", f"cp311-cp311-{X86}", None),
+    ("flash-attn", "2.8.3", "cu128.torch2.8", f"cp311-cp311-{X86}", None),
+]
+
+
+@pytest.fixture(scope="module")
+def cu126_site(tmp_path_factory) -> Iterator[Served]:
+    served = _site(tmp_path_factory.mktemp("cu126"), CU126_WHEELS)
+    yield served
+    served.stop()
+
+
+@pytest.mark.parametrize("driver", ["550.54.14", "535.104.05"])
+def test_a_driver_older_than_580_is_sent_to_the_cu126_build_of_its_own_torch_series(cu126_site, driver):
+    """PyPI's torch 2.13 is a CUDA 13.0 build, which needs driver 580: a machine with driver 550
+    (or 535) gets the reason and PyTorch's CUDA 12.6 build of the same series, which the index has
+    wheels for under cu126/torch2.13, before any other series."""
+    facts = client.Index(cu126_site.url).facts()
+    assert facts.driver_for("13.0") == "580" and facts.driver_for("12.6") == "525.60.13"
+    a = pick(cu126_site, torch_version="2.13.0+cu130", cuda_driver=driver)
+    assert not a.fits and a.build is None
+    assert a.advice == [
+        f"a newer NVIDIA driver: CUDA 13.0 (torch 2.13.0+cu130) needs driver >= 580; this machine's is {driver}",
+        torch_line("or a torch built for an older CUDA that this driver runs:", "2.13", "12.6")]
+    assert torch_index_url("12.6") == "https://download.pytorch.org/whl/cu126"
+    # with PyTorch's cu126 torch installed, the cu126 wheel fits, from its variant index
+    a = pick(cu126_site, torch_version="2.13.0+cu126", cuda_driver=driver)
+    assert a.fits and a.filename.startswith("flash_attn-2.8.3+cu126.torch2.13-cp311")
+    assert "/cu126/torch2.13/simple/" in a.pip
