@@ -111,12 +111,14 @@ def test_a_schema_1_ledger_is_upgraded(tmp_path):
     build(tmp_path)
     ledger_path, site = tmp_path / "ledger.json", tmp_path / "site"
     doc = json.loads(ledger_path.read_text())
-    assert doc["schema"] == 4
-    # The same ledger as a schema-1 run wrote it (no archs, no variant.serves), and its site copy.
+    assert doc["schema"] == 5
+    # The same ledger as a schema-1 run wrote it (no archs, no variant.serves, no sboms), and its
+    # site copy.
     old = '{"schema": 1, "files": {\n' + ",\n".join(
         json.dumps(name) + ": " + json.dumps({k: ({x: y for x, y in v.items() if x != "serves"} if k == "variant" and v
                                                  else v)
-                                              for k, v in data.items() if k != "archs"}, sort_keys=True)
+                                              for k, v in data.items() if k not in ("archs", "sboms")},
+                                             sort_keys=True)
         for name, data in sorted(doc["files"].items())
     ) + "\n}}\n"
     ledger_path.write_text(old)
@@ -124,7 +126,8 @@ def test_a_schema_1_ledger_is_upgraded(tmp_path):
     report = build(tmp_path, init_ledger=False)
     assert report.added == ()
     upgraded = json.loads(ledger_path.read_text())
-    assert upgraded["schema"] == 4 and upgraded["files"][fn]["archs"] is None
+    assert upgraded["schema"] == 5 and upgraded["files"][fn]["archs"] is None
+    assert upgraded["files"][fn]["sboms"] is None
     assert page(site, "ledger.json") == ledger_path.read_text()
     assert build(tmp_path, init_ledger=False).reused_pages > 0  # and is stable from then on
     assert ledger_path.read_text() == page(site, "ledger.json")

@@ -57,11 +57,11 @@ def test_round_trip_keeps_every_field():
 
 
 def schema_1_text(entries: dict) -> str:
-    """A ledger as schema 1 wrote it: no ``archs`` key, no ``variant.serves``."""
+    """A ledger as schema 1 wrote it: no ``archs`` key, no ``variant.serves``, no ``sboms``."""
     lines = []
     for fn in sorted(entries):
         data = entries[fn].to_json()
-        del data["archs"]
+        del data["archs"], data["sboms"]
         if data["variant"] is not None:
             del data["variant"]["serves"]
         lines.append(json.dumps(fn) + ": " + json.dumps(data, sort_keys=True))
@@ -79,30 +79,64 @@ def test_schema_1_ledger_loads_with_null_archs_and_is_written_as_schema_4(truste
     text = dump_ledger(new, base=(old, Ledger(parsed, {})))
     assert text == dump_ledger(new)
     doc = json.loads(text)
-    assert doc["schema"] == 4 and doc["removed"] == {} and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
+    assert doc["schema"] == 5 and doc["removed"] == {} and doc["files"]["a-1.0-py3-none-any.whl"]["archs"] is None
+    assert doc["files"]["a-1.0-py3-none-any.whl"]["sboms"] is None
     assert doc["files"]["c-1.0-py3-none-any.whl"]["archs"] == ARCHS
     assert parse_ledger(text) == new
 
 
 def test_schema_1_entries_may_not_have_archs_and_schema_2_entries_must():
     e = entry()
-    with_archs = '{"schema": 1, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(e.to_json()) + "}}"
+    schema_4 = {k: v for k, v in e.to_json().items() if k != "sboms"}
+    with_archs = '{"schema": 1, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(schema_4) + "}}"
     with pytest.raises(IndexBuildError, match=r"unknown keys \['archs'\]"):
         parse_ledger(with_archs)
-    data = e.to_json()
+    data = dict(schema_4)
     del data["archs"]
     with pytest.raises(IndexBuildError, match=r"missing keys \['archs'\]"):
         parse_ledger('{"schema": 2, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data) + "}}")
+
+
+SBOM = "demo-1.0.dist-info/sboms/cuwheels.cdx.json"
+
+
+def test_schema_5_entries_keep_their_sbom_digests_and_older_ones_must_not_have_them():
+    e = entry(sboms={SBOM: "c" * 64})
+    for trusted in (False, True):
+        assert parse_ledger(dump_ledger({e.filename: e}), trusted=trusted)[e.filename] == e
+    assert json.loads(dump_ledger({e.filename: e}))["files"][e.filename]["sboms"] == {SBOM: "c" * 64}
+    # schema 4 had no sboms: the key is refused there, and its entries read back with null
+    with pytest.raises(IndexBuildError, match=r"unknown keys \['sboms'\]"):
+        parse_ledger('{"schema": 4, "files": {"demo-1.0-py3-none-any.whl": '
+                     + json.dumps(e.to_json()) + '}, "removed": {}}')
+    old = {k: v for k, v in e.to_json().items() if k != "sboms"}
+    read = parse_ledger('{"schema": 4, "files": {"demo-1.0-py3-none-any.whl": '
+                        + json.dumps(old) + '}, "removed": {}}')
+    assert read[e.filename].sboms is None
+    with pytest.raises(IndexBuildError, match=r"missing keys \['sboms'\]"):
+        parse_ledger('{"schema": 5, "files": {"demo-1.0-py3-none-any.whl": '
+                     + json.dumps(old) + '}, "removed": {}}')
+
+
+@pytest.mark.parametrize("bad", [{}, [], {SBOM: "C" * 64}, {SBOM: "c" * 63}, {"x.json": "c" * 64},
+                                 {SBOM: None}, "c" * 64, {SBOM + "\n": "c" * 64}])
+def test_a_bad_sboms_value_is_refused_naming_the_entry_and_the_rule(bad):
+    data = entry().to_json() | {"sboms": bad}
+    with pytest.raises(IndexBuildError) as info:
+        parse_ledger('{"schema": 5, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data)
+                     + '}, "removed": {}}')
+    assert "entry 'demo-1.0-py3-none-any.whl': 'sboms' must be null or a non-empty" in str(info.value)
+    assert "restore the entry from <site>/ledger.json" in info.value.hint
 
 
 def test_one_line_per_file_sorted_by_filename():
     # A diff of the ledger must show exactly which files were published or deleted.
     entries = {fn: entry(fn) for fn in ("b-1.0-py3-none-any.whl", "a-1.0-py3-none-any.whl")}
     lines = dump_ledger(entries).splitlines()
-    assert lines[0] == '{"schema": 4, "files": {'
+    assert lines[0] == '{"schema": 5, "files": {'
     assert lines[1].startswith('"a-1.0-py3-none-any.whl": {') and lines[2].startswith('"b-1.0')
     assert lines[3] == '}, "removed": {}}'
-    assert json.loads(dump_ledger(entries))["schema"] == 4
+    assert json.loads(dump_ledger(entries))["schema"] == 5
 
 
 ARCHS = {"ext/_C.so": {"ptx": ["120"], "sass": ["80", "90"]}, "ext/é.so": {"ptx": [], "sass": []}}
@@ -216,6 +250,7 @@ def test_schema_3_records_which_torch_series_a_stable_abi_build_serves():
 
 def test_schema_2_variants_may_not_name_serves_and_schema_3_serves_must_be_a_nonempty_list():
     data = entry(variant=Variant("13.0", "2.14", True, ("2.13", "2.14"))).to_json()
+    del data["sboms"]  # schemas 2 and 3 have no sboms
     with pytest.raises(IndexBuildError, match="cuda: str, torch: str, cxx11_abi: bool.null},"):
         parse_ledger('{"schema": 2, "files": {"demo-1.0-py3-none-any.whl": ' + json.dumps(data) + "}}")
     for bad in ([], "2.13", [2.13]):
@@ -321,7 +356,7 @@ def test_a_removal_keeps_the_entry_as_published_and_reads_back():
         assert parse_ledger_document(text, trusted=trusted) == Ledger({kept.filename: kept}, removed)
     assert parse_ledger(text) == {kept.filename: kept}  # what the index publishes
     only_removed = dump_ledger({}, removed=removed)
-    assert only_removed.startswith('{"schema": 4, "files": {}, "removed": {\n')
+    assert only_removed.startswith('{"schema": 5, "files": {}, "removed": {\n')
     assert parse_ledger_document(only_removed) == Ledger({}, removed)
 
 

@@ -43,6 +43,45 @@ def test_index_wheel_writes_the_metadata_file_and_gives_the_ledger_entry(tmp_pat
         Variant("12.8", "2.8", None), {"m.so": {"ptx": [], "sass": ["90"]}},
     )
 
+#: A bill of materials as the finish step writes it (tools/finish/sbom.py), in short.
+SBOM_BYTES = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}'
+
+
+def test_the_ledger_entry_keeps_each_sbom_documents_digest(tmp_path):
+    """PEP 770's .dist-info/sboms/: every document there, by its path, with the sha256 of its
+    bytes as the wheel holds them; a worker gives the same; none: null."""
+    info = "ext-1.0+cu128.torch2.8.dist-info"
+    other = b'{"bomFormat": "CycloneDX", "specVersion": "1.6", "metadata": {}}'
+    path = make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8",
+                      manifest={"cuda": "12.8", "torch": "2.8"},
+                      extra_files={f"{info}/sboms/cuwheels.cdx.json": SBOM_BYTES,
+                                   f"{info}/sboms/auditwheel.cdx.json": other})
+    entry = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    with zipfile.ZipFile(path) as zf:  # read back from the zip, not from what was written
+        held = {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if "/sboms/" in n}
+    assert entry.sboms == held == {f"{info}/sboms/cuwheels.cdx.json": hashlib.sha256(SBOM_BYTES).hexdigest(),
+                                   f"{info}/sboms/auditwheel.cdx.json": hashlib.sha256(other).hexdigest()}
+    (line,) = map_in_workers("tools.sitegen.wheelread:indexer", [str(path)], workers=1, args=(BASE, WHEN))
+    assert wheelread.parse_indexed(line, path.name) == entry
+    plain = wheelread.index_wheel(str(make_wheel(tmp_path, "plain", "2.0", tag=ANY)), base_url=BASE,
+                                  upload_time=WHEN)
+    assert plain.sboms is None
+
+
+def test_too_many_or_too_large_sbom_documents_leave_the_wheel_out(tmp_path, monkeypatch):
+    info = "ext-1.0.dist-info"
+    many = {f"{info}/sboms/{i}.cdx.json": SBOM_BYTES for i in range(wheelread.MAX_SBOMS + 1)}
+    path = make_wheel(tmp_path, "ext", "1.0", tag=ANY, extra_files=many)
+    reason = wheelread.index_wheel(str(path), base_url=BASE, upload_time=WHEN)
+    assert reason.startswith(f"{wheelread.MAX_SBOMS + 1} SBOM documents under ")
+    monkeypatch.setattr(wheelread, "MAX_SBOM", len(SBOM_BYTES) - 1)
+    one = make_wheel(tmp_path / "one", "ext", "1.0", tag=ANY,
+                     extra_files={f"{info}/sboms/cuwheels.cdx.json": SBOM_BYTES})
+    reason = wheelread.index_wheel(str(one), base_url=BASE, upload_time=WHEN)
+    assert isinstance(reason, str) and "sboms/cuwheels.cdx.json" in reason
+    assert not (tmp_path / "one" / (one.name + ".metadata")).exists()
+
+
 def test_a_worker_gives_exactly_what_this_process_gives(tmp_path):
     paths = [
         make_wheel(tmp_path, "ext", "1.0", local="cu128.torch2.8", manifest={"cuda": "12.8", "torch": "2.8"}),

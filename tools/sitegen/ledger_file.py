@@ -16,10 +16,10 @@ published is lost), empty otherwise; only ``--start-over`` publishes over a site
 files, and names each one. A local demo passes its own ``LEDGER``, so that URLs of a local
 server never enter a real ledger.
 
-Format (JSON, schema 4), one file per line so that a diff shows exactly what was published::
+Format (JSON, schema 5), one file per line so that a diff shows exactly what was published::
 
-    {"schema": 4, "files": {
-    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "serves": null, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
+    {"schema": 5, "files": {
+    "flash_attn-2.8.3+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {"archs": {"flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": {"ptx": ["120"], "sass": ["80", "90", "120"]}}, "metadata_sha256": "...", "name": "flash-attn", "requires_python": ">=3.9", "sboms": {"flash_attn-2.8.3+cu128.torch2.8.dist-info/sboms/cuwheels.cdx.json": "..."}, "sha256": "...", "size": 123, "upload_time": "2026-11-21T19:30:00.000000Z", "url": "https://.../flash_attn-2.8.3%2Bcu128.torch2.8-....whl", "variant": {"cuda": "12.8", "cxx11_abi": true, "serves": null, "torch": "2.8"}, "version": "2.8.3+cu128.torch2.8"}
     }, "removed": {
     "flash_attn-2.8.2+cu128.torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl": {..., "removed_time": "2026-12-01T08:00:00.000000Z", ...}
     }}
@@ -29,7 +29,11 @@ Format (JSON, schema 4), one file per line so that a diff shows exactly what was
 ``variant`` is null for a wheel with no CUDA/torch identity. ``archs`` is the GPU code found in
 each extension module (the build manifest's ``archs.found``, as ``{module: {"ptx": [...], "sass":
 [...]}}``), recorded when the file is first published; null for a wheel without a manifest, or one
-whose manifest records none.
+whose manifest records none. ``sboms`` is the sha256 of each SBOM document the wheel carries under
+``.dist-info/sboms/`` (PEP 770: the build's CycloneDX bill of materials, and auditwheel's where it
+grafted a library), by its path in the wheel; null for a wheel with none. The wheel's own sha256
+already covers those bytes; the digest names the document itself, for a scanner or an audit that
+holds the SBOM and not the wheel.
 
 ``removed`` records each file taken out with ``--remove``: its entry as it was published, plus
 ``removed_time``. A removed file stays out: the same name in a later batch is compared with the
@@ -44,10 +48,11 @@ files are released.
 
 Schema 3 added ``serves`` to ``variant``: null for a build for its one torch series, or the list
 of torch series a stable-ABI build serves (listed in each one's variant index; ``torch`` is the
-series it was built against). Schema 4 adds ``removed``.
+series it was built against). Schema 4 adds ``removed``, schema 5 ``sboms``.
 
-Schemas 1 (no ``archs``), 2 (no ``variant.serves``) and 3 (no ``removed``) are still read: their
-entries get ``archs: null`` / ``serves: null``, and the next write is schema 4. A reader refuses
+Schemas 1 (no ``archs``), 2 (no ``variant.serves``), 3 (no ``removed``) and 4 (no ``sboms``) are
+still read: their entries get ``archs: null`` / ``serves: null`` / ``sboms: null``, and the next
+write is schema 5. A reader refuses
 a newer schema than its own, and any key it doesn't know (rather than silently drop it).
 
 A run holds ``.<ledger name>.lock`` beside the ledger from reading it to swapping its site in, so
@@ -72,24 +77,24 @@ from tools.core.variant import Variant
 _encode_str = json.encoder.encode_basestring_ascii
 
 #: Bumped when a key changes meaning; a reader refuses a schema it doesn't know.
-LEDGER_SCHEMA = 4
+LEDGER_SCHEMA = 5
 #: Schemas this reader accepts: 1 is schema 2 without ``archs``, 2 is 3 without ``variant.serves``,
-#: 3 is 4 without ``removed``.
-READABLE_SCHEMAS = (1, 2, 3, 4)
+#: 3 is 4 without ``removed``, 4 is 5 without ``sboms``.
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 
 _KEYS_1 = frozenset({
     "name", "version", "url", "sha256", "size", "upload_time", "requires_python",
     "metadata_sha256", "variant",
 })
 _KEYS = _KEYS_1 | {"archs"}
-_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS, 4: _KEYS}
+_KEYS_BY_SCHEMA = {1: _KEYS_1, 2: _KEYS, 3: _KEYS, 4: _KEYS, 5: _KEYS | {"sboms"}}
 _ARCH_KEYS = {"sass", "ptx"}
 _VARIANT_KEYS_2 = frozenset({"cuda", "torch", "cxx11_abi"})
 _VARIANT_KEYS_BY_SCHEMA = {1: _VARIANT_KEYS_2, 2: _VARIANT_KEYS_2, 3: _VARIANT_KEYS_2 | {"serves"},
-                           4: _VARIANT_KEYS_2 | {"serves"}}
+                           4: _VARIANT_KEYS_2 | {"serves"}, 5: _VARIANT_KEYS_2 | {"serves"}}
 #: The keys of the document itself, per schema: a key a reader doesn't know is refused, not dropped.
 _DOC_KEYS = {1: {"schema", "files"}, 2: {"schema", "files"}, 3: {"schema", "files"},
-             4: {"schema", "files", "removed"}}
+             4: {"schema", "files", "removed"}, 5: {"schema", "files", "removed"}}
 
 
 class Entry(NamedTuple):
@@ -110,6 +115,8 @@ class Entry(NamedTuple):
     variant: Variant | None
     #: ``{module: {"sass": [...], "ptx": [...]}}`` from the build manifest, or None
     archs: dict[str, dict[str, list[str]]] | None = None
+    #: ``{path in the wheel: sha256}`` of its SBOM documents (``.dist-info/sboms/``), or None
+    sboms: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The entry as its ledger object (the filename is the key, not a field)."""
@@ -132,6 +139,7 @@ class Entry(NamedTuple):
             "metadata_sha256": self.metadata_sha256,
             "variant": variant,
             "archs": self.archs,
+            "sboms": self.sboms,
         }
 
 
@@ -207,6 +215,18 @@ def valid_archs(archs: Any) -> bool:
     )
 
 
+def valid_sboms(sboms: Any) -> bool:
+    """Whether ``sboms`` has the shape of an entry's ``sboms``: null, or a non-empty
+    {member path under a .dist-info/sboms/ folder: lowercase hex sha256}."""
+    if sboms is None:
+        return True
+    return type(sboms) is dict and bool(sboms) and all(
+        type(path) is str and 0 < len(path) <= 500 and ".dist-info/sboms/" in path
+        and path.isprintable() and type(digest) is str and len(digest) == 64
+        and _HEX.issuperset(digest)
+        for path, digest in sboms.items())
+
+
 def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema: int = LEDGER_SCHEMA) -> Entry:
     """Parse one ledger object of ``schema``, naming ``source`` and the file in every complaint."""
     keys = _KEYS_BY_SCHEMA[schema]
@@ -263,9 +283,17 @@ def entry_from_json(filename: str, data: Any, *, source: str = "ledger", schema:
         raise IndexBuildError(
             f"{where}: 'archs' must be null or {{module: {{sass: [str], ptx: [str]}}}}, got {archs!r}"
         )
+    sboms = data.get("sboms")
+    if not valid_sboms(sboms):
+        raise IndexBuildError(
+            f"{where}: 'sboms' must be null or a non-empty {{path under <name>.dist-info/sboms/: "
+            f"lowercase hex sha256}}, got {str(sboms)[:200]}",
+            hint="the index writes it from the wheel's SBOM documents: restore the entry from "
+                 "<site>/ledger.json")
     return Entry(
         filename, data["name"], data["version"], data["url"], data["sha256"], data["size"],
         data["upload_time"], data["requires_python"], data["metadata_sha256"], variant, archs,
+        sboms,
     )
 
 
@@ -299,7 +327,7 @@ def parse_ledger_document(text: str, *, source: str = "ledger", trusted: bool = 
         raise IndexBuildError(
             f"{source} is not a schema-{LEDGER_SCHEMA} ledger "
             f"(want {{\"schema\": {LEDGER_SCHEMA}, \"files\": {{...}}, \"removed\": {{...}}}}; "
-            "schemas 1 to 3 are also read)"
+            f"schemas 1 to {LEDGER_SCHEMA - 1} are also read)"
         )
     unknown = doc.keys() - _DOC_KEYS[schema]
     missing = _DOC_KEYS[schema] - doc.keys()
@@ -317,7 +345,7 @@ def parse_ledger_document(text: str, *, source: str = "ledger", trusted: bool = 
                 None if d["variant"] is None else _variant(d["variant"]["cuda"], d["variant"]["torch"],
                                                            d["variant"]["cxx11_abi"],
                                                            tuple(d["variant"].get("serves") or ())),
-                d.get("archs"),
+                d.get("archs"), d.get("sboms"),
             )
             for name, d in doc["files"].items()
         }
@@ -420,9 +448,11 @@ def encode_entry(e: Entry) -> str:
         variant = (f'{{"cuda": {s(e.variant.cuda)}, "cxx11_abi": {abi}, "serves": {serves}, '
                    f'"torch": {s(e.variant.torch)}}}')
     archs = "null" if e.archs is None else json.dumps(e.archs, sort_keys=True)
+    sboms = "null" if e.sboms is None else json.dumps(e.sboms, sort_keys=True)
     return (
         f'{s(e.filename)}: {{"archs": {archs}, "metadata_sha256": {s(e.metadata_sha256)}, "name": {s(e.name)}, '
-        f'"requires_python": {_null_or(e.requires_python, s)}, "sha256": {s(e.sha256)}, "size": {int(e.size)}, '
+        f'"requires_python": {_null_or(e.requires_python, s)}, "sboms": {sboms}, "sha256": {s(e.sha256)}, '
+        f'"size": {int(e.size)}, '
         f'"upload_time": {s(e.upload_time)}, "url": {s(e.url)}, "variant": {variant}, "version": {s(e.version)}}}'
     )
 

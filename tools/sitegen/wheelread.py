@@ -73,6 +73,11 @@ MAX_MANIFEST = 1 << 20
 MAX_WHEEL_FILE = 64 << 10
 #: The most compiled members whose headers are read from one wheel (a real wheel has tens).
 MAX_BINARIES = 4096
+#: The most bytes of one SBOM document under ``.dist-info/sboms/`` (PEP 770), hashed for the
+#: ledger: the project's own is a few KB, auditwheel's a few more.
+MAX_SBOM = 16 << 20
+#: The most SBOM documents hashed from one wheel (a real one has one or two).
+MAX_SBOMS = 32
 #: The longest reason shown for a file left out: the rest of a crafted value is not printed.
 MAX_REASON = 400
 
@@ -90,6 +95,9 @@ class WheelFacts:
     variant: Variant | None
     #: GPU code per extension module (the manifest's ``archs.found``), or None
     archs: dict[str, dict[str, list[str]]] | None = None
+    #: The sha256 of each SBOM document under ``.dist-info/sboms/`` (PEP 770), by its path in
+    #: the wheel, or None: the wheel has none
+    sboms: dict[str, str] | None = None
 
 
 def check_filename(filename: str) -> tuple[str, Version]:
@@ -231,11 +239,11 @@ def inspect_wheel(path: str | os.PathLike) -> WheelFacts:
     fd = _open_regular(path)
     try:
         sha256, size = hash_fd(fd)
-        metadata, name, version, requires_python, variant, archs = _read_zip(fd, filename, dist, file_version,
-                                                                             size=size)
+        metadata, name, version, requires_python, variant, archs, sboms = _read_zip(
+            fd, filename, dist, file_version, size=size)
     finally:
         os.close(fd)
-    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs)
+    return WheelFacts(sha256, size, metadata, name, version, requires_python, variant, archs, sboms)
 
 
 def read_wheel_metadata(path: str | os.PathLike) -> bytes:
@@ -279,19 +287,34 @@ def check_binaries(zf: Any, platforms: frozenset[str]) -> None:
             raise WheelRejected(why)
 
 
-def _read_members(zf: Any, dist: str, platforms: frozenset[str]) -> tuple[bytes, dict | None]:
-    """METADATA and the parsed build manifest (None: none) of a wheel, checked as pip would, and
-    its binaries checked against its ``platforms`` tags."""
+def sbom_digests(zf: Any, info_dir: str) -> dict[str, str] | None:
+    """The sha256 of each SBOM document of a wheel (the members under ``<info_dir>/sboms/``,
+    PEP 770), by member name; None when it has none. WheelRejected for more than
+    :data:`MAX_SBOMS` of them or one over :data:`MAX_SBOM` bytes (read with the same checks as
+    every member the index reads)."""
+    names = sorted(n for n, _flags in zf.members()
+                   if n.startswith(f"{info_dir}/sboms/") and not n.endswith("/"))
+    if len(names) > MAX_SBOMS:
+        raise WheelRejected(f"{len(names)} SBOM documents under {shown(info_dir)}/sboms/, over the "
+                            f"{MAX_SBOMS} the index reads (a real wheel has one or two)")
+    return {n: hashlib.sha256(zf.read(n, MAX_SBOM)).hexdigest() for n in names} or None
+
+
+def _read_members(zf: Any, dist: str,
+                  platforms: frozenset[str]) -> tuple[bytes, dict | None, dict[str, str] | None]:
+    """METADATA, the parsed build manifest (None: none) and the SBOM digests (:func:`sbom_digests`)
+    of a wheel, checked as pip would, and its binaries checked against its ``platforms`` tags."""
     info_dir, has_manifest = check_members(zf.members(), dist)
     check_binaries(zf, platforms)
     check_wheel_file(zf.read(f"{info_dir}/WHEEL", MAX_WHEEL_FILE))
     metadata = zf.read(f"{info_dir}/METADATA", MAX_METADATA)
+    sboms = sbom_digests(zf, info_dir)
     if not has_manifest:
-        return metadata, None
+        return metadata, None, sboms
     member = f"{info_dir}/{MANIFEST_NAME}"
     data = zf.read(member, MAX_MANIFEST)
     try:
-        return metadata, parse_manifest(data, member)
+        return metadata, parse_manifest(data, member), sboms
     except ValueError as exc:  # not JSON (UnicodeDecodeError too), or not an object
         raise WheelRejected(f"unreadable build manifest (cuwheels.json): {exc}") from None
     except RecursionError:
@@ -318,12 +341,13 @@ def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *,
     try:
         directory = ZipDirectory(fd, size)  # the layout, checked as pip and uv would
         try:
-            metadata, manifest = _read_members(directory, dist, platforms)
+            metadata, manifest, sboms = _read_members(directory, dist, platforms)
         except (Unsupported, zlib.error):
             with open(fd, "rb", closefd=False) as f:
                 f.seek(0)
                 with zipfile.ZipFile(f) as zf:
-                    metadata, manifest = _read_members(ZipfileMembers(zf, directory.members()), dist, platforms)
+                    metadata, manifest, sboms = _read_members(
+                        ZipfileMembers(zf, directory.members()), dist, platforms)
     except WheelRejected:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
@@ -366,7 +390,7 @@ def _read_and_check(fd: int, filename: str, dist: str, file_version: Version, *,
                     f"but the local label {label!r} says CUDA {label_variant.cuda} / torch {label_variant.torch}"
                 )
             variant = manifest_variant
-    return metadata, name, version, requires_python, variant, archs
+    return metadata, name, version, requires_python, variant, archs, sboms
 
 
 def manifest_archs(manifest: Any) -> dict[str, dict[str, list[str]]] | None:
@@ -497,7 +521,7 @@ def index_wheel(path: str, *, base_url: str, upload_time: str, written: dict[str
         written.setdefault(metadata_sha256, target)
     return Entry(
         filename, facts.name, facts.version, file_url(base_url, filename), facts.sha256, facts.size, upload_time,
-        facts.requires_python, metadata_sha256, facts.variant, facts.archs,
+        facts.requires_python, metadata_sha256, facts.variant, facts.archs, facts.sboms,
     )
 
 
