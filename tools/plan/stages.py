@@ -41,11 +41,11 @@ from ``ceil(kernel hours / (budget - setup))``.
 A unit that doesn't fit a shard of its own, or a cell that doesn't fit even with every kernel
 from the shards, is a PlanError naming the group, the runner and the budget.
 
-**Matrices.** The shard jobs are one matrix and the cells :data:`CELL_MATRICES`, each at most
-:data:`MATRIX_LIMIT` jobs, GitHub's limit; a plan over it is a PlanError naming the limit and the
-group where it was crossed. GitHub's ``needs`` waits for a whole job, every entry of its matrix,
-so the cells are ordered by what they wait for: ``cells1`` holds the cells that read no shard
-(in plan order, at most 256), which start at once, beside the shards; ``cells2`` the cells that
+**Matrices.** The shard jobs are one matrix and the cell jobs :data:`CELL_MATRICES`, each at
+most :data:`MATRIX_LIMIT` jobs, GitHub's limit; a plan over it is a PlanError naming the limit and
+the group where it was crossed. GitHub's ``needs`` waits for a whole job, every entry of its
+matrix, so the cell jobs are ordered by what they wait for: ``cells1`` holds those that read no
+shard (in plan order, at most 256), which start at once, beside the shards; ``cells2`` those that
 read shards, and those of the first kind that did not fit ``cells1``, which start when every
 shard has finished.
 
@@ -76,8 +76,8 @@ from .stored import stored_why
 #: jobs in a workflow": "A matrix will generate a maximum of 256 jobs per workflow run").
 MATRIX_LIMIT = 256
 #: The cell matrices the workflow has per platform (jobs cells1 and cells2 of wheels.yml, and
-#: their per-platform twins): room for 512 cells a platform, 323 on Linux x86_64 today (see the
-#: module docstring for which cells go where).
+#: their per-platform twins): room for 512 cell jobs a platform, 150 on Linux x86_64 today (see
+#: the module docstring for which go where).
 CELL_MATRICES = 2
 #: A cell's finish, stated: the link, repair, inspection, metadata and import check. The full
 #: mamba_ssm build (docs/contributing/probes.md, "What the probes found") spent 10 s repairing, inspecting and
