@@ -106,14 +106,13 @@ def price_new_series(recipes: list[Recipe], table: Table, runners: Runners,
         hours = compiled = 0.0
         mine_groups = groups(mine, [recipe])
         for group in mine_groups:
-            cell = next(c for c in mine if c.id == group.cells[0])
-            planned = plan_group(replace(group, python_free=bool(free)), recipe, runner,
-                                 cell.archs, units)
+            archs = next(c for c in mine if c.id == group.cells[0]).archs
+            group = replace(group, python_free=bool(free))
+            planned = plan_group(group, recipe, runner, archs, units)
             compiled += planned.hours
             # its kernels in the cache: planned as a group the kernel store covers (no shard,
             # each cell reading every kernel, the cells in cell jobs)
-            hours += plan_group(replace(group, python_free=bool(free)), recipe, runner,
-                                cell.archs, units, stored=True).hours \
+            hours += plan_group(group, recipe, runner, archs, units, stored=True).hours \
                 if spans and units else planned.hours
         n_groups = len(mine_groups)
         if spans:

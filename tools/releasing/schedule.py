@@ -13,11 +13,12 @@ even an empty run (a wheel over the asset size or the disk, a job over the budge
 
 **A run's figures** (:class:`RunFigures`), each checked against its limit: jobs per matrix,
 the plan job's outputs in UTF-16 bytes (:mod:`tools.releasing.batch`, the real text), release
-assets (a wheel and its ``.metadata``), a wheel's size, artifacts made (a wheel and a report per
-cell, a cache and a report per shard, the plan and the site), REST requests (the release and
-publish jobs', and each cell's lookup and download of its shard caches; no more an hour over the
-run than the paced share) and content-creating ones, the hours the release's pacing takes, cache
-bytes saved (cells without shards save their compiler cache, shards theirs), the disk its
+assets (a wheel and its ``.metadata``), a wheel's size, artifacts made (the wheels and the
+reports of each cell job, a cache and a report per shard, the plan and the site), REST requests
+(the release and publish jobs', and each cell job's lookup and download of its shard caches; no
+more an hour over the run than the paced share) and content-creating ones, the hours the
+release's pacing takes, cache bytes saved (cell jobs without shards save their compiler cache,
+shards theirs), the disk its
 release and publish jobs need for the wheels, its longest job, its wall hours
 (:func:`wall_hours`: the jobs laid out at the account's concurrency and each matrix's
 max-parallel) and its runner-hours (every job: plan, shards, cells, release, publish).
