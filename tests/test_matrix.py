@@ -136,6 +136,11 @@ def test_linux_x86_64_cells_and_ids_are_what_they_were():
     was = [json.loads(line) for line in X86_64_CELLS.read_text().splitlines()]
     # CUDA 12.6's cells (PyTorch's cu126 builds of 2.11 to 2.14) are new; no other cell changed
     assert {c["cuda"] for c in was} >= {"12.8", "13.0"} and "12.6" not in {c["cuda"] for c in was}
+    # and so are the free-threaded cells (3.14t: causal_conv1d, the table's free_threaded rows)
+    free = [c for c in now if c["python"].endswith("t")]
+    assert {c["python"] for c in free} == {"3.14t"} and {c["package"] for c in free} == \
+        {"causal_conv1d"}
+    now = [c for c in now if not c["python"].endswith("t")]
     new = [c for c in now if c["cuda"] == "12.6"]
     assert len(new) == 161 and {c["torch"] for c in new} == {"2.11", "2.12", "2.13", "2.14"}
     now = [c for c in now if c["cuda"] != "12.6"]
@@ -266,7 +271,7 @@ def test_the_repositorys_recipes_plan_cells_the_table_allows():
     assert cells
     for c in cells:
         t = table.torch[c.torch]
-        assert c.python in t.python and c.cuda in t.cuda_on(c.platform), c.id
+        assert c.python in (*t.python, *t.free_threaded) and c.cuda in t.cuda_on(c.platform), c.id
         assert set(c.archs) <= set(table.compilable(c.cuda, c.platform)), c.id
 
 

@@ -259,3 +259,37 @@ def test_a_failed_uv_install_is_listed(tmp_path, download_list):
         _find(tmp_path, environ)
     last = info.value.message.splitlines()[-1]
     assert last.startswith(f"  - uv python install {HERE}: failed (") and "404" in last
+
+
+# --------------------------------------------------------------------------- free-threaded (3.14t)
+
+
+def test_a_free_threaded_version_takes_only_a_free_threaded_build(tmp_path):
+    free = f"{HERE}t"
+    # PATH's python3.Xt answering as a normal build is refused; the manylinux cpXY-cpXYt is taken
+    normal = _answers(tmp_path / "bin" / f"python{free}")
+    wanted = _answers(tmp_path / "opt" / "python" / f"{TAG}-{TAG}t" / "bin" / "python",
+                      free_threaded=True)
+    assert ask(normal, free) == (None, "not free-threaded")
+    found = find_cpython(free, uv_bin(), _environ(tmp_path), opt_python=tmp_path / "opt" / "python")
+    assert (found.executable, found.place) == (str(wanted), "the manylinux layout")
+    # and the normal version never takes the free-threaded one
+    assert ask(wanted, HERE) == (None, "free-threaded")
+
+
+def test_pyenv_free_threaded_versions_are_found_by_their_t(tmp_path):
+    free = f"{HERE}t"
+    _answers(tmp_path / "pyenv" / "versions" / f"{FULL}" / "bin" / f"python{free}")
+    taken = _answers(tmp_path / "pyenv" / "versions" / f"{FULL}t" / "bin" / f"python{free}",
+                     free_threaded=True)
+    found = find_cpython(free, uv_bin(), _environ(tmp_path), opt_python=tmp_path / "opt")
+    assert found.executable == str(taken) and found.place.startswith("pyenv (")
+    assert found.place.endswith(f"/versions/{HERE}.*t)")
+
+
+def test_no_free_threaded_build_names_every_place_looked_in(tmp_path):
+    with pytest.raises(ToolchainError) as info:
+        find_cpython(f"{HERE}t", uv_bin(), _environ(tmp_path), opt_python=tmp_path / "opt")
+    message = info.value.message
+    assert f"Python {HERE}t is not installed on this machine" in message
+    assert f"{tmp_path}/opt/{TAG}-{TAG}t/bin/python (absent)" in message

@@ -226,7 +226,7 @@ def test_a_machine_of_no_platform_here_is_told_at_once(url):
      "--platform manylinux_2_17_x86_64 --python-version", "--python-platform x86_64-manylinux_2_17"),
     # a free-threaded Python: its ABI is not the default one
     ({"platform": "linux_aarch64", "python_version": "3.13t"}, "manylinux_2_28_aarch64",
-     "--python-version 3.13 --abi cp313t", "--python-version 3.13t"),
+     "--python-version 3.13 --abi cp313t", "--python 3.13t"),
     # a pure wheel: no platform for pip to ask for; uv still resolves for that machine
     ({"platform": "linux_aarch64"}, "any", "--only-binary :all: --python-version 3.11",
      "--python-platform aarch64-unknown-linux-gnu"),

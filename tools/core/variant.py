@@ -207,7 +207,7 @@ class CellIdParts:
     platform: str
 
 
-_CELL_ID = re.compile(r"(?P<package>[a-z0-9_]+)-(?P<python>[0-9.]+|abi3|py3)-cu(?P<cuda>\d{2,3})"
+_CELL_ID = re.compile(r"(?P<package>[a-z0-9_]+)-(?P<python>[0-9.]+t?|abi3|py3)-cu(?P<cuda>\d{2,3})"
                       r"(?:-torch(?P<torch>[0-9.]+(?:\+|rc)?))?(?:-(?P<platform>[a-z0-9]+))?", re.ASCII)
 
 

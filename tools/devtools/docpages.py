@@ -63,7 +63,7 @@ def _packages() -> str:
     from packaging.version import Version
     from tools.plan.cells import plan
     from tools.plan.recipes.model import load_all
-    from tools.plan.table import load_table
+    from tools.plan.table import load_table, python_key
     table = load_table()
     recipes = load_all(table=table)
     cells = plan(recipes, table)
@@ -71,8 +71,8 @@ def _packages() -> str:
     rows = ["| package | version | CUDA | torch | Python | platforms | wheels planned |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
 
-    def spread(values: set[str]) -> str:
-        return ", ".join(sorted(values, key=Version))
+    def spread(values: set[str], key=Version) -> str:
+        return ", ".join(sorted(values, key=key))
 
     for recipe in sorted(recipes, key=lambda r: r.source.pypi):
         own = [c for c in cells if c.package == recipe.package]
@@ -80,7 +80,7 @@ def _packages() -> str:
         rows.append(f"| [{recipe.source.pypi}](https://pypi.org/project/{recipe.source.pypi}/) "
                     f"| {recipe.source.version} | {spread({c.cuda for c in own})} "
                     f"| {spread({t for c in own for t in c.serves_torch})} "
-                    f"| {spread(pythons) or 'any (abi3)'} "
+                    f"| {spread(pythons, python_key) or 'any (abi3)'} "
                     f"| {', '.join(names.get(p, p) for p in table.platforms if any(c.platform == p for c in own))} "
                     f"| {len(own)} |")
     return "\n".join(rows)

@@ -11,9 +11,13 @@ In order:
 5. else ``uv python install 3.12``, unless downloads are off (``UV_PYTHON_DOWNLOADS=never``, or
    an offline build).
 
-Each candidate is run and asked what it is; it is taken when it is CPython of that version, not
-free-threaded, not a virtual environment, and has its headers (``Python.h``: a build compiles
-against them). When none is, the error lists every place looked in and what each held.
+A free-threaded version is spelled as in a cell id, ``3.14t`` (PEP 703's build): PATH's
+``python3.14t``, pyenv's ``versions/3.14.Nt``, uv's ``3.14t`` and manylinux's ``cp314-cp314t``.
+
+Each candidate is run and asked what it is; it is taken when it is CPython of that version, of the
+build asked for (free-threaded for ``3.14t``, else not), not a virtual environment, and has its
+headers (``Python.h``: a build compiles against them). When none is, the error lists every place
+looked in and what each held.
 """
 
 from __future__ import annotations
@@ -71,9 +75,16 @@ class Found:
     place: str
 
 
+def _split(version: str) -> tuple[str, bool]:
+    """``"3.14t"`` -> ``("3.14", True)``; ``"3.12"`` -> ``("3.12", False)``."""
+    return (version[:-1], True) if version.endswith("t") else (version, False)
+
+
 def ask(candidate: str | Path, version: str) -> tuple[str | None, str]:
     """Run ``candidate`` and judge it: (its real executable, "") when it is CPython
-    ``version`` with headers, not free-threaded and not a venv; else (None, why not)."""
+    ``version`` (``3.14t``: free-threaded; ``3.14``: not) with headers and not a venv; else
+    (None, why not)."""
+    version, free_threaded = _split(version)
     try:
         proc = subprocess.run([str(candidate), "-I", "-c", QUERY], capture_output=True,
                               text=True, timeout=60)
@@ -88,8 +99,8 @@ def ask(candidate: str | Path, version: str) -> tuple[str | None, str]:
         return None, "not a Python that answers"
     if info["impl"] != "cpython" or info["version"] != version:
         return None, f"{info['impl']} {info['version']}"
-    if info["free_threaded"]:
-        return None, "free-threaded"
+    if info["free_threaded"] != free_threaded:
+        return None, "free-threaded" if info["free_threaded"] else "not free-threaded"
     if info["venv"]:
         return None, "a virtual environment"
     if not info["headers"]:
@@ -111,8 +122,10 @@ def _on_path(version: str, path: str, *, host: HostOS = current()) -> list[Path]
 
 
 def _in_pyenv(version: str, root: Path) -> list[Path]:
-    pattern = re.compile(rf"^{re.escape(version)}\.(\d+)$")
-    versions = sorted(((int(m.group(1)), d) for d in (root / "versions").glob(f"{version}.*")
+    base, free_threaded = _split(version)
+    suffix = "t" if free_threaded else ""
+    pattern = re.compile(rf"^{re.escape(base)}\.(\d+){suffix}$")
+    versions = sorted(((int(m.group(1)), d) for d in (root / "versions").glob(f"{base}.*")
                        if (m := pattern.match(d.name))), reverse=True)
     return [d / "bin" / f"python{version}" for _, d in versions]
 
@@ -156,10 +169,13 @@ class Search:
     def installed(self) -> Found | None:
         """The first acceptable interpreter already on this machine, or None."""
         v, p = self.version, self.places
-        tag = "cp" + v.replace(".", "")
+        base, free_threaded = _split(v)
+        tag = "cp" + base.replace(".", "")
+        abi_tag = tag + ("t" if free_threaded else "")
         found = (self._try("PATH", _on_path(v, p.path),
                            f"no python{v}, python3 or python on it")
-                 or self._try(f"pyenv ({p.pyenv_root}/versions/{v}.*)",
+                 or self._try(f"pyenv ({p.pyenv_root}/versions/{base}.*"
+                              f"{'t' if free_threaded else ''})",
                               _in_pyenv(v, p.pyenv_root), "none"))
         if found:
             return found
@@ -167,7 +183,7 @@ class Search:
         found = self._try("uv's managed Pythons (uv python find --managed-python)",
                           [managed] if managed else [], why or "none")
         return found or self._try(
-            "the manylinux layout", [p.opt_python / f"{tag}-{tag}" / "bin" / "python"], "")
+            "the manylinux layout", [p.opt_python / f"{tag}-{abi_tag}" / "bin" / "python"], "")
 
     def download(self, allowed: bool, why_not: str) -> Found | None:
         """``uv python install`` the version, when ``allowed``; the installed one, or None."""

@@ -209,7 +209,10 @@ def _platform_cells(recipe: Recipe, table: Table, platform: str) -> list[Cell]:
             series = served[0]
             t = table.torch[series]
             if abi.python == "cpython":
-                builds = [(py, (py,)) for py in recipe.pythons_for(series, table)]
+                # free-threaded Pythons (3.14t) are their own interpreter ABI: a cell each
+                builds = [(py, (py,)) for py in (*recipe.pythons_for(series, table),
+                                                 *recipe.free_threaded_for(series, table,
+                                                                           platform))]
             else:
                 pythons = tuple(recipe.served_pythons(served, table))
                 # The build interpreter: the lowest the build's torch has (for abi3, the limited
@@ -234,7 +237,8 @@ def uncollapsed_count(recipe: Recipe, table: Table, platform: str = DEFAULT_PLAT
     with."""
     if not recipe.builds_on(platform):
         return 0
-    return sum(len(recipe.pythons_for(series, table)) for target in recipe.cuda
+    return sum(len(recipe.pythons_for(series, table))
+               + len(recipe.free_threaded_for(series, table, platform)) for target in recipe.cuda
                for series in target.torch if target.cuda in table.torch[series].cuda_on(platform))
 
 

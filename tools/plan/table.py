@@ -106,6 +106,9 @@ class TorchEntry:
     #: The CUDA builds of this series on platforms other than Linux x86_64, by platform
     #: (``tools.plan.table_platforms``); a platform not listed has none the table knows of.
     platforms: dict[str, TorchOnPlatform] = field(default_factory=dict)
+    #: The free-threaded CPythons (``3.14t``) the release has Linux x86_64 wheels for: each
+    #: ``3.Xt`` names the build of a ``3.X`` in ``python``.
+    free_threaded: tuple[str, ...] = ()
 
     def cuda_on(self, platform: str) -> tuple[str, ...]:
         """The CUDA versions this series has a torch build for on ``platform``."""
@@ -164,6 +167,13 @@ def version_key(text: str) -> tuple[int, ...]:
     """Sort ``"2.10"`` after ``"2.9"`` (never as text); ValueError for anything but ASCII digits
     in dot-separated parts (tools.core.variant.dotted_key, the one rule for variant versions)."""
     return dotted_key(text)
+
+
+def python_key(python: str) -> tuple[int, ...]:
+    """Sort a cell's Python: ``"3.14"``, then its free-threaded build ``"3.14t"``, then
+    ``"3.15"``; ValueError for anything else (``version_key``'s rule, with one ``t``)."""
+    free = python.endswith("t")
+    return (*version_key(python[:-1] if free else python), int(free))
 
 
 def arch_key(arch: str) -> tuple[int, str]:
@@ -229,6 +239,12 @@ def parse_table(data: object, path: Path) -> Table:
             elif p.usable(at):
                 p.reason(reason, at)
                 relax.append((cuda, reason))
+        free = tuple(m.get("free_threaded") or ())
+        for py in free:
+            if py[:-1] not in pythons:
+                p.add(f"{where}.free_threaded", f"{py} is the free-threaded build of {py[:-1]}, "
+                      f"which is not in this torch's python list",
+                      f"add \"{py[:-1]}\" to python:, or remove \"{py}\"")
         candidate = p.shaped(m.get("candidate"), f"{where}.candidate")
         torches[series] = TorchEntry(series, m["release"], pythons,
                                      tuple(sorted(cuda_list, key=version_key)), m["pypi_cuda"],
@@ -238,7 +254,8 @@ def parse_table(data: object, path: Path) -> Table:
                                      if candidate else None,
                                      parse_torch_platforms(p, m.get("platforms"),
                                                            f"{where}.platforms", platforms,
-                                                           cudas))
+                                                           cudas),
+                                     free)
     releases = [s for s, t in torches.items() if t.candidate is None]
     for series, t in torches.items():
         newer = [r for r in releases if version_key(r) > version_key(series)]

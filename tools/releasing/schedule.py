@@ -50,7 +50,7 @@ from tools.plan.cells import Cell
 from tools.plan.recipes.model import Recipe
 from tools.plan.runners import Runners
 from tools.plan.stages import GroupPlan, Release, matrix_key, plan_group, toolchain_cells
-from tools.plan.table import Table, version_key
+from tools.plan.table import Table, python_key, version_key
 from tools.sitegen.ledger_file import Entry
 from .backlog import History, backlog
 from .batch import STAGES, Batch, output_bytes
@@ -240,11 +240,11 @@ def priority(item: Item, limits: Limits) -> tuple:
     rank = {p: i for i, p in enumerate(limits.packages)}
     platforms = list(PLATFORM_PART)
     c = item.cells[0]
-    newest_python = max((x.python for x in item.cells), key=version_key)
+    newest_python = max((x.python for x in item.cells), key=python_key)
     keys = {"torch": tuple(-n for n in version_key(c.torch)),
             "package": (rank.get(c.package, len(rank)), c.package),
             "cuda": tuple(-n for n in version_key(c.cuda)),
-            "python": tuple(-n for n in version_key(newest_python)),
+            "python": tuple(-n for n in python_key(newest_python)),
             "platform": (platforms.index(c.platform),)}
     return tuple(keys[k] for k in limits.order) + (item.id,)
 

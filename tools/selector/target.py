@@ -47,8 +47,12 @@ def download_commands(project: str, version: str, index_url: str, platform_field
         pip.append(f"--abi {m.python_tag}")
     pip.append(f"--extra-index-url {index_url} --dest {DOWNLOAD_DIR}")
     target = uv_python_platform(tag) if tag is not None else PLATFORMS[m.platform or ""].uv_target
-    uv = (f"uv pip install {requirement} --no-deps --python-platform {target} --python-version "
-          f"{python}{'t' if m.free_threaded else ''} --extra-index-url {index_url} --target {DOWNLOAD_DIR}")
+    # uv's --python-version takes no "t" (uv 0.13.9: "found `t`, which is not part of a valid
+    # version"): uv takes a free-threaded ABI only from the interpreter it runs, so the command
+    # names one (--python 3.14t: found on this machine, or downloaded by uv)
+    python_option = f"--python {python}t" if m.free_threaded else f"--python-version {python}"
+    uv = (f"uv pip install {requirement} --no-deps --python-platform {target} {python_option} "
+          f"--extra-index-url {index_url} --target {DOWNLOAD_DIR}")
     return {"pip": " ".join(pip), "uv": uv}
 
 

@@ -28,6 +28,7 @@ from tools.core.errors import RecipeError
 from .blocks import (Dependency, KernelCheck, ProbeSpec, parse_depends,
                             parse_kernel_check, parse_probe)
 from .env import ArchEnv, EnvVar, parse_arch_env, parse_env
+from .freethreaded import PLATFORM as FREE_THREADED_PLATFORM, FreeThreaded, parse_free_threaded
 from .platforms import PlatformChoice, archs_on, parse_platforms
 from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
@@ -153,6 +154,8 @@ class Recipe:
     #: What the recipe says about each platform it names (``tools.plan.recipes.platforms``);
     #: a platform it doesn't name is built like Linux x86_64.
     platforms: dict[str, PlatformChoice] | None = None
+    #: The free-threaded CPythons the recipe is built for (``tools.plan.recipes.freethreaded``).
+    free_threaded: FreeThreaded | None = None
 
     def builds_on(self, platform: str) -> bool:
         """Whether the recipe plans cells on ``platform`` (one of the table's)."""
@@ -189,6 +192,14 @@ class Recipe:
         """Python versions built against torch series ``torch``: the table's, narrowed."""
         return [py for py in table.torch[torch].python
                 if self.python.contains(f"{py}.0", prereleases=True)]
+
+    def free_threaded_for(self, torch: str, table: Table, platform: str = DEFAULT_PLATFORM
+                          ) -> list[str]:
+        """Free-threaded CPythons (``3.14t``) built against torch series ``torch`` on
+        ``platform``: the recipe's, where the table's row has them, on Linux x86_64 only."""
+        if self.free_threaded is None or platform != FREE_THREADED_PLATFORM:
+            return []
+        return [py for py in table.torch[torch].free_threaded if py in self.free_threaded.pythons]
 
     def served_pythons(self, torches: tuple[str, ...] | list[str], table: Table) -> list[str]:
         """Python versions one build serves across ``torches``: every one of theirs for
@@ -243,11 +254,12 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     depends = parse_depends(p, data.get("depends") or [], package)
     platforms = parse_platforms(p, data.get("platforms"), tuple(t.cuda for t in targets), archs,
                                 table)
+    free_threaded = parse_free_threaded(p, data.get("free_threaded"), spec, abi.python)
 
     p.raise_if_any()
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
                   env, build, patches, abi, check, probe, depends, torch.range, torch.exclude,
-                  platforms)
+                  platforms, free_threaded)
 
 
 def _source(p: Problems, raw: object) -> Source | None:
