@@ -457,3 +457,27 @@ def test_the_commands_in_the_image_need_only_the_finish_requirements():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(reached) > 10  # the walk found the commands' modules, not just the entry point
+
+
+def test_cibuildwheel_plans_exactly_a_free_threaded_cell(world, tmp_path):
+    """A ``3.14t`` cell is cibuildwheel's ``cp314t-manylinux_x86_64`` (built by cibuildwheel 4.x
+    by default), and nothing else."""
+    from tests.conftest import MINI_TABLE
+    data = copy.deepcopy(MINI_TABLE)
+    data["torch"]["2.10"]["free_threaded"] = ["3.14t"]
+    table, _, _ = world(data)
+    write_sdist_recipe(tmp_path, {**copy.deepcopy(GOOD_RECIPE), "free_threaded": {
+        "pythons": ["3.14t"], "reason": "a free-threaded build of the test recipe"}})
+    recipes = load_all(tmp_path / "recipes", table)
+    cells = plan(recipes, table)
+    cell, _, inv = plan_cell("demo_ext-3.14t-cu130", table, recipes, cells, tmp_path)
+    assert cibw.identifier(cell) == "cp314t-manylinux_x86_64"
+    tree = inv.cwd / inv.argv[-1]
+    tree.mkdir(parents=True)
+    (tree / "setup.py").write_text(SETUP_PY.format(name="x", version="1"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | inv.env
+    argv = [*inv.argv[:-1], "--print-build-identifiers", inv.argv[-1]]
+    proc = subprocess.run(argv, cwd=inv.cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["cp314t-manylinux_x86_64"]
+    cibw.check_options(inv.env, tree, tmp_path / "out", "cp314t-manylinux_x86_64")

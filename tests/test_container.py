@@ -430,3 +430,14 @@ def test_no_cache_turns_the_compiler_cache_off_in_the_container_plan(world, tmp_
     assert "# compiler cache: ccache in /cuwheels-ccache" in on
     assert "/cuwheels-ccache" not in off and "# compiler cache: off" in off
     assert "CCACHE_DISABLE=1" in off
+
+
+@pytest.mark.parametrize("cell_id, folder", [("causal_conv1d-3.14-cu130", "cp314-cp314"),
+                                             ("causal_conv1d-3.14t-cu130", "cp314-cp314t")])
+def test_the_image_check_looks_for_the_cells_own_interpreter(cell_id, folder):
+    """The manylinux folder of a free-threaded build is cp314-cp314t (never cp314t-cp314t)."""
+    from tools.backends.containerized import image_paths
+    from tools.plan.cells import find_cell
+    paths = image_paths(find_cell(cell_id))
+    assert paths[f"/opt/python/{folder}/bin/python"] == \
+        f"the cell's Python {cell_id.split('-')[1]}"

@@ -270,3 +270,18 @@ def test_a_dependent_builds_its_needed_cell_first_and_imports_with_it(tmp_path):
     (out / Path(kept).name).write_bytes(Path(kept).read_bytes())
     cells = plan(load_all(recipes))
     assert find_wheel(find_cell(needed, cells), "tinyext", (out,)) == out / Path(kept).name
+
+
+def test_a_free_threaded_cells_wheel_is_told_from_its_normal_siblings(tmp_path):
+    """A 3.14 cell and a 3.14t cell make wheels of one version and label, cp314-cp314 and
+    cp314-cp314t: each cell takes only its own."""
+    from wheelfactory import make_wheel
+    from tools.builder.needs import is_wheel_of
+    from tools.plan.cells import find_cell, plan
+
+    cells = plan()
+    normal, free = (find_cell(f"causal_conv1d-{py}-cu130", cells) for py in ("3.14", "3.14t"))
+    wheels = {abi: make_wheel(tmp_path, "causal-conv1d", normal.version, local=normal.label,
+                              tag=f"cp314-{abi}-manylinux_2_28_x86_64") for abi in ("cp314", "cp314t")}
+    assert [is_wheel_of(wheels[a], normal, "causal-conv1d") for a in ("cp314", "cp314t")] == [True, False]
+    assert [is_wheel_of(wheels[a], free, "causal-conv1d") for a in ("cp314", "cp314t")] == [False, True]

@@ -69,6 +69,7 @@ from .cibw import (
     plan_invocation,
     with_needs,
 )
+from tools.core.variant import opt_python_dir
 from tools.pipeline.compilelog import failing_file
 from tools.plan.job import BuildJob, Inputs
 from .machine import MachineHook, current_machine
@@ -108,8 +109,7 @@ def image_for(cell: Cell, name: str, labels: Mapping[str, str],
 
 def image_paths(cell: Cell, tools_python: str = TOOLS_PYTHON) -> dict[str, str]:
     """What the build needs inside the image, and why: path -> what it is for."""
-    tag = identifier(cell).split("-")[0]
-    return {f"/opt/python/{tag}-{tag}/bin/python": f"the cell's Python {cell.python}",
+    return {f"/opt/python/{opt_python_dir(cell.python)}/bin/python": f"the cell's Python {cell.python}",
             f"/usr/local/cuda-{cell.cuda}/bin/nvcc": f"the cell's CUDA {cell.cuda}",
             tools_python: "the finish step's Python" + (" (cp312)" if tools_python ==
                                                         TOOLS_PYTHON else " (the image's label)"),

@@ -46,7 +46,9 @@ HOST_STEPS = ["toolchain", "source", "python", "compile", "repair", "inspect", "
 #: The steps with ``--interpreter``: the given interpreter is checked first, before anything else.
 EXISTING_PYTHON_STEPS = ["python", *(s for s in HOST_STEPS if s != "python")]
 
-_VERSION_QUERY = "import sys; print('%d.%d' % sys.version_info[:2])"
+#: Prints the interpreter's Python as a cell spells it: ``3.12``, ``3.14t`` (free-threaded).
+_VERSION_QUERY = ("import sys, sysconfig; print('%d.%d' % sys.version_info[:2] + "
+                  "('t' if sysconfig.get_config_var('Py_GIL_DISABLED') else ''))")
 #: Prints the installed version of each distribution named in argv (null when absent).
 _DISTS_QUERY = ("import json, sys, importlib.metadata as m\n"
                 "def v(n):\n"

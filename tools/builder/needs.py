@@ -20,6 +20,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from tools.core.errors import PlanError, VerifyError
+from tools.core.variant import opt_python_dir
 from tools.plan.cells import Cell
 
 #: Builds one needed cell (of the same plan) into a directory and returns its wheel.
@@ -38,7 +39,10 @@ def is_wheel_of(path: Path, cell: Cell, dist: str) -> bool:
     if version != Version(f"{cell.version}+{cell.label}"):
         return False
     if cell.python_abi == "cpython":
-        return any(t.interpreter == "cp" + cell.python.replace(".", "") for t in tags)
+        # interpreter and ABI both: a 3.14 cell's wheel is cp314-cp314, never the free-threaded
+        # build's cp314-cp314t beside it (same version, same label)
+        interpreter, abi = opt_python_dir(cell.python).split("-")
+        return any(t.interpreter == interpreter and t.abi == abi for t in tags)
     return True
 
 

@@ -132,6 +132,18 @@ def uv_index_name(index_path: str) -> str:
 PYTHON_PART = {"abi3": "abi3", "none": "py3"}
 
 
+def opt_python_dir(python: str) -> str:
+    """The manylinux images' folder of a cell's CPython under ``/opt/python``: ``"3.12"`` ->
+    ``"cp312-cp312"``, and a free-threaded build (PEP 703) ``"3.14t"`` -> ``"cp314-cp314t"``.
+
+    >>> opt_python_dir("3.14t")
+    'cp314-cp314t'
+    """
+    free = python.endswith("t")
+    tag = "cp" + (python[:-1] if free else python).replace(".", "")
+    return f"{tag}-{tag}{'t' if free else ''}"
+
+
 def stable_torch_part(torch_from: str) -> str:
     """The torch part of a stable-ABI cell's id: ``"2.10"`` -> ``"2.10+"`` (every listed series
     from 2.10 on)."""

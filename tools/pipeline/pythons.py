@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
+from tools.core.variant import opt_python_dir
 from tools.hostplat import HostOS, current
 
 #: The manylinux images' Pythons: ``/opt/python/cp312-cp312/bin/python``.
@@ -170,8 +171,6 @@ class Search:
         """The first acceptable interpreter already on this machine, or None."""
         v, p = self.version, self.places
         base, free_threaded = _split(v)
-        tag = "cp" + base.replace(".", "")
-        abi_tag = tag + ("t" if free_threaded else "")
         found = (self._try("PATH", _on_path(v, p.path),
                            f"no python{v}, python3 or python on it")
                  or self._try(f"pyenv ({p.pyenv_root}/versions/{base}.*"
@@ -183,7 +182,7 @@ class Search:
         found = self._try("uv's managed Pythons (uv python find --managed-python)",
                           [managed] if managed else [], why or "none")
         return found or self._try(
-            "the manylinux layout", [p.opt_python / f"{tag}-{abi_tag}" / "bin" / "python"], "")
+            "the manylinux layout", [p.opt_python / opt_python_dir(v) / "bin" / "python"], "")
 
     def download(self, allowed: bool, why_not: str) -> Found | None:
         """``uv python install`` the version, when ``allowed``; the installed one, or None."""
