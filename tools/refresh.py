@@ -7,14 +7,17 @@ as a unified diff (or writes it with ``--write``, every file or none) and the su
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+from datetime import date
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.core.errors import cli
+from tools.core.errors import ToolchainError, cli
 from tools.core.progress import StepCounter
 from tools.upstream.follow import propose, summary, write_all
+from tools.upstream.images import propose_images
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
 from tools.upstream.verdicts import probe_matrix
 
@@ -47,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
                          "index only)")
     ap.add_argument("--torch-test", default=TORCH_TEST,
                     help="PyTorch's test index page listing torch's files (read with --rc)")
+    ap.add_argument("--images", action="store_true",
+                    help="instead: list /opt/python in each builder image of the table's "
+                         "images: with --engine (pulling it) and propose those entries")
+    ap.add_argument("--engine", default="docker",
+                    help="the container engine --images runs (default %(default)s)")
     ap.add_argument("--date", help="the date written into sources (default: today)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per request")
     return ap
@@ -57,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tools.refresh``: print the registry's change to the table and the recipes as
     a diff, or apply it with ``--write``."""
     args = parser().parse_args(argv)
+    if args.images:
+        return _images(args)
     with StepCounter("reading the registry") as reads:
         registry = Registry(args.pypi, args.torch_variants, args.timeout, test=args.torch_test,
                             progress=reads)
@@ -76,6 +86,27 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(proposal.diff(args.recipes.resolve().parent))
     print(text, file=sys.stderr)
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    """``--images``: the builder images' Pythons read from the images (tools.upstream.images)."""
+    table = args.table or args.recipes / "table.yaml"
+    proposal = propose_images(table, args.engine, args.date or date.today().isoformat())
+    if args.write:
+        write_all({table: proposal.new} if proposal.new != proposal.old else {},
+                  {table: proposal.old})
+        print("wrote 1 file(s)" if proposal.new != proposal.old else "nothing to change",
+              file=sys.stderr)
+    else:
+        sys.stdout.write("".join(difflib.unified_diff(
+            proposal.old.splitlines(True), proposal.new.splitlines(True), f"a/{table.name}",
+            f"b/{table.name}")))
+    print(proposal.summary(), file=sys.stderr)
+    if not any(not it.error for it in proposal.listings):
+        raise ToolchainError(f"no builder image could be listed with {args.engine} (each one's "
+                             "reason is above)", hint="run it where the engine runs and can pull "
+                             "the images (a GitHub runner), or pass --engine podman")
     return 0
 
 

@@ -182,6 +182,17 @@ def cells_for(recipe: Recipe, table: Table) -> list[Cell]:
     """Every cell of one recipe, ordered by platform (the table's order, Linux x86_64 first),
     then CUDA, then torch (default first), then Python: one per distinct build (a recipe's
     ``abi`` decides which builds are the same, see the module docstring)."""
+    return [c for c in _candidates(recipe, table) if not table.image_lacks(c.image, c.python)]
+
+
+def left_out(recipe: Recipe, table: Table) -> list[tuple[str, str]]:
+    """(cell id, why) of each cell the recipe and the table would plan but its builder image
+    can't build: the image has no such Python (``tools.plan.table_images``)."""
+    return [(c.id, why) for c in _candidates(recipe, table)
+            if (why := table.image_lacks(c.image, c.python))]
+
+
+def _candidates(recipe: Recipe, table: Table) -> list[Cell]:
     return [c for platform in table.platforms if recipe.builds_on(platform)
             for c in _platform_cells(recipe, table, platform)]
 

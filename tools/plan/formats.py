@@ -14,7 +14,7 @@ import json
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM
 from . import newseries
-from .cells import Cell, counts, plan
+from .cells import Cell, counts, left_out, plan
 from .recipes.model import Recipe
 from .runners import Runners
 from .stages import Release, plan_release
@@ -126,6 +126,16 @@ def counts_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def left_out_text(recipes: list[Recipe], table: Table, packages: set[str]) -> str:
+    """The cells of ``packages`` left out because their builder image lacks their Python, each
+    with the reason ("" when none is)."""
+    gaps = [(cell, why) for r in recipes if r.package in packages for cell, why in left_out(r, table)]
+    if not gaps:
+        return ""
+    return (f"\n\nnot planned: {len(gaps)} cell(s) whose builder image lacks their Python\n"
+            + "\n".join(f"  {cell}: {why}" for cell, why in gaps))
+
+
 def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
            runners: Runners | None = None, stored: frozenset[str] = frozenset()) -> str:
     """The cells in the format called ``name`` (one of :data:`FORMATS`); the :data:`STAGED`
@@ -137,7 +147,8 @@ def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
         raise PlanError(f"--format {name} plans the release's stages, which needs the runner "
                         "file", hint="pass --runners FILE (recipes/runners.yaml by default)")
     if name == "counts":
-        return counts_text(counts_rows(cells, recipes, table, runners, stored))
+        return counts_text(counts_rows(cells, recipes, table, runners, stored)) + \
+            left_out_text(recipes, table, {c.package for c in cells})
     if name == "counts-md":
         return counts_markdown(counts_rows(cells, recipes, table, runners, stored))
     if name in ("new-series", "new-series-md"):

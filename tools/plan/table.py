@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import TableError
+from .table_images import ImagePythons, check_images_named, missing_python, parse_images
 from .table_platforms import (DEFAULT, TablePlatform, TorchOnPlatform, parse_platforms,
                               parse_torch_platforms)
 from .jsonshape import check_shape, load_schema
@@ -140,6 +141,14 @@ class Table:
     #: The wheel platforms, Linux x86_64 first (``tools.plan.table_platforms``).
     platforms: dict[str, TablePlatform] = field(
         default_factory=lambda: {DEFAULT_PLATFORM: DEFAULT})
+    #: Each builder image's Pythons (``tools.plan.table_images``); empty: none recorded, and
+    #: no cell is checked against its image.
+    images: dict[str, ImagePythons] = field(default_factory=dict)
+
+    def image_lacks(self, image: str, python: str) -> str | None:
+        """Why ``image`` can't build a cell of ``python`` (it has no such /opt/python), or
+        None."""
+        return missing_python(self.images, image, python)
 
     def torch_for_cuda(self, cuda: str, platform: str = DEFAULT_PLATFORM) -> list[str]:
         """Torch series that publish a build for ``cuda`` on ``platform``, oldest first."""
@@ -264,11 +273,18 @@ def parse_table(data: object, path: Path) -> Table:
                   f"the release row{'s' if len(newer) > 1 else ''} {', '.join(newer)}",
                   f"only a series newer than every release has candidates: remove torch.{series}"
                   ".candidate (and use the final release), or the row")
+    images = parse_images(p, top.get("images"))
+    if "images" in top:
+        used = {c.image: f"cuda.{c.version}.image" for c in cudas.values()}
+        used |= {img: f"platforms.{name}.images.{cuda}" for name, plat in platforms.items()
+                 for cuda, img in plat.images.items()}
+        check_images_named(p, images, used)
     p.raise_if_any()
     return Table(path,
                  dict(sorted(cudas.items(), key=lambda kv: version_key(kv[0]))),
                  dict(sorted(torches.items(), key=lambda kv: version_key(kv[0]))),
-                 dict(sorted(platforms.items(), key=lambda kv: kv[0] != DEFAULT_PLATFORM)))
+                 dict(sorted(platforms.items(), key=lambda kv: kv[0] != DEFAULT_PLATFORM)),
+                 images)
 
 
 def _key_rule(section: str) -> tuple[str, str]:
