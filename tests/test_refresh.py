@@ -287,6 +287,20 @@ def without_release(fake: FakeRegistry, name: str, release: str) -> None:
 # --------------------------------------------------------------------------- torch
 
 
+def test_a_row_without_the_free_threaded_builds_pypi_has_gains_them(repo, fake):
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    table = repo / "table.yaml"
+    table.write_text(table.read_text().replace('    free_threaded: ["3.14t"]\n', "", 1))
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    new = proposal.new[table]
+    assert '    python: ["3.10", "3.11", "3.12", "3.13", "3.14"]\n    free_threaded: ["3.14t"]\n' \
+        in new
+    assert "torch 2.14: free_threaded [] -> [3.14t] (the registry says otherwise; PyPI JSON)" in \
+        proposal.changes
+    assert yaml.safe_load(new)["torch"]["2.14"]["source"].endswith(f"on {DATE}")
+
+
 def test_torch_row_agrees_and_nothing_changes(repo, fake):
     without_release(fake, "torch", "2.15.0")
     without_release(fake, "causal-conv1d", "1.7.0")
@@ -324,7 +338,11 @@ def test_a_new_torch_series_gets_a_row_with_its_sources(repo, fake):
                  "torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl read with HTTP range",
                  f"tools.refresh on {DATE}"):
         assert read in row["source"]
-    assert "3.14t, 3.15t" in row["note"] and "only the PyPI build's CUDA" in row["note"]
+    # its free-threaded wheels are recorded beside python: (the planner builds them where a
+    # recipe opts in)
+    assert row["free_threaded"] == ["3.14t", "3.15t"] and "only the PyPI build's CUDA" in row["note"]
+    assert '    python: ["3.11", "3.12", "3.13", "3.14", "3.15"]\n    free_threaded: ["3.14t", ' \
+        '"3.15t"]\n' in new
     assert '\n\n  "2.15":\n    release: "2.15.0"\n    python: ["3.11",' in new  # the table's layout
     assert "new Python versions torch ships for: 3.15" in proposal.changes
     # 2.15's only variant is CUDA 13.2, which the recipe doesn't build: said, not proposed as
@@ -499,7 +517,7 @@ def test_a_new_series_gets_its_platforms_block_from_its_aarch64_and_windows_whee
                 "list of its own). Check the cu<XYZ> folders of PyTorch's index before relying on "
                 "one"}
     # the shape of the table's rows: one flow mapping per platform, after the row's note
-    assert ('not built here."\n    platforms:\n      linux_aarch64: {pypi_cuda: "13.2", cuda: '
+    assert ('on download.pytorch.org."\n    platforms:\n      linux_aarch64: {pypi_cuda: "13.2", cuda: '
             '["13.2"], source: "PyPI JSON') in new
     assert '\n      win_amd64: {pypi_cuda: null, cuda: ["13.2"], source: "PyPI JSON' in new
     # what recipes/table.yaml says of 2.15 by hand, read from the same wheels

@@ -127,10 +127,11 @@ def _agree(row: CommentedMap, entry: Any, facts: TorchFacts, date: str,
            proposal: Proposal) -> None:
     """Agreement with one existing row; every difference becomes a change naming its reason."""
     wanted = {"release": facts.release, "python": facts.python, "pypi_cuda": facts.pypi_cuda,
-              "manylinux": facts.manylinux, "cxx11_abi": facts.cxx11_abi}
+              "manylinux": facts.manylinux, "cxx11_abi": facts.cxx11_abi,
+              "free_threaded": facts.free_threaded}
     current = {"release": entry.release, "python": list(entry.python),
                "pypi_cuda": entry.pypi_cuda, "manylinux": entry.manylinux,
-               "cxx11_abi": entry.cxx11_abi}
+               "cxx11_abi": entry.cxx11_abi, "free_threaded": list(entry.free_threaded)}
     changed = []
     for key, value in wanted.items():
         if value is None or value == [] or value == current[key]:
@@ -139,8 +140,12 @@ def _agree(row: CommentedMap, entry: Any, facts: TorchFacts, date: str,
                                                                            "says otherwise")
         proposal.changes.append(f"torch {facts.series}: {key} {_show(current[key])} -> "
                                 f"{_show(value)} ({why}; {facts.how.get(key, 'PyPI JSON')})")
-        row[key] = _flow(value) if isinstance(value, list) else (
-            value if isinstance(value, bool) else _like(row[key], value))
+        if key not in row:
+            # a row that had none (free_threaded): the list goes after python:, as the rows have it
+            row.insert(list(row).index("python") + 1, key, _flow(value))
+        else:
+            row[key] = _flow(value) if isinstance(value, list) else (
+                value if isinstance(value, bool) else _like(row[key], value))
         changed.append(key)
     cuda = list(entry.cuda)
     if facts.variants is not None and facts.variants and facts.variants != cuda:
@@ -192,19 +197,18 @@ def _new_row(rows: CommentedMap, table: Table, facts: TorchFacts, date: str,
     row = CommentedMap()
     row["release"] = _q(facts.release)
     row["python"] = _flow(facts.python)
+    if facts.free_threaded:
+        row["free_threaded"] = _flow(facts.free_threaded)
     row["cuda"] = _flow(cuda)
     row["pypi_cuda"] = _q(facts.pypi_cuda)
     row["manylinux"] = _q(facts.manylinux)
     row["cxx11_abi"] = facts.cxx11_abi
-    row["source"] = _q(_source(facts, ["python", "pypi_cuda", "manylinux", "cxx11_abi", "cuda"],
-                               date))
+    row["source"] = _q(_source(facts, ["python", "pypi_cuda", "manylinux", "cxx11_abi", "cuda"]
+                               + (["free_threaded"] if facts.free_threaded else []), date))
     note = []
     if facts.variants is None:
         note.append("torch's own index was not read, so only the PyPI build's CUDA is recorded; "
                     "check the other variants on download.pytorch.org")
-    if facts.free_threaded:
-        note.append(f"free-threaded wheels ({', '.join(facts.free_threaded)}) exist and are not "
-                    "built here")
     if note:
         row["note"] = _q(". ".join(n[0].upper() + n[1:] for n in note) + ".")
     rows.insert(len(rows), _q(facts.series), row)

@@ -39,7 +39,7 @@ def pythons_of(listing: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Listing:
+class ImageListing:
     """What one image was found to hold: its Pythons and digest, or why it could not be read."""
 
     image: str
@@ -48,26 +48,26 @@ class Listing:
     error: str = ""
 
 
-def list_image(engine: str, image: str, run: Run = subprocess.run, timeout: int = 1800) -> Listing:
+def list_image(engine: str, image: str, run: Run = subprocess.run, timeout: int = 1800) -> ImageListing:
     """``image``'s Pythons and digest, read by starting it with ``engine`` (pulled when
-    missing); a Listing with ``error`` when it can't be."""
+    missing); an ImageListing with ``error`` when it can't be."""
     argv = [engine, "run", "--rm", "--pull=missing", "--entrypoint", "ls", image, "-1",
             "/opt/python"]
     try:
         proc = run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Listing(image, error=f"`{' '.join(argv)}` did not run: {exc}")
+        return ImageListing(image, error=f"`{' '.join(argv)}` did not run: {exc}")
     if proc.returncode != 0:
         said = (proc.stderr or proc.stdout).strip().splitlines()
-        return Listing(image, error=f"`{' '.join(argv)}` failed (exit {proc.returncode}): "
+        return ImageListing(image, error=f"`{' '.join(argv)}` failed (exit {proc.returncode}): "
                                     f"{said[-1] if said else 'no output'}")
     pythons = pythons_of(proc.stdout)
     if not pythons:
-        return Listing(image, error="its /opt/python holds no CPython (cpXY-cpXY folders)")
+        return ImageListing(image, error="its /opt/python holds no CPython (cpXY-cpXY folders)")
     inspect = run([engine, "image", "inspect", "--format", "{{.Digest}}", image],
                   capture_output=True, text=True, timeout=120)
     digest = inspect.stdout.strip() if inspect.returncode == 0 else ""
-    return Listing(image, tuple(pythons), digest if re.fullmatch(r"sha256:[0-9a-f]{64}",
+    return ImageListing(image, tuple(pythons), digest if re.fullmatch(r"sha256:[0-9a-f]{64}",
                                                                  digest) else "")
 
 
@@ -78,7 +78,7 @@ class ImagesProposal:
     path: Path
     old: str
     new: str
-    listings: list[Listing] = field(default_factory=list)
+    listings: list[ImageListing] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line per image: its Pythons and digest as read, or why it wasn't."""
