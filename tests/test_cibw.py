@@ -226,20 +226,27 @@ def test_repair_command_is_what_the_finish_step_parses(world, tmp_path):
 
 # --- cibuildwheel itself reads the configuration -----------------------------------------------
 
+def _identifiers_are(inv, expected: list[str]) -> Path:
+    """Run the invocation's real cibuildwheel command line with ``--print-build-identifiers``
+    (the generated variables and nothing else from CIBW_*) on a minimal tree, and check it
+    would build exactly ``expected``; the tree."""
+    tree = inv.cwd / inv.argv[-1]
+    tree.mkdir(parents=True)
+    (tree / "setup.py").write_text(SETUP_PY.format(name="x", version="1"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | inv.env
+    argv = [*inv.argv[:-1], "--print-build-identifiers", inv.argv[-1]]
+    proc = subprocess.run(argv, cwd=inv.cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == expected
+    return tree
+
+
 @pytest.mark.parametrize("cell_id", ["demo_ext-3.10-cu129", "demo_ext-3.14-cu130",
                                      "flashy-3.12-cu126-torch2.9"])
 def test_cibuildwheel_plans_exactly_the_cell(world, tmp_path, cell_id):
     table, recipes, cells = world()
     cell, recipe, inv = plan_cell(cell_id, table, recipes, cells, tmp_path)
-    tree = inv.cwd / inv.argv[-1]
-    tree.mkdir(parents=True)
-    (tree / "setup.py").write_text(SETUP_PY.format(name="x", version="1"))
-    # the real command line, with the generated variables and nothing else from CIBW_*
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | inv.env
-    argv = [*inv.argv[:-1], "--print-build-identifiers", inv.argv[-1]]
-    proc = subprocess.run(argv, cwd=inv.cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [cibw.identifier(cell)]
+    tree = _identifiers_are(inv, [cibw.identifier(cell)])
     # and its option parser reads back every option as generated
     opts = cibw.check_options(inv.env, tree, tmp_path / "out", cibw.identifier(cell))
     assert opts.build_frontend.name == "pip" and \
@@ -472,12 +479,5 @@ def test_cibuildwheel_plans_exactly_a_free_threaded_cell(world, tmp_path):
     cells = plan(recipes, table)
     cell, _, inv = plan_cell("demo_ext-3.14t-cu130", table, recipes, cells, tmp_path)
     assert cibw.identifier(cell) == "cp314t-manylinux_x86_64"
-    tree = inv.cwd / inv.argv[-1]
-    tree.mkdir(parents=True)
-    (tree / "setup.py").write_text(SETUP_PY.format(name="x", version="1"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")} | inv.env
-    argv = [*inv.argv[:-1], "--print-build-identifiers", inv.argv[-1]]
-    proc = subprocess.run(argv, cwd=inv.cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["cp314t-manylinux_x86_64"]
+    tree = _identifiers_are(inv, ["cp314t-manylinux_x86_64"])
     cibw.check_options(inv.env, tree, tmp_path / "out", "cp314t-manylinux_x86_64")

@@ -141,3 +141,18 @@ def test_cell_ids_carry_the_t(text, python):
 
 def test_an_id_with_another_suffix_is_not_a_cell():
     assert parse_cell_id("causal_conv1d-3.14d-cu130") is None
+
+
+def test_counts_names_the_free_threaded_cells():
+    import subprocess
+    import sys
+
+    from tools import ROOT
+    from tools.plan.cells import plan
+    proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--format", "counts"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    free = [c for c in plan() if is_free_threaded(c.python)]
+    line = proc.stdout.splitlines()[-1]
+    assert line.startswith(f"free-threaded cells (3.14t): {len(free)}, on linux_x86_64: ")
+    assert f"causal_conv1d {sum(c.package == 'causal_conv1d' for c in free)}" in line

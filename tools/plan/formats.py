@@ -126,6 +126,21 @@ def counts_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def free_threaded_text(cells: list[Cell], packages: set[str]) -> str:
+    """How many of the planned cells of ``packages`` are for free-threaded Pythons (``3.14t``),
+    by package ("" when none is)."""
+    free = [c for c in cells if c.package in packages and c.python.endswith("t")]
+    if not free:
+        return ""
+    per = {}
+    for c in free:
+        per[c.package] = per.get(c.package, 0) + 1
+    pythons = ", ".join(sorted({c.python for c in free}))
+    return (f"\n\nfree-threaded cells ({pythons}): {len(free)}, on "
+            f"{', '.join(sorted({c.platform for c in free}))}: "
+            + ", ".join(f"{pkg} {n}" for pkg, n in sorted(per.items())))
+
+
 def left_out_text(recipes: list[Recipe], table: Table, packages: set[str]) -> str:
     """The cells of ``packages`` left out because their builder image lacks their Python, each
     with the reason ("" when none is)."""
@@ -147,8 +162,10 @@ def render(name: str, cells: list[Cell], recipes: list[Recipe], table: Table,
         raise PlanError(f"--format {name} plans the release's stages, which needs the runner "
                         "file", hint="pass --runners FILE (recipes/runners.yaml by default)")
     if name == "counts":
+        packages = {c.package for c in cells}
         return counts_text(counts_rows(cells, recipes, table, runners, stored)) + \
-            left_out_text(recipes, table, {c.package for c in cells})
+            free_threaded_text(plan(recipes, table), packages) + \
+            left_out_text(recipes, table, packages)
     if name == "counts-md":
         return counts_markdown(counts_rows(cells, recipes, table, runners, stored))
     if name in ("new-series", "new-series-md"):
