@@ -200,9 +200,10 @@ def test_counts_before_and_after_for_every_recipe():
     assert proc.returncode == 0, proc.stderr
     # columns after the abi: before, after, groups, shards, runner-hours, one job per cell; the
     # Linux x86_64 rows, then the other platforms', then one total per platform and the total
-    rows = {line.split()[0]: line.split()[-6:] for line in proc.stdout.splitlines()[1:]
-            if "linux_x86_64" in line}
-    rows["total"] = proc.stdout.splitlines()[-1].split()[-6:]
+    # (the table ends at the first blank line: the free-threaded count follows)
+    table = proc.stdout.split("\n\n")[0].splitlines()
+    rows = {line.split()[0]: line.split()[-6:] for line in table[1:] if "linux_x86_64" in line}
+    rows["total"] = table[-1].split()[-6:]
     assert rows["xformers"][:2] == ["50", "4"] and "none + stable>=2.10" in proc.stdout
     for package in ("causal_conv1d", "flash_attn", "mamba_ssm"):
         assert rows[package][0] == rows[package][1]  # per-Python, per-torch: nothing collapses
