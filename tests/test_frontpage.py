@@ -647,3 +647,23 @@ def test_the_page_shows_a_reason_with_the_recipes_words_and_excluded_platforms(
     assert ('<td>excluded by the recipe: torch 2.9 with CUDA 13.0<br><span class="muted">The '
             'recipe: headers &lt;break&gt; it</span></td>') in section
     assert '<p class="excluded">Not built for Windows x86_64: no MSVC path in setup.py</p>' in section
+
+
+def test_the_page_names_a_cell_its_builder_image_cannot_build(tmp_path, write_recipe, good_recipe):
+    """A cell whose image lacks its Python (the table's images:) is not planned, and the page
+    says so with the reason."""
+    write_recipe(good_recipe)
+    recipes = tmp_path / "recipes"
+    table_data = copy.deepcopy(MINI_TABLE)
+    table_data["images"] = {f"pytorch/manylinux2_28-builder:cuda{c}": {
+        "pythons": ["3.10", "3.11", "3.12", "3.13"] + (["3.14"] if c != "13.0" else []),
+        "source": "test listing"} for c in ("12.6", "12.9", "13.0")}
+    (recipes / "table.yaml").write_text(yaml.safe_dump(table_data))
+    make_wheel(tmp_path / "wheels", "demo-ext", "1.0.0", local="cu130.torch2.10")
+    build(tmp_path, recipes_dir=recipes)
+    section = page(tmp_path / "site", "index.html")
+    section = section[section.index('<h2 id="missing">'):]
+    assert ('<p class="excluded">Not planned, demo_ext-3.14-cu130: '
+            'pytorch/manylinux2_28-builder:cuda13.0 has no /opt/python/cp314-cp314 (the table&#39;s '
+            'images: lists 3.10, 3.11, 3.12, 3.13)</p>') in section
+    assert 'title="demo_ext-3.14-cu130"' not in section     # not among the planned cells

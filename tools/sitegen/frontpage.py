@@ -37,7 +37,7 @@ from .ledger_file import Entry
 from .placement import (FileView, place_variants, project_name, version_key, wheel_platforms_of,
                         wheel_tags)
 from tools.pipeline.buildreport import BuildReport, ReportError, read_report
-from tools.plan.cells import Cell, plan
+from tools.plan.cells import Cell, left_out, plan
 from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.table import Table
 from tools.core.platforms import PLATFORMS
@@ -297,7 +297,8 @@ def missing_cells(planned: PlanFacts, table: Table,
     links to it) or ``todo`` (not built yet); a pair of the table the recipe builds no cell of is
     a group of kind ``unsupported`` with no cells and the reason unbuilt_reason gives (a short
     ``reason`` and the recipe's own words as ``detail``). ``excluded_platforms``: the platforms
-    of the table the recipe excludes, with its reason. ``placed``: the variant indexes' files
+    of the table the recipe excludes, with its reason; ``left_out``: the cells not planned because
+    their builder image lacks their Python (``tools.plan.table_images``), with the reason. ``placed``: the variant indexes' files
     (tools.sitegen.placement.place_variants); see the module docstring for when a cell counts as
     published."""
     have = _published_files(placed)
@@ -327,7 +328,9 @@ def missing_cells(planned: PlanFacts, table: Table,
                     for c in (recipe.platforms or {}).values()
                     if c.exclude and c.platform in table.platforms]
         out.append({"package": recipe.package, "name": recipe.source.pypi, "version": version,
-                    "published": published, "groups": groups, "excluded_platforms": excluded})
+                    "published": published, "groups": groups, "excluded_platforms": excluded,
+                    "left_out": [{"cell": cell, "reason": why}
+                                 for cell, why in left_out(recipe, table)]})
     return out
 
 
