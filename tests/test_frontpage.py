@@ -443,6 +443,26 @@ def test_python_labels_of_compressed_and_abi3_tags():
     assert labels("cp310.cp311-cp310.cp311-linux_x86_64") == {"3.10", "3.11"}
     # only a wheel that is abi3 through and through serves the later Pythons
     assert labels("cp39-abi3.cp39-linux_x86_64") == {"3.9"}
+    # a free-threaded build is a Python of its own
+    assert labels("cp314-cp314t-manylinux_2_28_x86_64") == {"3.14t"}
+    assert labels("cp314-cp314.cp314t-manylinux_2_28_x86_64") == {"3.14", "3.14t"}
+
+
+@pytest.mark.parametrize("abi, normal, free", [("cp314", True, False), ("cp314t", False, True)])
+def test_a_free_threaded_wheel_publishes_only_the_free_threaded_cell(abi, normal, free):
+    """causal_conv1d's 3.14 and 3.14t cells share version, label and variant index: each is
+    published only by a wheel of its own ABI."""
+    table = load_table()
+    planned = load_planned(RECIPES_DIR, table)
+    cells = {c.python: c for c in planned.cells if c.package == "causal_conv1d"
+             and c.cuda == "13.0" and c.default_torch and c.platform == "linux_x86_64"}
+    cell = cells["3.14"]
+    recipe = next(r for r in planned.recipes if r.package == "causal_conv1d")
+    fn = f"causal_conv1d-{recipe.source.version}+{cell.label}-cp314-{abi}-manylinux_2_28_x86_64.whl"
+    entry = load_entry(fn, Variant(cell.cuda, cell.torch))._replace(name=recipe.source.pypi)
+    model = missing_cells(planned, table, place_variants([entry], table=table))
+    said = next(r for r in model if r["package"] == "causal_conv1d")["published"]
+    assert (cells["3.14"].id in said, cells["3.14t"].id in said) == (normal, free)
 
 
 @pytest.mark.parametrize("platform_tag, published", [

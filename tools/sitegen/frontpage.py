@@ -39,7 +39,7 @@ from .placement import (FileView, place_variants, project_name, version_key, whe
 from tools.pipeline.buildreport import BuildReport, ReportError, read_report
 from tools.plan.cells import Cell, left_out, plan
 from tools.plan.recipes.model import Recipe, load_all
-from tools.plan.table import Table
+from tools.plan.table import Table, python_key
 from tools.core.platforms import PLATFORMS
 from .templating import jinja_env
 from tools.core.platforms import tag_platform
@@ -56,22 +56,23 @@ def python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
     # version-specific build, so its CPython tags mean one version each.
     abi3 = {t.abi for t in tags} == {"abi3"}
     labels = []
-    for interpreter in sorted({t.interpreter for t in tags}):
+    for interpreter, abi in sorted({(t.interpreter, t.abi) for t in tags}):
         if interpreter.startswith("cp") and interpreter[2:].isdigit() and len(interpreter) >= 4:
             label = f"{interpreter[2]}.{interpreter[3:]}"
-            labels.append(label + "+" if abi3 else label)
+            # a free-threaded build (cp314-cp314t) is a Python of its own: 3.14t
+            labels.append(label + "+" if abi3 else label + ("t" if abi == interpreter + "t" else ""))
         elif interpreter.startswith("py") and interpreter[2:].isdigit() and len(interpreter) >= 4:
             labels.append(f"{interpreter[2]}.{interpreter[3:]}+")
         else:
             labels.append(interpreter)
-    return tuple(labels)
+    return tuple(dict.fromkeys(labels))
 
 
 def _python_sort_key(label: str) -> tuple:
     """Python versions numerically (3.10 after 3.9), then other tags (``py3``) by name."""
     head = label.rstrip("+")
-    if head.replace(".", "").isdigit():
-        return (0, version_key(head), label)
+    if head.removesuffix("t").replace(".", "").isdigit():
+        return (0, python_key(head), label)
     return (1, (), label)
 
 
@@ -214,7 +215,8 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
     if platform not in wheel_platforms_of(filename):
         return False
     for label in python_labels(wheel_tags(filename)):
-        if label == python or (label.endswith("+")
+        # abi3 (3.9+) covers the normal builds only: no free-threaded limited API before 3.15
+        if label == python or (label.endswith("+") and not python.endswith("t")
                                and version_key(label[:-1]) <= version_key(python)):
             return True
         if label.startswith("py3"):

@@ -20,7 +20,7 @@ from packaging.tags import Tag
 
 from tools.core.platforms import PLATFORMS, tag_platform
 from tools.core.variant import Variant
-from tools.plan.table import Table, version_key
+from tools.plan.table import Table, python_key, version_key
 from .frontpage import python_labels
 from .ledger_file import Entry
 from .placement import FileView, wheel_tags
@@ -94,9 +94,9 @@ def _pythons(labels: tuple[str, ...], series: str, table: Table) -> list[str]:
             found += [p for p in known if version_key(p) >= version_key(label[:-1])]
         elif label.startswith("py"):
             found += list(known)
-        elif label.replace(".", "").isdigit():
-            found.append(label)
-    return sorted(set(found), key=version_key)
+        elif label.removesuffix("t").replace(".", "").isdigit():
+            found.append(label)     # 3.12, or a free-threaded build: 3.14t
+    return sorted(set(found), key=python_key)
 
 
 def display_names(views: Mapping[str, FileView]) -> dict[str, str]:
@@ -151,7 +151,7 @@ def _platform_order(platform: str) -> int:
 
 def _label_key(label: str) -> tuple:
     head = label.rstrip("+")
-    return (0, version_key(head)) if head.replace(".", "").isdigit() else (1, ())
+    return (0, python_key(head)) if head.removesuffix("t").replace(".", "").isdigit() else (1, ())
 
 
 def _glibc_summary(by_need: Mapping[str, list[str]]) -> str:
