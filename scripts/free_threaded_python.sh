@@ -41,6 +41,9 @@ make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -20 "$work/make.log" >&2; exi
 # prefix it was configured for) once complete, so a build cut off leaves no half-made interpreter
 make install DESTDIR="$work/stage" >"$work/install.log" 2>&1 \
     || { tail -20 "$work/install.log" >&2; exit 2; }
+# what the tests use of it: a venv with pip (ensurepip's bundled wheel needs zlib)
+"$work/stage$prefix/bin/python3.14t" -c 'import sys, zlib, ensurepip, venv; sys.exit(sys._is_gil_enabled())' \
+    || { echo "the built interpreter lacks zlib or venv, or is not free-threaded (install zlib1g-dev)" >&2; exit 2; }
 mkdir -p "$(dirname "$prefix")"
 rm -rf "$prefix"
 mv "$work/stage$prefix" "$prefix"
