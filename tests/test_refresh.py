@@ -399,6 +399,24 @@ def test_variants_from_torchs_index_when_it_answers(repo, fake):
     assert not any("could not be read" in n for n in proposal.notes)
 
 
+def test_a_cuda_126_build_torch_stops_publishing_leaves_the_row(repo, fake):
+    """The cu126 line is read like the others: where torch's index has no cu126 build of a
+    release any more, the row's cuda: drops 12.6, and no recipe plans a 12.6 cell of it."""
+    without_release(fake, "torch", "2.15.0")
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = "".join(
+        f'<a href="/whl/{cu}/torch-2.14.1%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">x</a>\n'
+        for cu in ("cu130", "cu132"))
+    proposal = propose(fake.registry(), recipes_dir=repo, date=DATE)
+    assert yaml.safe_load(proposal.new[repo / "table.yaml"])["torch"]["2.14"]["cuda"] == \
+        ["13.0", "13.2"]
+    assert any(c.startswith("torch 2.14: cuda [12.6, 13.0, 13.2] -> [13.0, 13.2]")
+               for c in proposal.changes), proposal.changes
+    (repo / "table.yaml").write_text(proposal.new[repo / "table.yaml"])
+    table = load_table(repo / "table.yaml")
+    assert not [c for c in plan(load_all(repo, table), table) if c.cuda == "12.6"]
+
+
 def test_the_written_table_alone_plans_the_new_series(repo, fake, monkeypatch, capsys, tmp_path):
     """With --write only the table changes, and the plan of the written files has the new
     series' cells; a range that ends before it is named as the reason it isn't built."""
