@@ -401,9 +401,16 @@ def test_variants_from_torchs_index_when_it_answers(repo, fake):
 
 def test_a_cuda_126_build_torch_stops_publishing_leaves_the_row(repo, fake):
     """The cu126 line is read like the others: where torch's index has no cu126 build of a
-    release any more, the row's cuda: drops 12.6, and no recipe plans a 12.6 cell of it."""
+    release any more, the row's cuda: drops 12.6; a recipe whose 12.6 range then includes no
+    published series loses that entry in the same change (the loader would refuse it, and the
+    whole refresh with it), and nothing plans a 12.6 cell."""
     without_release(fake, "torch", "2.15.0")
     without_release(fake, "causal-conv1d", "1.7.0")
+    recipe_file = repo / "causal_conv1d" / "recipe.yaml"
+    recipe_file.write_text(recipe_file.read_text().replace('cuda:\n', 'cuda:\n  "12.6": {torch_from: '
+                           '"2.14", torch_to: "2.14", reason: "PyTorch\'s cu126 build of 2.14"}\n'))
+    table = load_table(repo / "table.yaml")
+    assert {c.cuda for c in plan(load_all(repo, table), table)} == {"12.6", "13.0"}
     fake.variant_page = "".join(
         f'<a href="/whl/{cu}/torch-2.14.1%2B{cu}-cp312-cp312-manylinux_2_28_x86_64.whl">x</a>\n'
         for cu in ("cu130", "cu132"))
@@ -412,9 +419,14 @@ def test_a_cuda_126_build_torch_stops_publishing_leaves_the_row(repo, fake):
         ["13.0", "13.2"]
     assert any(c.startswith("torch 2.14: cuda [12.6, 13.0, 13.2] -> [13.0, 13.2]")
                for c in proposal.changes), proposal.changes
-    (repo / "table.yaml").write_text(proposal.new[repo / "table.yaml"])
+    assert ("causal_conv1d: CUDA 12.6 dropped: the table no longer publishes a CUDA 12.6 build "
+            "of any series its range (2.14 only) includes (it did of 2.14)") in proposal.changes
+    new_recipe = proposal.new[recipe_file]
+    assert '"12.6"' not in new_recipe and "# a comment the refresh must keep" in new_recipe
+    for path, text in proposal.new.items():
+        path.write_text(text)
     table = load_table(repo / "table.yaml")
-    assert not [c for c in plan(load_all(repo, table), table) if c.cuda == "12.6"]
+    assert {c.cuda for c in plan(load_all(repo, table), table)} == {"13.0"}
 
 
 def test_the_written_table_alone_plans_the_new_series(repo, fake, monkeypatch, capsys, tmp_path):

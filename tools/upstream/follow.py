@@ -46,6 +46,7 @@ from tools.plan.cells import cells_for
 from tools.plan.recipes.model import RECIPE_FILE, Recipe, load_all, parse_recipe, recipe_folders
 from .candidates import promote, refresh_candidates
 from .exclusions import add_exclusion, check, note_refused
+from .cudadrop import drop_unpublished_cuda
 from .yamltext import dump as _dump, flow as _flow, like as _like, quoted as _q, show as _show
 from .yamltext import source as _source, yaml_rt as _yaml
 from .platforms import platforms_block
@@ -367,6 +368,7 @@ def propose(registry: Registry, *, recipes_dir: Path = RECIPES_DIR,
             doc = _yaml().load(text)
             if refresh_recipe(registry, recipe, doc, date, Path(tmp), proposal):
                 proposal.old[path], proposal.new[path] = text, _dump(doc)
+    _drop_retired_cuda(proposal, table, table_path, recipes)
     for path in [p for p in proposal.new if proposal.new[p] == proposal.old[p]]:
         del proposal.new[path], proposal.old[path]
     new_table, new_recipes = _validate(proposal, table_path, recipes_dir)
@@ -402,6 +404,23 @@ def exclude_failures(proposal: Proposal, paths: dict[str, Path], table: Table, d
         scope = f" for CUDA {v.target.builds[0]}" if len(v.target.builds) == 1 else ""
         proposal.changes.append(f"{v.target.package}: excludes torch {v.target.series}{scope}, "
                                 f"whose probe {v.text}")
+
+
+def _drop_retired_cuda(proposal: Proposal, table: Table, table_path: Path,
+                       recipes: list[Recipe]) -> None:
+    """Each recipe's CUDA entry whose series the proposed table no longer publishes for that
+    CUDA version is dropped in the same change (``tools.upstream.cudadrop``)."""
+    new_table = parse_table(parse_yaml(proposal.new[table_path], table_path, TableError),
+                            table_path)
+    for recipe in recipes:
+        path = recipe.path
+        text = proposal.new.get(path) or path.read_text(encoding="utf-8")
+        doc = _yaml().load(text)
+        changes = drop_unpublished_cuda(doc, recipe, table, new_table)
+        if changes:
+            proposal.old.setdefault(path, path.read_text(encoding="utf-8"))
+            proposal.new[path] = _dump(doc)
+            proposal.changes.extend(changes)
 
 
 def _validate(proposal: Proposal, table_path: Path, recipes_dir: Path
