@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import io
 import shutil
 import subprocess
@@ -304,3 +306,22 @@ def test_real_container_pip_trusts_this_machines_cas(local_image, tmp_path):
                          args=(*store.create_args, *env_args, "--volume", f"{tmp_path}:/out"))
     assert proc.returncode == 0, proc.stderr
     assert [p.name for p in tmp_path.glob("six-*.whl")]
+
+
+def test_a_free_threaded_python_is_its_own_entry(tmp_path, monkeypatch):
+    """``--python 3.14t``: manylinux's folder (cp314-cp314t), found as ``python3.14t`` and only
+    when the interpreter answers that it is that build (the question asks for the GIL-less
+    build: a real free-threaded Python answers True, a normal one False)."""
+    assert parse_pythons("3.12,3.14t") == ["3.12", "3.14t"]
+    assert standin_image.python_tag("3.14t") == "cp314-cp314t"
+    fake = tmp_path / "python3.14t"
+    fake.write_text(f"#!/bin/sh\necho True {tmp_path / 'ft'}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    assert find_local_python("3.14t").prefix == tmp_path / "ft"
+    # the question itself, asked of this (normal) interpreter for 3.Xt: not that build
+    here = "%d.%d" % sys.version_info[:2]
+    (tmp_path / f"python{here}t").symlink_to(sys.executable)
+    with pytest.raises(ToolchainError, match=rf"Python {here}t is not installed"):
+        find_local_python(f"{here}t")

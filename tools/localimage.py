@@ -40,12 +40,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_pythons(text: str) -> list[str]:
-    """``3.10,3.11`` -> ``["3.10", "3.11"]``; ToolchainError naming a malformed entry."""
+    """``3.10,3.14t`` -> ``["3.10", "3.14t"]``; ToolchainError naming a malformed entry."""
     versions = [v.strip() for v in text.split(",") if v.strip()]
     for v in versions:
-        if not re.fullmatch(r"3\.\d{1,2}", v):
-            raise ToolchainError(f"--python: `{v}` is not a Python version like 3.12",
-                                 hint="pass e.g. --python 3.10,3.12")
+        if not re.fullmatch(r"3\.\d{1,2}t?", v):
+            raise ToolchainError(f"--python: `{v}` is not a Python version like 3.12 (or "
+                                 "3.14t, free-threaded)", hint="pass e.g. --python 3.10,3.12")
     return versions
 
 

@@ -39,6 +39,8 @@ from pathlib import Path, PurePosixPath
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
+from tools.core.variant import opt_python_dir
+from tools.plan.table import python_key
 from tools.backends.machine import runtime_conf
 from .rlimit_runtime import check_starts
 
@@ -81,9 +83,9 @@ def image_name(cuda: str, suite: str = SUITE) -> str:
 
 
 def python_tag(version: str) -> str:
-    """``3.12`` -> ``cp312-cp312``, the image's ``/opt/python`` entry."""
-    nodot = version.replace(".", "")
-    return f"cp{nodot}-cp{nodot}"
+    """``3.12`` -> ``cp312-cp312``, the image's ``/opt/python`` entry (``3.14t``, a
+    free-threaded build: ``cp314-cp314t``, as in manylinux)."""
+    return opt_python_dir(version)
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,16 @@ class LocalPython:
 
 def find_local_python(version: str, run: Runner = _run) -> LocalPython:
     """The install prefix of ``python<version>`` on PATH (or pyenv's), or ToolchainError."""
+    base, free = (version[:-1], True) if version.endswith("t") else (version, False)
     candidates = [shutil.which(f"python{version}")]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(str(p) for p in
-                         pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))
+    candidates += sorted(str(p) for p in pyenv_root.glob(
+        f"versions/{base}.*{'t' if free else ''}/bin/python{version}"))
     for exe in filter(None, candidates):
-        proc = run([exe, "-I", "-c", "import sys; print(sys.version_info[:2] == "
-                    f"({version.replace('.', ', ')}), sys.base_prefix)"])
+        # the version, and the build asked for: free-threaded for 3.14t, else not
+        proc = run([exe, "-I", "-c", "import sys, sysconfig; print(sys.version_info[:2] == "
+                    f"({base.replace('.', ', ')}) and bool(sysconfig.get_config_var("
+                    f"'Py_GIL_DISABLED')) is {free}, sys.base_prefix)"])
         same, _, prefix = proc.stdout.strip().partition(" ")
         # A distribution's Python lives in /usr among everything else: only a self-contained
         # prefix (pyenv, python-build-standalone, a source build) can be copied whole.
@@ -329,7 +334,7 @@ def build_image(cuda: str, pythons: Sequence[str] = DEFAULT_PYTHONS, *, name: st
     """
     started = time.monotonic()
     name = name or image_name(cuda)
-    wanted = sorted({HELPER_PYTHON, *pythons}, key=lambda v: tuple(map(int, v.split("."))))
+    wanted = sorted({HELPER_PYTHON, *pythons}, key=python_key)
     check_engine(engine)
     found = None if rebuild else image_labels(engine, name)
     if found is not None:
