@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import io
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
