@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.backends.engine import image_labels
+from tools.backends.machine import StartCheck, current_machine
 from tools.core.errors import ToolchainError
 from tools.plan.table import python_key
 from .yamltext import dump, flow, quoted, yaml_rt
@@ -48,10 +50,23 @@ class ImageListing:
     error: str = ""
 
 
-def list_image(engine: str, image: str, run: Run = subprocess.run, timeout: int = 1800) -> ImageListing:
+def list_image(engine: str, image: str, run: Run = subprocess.run, timeout: int = 1800,
+               start: Callable[[str, str], StartCheck] | None = None) -> ImageListing:
     """``image``'s Pythons and digest, read by starting it with ``engine`` (pulled when
-    missing); an ImageListing with ``error`` when it can't be."""
-    argv = [engine, "run", "--rm", "--pull=missing", "--entrypoint", "ls", image, "-1",
+    missing); an ImageListing with ``error`` when it can't be. An image already here is started
+    the way this machine starts containers (``start``, default the machine hook's:
+    ``tools.backends.machine``), which may need a runtime wrapper."""
+    runtime: tuple[str, ...] = ()
+    try:
+        here = image_labels(engine, image) is not None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ImageListing(image, error=f"`{engine} image inspect {image}` did not run: {exc}")
+    if here:
+        started = (start or current_machine().start)(engine, image)
+        if not started.ok:
+            return ImageListing(image, error=started.why)
+        runtime = tuple(started.runtime_args)
+    argv = [engine, *runtime, "run", "--rm", "--pull=missing", "--entrypoint", "ls", image, "-1",
             "/opt/python"]
     try:
         proc = run(argv, capture_output=True, text=True, timeout=timeout)
