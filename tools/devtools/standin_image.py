@@ -288,6 +288,9 @@ def write_image_tar(out, rootfs: Path, pythons: Sequence[LocalPython], cuda_home
             prefix = PurePosixPath(py.prefix)
             _dirs(tar, prefix, rootfs, added)
             tar.add(py.prefix, arcname="." + str(prefix), filter=_keep_python_member)
+            if not (py.prefix / "bin" / "python").exists():
+                # manylinux's layout has bin/python; a source build installs python3.X(t) only
+                _link(tar, f".{prefix}/bin/python", f"python{py.version}")
         _dirs(tar, PurePosixPath("/opt/python/x"), rootfs, added)
         for py in pythons:
             _link(tar, f"./opt/python/{python_tag(py.version)}", str(py.prefix))
