@@ -32,9 +32,9 @@ echo "$sha256  $work/src.tar.xz" | sha256sum -c --quiet - \
     || { echo "$url does not have the sha256 $sha256" >&2; exit 2; }
 tar -xJf "$work/src.tar.xz" -C "$work"
 cd "$work/Python-$version"
-# --disable-test-modules and no ensurepip in the base: the tests need the interpreter and its
-# venv module (which carries pip's bundled wheel), nothing else
-./configure --disable-gil --prefix="$prefix" --disable-test-modules --with-ensurepip=no \
+# --disable-test-modules: the tests need the interpreter, pip (cibuildwheel runs the image
+# Python's own pip, so a local builder image made from it needs one) and venv, nothing else
+./configure --disable-gil --prefix="$prefix" --disable-test-modules --with-ensurepip=install \
     >"$work/configure.log" 2>&1 || { tail -20 "$work/configure.log" >&2; exit 2; }
 make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -20 "$work/make.log" >&2; exit 2; }
 # installed into a staging root first: the finished tree only takes its final name (with the
@@ -44,6 +44,9 @@ make install DESTDIR="$work/stage" >"$work/install.log" 2>&1 \
 # what the tests use of it: a venv with pip (ensurepip's bundled wheel needs zlib)
 "$work/stage$prefix/bin/python3.14t" -c 'import sys, zlib, ensurepip, venv; sys.exit(sys._is_gil_enabled())' \
     || { echo "the built interpreter lacks zlib or venv, or is not free-threaded (install zlib1g-dev)" >&2; exit 2; }
+# manylinux's layout: bin/python and bin/pip beside python3.14t and pip3
+ln -s python3.14t "$work/stage$prefix/bin/python"
+ln -s pip3 "$work/stage$prefix/bin/pip"
 mkdir -p "$(dirname "$prefix")"
 rm -rf "$prefix"
 mv "$work/stage$prefix" "$prefix"
