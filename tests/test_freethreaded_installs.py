@@ -88,6 +88,11 @@ def test_both_files_are_listed_in_the_variant_index(url):
     with urllib.request.urlopen(_simple(url) + "ftdemo/", timeout=30) as r:
         page = r.read().decode()
     assert NORMAL in page and FREE in page
+    # and the front page's picker offers each as its own Python, in order
+    with urllib.request.urlopen(f"{url}/", timeout=30) as r:
+        home = r.read().decode()
+    assert ('"wheels":[[0,"linux_x86_64","3.14","ftdemo","glibc 2.28 or newer"],'
+            '[0,"linux_x86_64","3.14t","ftdemo","glibc 2.28 or newer"]]') in home
 
 
 @pytest.mark.parametrize("abi, expected", [("cp314t", FREE), ("cp314", NORMAL), (None, NORMAL)])

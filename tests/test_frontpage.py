@@ -245,6 +245,26 @@ def test_the_picker_gives_the_command_of_the_chosen_variant_and_it_installs(tmp_
 
 
 @pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_the_picker_offers_a_free_threaded_python_after_its_normal_build(tmp_path):
+    """A cp314 and a cp314t wheel: the picker starts on the normal 3.14 (a free-threaded wheel
+    is only for those who run that interpreter) and offers 3.14t after it, shown as such."""
+    w = tmp_path / "wheels"
+    for abi in ("cp314", "cp314t", "cp313"):
+        make_wheel(w, "demo-ext", "1.0", local="cu130.torch2.14",
+                   tag=f"{abi[:5]}-{abi}-manylinux_2_28_x86_64")
+    build(tmp_path, base_url="/files")
+    with _served(tmp_path / "site", w) as server:
+        with Browser(server.url + "/", tmp_path / "profile") as page_:
+            page_.wait_for("document.readyState === 'complete' && !document.getElementById('picker').hidden")
+            offered = page_.evaluate('[...document.querySelectorAll("label.opt[data-key=python]")]'
+                                     '.map(e => [e.dataset.value, e.textContent.trim()])')
+            chosen = page_.evaluate('[...document.querySelectorAll("input[name=pick-python]")]'
+                                    '.filter(e => e.checked).map(e => e.value)')
+    assert offered == [["3.13", "3.13"], ["3.14", "3.14"], ["3.14t", "3.14t (free-threaded)"]]
+    assert chosen == ["3.14"]
+
+
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_without_javascript_every_command_is_on_the_page(tmp_path):
     """With scripts off, the picker stays hidden and the plain sections hold the pip and uv
     command of every project of every variant index, complete (built with its site URL)."""

@@ -188,5 +188,5 @@ def picker_facts(placed: Mapping[Variant, list[Entry]], views: Mapping[str, File
         "platforms": [{"name": p.name, "shown": p.shown} for p in PLATFORMS.values()],
         "indexes": indexes,
         "commands": COMMANDS,
-        "wheels": sorted(rows, key=lambda r: (r[0], r[1], version_key(r[2]), r[3], r[4])),
+        "wheels": sorted(rows, key=lambda r: (r[0], r[1], python_key(r[2]), r[3], r[4])),
     }

@@ -14,7 +14,11 @@
     index: data.indexes[i], platform: platform, python: python, project: project, glibc: glibc,
     torch: data.indexes[i].torch, cuda: data.indexes[i].cuda,
   }));
-  const numeric = (v) => v.replace(/^pre-/, "").split(".").map(Number);
+  // "3.14t" (a free-threaded build) sorts after 3.14 and before 3.15
+  const numeric = (v) => {
+    const parts = v.replace(/^pre-/, "").replace(/t$/, "").split(".").map(Number);
+    return v.endsWith("t") ? [...parts, 1] : parts;
+  };
   const compare = (a, b) => {
     const x = numeric(a), y = numeric(b);
     for (let i = 0; i < Math.max(x.length, y.length); i++) {
@@ -36,16 +40,18 @@
     cuda: [...new Set(rows.map((r) => r.cuda))].sort(compare).reverse(),
     python: [...new Set(rows.map((r) => r.python))].sort(compare),
   };
-  for (const r of rows) shown.python[r.python] = r.python;
+  for (const r of rows) shown.python[r.python] = r.python.endsWith("t") ? `${r.python} (free-threaded)` : r.python;
   const matching = (choice, skip) => rows.filter((r) => keys.every((k) => k === skip || r[k] === choice[k]));
 
   // Start from a combination that exists: Linux x86_64 if it has wheels, the newest torch
-  // there, the newest CUDA for it, the newest Python.
+  // there, the newest CUDA for it, the newest Python (a normal build where there is one: a
+  // free-threaded wheel is only for those who run that interpreter).
   const choice = {};
   let pool = rows;
   for (const k of keys) {
     const have = values[k].filter((v) => pool.some((r) => r[k] === v));
-    choice[k] = k === "python" ? have[have.length - 1] : have[0];
+    const normal = have.filter((v) => !v.endsWith("t"));
+    choice[k] = k === "python" ? (normal.length ? normal : have)[(normal.length ? normal : have).length - 1] : have[0];
     pool = pool.filter((r) => r[k] === choice[k]);
   }
 
