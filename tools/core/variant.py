@@ -132,6 +132,17 @@ def uv_index_name(index_path: str) -> str:
 PYTHON_PART = {"abi3": "abi3", "none": "py3"}
 
 
+def split_python(python: str) -> tuple[str, bool]:
+    """A cell's Python as (its CPython version, whether it is the free-threaded build, PEP 703):
+    ``"3.14t"`` -> ``("3.14", True)``, ``"3.12"`` -> ``("3.12", False)``. The one reading of the
+    ``t``, for every step that spells a Python.
+
+    >>> split_python("3.14t"), split_python("3.12")
+    (('3.14', True), ('3.12', False))
+    """
+    return (python[:-1], True) if python.endswith("t") else (python, False)
+
+
 def opt_python_dir(python: str) -> str:
     """The manylinux images' folder of a cell's CPython under ``/opt/python``: ``"3.12"`` ->
     ``"cp312-cp312"``, and a free-threaded build (PEP 703) ``"3.14t"`` -> ``"cp314-cp314t"``.
@@ -139,8 +150,8 @@ def opt_python_dir(python: str) -> str:
     >>> opt_python_dir("3.14t")
     'cp314-cp314t'
     """
-    free = python.endswith("t")
-    tag = "cp" + (python[:-1] if free else python).replace(".", "")
+    base, free = split_python(python)
+    tag = "cp" + base.replace(".", "")
     return f"{tag}-{tag}{'t' if free else ''}"
 
 

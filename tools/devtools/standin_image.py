@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from tools.backends.engine import image_labels
 from tools.core.errors import ToolchainError
 from tools.core.paths import cache_dir
-from tools.core.variant import opt_python_dir
+from tools.core.variant import opt_python_dir, split_python
 from tools.plan.table import python_key
 from tools.backends.machine import runtime_conf
 from .rlimit_runtime import check_starts
@@ -98,7 +98,7 @@ class LocalPython:
 
 def find_local_python(version: str, run: Runner = _run) -> LocalPython:
     """The install prefix of ``python<version>`` on PATH (or pyenv's), or ToolchainError."""
-    base, free = (version[:-1], True) if version.endswith("t") else (version, False)
+    base, free = split_python(version)
     candidates = [shutil.which(f"python{version}")]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
     candidates += sorted(str(p) for p in pyenv_root.glob(

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.core.errors import ToolchainError
-from tools.core.variant import opt_python_dir
+from tools.core.variant import opt_python_dir, split_python
 from tools.hostplat import HostOS, current
 
 #: The manylinux images' Pythons: ``/opt/python/cp312-cp312/bin/python``.
@@ -76,16 +76,11 @@ class Found:
     place: str
 
 
-def _split(version: str) -> tuple[str, bool]:
-    """``"3.14t"`` -> ``("3.14", True)``; ``"3.12"`` -> ``("3.12", False)``."""
-    return (version[:-1], True) if version.endswith("t") else (version, False)
-
-
 def ask(candidate: str | Path, version: str) -> tuple[str | None, str]:
     """Run ``candidate`` and judge it: (its real executable, "") when it is CPython
     ``version`` (``3.14t``: free-threaded; ``3.14``: not) with headers and not a venv; else
     (None, why not)."""
-    version, free_threaded = _split(version)
+    version, free_threaded = split_python(version)
     try:
         proc = subprocess.run([str(candidate), "-I", "-c", QUERY], capture_output=True,
                               text=True, timeout=60)
@@ -123,7 +118,7 @@ def _on_path(version: str, path: str, *, host: HostOS = current()) -> list[Path]
 
 
 def _in_pyenv(version: str, root: Path) -> list[Path]:
-    base, free_threaded = _split(version)
+    base, free_threaded = split_python(version)
     suffix = "t" if free_threaded else ""
     pattern = re.compile(rf"^{re.escape(base)}\.(\d+){suffix}$")
     versions = sorted(((int(m.group(1)), d) for d in (root / "versions").glob(f"{base}.*")
@@ -170,7 +165,7 @@ class Search:
     def installed(self) -> Found | None:
         """The first acceptable interpreter already on this machine, or None."""
         v, p = self.version, self.places
-        base, free_threaded = _split(v)
+        base, free_threaded = split_python(v)
         found = (self._try("PATH", _on_path(v, p.path),
                            f"no python{v}, python3 or python on it")
                  or self._try(f"pyenv ({p.pyenv_root}/versions/{base}.*"

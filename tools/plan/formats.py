@@ -10,11 +10,13 @@ read ``ids`` and ``groups``, and ``counts-md`` is the table the docs' Packages p
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from tools.core.errors import PlanError
 from tools.core.variant import DEFAULT_PLATFORM
 from . import newseries
 from .cells import Cell, counts, left_out, plan
+from .recipes.freethreaded import is_free_threaded
 from .recipes.model import Recipe
 from .runners import Runners
 from .stages import Release, plan_release
@@ -129,12 +131,10 @@ def counts_markdown(rows: list[dict]) -> str:
 def free_threaded_text(cells: list[Cell], packages: set[str]) -> str:
     """How many of the planned cells of ``packages`` are for free-threaded Pythons (``3.14t``),
     by package ("" when none is)."""
-    free = [c for c in cells if c.package in packages and c.python.endswith("t")]
+    free = [c for c in cells if c.package in packages and is_free_threaded(c.python)]
     if not free:
         return ""
-    per = {}
-    for c in free:
-        per[c.package] = per.get(c.package, 0) + 1
+    per = Counter(c.package for c in free)
     pythons = ", ".join(sorted({c.python for c in free}))
     return (f"\n\nfree-threaded cells ({pythons}): {len(free)}, on "
             f"{', '.join(sorted({c.platform for c in free}))}: "

@@ -44,7 +44,7 @@ from .table_platforms import (DEFAULT, TablePlatform, TorchOnPlatform, parse_pla
                               parse_torch_platforms)
 from .jsonshape import check_shape, load_schema
 from .schema import Problems, load_yaml
-from tools.core.variant import DEFAULT_PLATFORM, dotted_key
+from tools.core.variant import DEFAULT_PLATFORM, dotted_key, split_python
 
 TABLE_PATH = RECIPES_DIR / "table.yaml"
 #: The table's shape (keys, types, patterns): a JSON Schema (draft 2020-12) shipped beside this
@@ -181,8 +181,8 @@ def version_key(text: str) -> tuple[int, ...]:
 def python_key(python: str) -> tuple[int, ...]:
     """Sort a cell's Python: ``"3.14"``, then its free-threaded build ``"3.14t"``, then
     ``"3.15"``; ValueError for anything else (``version_key``'s rule, with one ``t``)."""
-    free = python.endswith("t")
-    return (*version_key(python[:-1] if free else python), int(free))
+    base, free = split_python(python)
+    return (*version_key(base), int(free))
 
 
 def arch_key(arch: str) -> tuple[int, str]:

@@ -40,8 +40,9 @@ def drop_unpublished_cuda(doc: CommentedMap, recipe: Recipe, old: Table, new: Ta
             ok = target.range.includes(series) if target.range else series in listed
             return ok and (recipe.torch_range is None or recipe.torch_range.includes(series))
 
-        if _series(old, target.cuda, included) and not _series(new, target.cuda, included):
-            gone.append((target, _series(old, target.cuda, included)))
+        was = _series(old, target.cuda, included)
+        if was and not _series(new, target.cuda, included):
+            gone.append((target, was))
     if not gone or len(gone) == len(cuda_map):
         return []
     changes = []

@@ -26,7 +26,7 @@ from packaging.specifiers import SpecifierSet
 
 from .shape import check_block_shape
 from ..schema import Problems
-from tools.core.variant import DEFAULT_PLATFORM
+from tools.core.variant import DEFAULT_PLATFORM, split_python
 
 #: The only platform free-threaded cells are planned on: the table's ``free_threaded`` lists are
 #: read from torch's manylinux_2_28_x86_64 files, and Windows' 3.14t link fails in a community
@@ -50,12 +50,12 @@ class FreeThreaded:
 
 def is_free_threaded(python: str) -> bool:
     """Whether a cell's Python (``3.14t``) is a free-threaded build."""
-    return python.endswith("t")
+    return split_python(python)[1]
 
 
 def base_python(python: str) -> str:
     """The CPython version of a cell's Python: ``3.14t`` -> ``3.14``, ``3.12`` -> ``3.12``."""
-    return python[:-1] if is_free_threaded(python) else python
+    return split_python(python)[0]
 
 
 def parse_free_threaded(p: Problems, raw: object, spec: SpecifierSet,
