@@ -141,6 +141,11 @@ def test_linux_x86_64_cells_and_ids_are_what_they_were():
     assert {c["python"] for c in free} == {"3.14t"} and "xformers" not in {c["package"]
                                                                            for c in free}
     now = [c for c in now if not c["python"].endswith("t")]
+    # and so are FlashAttention 3's (a git source): one stable-ABI, abi3 cell per CUDA version
+    fa3 = [c["id"] for c in now if c["package"] == "flash_attn_3"]
+    assert fa3 == ["flash_attn_3-abi3-cu128-torch2.9+", "flash_attn_3-abi3-cu130-torch2.9+",
+                   "flash_attn_3-abi3-cu132-torch2.9+"]
+    now = [c for c in now if c["package"] != "flash_attn_3"]
     new = [c for c in now if c["cuda"] == "12.6"]
     assert len(new) == 161 and {c["torch"] for c in new} == {"2.11", "2.12", "2.13", "2.14"}
     now = [c for c in now if c["cuda"] != "12.6"]
@@ -176,7 +181,7 @@ def test_the_repositorys_plan_per_platform():
     assert sparse.needs == ("torch_scatter-3.12-cu130-win",)
 
 
-@pytest.mark.parametrize("platform,count", [("linux_aarch64", 283), ("win_amd64", 309)])
+@pytest.mark.parametrize("platform,count", [("linux_aarch64", 286), ("win_amd64", 312)])
 def test_the_platform_filter(platform, count):
     proc = subprocess.run([sys.executable, "-m", "tools.matrix", "--platform", platform,
                            "--format", "ids"], cwd=ROOT, capture_output=True, text=True,
@@ -291,6 +296,9 @@ EXPLICIT_LISTS = {
                   "13.2": ["2.15"]},
     "xformers": {**_CU126, "12.8": ["2.10"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
                  "13.2": ["2.15"]},
+    # written with ranges (a git source, after the ranges came): its lists as they read
+    "flash_attn_3": {"12.8": ["2.10", "2.9"], "13.0": ["2.14", "2.13", "2.12", "2.11"],
+                     "13.2": ["2.15"]},
 }
 
 

@@ -3,7 +3,8 @@
 The command only: it loads each recipe with ``tools.plan.recipes.model`` against the table, prints one
 line per valid recipe and every problem of the invalid ones, and exits non-zero when any is.
 ``python -m tools.recipe new <pypi-name>`` writes a new recipe's template instead
-(``tools.upstream.newrecipe``).
+(``tools.upstream.newrecipe``), and ``python -m tools.recipe archive PACKAGE --out DIR`` packs a
+git source's archive from its commit and prints the tar's sha256 (``tools.pipeline.gitsource``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tools.plan.groups import stale_spans
 from tools.plan.recipes.model import check_distinct, load_recipe, recipe_folders
 from tools.plan.recipes.todo import todo_marks
 from tools.plan.table import load_table
+from tools.pipeline.gitsource import pack, tar_sha256
 from tools.upstream.newrecipe import TemplateRelease, lookup, write_template
 from tools.upstream.registry import PYPI_JSON, Registry
 
@@ -47,6 +49,32 @@ def new(argv: list[str]) -> int:
     return 0
 
 
+def archive(argv: list[str]) -> int:
+    """``python -m tools.recipe archive PACKAGE --out DIR``: pack a git source's archive."""
+    ap = argparse.ArgumentParser(prog="python -m tools.recipe archive",
+                                 description="Pack a git-source recipe's archive from its commit "
+                                             "(what the source step builds from) and print the "
+                                             "tar's sha256, the recipe's source.sha256. Where "
+                                             "the repository can't be reached, point git at a "
+                                             "copy: git config url.<copy>.insteadOf <repository>.")
+    ap.add_argument("package", help="the recipe folder's name, e.g. flash_attn_3")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="the folder the archive goes into (for --sdist-dir on a machine "
+                         "without the network)")
+    ap.add_argument("--recipes", type=Path, default=RECIPES_DIR, help="the recipes folder")
+    args = ap.parse_args(argv)
+    recipe = load_recipe(args.recipes / args.package, load_table())
+    if recipe.source.git is None:
+        raise RecipeError(f"{recipe.path}: source is the registry's sdist ({recipe.source.url})",
+                          hint="archive packs git sources only; download a registry sdist")
+    path = pack(recipe, args.out)
+    digest = tar_sha256(path)
+    same = "the recipe's" if digest == recipe.source.sha256 else \
+        f"NOT the recipe's {recipe.source.sha256}"
+    print(f"{path}: tar sha256 {digest} ({same}), packed from {recipe.source.url}")
+    return 0 if digest == recipe.source.sha256 else 1
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     """``python -m tools.recipe [FOLDER...]``: validate recipes, report every problem
@@ -54,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["new"]:
         return new(argv[1:])
+    if argv[:1] == ["archive"]:
+        return archive(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m tools.recipe",
                                  description="Validate the recipes (all, or the folders named) and "
                                              "report every problem; `new PYPI-NAME` writes a new "

@@ -77,7 +77,9 @@ def _packages() -> str:
     for recipe in sorted(recipes, key=lambda r: r.source.pypi):
         own = [c for c in cells if c.package == recipe.package]
         pythons = {p for c in own for p in c.serves_python if p[0].isdigit()}
-        rows.append(f"| [{recipe.source.pypi}](https://pypi.org/project/{recipe.source.pypi}/) "
+        home = recipe.source.git.repository if recipe.source.git else \
+            f"https://pypi.org/project/{recipe.source.pypi}/"
+        rows.append(f"| [{recipe.source.pypi}]({home}) "
                     f"| {recipe.source.version} | {spread({c.cuda for c in own})} "
                     f"| {spread({t for c in own for t in c.serves_torch})} "
                     f"| {spread(pythons, python_key) or 'any (abi3)'} "

@@ -199,6 +199,14 @@ def _source_components(m: Mapping[str, Any], patches: tuple[PatchFile, ...]) -> 
                                 "hashes": _sha256(source["sha256"])}],
         "properties": _props({"role": "source"}),
     }
+    if str(source.get("url", "")).startswith("git+"):
+        # A git source (tools.pipeline.gitsource): the commit is the source; the sha256 is of
+        # the tar the project packed from it, which no registry holds.
+        sdist["purl"] = (f"pkg:generic/{quote(m['package'], safe='')}@"
+                         f"{quote(m['version'], safe='')}?vcs_url={quote(source['url'], safe='')}")
+        sdist["externalReferences"] = [{"type": "vcs", "url": source["url"]}]
+        sdist["properties"] = _props({"role": "source", "archive": f"{source.get('sdist')}, "
+                                      "packed from the commit; its sha256 is the tar's"})
     out = [sdist]
     for patch in patches:
         out.append({"type": "file", "bom-ref": f"patch:{patch.file}", "name": patch.file,

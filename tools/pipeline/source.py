@@ -1,7 +1,8 @@
 """Source step: fetch the recipe's sdist, verify its sha256, extract it safely, apply patches.
 
-The sdist comes from the registry URL in the recipe, or from ``--sdist PATH`` / ``--sdist-dir DIR``
-on machines without internet. Nothing is compiled from bytes whose hash differs from the recipe's,
+The sdist comes from the registry URL in the recipe, or, for a git source, is packed from its
+commit (``tools.pipeline.gitsource``), or from ``--sdist PATH`` / ``--sdist-dir DIR`` on
+machines without internet. Nothing is compiled from bytes whose hash differs from the recipe's,
 from an archive that would write outside its extraction directory or past the caps below, or
 from a tree a patch didn't apply to cleanly.
 
@@ -40,6 +41,7 @@ from tools.core.errors import PatchError, SourceError
 from tools.hostplat import HostOS, current
 from tools.hostplat.base import FILE, FOLDER, HARDLINK, SYMLINK, TreeMember
 from tools.plan.recipes.model import Patch, Recipe
+from .gitsource import pack, tar_sha256
 
 #: The largest sdist taken, downloaded or local (flash-attn 2.8.3's, the largest a recipe
 #: builds, is 8.5 MB).
@@ -107,6 +109,9 @@ def fetch_sdist(recipe: Recipe, dest_dir: Path, *, sdist: Path | None = None,
                               f"{recipe.path} names ({name})")
         shutil.copyfile(local, target)
         origin = str(local)
+    elif src.git is not None:
+        origin = f"the tar packed from {src.url}"
+        pack(recipe, dest_dir)
     else:
         origin = src.url
         partial = target.with_name(name + ".part")
@@ -122,14 +127,24 @@ def fetch_sdist(recipe: Recipe, dest_dir: Path, *, sdist: Path | None = None,
             partial.unlink(missing_ok=True)
             raise SourceError(f"writing {partial} failed: {exc.strerror}") from None
         partial.replace(target)
-    actual = sha256_file(target)
+    if src.git is not None:
+        try:
+            actual = tar_sha256(target)
+        except SourceError:
+            target.unlink()
+            raise
+    else:
+        actual = sha256_file(target)
     if actual != src.sha256:
         target.unlink()
         raise SourceError(
-            f"{name} from {origin} has sha256 {actual}, but "
+            f"{name} from {origin} has sha256 {actual}{' (its tar)' if src.git else ''}, but "
             f"{recipe.path} (source.sha256) says {src.sha256}",
-            hint="if the registry file really changed, check why before updating the recipe; "
-                 "otherwise the download is corrupt or not the file the recipe means")
+            hint=("the recipe's sha256 is of the tar python -m tools.recipe archive packs from "
+                  "its commit: check the commit and paths, then write the one it prints"
+                  if src.git else "if the registry file really changed, check why before "
+                  "updating the recipe; otherwise the download is corrupt or not the file the "
+                  "recipe means"))
     return target
 
 

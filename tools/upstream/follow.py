@@ -229,6 +229,11 @@ def refresh_recipe(registry: Registry, recipe: Recipe, doc: CommentedMap, date: 
     """Propose the newest release of a recipe's package when its sdist is there and the recipe's
     patches apply to it; otherwise a note says what stops it. True when the recipe changed."""
     src = recipe.source
+    if src.git is not None:
+        proposal.agreement.append(f"{recipe.package}: builds commit {src.git.commit[:12]} of "
+                                  f"{src.git.repository} (a git source: no registry lists its "
+                                  "releases, so a person moves the commit)")
+        return False
     data, json_url = registry.project(src.pypi)
     latest = newest_release(data)
     if latest is None or Version(latest) <= Version(src.version):

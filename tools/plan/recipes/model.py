@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from tools import RECIPES_DIR
 from tools.core.errors import RecipeError
@@ -33,6 +31,7 @@ from .platforms import PlatformChoice, archs_on, parse_platforms
 from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
 from .shape import check_recipe_shape
+from .source import Source, parse_source
 from ..schema import Problems, load_yaml
 from .todo import check_todos
 from ..table import Table, arch_key, load_table, version_key
@@ -43,17 +42,6 @@ RECIPE_FILE = "recipe.yaml"
 # The shape's limits (the ABI kinds, the most GiB of a compile job, nvcc's threads, the build
 # number, a wheel's MiB per arch, the names of files, projects and modules) are the schema's.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-
-@dataclass(frozen=True)
-class Source:
-    """The registry sdist a recipe builds."""
-
-    pypi: str
-    version: str
-    sdist: str
-    sha256: str
-    url: str
 
 
 @dataclass(frozen=True)
@@ -228,7 +216,7 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
         p.add("package", f"{package!r} differs from the folder name {path.parent.name!r}",
               "the package key and the recipe folder must have the same name")
 
-    source = _source(p, data.get("source"))
+    source = parse_source(p, data.get("source"))
     imports = tuple(top["imports"]) if "imports" in top else None
     p.once(imports, "imports", "module")
 
@@ -260,52 +248,6 @@ def parse_recipe(data: object, path: Path, table: Table) -> Recipe:
     return Recipe(package, top["summary"], path, source, imports, spec, targets, archs, arch_env,
                   env, build, patches, abi, check, probe, depends, torch.range, torch.exclude,
                   platforms, free_threaded)
-
-
-def _source(p: Problems, raw: object) -> Source | None:
-    """``source``: its version a PEP 440 version, its sdist that version's, its URL the
-    sdist's (the names, the digest and the file name's form are the schema's)."""
-    m = p.shaped(raw, "source")
-    if m is None:
-        return None
-    try:
-        Version(m["version"])
-    except InvalidVersion:
-        p.add("source.version", f"{m['version']!r} is not a PEP 440 version",
-              "write the release as the registry lists it, e.g. \"1.7.0\"")
-    # A plain file name ending in .tar.gz (the schema's: it becomes a path in the work folder,
-    # written there and deleted on a hash mismatch), of this project and version.
-    stem = m["sdist"].removesuffix(".tar.gz")
-    if canonicalize_name(stem.rsplit("-", 1)[0]) != canonicalize_name(m["pypi"]) or \
-            stem.rsplit("-", 1)[-1] != m["version"]:
-        p.add("source.sdist", f"{m['sdist']!r} is not the sdist of {m['pypi']} {m['version']}",
-              f"expected {m['pypi'].replace('-', '_')}-{m['version']}.tar.gz")
-    _source_url(p, m["url"], m["sdist"])
-    return Source(m["pypi"], m["version"], m["sdist"], m["sha256"], m["url"])
-
-
-def _source_url(p: Problems, url: str, sdist: str) -> None:
-    """``source.url``: https, a host alone (no user, password or port), no query or fragment,
-    ending in the sdist's name. Which host it may be is the download's to check
-    (``tools.pipeline.source``)."""
-    fix = "copy the URL from the registry's file listing"
-    if _CONTROL_RE.search(url) or " " in url:
-        p.add("source.url", "contains spaces or control characters", fix)
-        return
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError as exc:  # a bracketed host that is no IPv6 address
-        p.add("source.url", f"{url!r} is not a URL ({exc})", fix)
-        return
-    if "@" in parts.netloc:
-        p.add("source.url", f"{url!r} has a user name or password before '@': the download "
-              f"would go to {parts.hostname!r}", fix)
-    elif ":" in parts.netloc.rsplit("]", 1)[-1]:
-        p.add("source.url", f"{url!r} names a port", fix)
-    elif parts.query or parts.fragment or "?" in url or "#" in url:
-        p.add("source.url", f"{url!r} has a query or fragment", fix)
-    elif parts.scheme != "https" or not parts.hostname or not url.endswith("/" + sdist):
-        p.add("source.url", "must be an https URL ending in the sdist file name", fix)
 
 
 def _abi(p: Problems, raw: object, targets: tuple[CudaTarget, ...], table: Table) -> Abi:
