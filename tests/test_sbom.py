@@ -68,20 +68,20 @@ def sm90(monkeypatch):
     monkeypatch.setattr(steps, "compiler_versions", lambda nvcc: dict(COMPILERS))
 
 
-def _recipe(tmp_path: Path) -> SimpleNamespace:
+def _recipe(tmp_path: Path, url: str = "https://files.example.invalid/demo-1.0.tar.gz"
+            ) -> SimpleNamespace:
     """What finish reads of a recipe, with one real patch file."""
     patch = tmp_path / "0001-Fix.patch"
     patch.write_bytes(b"--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-old\n+new\n")
     return SimpleNamespace(
-        source=SimpleNamespace(sdist="demo-1.0.tar.gz", sha256=SDIST_SHA,
-                               url="https://files.example.invalid/demo-1.0.tar.gz"),
+        source=SimpleNamespace(sdist="demo-1.0.tar.gz", sha256=SDIST_SHA, url=url),
         patches=(SimpleNamespace(file=patch.name, path=patch, reason="setup.py reads the wrong "
                                  "variable"),),
         build=SimpleNamespace(number=0, isolation=False, requires=tuple(
             SimpleNamespace(requirement=r, reason="test") for r in REQUIRES)))
 
 
-def _finish(tmp_path: Path, work: str = "work"):
+def _finish(tmp_path: Path, work: str = "work", **recipe):
     wheel_file = (b"Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\n"
                   b"Tag: cp312-cp312-win_amd64\n")
     raw = make_wheel(tmp_path / "raw", "demo", "1.0", tag="cp312-cp312-win_amd64",
@@ -91,7 +91,7 @@ def _finish(tmp_path: Path, work: str = "work"):
                                   "demo-1.0.dist-info/WHEEL": wheel_file})
     progress = Progress(CELL.id, steps.FINISH_STEPS, io.StringIO())
     site = Path(sysconfig.get_paths()["purelib"])
-    built = raw_module.RawWheel(raw, CELL, _recipe(tmp_path), ("90",), site / "torch" / "lib",
+    built = raw_module.RawWheel(raw, CELL, _recipe(tmp_path, **recipe), ("90",), site / "torch" / "lib",
                                 "2.13.0+cu130", "13.0", backend="container", nvcc=None)
     final, manifest = steps.finish_wheel(built, tmp_path / work, progress, raw_module.FinishSettings(
         recipe_revision="0123abc", wheel_platform="win_amd64", epoch=EPOCH,
@@ -163,6 +163,18 @@ def test_the_sbom_validates_and_the_same_build_gives_the_same_bytes(tmp_path, sm
     assert data == _read(second)[0]
     assert sbom.validate_sbom(data, wheel=first.name, member=MEMBER)["specVersion"] == "1.6"
     assert sbom.check_wheel_sbom(first)["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_git_sources_sbom_names_the_commit_as_its_vcs_source(tmp_path, sm90):
+    location = "git+https://git.example.invalid/owner/demo@" + "c" * 40
+    final, _, _ = _finish(tmp_path, url=location)
+    data, _ = _read(final)
+    doc = sbom.validate_sbom(data, wheel=final.name, member=MEMBER)
+    source = _components(doc)["sdist:demo-1.0.tar.gz"]
+    assert source["externalReferences"] == [{"type": "vcs", "url": location}]
+    assert source["purl"].startswith("pkg:generic/demo@1.0?vcs_url=git%2Bhttps")
+    assert source["hashes"] == [{"alg": "SHA-256", "content": SDIST_SHA}]
+    assert any("the tar's" in p["value"] for p in source["properties"])
 
 
 def test_a_broken_sbom_is_refused_naming_the_field(finished, tmp_path):

@@ -113,9 +113,9 @@ def _source_url(p: Problems, url: str, sdist: str) -> None:
     (``tools.pipeline.source``)."""
     fix = "copy the URL from the registry's file listing"
     problem = _https_problem(url)
-    if problem:
+    if problem and not problem.endswith("is not an https URL"):
         p.add("source.url", problem, fix)
-    elif not url.endswith("/" + sdist):
+    elif problem or not url.endswith("/" + sdist):
         p.add("source.url", "must be an https URL ending in the sdist file name", fix)
 
 
