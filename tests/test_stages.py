@@ -69,10 +69,28 @@ def test_cuda_seconds_never_beat_the_longest_unit(flashy):
     units = read_units(recipe)
     three = size_jobs(cores=4, available_gib=13.5, job_memory_gib=3.0, nvcc_threads=None, archs=2)
     names = units.sharded()
-    assert cuda_seconds(units, names, three, 2) == pytest.approx(12 * 1500 * 2 / streams(three, 2))
+    archs = ("80", "90")
+    assert cuda_seconds(units, names, three, archs) == pytest.approx(
+        12 * 1500 * 2 / streams(three, 2))
     # one unit: the jobs can't share it; without threads its two archs run one after the other
-    assert cuda_seconds(units, names[:1], three, 2) == 3000
-    assert cuda_seconds(units, (), three, 2) == 0
+    assert cuda_seconds(units, names[:1], three, archs) == 3000
+    assert cuda_seconds(units, (), three, archs) == 0
+
+
+def test_units_with_archs_of_their_own_cost_only_those(flashy):
+    """flash_attn_3's _sm90.cu units compile for 90a alone whatever the cell's list: the
+    estimate counts each unit's own archs (``unit_archs:`` in units.yaml), not the cell's."""
+    recipes, _, recipe, _, write = flashy
+    write()
+    units = read_units(recipe)
+    names = units.sharded()
+    three = size_jobs(cores=4, available_gib=13.5, job_memory_gib=3.0, nvcc_threads=None, archs=2)
+    own = replace(units, unit_archs={names[0][-4:]: ("90",)})
+    assert own.archs_of(names[0], ("80", "90")) == 1 and own.archs_of(names[0], ("80",)) == 0
+    assert own.unit_seconds(names[0], ("80", "90")) == units.seconds(names[0])
+    every = sum(units.unit_seconds(u, ("80", "90")) for u in names)
+    assert sum(own.unit_seconds(u, ("80", "90")) for u in names) < every
+    assert cuda_seconds(own, names[:1], three, ("80", "90")) == units.seconds(names[0])
 
 
 def test_a_group_whose_cell_fits_has_no_shards(flashy):

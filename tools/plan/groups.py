@@ -102,6 +102,9 @@ class UnitList:
     #: CUDA version -> the torch series whose CUDA units include no Python header (the
     #: ``python_free:`` block)
     python_free: dict[str, PythonFree] = field(default_factory=dict)
+    #: file-name ending -> the archs a unit so named compiles for, whatever the cell's list
+    #: (the ``unit_archs:`` block: a package whose build gives some units their own -gencode)
+    unit_archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def sharded(self) -> tuple[str, ...]:
         """The units shards compile, in the file's order."""
@@ -111,6 +114,18 @@ class UnitList:
         """One unit's estimated seconds per arch: measured where the probe measured it, else
         the kind's stated cost."""
         return self.measured.get(unit, self.cost[kind].seconds)
+
+    def archs_of(self, unit: str, archs: tuple[str, ...]) -> int:
+        """How many of the cell's ``archs`` the CUDA unit compiles for: all of them, unless
+        ``unit_archs`` names its ending (then those of its archs the cell has)."""
+        for ending, own in self.unit_archs.items():
+            if unit.endswith(ending):
+                return len(set(own) & set(archs))
+        return len(archs)
+
+    def unit_seconds(self, unit: str, archs: tuple[str, ...]) -> float:
+        """One CUDA unit's estimated seconds for a cell's ``archs``."""
+        return self.seconds(unit) * self.archs_of(unit, archs)
 
 
 def read_units(recipe: Recipe) -> UnitList | None:
@@ -136,7 +151,8 @@ def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str)
     raw = load_yaml(path, PlanError)
     p = Problems(path, PlanError)
     m = p.entry(raw, "", {"schema": int, "version": str, "units": dict, "cost": dict},
-                {"read_from": dict, "measured": dict, "kernels": dict, "python_free": dict})
+                {"read_from": dict, "measured": dict, "kernels": dict, "python_free": dict,
+                 "unit_archs": dict})
     if m is None:
         p.raise_if_any()
         raise PlanError(f"{path}: not a unit list")
@@ -169,8 +185,26 @@ def _read_units(path: Path, _mtime: int, _size: int, package: str, version: str)
             measured[unit] = float(seconds)
     kernels = _read_spans(m.get("kernels") or {}, p)
     python_free = _read_python_free(m.get("python_free") or {}, p)
+    unit_archs = _read_unit_archs(m.get("unit_archs"), p)
     p.raise_if_any()
-    return UnitList(path, m["version"], units, cost, measured, kernels, python_free)
+    return UnitList(path, m["version"], units, cost, measured, kernels, python_free, unit_archs)
+
+
+def _read_unit_archs(raw: dict | None, p: Problems) -> dict[str, tuple[str, ...]]:
+    """``unit_archs: {reason, endings: {<file-name ending>: [archs]}}``: the units whose build
+    compiles them for their own archs (flash_attn_3's _sm90.cu units for 90a alone)."""
+    if raw is None:
+        return {}
+    e = p.entry(raw, "unit_archs", {"reason": str, "endings": dict})
+    if e is None:
+        return {}
+    p.reason(e["reason"], "unit_archs.reason")
+    out = {}
+    for ending, archs in e["endings"].items():
+        got = p.strings(archs, f"unit_archs.endings.{ending}")
+        if got is not None:
+            out[str(ending)] = got
+    return out
 
 
 def _platform_and_torch(e: dict, where: str, p: Problems, fix: str) -> tuple[str, ...] | None:

@@ -140,15 +140,18 @@ def streams(sizing: Sizing, archs: int) -> int:
     return max(1, min(sizing.cores, sizing.max_jobs * min(sizing.nvcc_threads, max(1, archs))))
 
 
-def cuda_seconds(units: UnitList, names: tuple[str, ...], sizing: Sizing, archs: int) -> float:
-    """The wall seconds of compiling the CUDA units ``names`` for ``archs`` archs (see the
-    module docstring)."""
+def cuda_seconds(units: UnitList, names: tuple[str, ...], sizing: Sizing,
+                 archs: tuple[str, ...]) -> float:
+    """The wall seconds of compiling the CUDA units ``names`` for the cell's ``archs`` (see
+    the module docstring; a unit the unit list gives archs of its own, ``unit_archs``,
+    compiles for those of them the cell has)."""
     if not names:
         return 0.0
-    total = sum(units.seconds(u) for u in names) * archs
-    rounds = math.ceil(max(1, archs) / max(1, min(sizing.nvcc_threads, max(1, archs))))
-    longest = max(units.seconds(u) for u in names) * rounds
-    return max(total / streams(sizing, archs), longest)
+    total = sum(units.unit_seconds(u, archs) for u in names)
+    threads = max(1, min(sizing.nvcc_threads, max(1, len(archs))))
+    longest = max(units.seconds(u) * math.ceil(max(1, units.archs_of(u, archs)) / threads)
+                  for u in names)
+    return max(total / streams(sizing, len(archs)), longest)
 
 
 def cell_unit_seconds(units: UnitList, sizing: Sizing) -> float:
@@ -232,7 +235,7 @@ def _sized(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
                          f"rule ({NO_UNITS_SECONDS_PER_ARCH} s per arch)")
     kernels = units.sharded()
     cell_units = _hours(cell_unit_seconds(units, sizing))
-    whole = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs))) + cell_units + finish
+    whole = setup + _hours(cuda_seconds(units, kernels, sizing, archs)) + cell_units + finish
     cell = reading_hours(runner, units, sizing)
     cells = len(group.cells)
     if stored and cell <= budget:  # every kernel from the kernel store: as from shards, none run
@@ -244,7 +247,7 @@ def _sized(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
         # still gets one when it compiles them once for all its cells instead of once per
         # cell (the shard's setup is the price). Unmeasured groups don't: a unit that includes
         # Python.h would miss in every other Python's cell.
-        one = setup + _hours(cuda_seconds(units, kernels, sizing, len(archs)))
+        one = setup + _hours(cuda_seconds(units, kernels, sizing, archs))
         if not (group.shared or group.python_free) or one + cells * cell >= cells * whole:
             return GroupPlan(group, runner, sizing, archs, units, (), (), whole, whole,
                              f"one cell fits the budget ({whole:.1f} of {budget:g} h {on}) and "
@@ -258,12 +261,12 @@ def _sized(group: Group, recipe: Recipe, runner: Runner, archs: tuple[str, ...],
         raise PlanError(f"{group.id}: a cell is estimated at {cell:.1f} h {on} even with every "
                         f"kernel from the shards, over the {budget:g} h budget per job",
                         hint="give the recipe a larger runner (packages: in the runner file)")
-    loads = [(u, units.seconds(u) * len(archs)) for u in kernels]
+    loads = [(u, units.unit_seconds(u, archs)) for u in kernels]
     room = budget - setup
-    start = max(1, math.ceil(_hours(cuda_seconds(units, kernels, sizing, len(archs))) / room))
+    start = max(1, math.ceil(_hours(cuda_seconds(units, kernels, sizing, archs)) / room))
     for count in range(min(start, len(kernels)), len(kernels) + 1):
         parts = tuple(split(loads, count))
-        hours = tuple(setup + _hours(cuda_seconds(units, part, sizing, len(archs)))
+        hours = tuple(setup + _hours(cuda_seconds(units, part, sizing, archs))
                       for part in parts)
         if max(hours) <= budget:
             return GroupPlan(group, runner, sizing, archs, units, parts, hours, cell, whole,

@@ -49,9 +49,10 @@ from tools.probing.probe_build import UNIT_TIMEOUT, first_error, measure
 SHARD_STEPS = ["toolchain", "source", "python", "commands", "compile"]
 
 
-def shard_units(units: UnitList, count: int, archs: int) -> list[tuple[str, ...]]:
-    """The group's sharded units in ``count`` shards of about equal estimated time."""
-    return split([(u, units.seconds(u) * archs) for u in units.sharded()], count)
+def shard_units(units: UnitList, count: int, archs: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The group's sharded units in ``count`` shards of about equal estimated time (the
+    plan's split: ``tools.plan.stages``)."""
+    return split([(u, units.unit_seconds(u, archs)) for u in units.sharded()], count)
 
 
 def check_units(found: list[Unit], units: UnitList) -> list[Unit]:
@@ -106,7 +107,7 @@ def run_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
         raise PlanError(f"shard {index}/{count}: K must be from 1 to N")
     if group_key(cell, recipe) != group.key or cell.id not in group.cells:
         raise PlanError(f"{cell.id} is not a cell of {group.id}")
-    parts = shard_units(units, count, len(archs))
+    parts = shard_units(units, count, tuple(archs))
     if index > len(parts):
         raise PlanError(f"{group.id} has {len(units.sharded())} units, so at most "
                         f"{len(parts)} shards, not {count}")
@@ -117,8 +118,8 @@ def run_shard(target: ShardTarget, *, work_root: Path, cache_root: Path,
     cache.mkdir(parents=True, exist_ok=True)
     progress = Progress(sid, SHARD_STEPS, stream or sys.stderr)
     report = ShardResult(sid, group.id, group.key, index, count, list(mine), list(archs),
-                         estimate_seconds=round(sum(units.seconds(u) for u in mine)
-                                                * len(archs), 1))
+                         estimate_seconds=round(sum(units.unit_seconds(u, tuple(archs))
+                                                    for u in mine), 1))
     built = BuildReport(cell.id, "host", why="a kernel shard", archs=list(archs),
                         label=cell.label, shard=report)
     with reporting(work / "report.json", built, progress):
@@ -219,15 +220,15 @@ def run_container_shard(target: ShardTarget, *, work_root: Path, cache_root: Pat
     if units is None:
         raise PlanError(f"{recipe.folder}: no {UNITS_FILE}, so {group.id} has no shards",
                         hint=f"write it: python -m tools.shard units {cell.id} --write")
-    parts = shard_units(units, count, len(archs))
+    parts = shard_units(units, count, tuple(archs))
     if not 1 <= index <= len(parts):
         raise PlanError(f"{group.id} has {len(units.sharded())} units, so shards 1 to "
                         f"{len(parts)}, not {index}/{count}")
     sid = shard_id(group.id, index)
     mine = parts[index - 1]
     record = ShardResult(sid, group.id, group.key, index, count, list(mine), list(archs),
-                         estimate_seconds=round(sum(units.seconds(u) for u in mine)
-                                                * len(archs), 1))
+                         estimate_seconds=round(sum(units.unit_seconds(u, tuple(archs))
+                                                    for u in mine), 1))
     backend = ContainerBackend(engine=engine, image=image)
     progress = Progress(sid, backend.steps, stream or sys.stderr)
     options = BuildOptions(archs=archs, out_dir=work_root / sid / "unused", work_root=work_root,

@@ -71,6 +71,8 @@ def render_units(cell: Cell, recipe: Recipe, units: list[Unit], torch: str) -> s
             "cost": cost, "units": by_kind}
     if measured:
         data["measured"] = measured
+    if isinstance(old.get("unit_archs"), dict):
+        data["unit_archs"] = old["unit_archs"]      # the package's own rule, written by hand
     for block in ("kernels", "python_free"):
         if isinstance(old.get(block), dict) and old.get("version") == recipe.source.version:
             # what python -m tools.probe CELL --across-torch --write measured (the torch spans,
