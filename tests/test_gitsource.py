@@ -207,3 +207,25 @@ def test_the_flash_attn_3_recipe_is_a_git_source_of_a_whole_commit():
     assert len(git.commit) == 40
     assert [p.submodule for p in git.paths].count("csrc/cutlass") == 2
     assert recipe.abi.python == "abi3" and recipe.abi.torch == "stable"
+
+
+def test_the_refresh_reads_no_registry_for_a_git_source(tmp_path):
+    """No registry lists a git source's releases: the refresh says what it builds and asks
+    nothing (a registry call here would fail the test)."""
+    from ruamel.yaml.comments import CommentedMap
+
+    from tools.upstream.follow import Proposal, refresh_recipe
+
+    class NoRegistry:
+        def project(self, name):
+            raise AssertionError(f"asked the registry for {name}")
+
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "flash_attn_3")
+    proposal = Proposal()
+    assert refresh_recipe(NoRegistry(), recipe, CommentedMap(), "2026-11-29", tmp_path,
+                          proposal) is False
+    assert proposal.agreement == [
+        f"flash_attn_3: builds commit {recipe.source.git.commit[:12]} of "
+        "https://github.com/Dao-AILab/flash-attention (a git source: no registry lists its "
+        "releases, so a person moves the commit)"]
+    assert not proposal.changes and not proposal.notes

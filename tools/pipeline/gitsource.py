@@ -40,8 +40,8 @@ FETCH_TIMEOUT = 1800
 MAX_MEMBERS = 50_000
 MAX_BYTES = 1 << 30
 #: git without prompts, hooks, credential helpers or the user's templates.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_NO_LAZY_FETCH": "1", "GIT_ASKPASS": "", "SSH_ASKPASS": "",
-            "GIT_TEMPLATE_DIR": "", "GIT_CONFIG_NOSYSTEM": "1"}
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_NO_LAZY_FETCH": "1", "GIT_ASKPASS": "",
+            "SSH_ASKPASS": "", "GIT_TEMPLATE_DIR": "", "GIT_CONFIG_NOSYSTEM": "1"}
 _GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "credential.helper=",
                 "-c", "protocol.allow=never", "-c", "protocol.https.allow=always",
                 "-c", "protocol.file.allow=always")
