@@ -196,10 +196,24 @@ def test_a_series_outside_the_span_or_another_platform_keeps_its_group(flashy):
     for cell in cells:
         shared = cell.cuda == cuda and cell.torch in series[:2]
         assert (cell_group(cell, recipe).endswith("-kernels")) == shared, cell.id
-    write({**UNITS, "kernels": {cuda: {"platform": "linux_aarch64", "torch": series,
-                                       "digest": "d" * 64, "sources": sources_digest(recipe)}}})
+    arm = {"platform": "linux_aarch64", "torch": series, "digest": "d" * 64,
+           "sources": sources_digest(recipe)}
+    write({**UNITS, "kernels": {f"{cuda}-aarch64": arm}})
     assert not any(cell_group(c, recipe).endswith("-kernels") for c in cells
                    if c.platform == "linux_x86_64")
+    # each platform keeps its own record: Linux x86_64's beside aarch64's, read apart
+    write({**UNITS, "kernels": {cuda: {**arm, "platform": "linux_x86_64", "torch": list(series)},
+                                f"{cuda}-aarch64": arm}})
+    units = read_units(recipe)
+    assert {k: (s.cuda, s.platform) for k, s in units.kernels.items()} == {
+        cuda: (cuda, "linux_x86_64"), f"{cuda}-aarch64": (cuda, "linux_aarch64")}
+    assert all(cell_group(c, recipe).endswith("-kernels") for c in cells
+               if c.cuda == cuda and c.torch in series and c.platform == "linux_x86_64")
+    # a record under another platform's key is refused, naming the key it needs
+    write({**UNITS, "kernels": {cuda: arm}})
+    with pytest.raises(PlanError, match=f"is measured on linux_aarch64, so its key is "
+                                        f"'{cuda}-aarch64'"):
+        read_units(recipe)
 
 
 def test_a_span_measured_with_other_patches_is_ignored_until_measured_again(flashy):

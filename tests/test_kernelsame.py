@@ -117,6 +117,12 @@ def test_write_span_rewrites_only_the_kernels_block(tmp_path):
     assert "# a comment inside the file" in path.read_text()
     kernelsame.write_span(path, "13.0", None)                    # measured again: none share
     assert path.read_text() == original
+    # another platform's measurement goes under its own key, beside Linux x86_64's
+    kernelsame.write_span(path, "13.0", record)
+    kernelsame.write_span(path, "13.0", {**record, "platform": "linux_aarch64"})
+    assert set(yaml.safe_load(path.read_text())["kernels"]) == {"13.0", "13.0-aarch64"}
+    kernelsame.write_span(path, "13.0", None, platform="linux_aarch64")
+    assert set(yaml.safe_load(path.read_text())["kernels"]) == {"13.0"}
 
 
 def test_siblings_are_the_cells_that_differ_only_in_torch():

@@ -215,16 +215,36 @@ def _platform_and_torch(e: dict, where: str, p: Problems, fix: str) -> tuple[str
     return p.strings(e["torch"], f"{where}.torch")
 
 
+def record_key(cuda: str, platform: str) -> str:
+    """The key of a measured record (``kernels:``, ``python_free:``) in ``units.yaml``: the
+    CUDA version, with the cell id's platform part for a platform other than Linux x86_64
+    (``13.0``, ``13.0-aarch64``, ``13.0-win``), so each platform keeps its own measurement."""
+    part = PLATFORM_PART.get(platform, platform)
+    return f"{cuda}-{part}" if part else cuda
+
+
+def _keyed(key: object, e: dict, where: str, p: Problems, fix: str) -> str | None:
+    """The CUDA version of a record whose key is :func:`record_key` of it and its platform;
+    None (and a problem) otherwise."""
+    cuda = str(key).split("-", 1)[0]
+    if e["platform"] in PLATFORM_PART and record_key(cuda, e["platform"]) != str(key):
+        p.add(where, f"is measured on {e['platform']}, so its key is "
+                     f"{record_key(cuda, e['platform'])!r}, not {str(key)!r}", fix)
+        return None
+    return cuda
+
+
 def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
     fix = "measure it again: python -m tools.probe <cell> --across-torch --write"
     spans: dict[str, KernelSpan] = {}
-    for cuda, entry in block.items():
-        where = f"kernels.{cuda}"
+    for key, entry in block.items():
+        where = f"kernels.{key}"
         e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str,
                                    "sources": str}, {"read_with": str, "units": int,
                                                      "toolkit": str})
         if e is None:
             continue
+        cuda = _keyed(key, e, where, p, fix)
         torch = _platform_and_torch(e, where, p, fix)
         if torch is not None and len(torch) < 2:
             p.add(f"{where}.torch", "names fewer than two torch series: there is nothing to "
@@ -232,28 +252,29 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
         bad = [k for k in ("digest", "sources") if not _DIGEST.fullmatch(e[k])]
         for k in bad:
             p.add(f"{where}.{k}", "must be a sha256 (64 lowercase hex digits)", fix)
-        if not bad and torch is not None and len(torch) >= 2:
-            spans[str(cuda)] = KernelSpan(str(cuda), e["platform"], tuple(torch), e["digest"],
-                                          e["sources"], e.get("read_with", ""),
-                                          e.get("toolkit", ""))
+        if not bad and torch is not None and len(torch) >= 2 and cuda is not None:
+            spans[str(key)] = KernelSpan(cuda, e["platform"], tuple(torch), e["digest"],
+                                         e["sources"], e.get("read_with", ""),
+                                         e.get("toolkit", ""))
     return spans
 
 
 def _read_python_free(block: dict, p: Problems) -> dict[str, PythonFree]:
     fix = "measure it again: python -m tools.probe <cell> --across-torch --write"
     out: dict[str, PythonFree] = {}
-    for cuda, entry in block.items():
-        where = f"python_free.{cuda}"
+    for key, entry in block.items():
+        where = f"python_free.{key}"
         e = p.entry(entry, where, {"platform": str, "torch": list, "sources": str},
                     {"read_with": str, "units": int, "toolkit": str})
         if e is None:
             continue
+        cuda = _keyed(key, e, where, p, fix)
         torch = _platform_and_torch(e, where, p, fix)
         if not _DIGEST.fullmatch(e["sources"]):
             p.add(f"{where}.sources", "must be a sha256 (64 lowercase hex digits)", fix)
-        elif torch is not None:
-            out[str(cuda)] = PythonFree(str(cuda), e["platform"], tuple(torch), e["sources"],
-                                        e.get("read_with", ""))
+        elif torch is not None and cuda is not None:
+            out[str(key)] = PythonFree(cuda, e["platform"], tuple(torch), e["sources"],
+                                       e.get("read_with", ""))
     return out
 
 
@@ -294,7 +315,7 @@ def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
     own (no record for its CUDA version and platform, its series is not in it, or the record
     was measured with another sdist or other patches)."""
     units = read_units(recipe)
-    span = units.kernels.get(cell.cuda) if units else None
+    span = units.kernels.get(record_key(cell.cuda, cell.platform)) if units else None
     if span is None or span.platform != cell.platform or cell.torch not in span.torch:
         return None
     return span if span.sources == sources_digest(recipe) else None
@@ -304,7 +325,7 @@ def python_free(cell: Cell, recipe: Recipe) -> bool:
     """Were ``cell``'s CUDA units measured to include no Python header (:class:`PythonFree`)
     for its CUDA version, platform and torch series, with the recipe's sdist and patches?"""
     units = read_units(recipe)
-    record = units.python_free.get(cell.cuda) if units else None
+    record = units.python_free.get(record_key(cell.cuda, cell.platform)) if units else None
     return (record is not None and record.platform == cell.platform
             and cell.torch in record.torch and record.sources == sources_digest(recipe))
 

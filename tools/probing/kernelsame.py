@@ -37,12 +37,12 @@ from typing import TextIO
 import yaml
 
 from tools.core.errors import ProbeError
-from tools.core.variant import torch_series
+from tools.core.variant import DEFAULT_PLATFORM, torch_series
 from tools.pipeline.build_toolchain import build_process_env, find_nvcc
 from tools.pipeline.ccache import site_packages
 from tools.pipeline.report import Progress
 from tools.plan.cells import Cell, plan
-from tools.plan.groups import UNITS_FILE, sources_digest
+from tools.plan.groups import UNITS_FILE, record_key, sources_digest
 from tools.plan.job import BuildJob, Inputs
 from tools.plan.recipes.model import load_all
 from tools.plan.table import version_key
@@ -383,11 +383,14 @@ def python_free_record(job: BuildJob, series: list[SeriesKernels], toolkit: str 
 MEASURED_BLOCKS = ("kernels", "python_free")
 
 
-def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str = "kernels"
-               ) -> None:
-    """Put ``record`` under ``<block>.<cuda>`` in ``units_path`` (or remove the entry when it
-    is None); ``block`` is one of :data:`MEASURED_BLOCKS`. Only those blocks are rewritten, at
-    the end of the file: every other line, comments included, stays as it was."""
+def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str = "kernels",
+               platform: str = DEFAULT_PLATFORM) -> None:
+    """Put ``record`` under ``<block>.<key>`` in ``units_path`` (or remove the entry when it
+    is None), the key ``cuda`` and ``platform``'s (``tools.plan.groups.record_key``: each
+    platform keeps its own); ``block`` is one of :data:`MEASURED_BLOCKS`. Only those blocks
+    are rewritten, at the end of the file: every other line, comments included, stays as it
+    was."""
+    cuda = record_key(cuda, record["platform"] if record else platform)
     text = units_path.read_text()
     data = yaml.safe_load(text) or {}
     blocks = {name: dict(data.get(name) or {}) for name in MEASURED_BLOCKS}
@@ -497,7 +500,8 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
         # to share its object, not enough (torch_scatter's patched units had none and still
         # missed in a second Python's build), so a python_free: record is written by hand,
         # from kernels.json's, once a second Python's build has shown the kernels hitting.
-        write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["span"])
+        write_span(job.recipe.folder / UNITS_FILE, job.cell.cuda, record["span"],
+                   platform=job.cell.platform)
     table = format_table(job.id, series, verdicts)
     span = record["span"]
     record["table"] = table + "\n\n" + (
