@@ -2,7 +2,7 @@
 
 A recipe whose package publishes no sdist names a repository, a whole commit id and the paths to
 take (``tools.plan.recipes.source``). :func:`pack` fetches that commit alone (``git fetch
---depth 1`` of its trees, then the files it takes in one more fetch; git checks every object
+--depth 1`` of its trees, then each path's files in one fetch; git checks every object
 against its id, so the commit id names the bytes), and for
 a path inside a submodule the commit the superproject's tree records for it, from the URL its
 ``.gitmodules`` gives at that commit. It reads each file's bytes and mode from git's objects
