@@ -163,12 +163,12 @@ def fetch_blobs(repo: Path, shas: list[str], what: str) -> None:
 
 
 def _cat(repo: Path, shas: list[str], what: str) -> dict[str, bytes]:
-    """The bytes of each blob, read in one ``git cat-file --batch``."""
-    unique = list(dict.fromkeys(shas))
-    raw = _git(repo, "cat-file", "--batch", data=("\n".join(unique) + "\n").encode(),
+    """The bytes of each blob (``shas`` without repeats), read in one ``git cat-file
+    --batch``."""
+    raw = _git(repo, "cat-file", "--batch", data=("\n".join(shas) + "\n").encode(),
                what=what)                   # GIT_NO_LAZY_FETCH: every blob was fetched
     out, at, total = {}, 0, 0
-    for sha in unique:
+    for sha in shas:
         end = raw.index(b"\n", at)
         header = raw[at:end].split()
         if len(header) != 3:

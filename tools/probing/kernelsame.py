@@ -390,14 +390,14 @@ def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str =
     platform keeps its own); ``block`` is one of :data:`MEASURED_BLOCKS`. Only those blocks
     are rewritten, at the end of the file: every other line, comments included, stays as it
     was."""
-    cuda = record_key(cuda, record["platform"] if record else platform)
+    key = record_key(cuda, record["platform"] if record else platform)
     text = units_path.read_text()
     data = yaml.safe_load(text) or {}
     blocks = {name: dict(data.get(name) or {}) for name in MEASURED_BLOCKS}
     if record is None:
-        blocks[block].pop(cuda, None)
+        blocks[block].pop(key, None)
     else:
-        blocks[block][cuda] = record
+        blocks[block][key] = record
     lines = text.splitlines(keepends=True)
     kept, inside = [], False
     for line in lines:

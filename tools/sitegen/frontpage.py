@@ -38,6 +38,7 @@ from .placement import (FileView, place_variants, project_name, version_key, whe
                         wheel_tags)
 from tools.pipeline.buildreport import BuildReport, ReportError, read_report
 from tools.plan.cells import Cell, left_out, plan
+from tools.plan.recipes.freethreaded import is_free_threaded
 from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.table import Table, python_key
 from tools.core.platforms import PLATFORMS
@@ -68,7 +69,7 @@ def python_labels(tags: frozenset[Tag]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(labels))
 
 
-def _python_sort_key(label: str) -> tuple:
+def python_sort_key(label: str) -> tuple:
     """Python versions numerically (3.10 after 3.9), then other tags (``py3``) by name."""
     head = label.rstrip("+")
     if head.removesuffix("t").replace(".", "").isdigit():
@@ -159,7 +160,7 @@ def coverage_matrix(views: Mapping[str, FileView], placed: Mapping[Variant, list
     for project in sorted(cells):
         rows = cells[project]
         columns = sorted({c for cols in rows.values() for c in cols}, key=order.__getitem__)
-        pythons = sorted({p for cols in rows.values() for ps in cols.values() for p in ps}, key=_python_sort_key)
+        pythons = sorted({p for cols in rows.values() for ps in cols.values() for p in ps}, key=python_sort_key)
         versions = sorted(rows, key=parse_version, reverse=True)
         matrix.append({
             "name": names[project][1],
@@ -216,7 +217,7 @@ def _covers(filename: str, python: str, platform: str | None) -> bool:
         return False
     for label in python_labels(wheel_tags(filename)):
         # abi3 (3.9+) covers the normal builds only: no free-threaded limited API before 3.15
-        if label == python or (label.endswith("+") and not python.endswith("t")
+        if label == python or (label.endswith("+") and not is_free_threaded(python)
                                and version_key(label[:-1]) <= version_key(python)):
             return True
         if label.startswith("py3"):

@@ -21,7 +21,7 @@ from packaging.tags import Tag
 from tools.core.platforms import PLATFORMS, tag_platform
 from tools.core.variant import Variant
 from tools.plan.table import Table, python_key, version_key
-from .frontpage import python_labels
+from .frontpage import python_labels, python_sort_key
 from .ledger_file import Entry
 from .placement import FileView, wheel_tags
 
@@ -130,7 +130,7 @@ def variant_wheels(placed: Mapping[Variant, list[Entry]],
                              platform == ANY_PLATFORM else "none"].append(e.version)
         out[variant.index_path] = [
             {"project": r["project"], "platform": r["platform"],
-             "pythons": ", ".join(sorted(r["pythons"], key=_label_key)),
+             "pythons": ", ".join(sorted(r["pythons"], key=python_sort_key)),
              "glibc": _glibc_summary(r["glibc"])}
             for _, r in sorted(rows.items(), key=lambda kv: (kv[0][0], _platform_order(kv[0][1])))]
     return out
@@ -147,11 +147,6 @@ def _shown(platform: str) -> str:
 def _platform_order(platform: str) -> int:
     order = list(PLATFORMS)
     return order.index(platform) if platform in order else -1
-
-
-def _label_key(label: str) -> tuple:
-    head = label.rstrip("+")
-    return (0, python_key(head)) if head.removesuffix("t").replace(".", "").isdigit() else (1, ())
 
 
 def _glibc_summary(by_need: Mapping[str, list[str]]) -> str:

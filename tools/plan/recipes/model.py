@@ -13,7 +13,6 @@ recipe and exits non-zero when any is wrong.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from .platforms import PlatformChoice, archs_on, parse_platforms
 from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
 from .shape import check_recipe_shape
-from .source import Source, parse_source
+from .source import CONTROL_RE as _CONTROL_RE, Source, parse_source
 from ..schema import Problems, load_yaml
 from .todo import check_todos
 from ..table import Table, arch_key, load_table, version_key
@@ -41,7 +40,6 @@ RECIPE_FILE = "recipe.yaml"
 
 # The shape's limits (the ABI kinds, the most GiB of a compile job, nvcc's threads, the build
 # number, a wheel's MiB per arch, the names of files, projects and modules) are the schema's.
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)

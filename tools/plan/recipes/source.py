@@ -23,7 +23,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..schema import Problems
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+#: Control characters: refused in a URL or a path (and in a requirement, ``model``).
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -112,16 +113,23 @@ def _source_url(p: Problems, url: str, sdist: str) -> None:
     ending in the sdist's name. Which host it may be is the download's to check
     (``tools.pipeline.source``)."""
     fix = "copy the URL from the registry's file listing"
-    problem = _https_problem(url)
-    if problem and not problem.endswith("is not an https URL"):
+    problem = _url_problem(url)
+    if problem:
         p.add("source.url", problem, fix)
-    elif problem or not url.endswith("/" + sdist):
+    elif not _is_https(url) or not url.endswith("/" + sdist):
         p.add("source.url", "must be an https URL ending in the sdist file name", fix)
 
 
-def _https_problem(url: str) -> str | None:
-    """Why ``url`` is not a plain https URL (a host alone, no query or fragment), or None."""
-    if _CONTROL_RE.search(url) or " " in url:
+def _is_https(url: str) -> bool:
+    """An https URL with a host (``url`` already passed :func:`_url_problem`)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" and bool(parts.hostname)
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` is not a plain URL (a host alone: no user, password or port; no query or
+    fragment), or None; the scheme is the caller's to check."""
+    if CONTROL_RE.search(url) or " " in url:
         return "contains spaces or control characters"
     try:
         parts = urllib.parse.urlsplit(url)
@@ -134,8 +142,6 @@ def _https_problem(url: str) -> str | None:
         return f"{url!r} names a port"
     if parts.query or parts.fragment or "?" in url or "#" in url:
         return f"{url!r} has a query or fragment"
-    if parts.scheme != "https" or not parts.hostname:
-        return f"{url!r} is not an https URL"
     return None
 
 
@@ -146,7 +152,8 @@ def _git(p: Problems, raw: object) -> GitSource | None:
     if m is None or not all(k in m for k in ("repository", "commit", "paths", "reason")):
         return None
     p.reason(m["reason"], "source.git.reason")
-    problem = _https_problem(m["repository"])
+    problem = _url_problem(m["repository"]) or (
+        None if _is_https(m["repository"]) else f"{m['repository']!r} is not an https URL")
     if problem:
         p.add("source.git.repository", problem,
               "write the https URL git clones, e.g. https://github.com/OWNER/NAME")
@@ -178,7 +185,7 @@ def _git(p: Problems, raw: object) -> GitSource | None:
 
 def _path_problem(path: str) -> str | None:
     """Why ``path`` can't name a place inside a repository or an archive, or None."""
-    if not path or _CONTROL_RE.search(path) or "\\" in path:
+    if not path or CONTROL_RE.search(path) or "\\" in path:
         return "is empty or has control characters or backslashes"
     if path.startswith("/") or ".." in path.split("/"):
         return "leaves the tree (absolute, or '..')"

@@ -51,7 +51,8 @@
   for (const k of keys) {
     const have = values[k].filter((v) => pool.some((r) => r[k] === v));
     const normal = have.filter((v) => !v.endsWith("t"));
-    choice[k] = k === "python" ? (normal.length ? normal : have)[(normal.length ? normal : have).length - 1] : have[0];
+    const from = k === "python" && normal.length ? normal : have;
+    choice[k] = k === "python" ? from[from.length - 1] : have[0];
     pool = pool.filter((r) => r[k] === choice[k]);
   }
 
