@@ -244,13 +244,23 @@ def test_an_nvcc_that_does_not_answer_is_refused(tmp_path):
     assert not toolkit_home(environ).exists()
 
 
-@pytest.mark.parametrize("machine,system", [("aarch64", "linux"), ("x86_64", "darwin"),
-                                            ("AMD64", "win32")])
-def test_the_pins_are_for_x86_64_linux_only(machine, system):
+@pytest.mark.parametrize("machine,system", [("ppc64le", "linux"), ("x86_64", "darwin"),
+                                            ("AMD64", "win32"), ("aarch64", "darwin")])
+def test_the_pins_are_for_linux_x86_64_and_aarch64_only(machine, system):
     with pytest.raises(ToolchainError, match=f"this machine is {system} {machine}") as info:
         check_machine(machine, system)
     assert "set CUDA_HOME" in info.value.hint
     check_machine("x86_64", "linux")
+    check_machine("aarch64", "linux")     # an arm64 runner installs its own machine's pins
+
+
+def test_this_machines_toolkit_takes_its_own_pins(monkeypatch):
+    from tools.pipeline import cudakit
+    monkeypatch.setattr(cudakit.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cudakit.sys, "platform", "linux")
+    assert cudakit.this_machine() == "aarch64"
+    monkeypatch.setattr(cudakit.platform, "machine", lambda: "riscv64")
+    assert cudakit.this_machine() == cudakit.MACHINE     # check_machine then refuses it
 
 
 def test_the_pins_name_each_part_once_with_a_sha256():

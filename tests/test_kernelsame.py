@@ -94,7 +94,26 @@ def test_the_span_is_the_series_that_preprocess_like_the_newest(tmp_path):
     assert record["torch"] == ["2.14", "2.13"] and record["units"] == 2
     assert record["digest"] == kernelsame.combined_digest(new) == kernelsame.combined_digest(same)
     assert record["platform"] == "linux_x86_64" and "--across-torch --write" in record["read_with"]
-    assert kernelsame.span_record(job, [new, other]) is None
+    assert record["measured"] == ["2.14", "2.13", "2.11"]
+    # no two alike: the newest alone, the others named as measured (nothing shared, not due)
+    alone = kernelsame.span_record(job, [new, other])
+    assert alone["torch"] == ["2.14"] and alone["measured"] == ["2.14", "2.11"]
+    # every series alike: no measured list, the record as before
+    assert "measured" not in kernelsame.span_record(job, [new, same])
+
+
+def test_a_new_series_that_differs_leaves_the_older_series_span_as_it_was():
+    job = load_job("causal_conv1d-3.12-cu130")
+    new = _series("2.16.0+cu130", **{"a.cu": ("changed", {})})
+    older = [_series(f"{t}+cu130", **{"a.cu": ("x", {})}) for t in ("2.14.1", "2.13.0", "2.12.1")]
+    record = kernelsame.span_record(job, [new, *older])
+    assert record["torch"] == ["2.14", "2.13", "2.12"]
+    assert record["measured"] == ["2.16", "2.14", "2.13", "2.12"]
+    assert record["digest"] == kernelsame.combined_digest(older[0])
+    # two sets of two: the one with the newest series
+    also_new = _series("2.15.0+cu130", **{"a.cu": ("changed", {})})
+    pair = kernelsame.span_record(job, [new, also_new, *older[:2]])
+    assert pair["torch"] == ["2.16", "2.15"] and pair["digest"] == kernelsame.combined_digest(new)
 
 
 def test_write_span_rewrites_only_the_kernels_block(tmp_path):

@@ -1130,3 +1130,53 @@ def test_reading_the_registry_shows_progress_on_a_terminal_and_in_a_log(repo, fa
     text = got.decode()
     assert text.startswith("\rreading the registry: 1 torch/json") and "\n" not in text
     assert text.endswith("\r") and f"reading the registry: {len(lines)}" not in text.split("\r")[-1]
+
+
+# --------------------------------------------------------------------------- kernel records
+
+
+def test_a_new_series_makes_its_kernel_record_due_and_the_measurement_joins_it(
+        repo, fake, monkeypatch, capsys, tmp_path):
+    """causal_conv1d's kernels are recorded as shared by torch 2.14 and 2.13 for CUDA 13.0. The
+    registry's torch 2.15 (a CUDA 13.0 build) joins the table: the record lacks 2.15, so
+    --kernel-plan names the job that measures it, on the runner file's label; the job's
+    kernels.json, given to --kernel-records with --write, puts 2.15 into the record in the same
+    change, and the summary says so."""
+    from tools.plan.groups import sources_digest
+    without_release(fake, "causal-conv1d", "1.7.0")
+    fake.variant_page = variant_page(VARIANTS_215)
+    table = load_table(repo / "table.yaml")
+    recipe, = load_all(repo, table)
+    record = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "digest": "d" * 64,
+              "sources": sources_digest(recipe), "units": 1, "read_with": "by hand"}
+    (repo / "causal_conv1d" / "units.yaml").write_text(yaml.safe_dump({
+        "schema": 1, "version": "1.6.1", "units": {"cuda": ["csrc/a.cu"]},
+        "cost": {"cuda": {"seconds": 10, "reason": "stated for the test"}},
+        "kernels": {"13.0": record}}, sort_keys=False))
+    (repo / "runners.yaml").write_text((ROOT / "recipes" / "runners.yaml").read_text())
+    plan_file, summary_file = tmp_path / "kernels.json", tmp_path / "summary.md"
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--kernel-plan",
+                         str(plan_file), "--summary", str(summary_file))
+    assert rc == 0, err
+    entry, = json.loads(plan_file.read_text())["include"]
+    assert (entry["package"], entry["cuda"], entry["platform"], entry["stand_in"]) == (
+        "causal_conv1d", "13.0", "linux_x86_64", "")
+    assert entry["runner"] == "ubuntu-24.04" and entry["cell"].startswith("causal_conv1d-3.")
+    text = summary_file.read_text()
+    assert "### Kernel records" in text and "torch 2.15 not measured" in text
+
+    measured = tmp_path / "artifacts" / f"kernels-{entry['cell']}" / "kernels"
+    measured.mkdir(parents=True)
+    span = {**record, "torch": ["2.15", "2.14"], "read_with": "the job"}
+    (measured / "kernels.json").write_text(json.dumps({"cell": entry["cell"], "span": span}))
+    rc, _, err = run_cli(repo, fake, monkeypatch, capsys, "--write", "--kernel-records",
+                         str(tmp_path / "artifacts"), "--kernel-plan", str(plan_file),
+                         "--summary", str(summary_file))
+    assert rc == 0, err
+    units = yaml.safe_load((repo / "causal_conv1d" / "units.yaml").read_text())
+    assert units["kernels"]["13.0"]["torch"] == ["2.15", "2.14"]
+    text = summary_file.read_text()
+    assert ("- causal_conv1d CUDA 13.0 on linux_x86_64: 1 CUDA units alike in torch 2.15, 2.14: "
+            "one kernel group") in text
+    assert "- every kernel record is current" in text
+    assert json.loads(plan_file.read_text()) == {"include": []}

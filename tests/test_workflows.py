@@ -1687,10 +1687,11 @@ def test_refresh_runs_daily_and_by_hand_and_only_on_main(workflows):
     assert set(wf["on"]) == {"schedule", "workflow_dispatch"}  # never for a pull request
     assert len(wf["on"]["schedule"]) == 1
     assert wf["concurrency"] == {"group": "registry-refresh", "cancel-in-progress": False}
-    assert list(wf["jobs"]) == ["read", "probe", "refresh"]
-    read, probe, job = (wf["jobs"][j] for j in ("read", "probe", "refresh"))
+    assert list(wf["jobs"]) == ["read", "probe", "kernels", "refresh"]
+    read, probe, kernels, job = (wf["jobs"][j] for j in ("read", "probe", "kernels", "refresh"))
     # Only the last job writes; the registry is read and the probes run with a read-only token.
-    assert read["permissions"] == probe["permissions"] == {"contents": "read"}
+    assert read["permissions"] == probe["permissions"] == kernels["permissions"] == {
+        "contents": "read"}
     assert job["permissions"] == {"contents": "write", "pull-requests": "write",
                                   "actions": "write"}
     _, first = _step(read, "Read the registry")
@@ -1700,7 +1701,9 @@ def test_refresh_runs_daily_and_by_hand_and_only_on_main(workflows):
     _, pr = _step(job, "Open or update the pull request")
     assert again["run"].startswith(".venv/bin/python -m tools.refresh --write --summary ")
     assert '--probes "$RUNNER_TEMP/probes"' in again["run"]
-    assert "env" not in first and "env" not in again  # the registry is read without the token
+    # the registry is read without the token (the runner file only names the jobs' runners)
+    runners_file = {"RUNNERS_FILE": "${{ vars.CUWHEELS_RUNNERS || 'recipes/runners.yaml' }}"}
+    assert first["env"] == again["env"] == runners_file
     assert pr["env"] == {"GH_TOKEN": "${{ github.token }}"}
 
 
@@ -1725,10 +1728,41 @@ def test_refresh_probes_every_named_cell_and_writes_after_them(workflows):
     _, report = _step(probe, "Keep the report")
     assert report["with"]["name"] == "probe-${{ matrix.cell }}"
     assert report["with"]["path"] == "${{ runner.temp }}/probe/*/probe/probe.json"
-    assert job["needs"] == ["read", "probe"]
+    assert job["needs"] == ["read", "probe", "kernels"]
     assert job["if"].startswith("always() && needs.read.result == 'success' && ")
     _, reports = _step(job, "Take the probe reports")
     assert reports["with"] == {"pattern": "probe-*", "path": "${{ runner.temp }}/probes"}
+
+
+def test_refresh_measures_each_due_kernel_record_on_its_platforms_runner(workflows):
+    """read names the kernel records due (--kernel-plan); one job per record runs on the
+    runner its entry names (an arm64 machine for an aarch64 record) and measures it with the
+    probe, nothing compiled; a failed measurement doesn't fail the job; the writing job takes
+    every measurement and writes them into the recipes (--kernel-records)."""
+    wf = workflows["refresh.yml"]
+    read, kernels, job = (wf["jobs"][j] for j in ("read", "kernels", "refresh"))
+    _, first = _step(read, "Read the registry")
+    assert '--kernel-plan "$RUNNER_TEMP/kernels.json" --runners "$RUNNERS_FILE"' in first["run"]
+    assert read["outputs"]["kernels"] == "${{ steps.read.outputs.kernels }}"
+    assert kernels["needs"] == "read" and kernels["if"] == "needs.read.outputs.kernel_count != '0'"
+    assert kernels["runs-on"] == "${{ matrix.runner }}"
+    assert kernels["strategy"] == {"fail-fast": False,
+                                   "matrix": "${{ fromJSON(needs.read.outputs.kernels) }}"}
+    _, taken = _step(kernels, "Take the proposed recipes")
+    assert (taken["with"]["name"], taken["with"]["path"]) == ("proposed-recipes", "recipes")
+    _, tools = _step(kernels, "Toolchain (the runner has no CUDA toolkit)")
+    assert "make setup EXTRAS=farm" in tools["run"]       # zizmor has no aarch64 wheel
+    _, run = _step(kernels, "Measure")
+    assert run["env"] == {"CELL": "${{ matrix.cell }}", "STAND_IN": "${{ matrix.stand_in }}"}
+    assert ('.venv/bin/python -m tools.probe "$CELL" --across-torch ${STAND_IN:+"$STAND_IN"} '
+            '--work "$RUNNER_TEMP/kernels" || status=$?') in run["run"]
+    _, kept = _step(kernels, "Keep the measurement")
+    assert kept["with"]["name"] == "kernels-${{ matrix.cell }}"
+    assert kept["with"]["path"] == "${{ runner.temp }}/kernels/*/kernels/kernels.json"
+    _, measurements = _step(job, "Take the measurements")
+    assert measurements["with"] == {"pattern": "kernels-*", "path": "${{ runner.temp }}/kernels"}
+    _, again = _step(job, "Read the registry")
+    assert '--kernel-records "$RUNNER_TEMP/kernels"' in again["run"]
 
 
 def test_the_read_steps_matrix_output_is_what_the_refresh_writes(workflows, tmp_path):
@@ -1738,11 +1772,15 @@ def test_the_read_steps_matrix_output_is_what_the_refresh_writes(workflows, tmp_
     venv = tmp_path / ".venv" / "bin"
     venv.mkdir(parents=True)
     plan = {"include": [{"package": "a", "series": "2.16", "cell": "a-3.11-cu132", "archs": "90"}]}
+    due = {"include": [{"package": "a", "cuda": "13.0", "platform": "linux_aarch64",
+                        "cell": "a-3.11-cu130-aarch64", "runner": "ubuntu-24.04-arm",
+                        "stand_in": ""}] * 2}
     (venv / "python").write_text(
         "#!/bin/bash\n"
         'if [[ "$1" == -m ]]; then\n'
         '  echo summary > "$RUNNER_TEMP/summary.md"\n'
         f"  echo '{json.dumps(plan)}' > \"$RUNNER_TEMP/probes.json\"\n"
+        f"  echo '{json.dumps(due)}' > \"$RUNNER_TEMP/kernels.json\"\n"
         "else\n"
         f'  exec {sys.executable} "$@"\n'
         "fi\n")
@@ -1752,7 +1790,8 @@ def test_the_read_steps_matrix_output_is_what_the_refresh_writes(workflows, tmp_
            "GITHUB_STEP_SUMMARY": str(summary)}
     subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
                    check=True, timeout=60)
-    assert out.read_text() == f"probes={json.dumps(plan)}\ncount=1\n"
+    assert out.read_text() == (f"probes={json.dumps(plan)}\ncount=1\n"
+                               f"kernels={json.dumps(due)}\nkernel_count=2\n")
 
 
 FAKE_GH = """#!/bin/bash

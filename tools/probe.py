@@ -11,8 +11,9 @@ from pathlib import Path
 from tools import RECIPES_DIR
 from tools.core.errors import CompileError, ProbeError, cli
 from tools.plan.job import Inputs, load_job
-from tools.plan.table import TABLE_PATH
-from tools.probing import kernelsame, probe_build
+from tools.plan.recipes.model import load_all
+from tools.plan.table import TABLE_PATH, load_table
+from tools.probing import kernelsame, probe_build, records
 
 
 @cli
@@ -25,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", type=Path, metavar="WORK",
                     help="print the probes' results under WORK (a --work directory) as the "
                          "README's markdown table, and probe nothing")
+    ap.add_argument("--due", action="store_true",
+                    help="print the kernel records due for measuring (never measured, other "
+                         "sources, a torch series not measured: tools/probing/records.py), each "
+                         "with the command that measures it, and probe nothing")
     ap.add_argument("--across-torch", action="store_true",
                     help="compile nothing: preprocess the cell's CUDA units against every torch "
                          "series its CUDA version builds and say which units differ and which "
@@ -63,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
                                   f"(default {probe_build.DEFAULT_WORK})")
         print("\n".join([probe_build.TABLE_HEADER, *rows]))
         return 0
+    if args.due:
+        table = load_table(args.table)
+        print(records.due_table(*records.due_records(load_all(args.recipes, table), table)))
+        return 0
     if not args.cell:
-        ap.error("name a cell to probe (or --summary WORK)")
+        ap.error("name a cell to probe (or --summary WORK, or --due)")
     if args.write and not args.across_torch:
         ap.error("--write records what --across-torch measures: give both")
     if args.toolkit_stand_in and not args.across_torch:

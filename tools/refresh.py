@@ -14,11 +14,16 @@ from datetime import date
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.core.errors import ToolchainError, cli
+from tools.core.errors import TableError, ToolchainError, cli
 from tools.core.progress import StepCounter
 from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.images import propose_images
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
+from tools.plan.recipes.model import load_all
+from tools.plan.runners import load_runners
+from tools.plan.schema import load_yaml
+from tools.plan.table import parse_table
+from tools.probing.records import apply_records, due_records, due_table, record_matrix
 from tools.upstream.verdicts import probe_matrix
 
 
@@ -35,6 +40,18 @@ def parser() -> argparse.ArgumentParser:
                     help="probe reports (probe.json files, any layout) of those cells: the "
                          "summary gives each recipe's verdict, and a failure an exclusion (a "
                          "folder that isn't there holds no report: every cell 'not probed')")
+    ap.add_argument("--kernel-plan", type=Path, metavar="FILE",
+                    help="write the kernel records due (tools/probing/records.py: never measured, "
+                         "other sources, a torch series not measured), of the recipes as "
+                         "written, as a GitHub matrix (JSON) of probe jobs, each on its "
+                         "platform's runner")
+    ap.add_argument("--kernel-records", type=Path, metavar="DIR",
+                    help="the kernels.json files those jobs wrote (any layout): each "
+                         "measurement of the recipes as they are now is written into its "
+                         "units.yaml, the others said in the summary and left out")
+    ap.add_argument("--runners", type=Path, metavar="FILE",
+                    help="--kernel-plan: the runner file whose labels the jobs run on (default: "
+                         "RECIPES/runners.yaml; in CI the repository variable CUWHEELS_RUNNERS)")
     ap.add_argument("--reprobe", action="append", default=[], metavar="SERIES",
                     help="also probe every recipe against this series the table already has, as "
                          "if it were new (repeatable): its cells join --probe-plan, its verdicts "
@@ -77,16 +94,50 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_plan:
         args.probe_plan.write_text(json.dumps(probe_matrix(proposal.targets)) + "\n",
                                    encoding="utf-8")
-    if args.summary:
-        args.summary.write_text(text, encoding="utf-8")
     if args.write:
         write_all(proposal.new, proposal.old)
         print(f"wrote {len(proposal.new)} file(s)" if proposal.new else "nothing to change",
               file=sys.stderr)
     else:
         sys.stdout.write(proposal.diff(args.recipes.resolve().parent))
+    # After the proposal is written: the records are of the recipes and table it proposes
+    # (a new series' row makes its records due, and its measurements apply to it).
+    text += _kernel_records(args)
+    if args.summary:
+        args.summary.write_text(text, encoding="utf-8")
     print(text, file=sys.stderr)
     return 0
+
+
+def _kernel_records(args: argparse.Namespace) -> str:
+    """``--kernel-records`` (written with ``--write``, else printed as a diff) and
+    ``--kernel-plan``, of the recipes on disk; the summary's section on them."""
+    if not (args.kernel_plan or args.kernel_records):
+        return ""
+    # Read again, not load_table's cached copy: --write has just rewritten the file.
+    path = args.table or args.recipes / "table.yaml"
+    table = parse_table(load_yaml(path, TableError), path)
+    lines = ["", "### Kernel records", ""]
+    if args.kernel_records:
+        applied = apply_records(args.kernel_records, args.recipes, table)
+        if args.write:
+            write_all(applied.new, applied.old)
+        else:
+            sys.stdout.write("".join(
+                line for path, new in applied.new.items() for line in difflib.unified_diff(
+                    applied.old[path].splitlines(True), new.splitlines(True),
+                    f"a/{path.parent.name}/{path.name}", f"b/{path.parent.name}/{path.name}")))
+        lines += [f"- {line}" for line in applied.lines] or [
+            f"- no measurement in {args.kernel_records}"]
+    if args.kernel_plan:
+        recipes = load_all(args.recipes, table)
+        due, skipped = due_records(recipes, table)
+        runners = load_runners(args.runners or args.recipes / "runners.yaml",
+                               {r.package for r in recipes})
+        args.kernel_plan.write_text(json.dumps(record_matrix(due, runners)) + "\n",
+                                    encoding="utf-8")
+        lines += ["Due for measuring (`--kernel-plan`):", "", due_table(due, skipped)]
+    return "\n".join(lines) + "\n"
 
 
 def _images(args: argparse.Namespace) -> int:

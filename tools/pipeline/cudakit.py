@@ -161,14 +161,23 @@ def is_complete(home: Path, parts: Iterable[Part] = PARTS) -> bool:
 
 
 def check_machine(machine: str | None = None, system: str | None = None) -> None:
-    """ToolchainError unless this is the x86_64 Linux the pins are for."""
+    """ToolchainError unless this is a Linux machine the pins are for (x86_64, aarch64)."""
     machine = machine or platform.machine()
     system = system or sys.platform
-    if machine != MACHINE or not system.startswith("linux"):
+    if machine not in MACHINE_PARTS or not system.startswith("linux"):
         raise ToolchainError(
-            f"the CUDA {CUDA} toolkit from PyPI is pinned for x86_64 Linux "
-            f"(recipes/cuda-toolkit/x86_64.txt); this machine is {system} {machine}",
+            f"the CUDA {CUDA} toolkit from PyPI is pinned for Linux "
+            f"{' and '.join(MACHINE_PARTS)} (recipes/cuda-toolkit/); this machine is "
+            f"{system} {machine}",
             hint="install NVIDIA's CUDA toolkit for this machine and set CUDA_HOME to it")
+
+
+def this_machine() -> str:
+    """The machine whose pins a toolkit for this machine takes: ``platform.machine()`` where
+    there are pins for it (an aarch64 Linux runner measuring its own kernels), else
+    :data:`MACHINE` (:func:`check_machine` then refuses another)."""
+    machine = platform.machine()
+    return machine if machine in MACHINE_PARTS and sys.platform.startswith("linux") else MACHINE
 
 
 def download(dest: Path, *, parts: Iterable[Part] = PARTS, wheels: Path | None = None,
@@ -309,14 +318,17 @@ def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = ""
     """The toolkit root (for ``CUDA_HOME``), installed from PyPI the first time; later calls
     return it at once. ``reason`` starts the line said when it is installed (why it is needed).
     ``machine``: another machine's toolkit (``aarch64``), assembled here for an image of that
-    machine, never run here; default: this machine's, which must be the x86_64 the pins are for.
+    machine, never run here; default: this machine's (:func:`this_machine`), which must be a
+    Linux machine the pins are for.
 
     One install at a time: a second process waits on the lock, then finds it complete.
     """
     environ = os.environ if environ is None else environ
-    foreign = machine is not None and machine != MACHINE
-    parts = parts if parts is not None else machine_parts(machine or MACHINE)
-    home = toolkit_home(environ, machine or MACHINE)
+    native = this_machine()
+    foreign = machine is not None and machine != native
+    machine = machine or native
+    parts = parts if parts is not None else machine_parts(machine)
+    home = toolkit_home(environ, machine)
     if is_complete(home, parts):
         return home
     if not foreign:
@@ -335,8 +347,8 @@ def ensure_toolkit(environ: Mapping[str, str] | None = None, *, reason: str = ""
         try:
             found = download(scratch / "wheels", parts=parts,
                              wheels=Path(wheels) if wheels else None, machine=machine)
-            kit = assemble(found, scratch / "toolkit", TARGET_DIRS[machine or MACHINE])
-            _check_assembled(kit, machine or MACHINE)
+            kit = assemble(found, scratch / "toolkit", TARGET_DIRS[machine])
+            _check_assembled(kit, machine)
             (kit / MARKER).write_text(marker_text(parts))
             # what was there is an incomplete or differently pinned toolkit
             if home.is_symlink() or home.is_file():

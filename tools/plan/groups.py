@@ -52,7 +52,9 @@ class UnitCost:
 @dataclass(frozen=True)
 class KernelSpan:
     """The torch series of one CUDA version whose CUDA units all preprocess the same (measured),
-    on one platform, and the digest of that text."""
+    on one platform, and the digest of that text. A record of one series (``measured`` naming
+    others) says that no two of the series measured share their kernels: it shares nothing,
+    and it keeps the refresh from measuring those series again (``tools.probing.records``)."""
 
     cuda: str
     platform: str
@@ -67,6 +69,18 @@ class KernelSpan:
     #: What preprocessed the units where it was not the CUDA version's own toolkit (the
     #: probe's ``--toolkit-stand-in``: CUDA 12.x measured with CUDA 13's nvcc answering as it).
     toolkit: str = ""
+    #: Every series the probe measured, ``torch`` among them (empty: ``torch`` alone).
+    measured: tuple[str, ...] = ()
+
+    @property
+    def shares(self) -> bool:
+        """Do two series or more share the kernels (else: a measurement that none do)?"""
+        return len(self.torch) >= 2
+
+    @property
+    def measured_series(self) -> tuple[str, ...]:
+        """The series the probe measured: ``measured``, or ``torch`` where it is not given."""
+        return self.measured or self.torch
 
 
 @dataclass(frozen=True)
@@ -138,9 +152,15 @@ def read_units(recipe: Recipe) -> UnitList | None:
         return None
     if not path.is_file():
         return None
+    return parse_units(path, recipe.package, recipe.source.version)
+
+
+def parse_units(path: Path, package: str, version: str) -> UnitList:
+    """The unit list in ``path`` for ``package`` ``version``, checked as the plan checks a
+    recipe's (PlanError naming the file, the field and the fix)."""
+    stat = path.stat()
     # A plan asks once per cell (its group's id and key); the file is read once per version.
-    return _read_units(path, stat.st_mtime_ns, stat.st_size, recipe.package,
-                       recipe.source.version)
+    return _read_units(path, stat.st_mtime_ns, stat.st_size, package, version)
 
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -241,21 +261,29 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
         where = f"kernels.{key}"
         e = p.entry(entry, where, {"platform": str, "torch": list, "digest": str,
                                    "sources": str}, {"read_with": str, "units": int,
-                                                     "toolkit": str})
+                                                     "toolkit": str, "measured": list})
         if e is None:
             continue
         cuda = _keyed(key, e, where, p, fix)
         torch = _platform_and_torch(e, where, p, fix)
-        if torch is not None and len(torch) < 2:
-            p.add(f"{where}.torch", "names fewer than two torch series: there is nothing to "
-                                    "share", fix)
+        measured = p.strings(e["measured"], f"{where}.measured") if "measured" in e else ()
+        ok = torch is not None and measured is not None
+        if ok and not set(torch) <= set(measured or torch):
+            p.add(f"{where}.measured", f"lacks {', '.join(sorted(set(torch) - set(measured)))}"
+                                       ": every series under torch was measured", fix)
+            ok = False
+        if ok and (not torch or len(measured or torch) < 2):
+            p.add(f"{where}.torch", "names fewer than two torch series measured: there is "
+                                    "nothing to share (a record of one series names the others "
+                                    "measured under measured)", fix)
+            ok = False
         bad = [k for k in ("digest", "sources") if not _DIGEST.fullmatch(e[k])]
         for k in bad:
             p.add(f"{where}.{k}", "must be a sha256 (64 lowercase hex digits)", fix)
-        if not bad and torch is not None and len(torch) >= 2 and cuda is not None:
+        if not bad and ok and cuda is not None:
             spans[str(key)] = KernelSpan(cuda, e["platform"], tuple(torch), e["digest"],
                                          e["sources"], e.get("read_with", ""),
-                                         e.get("toolkit", ""))
+                                         e.get("toolkit", ""), tuple(measured or ()))
     return spans
 
 
@@ -312,11 +340,12 @@ def stale_spans(recipe: Recipe) -> list[KernelSpan]:
 
 def kernel_span(cell: Cell, recipe: Recipe) -> KernelSpan | None:
     """The measured span ``cell``'s kernels belong to, None when its torch series compiles its
-    own (no record for its CUDA version and platform, its series is not in it, or the record
-    was measured with another sdist or other patches)."""
+    own (no record for its CUDA version and platform, its series is not in it, the record says
+    no two series share, or it was measured with another sdist or other patches)."""
     units = read_units(recipe)
     span = units.kernels.get(record_key(cell.cuda, cell.platform)) if units else None
-    if span is None or span.platform != cell.platform or cell.torch not in span.torch:
+    if (span is None or not span.shares or span.platform != cell.platform
+            or cell.torch not in span.torch):
         return None
     return span if span.sources == sources_digest(recipe) else None
 

@@ -79,7 +79,8 @@ def _measured(recipe: Recipe, platform: str) -> tuple[set[str], set[str]]:
     if units is None:
         return set(), set()
     now = sources_digest(recipe)
-    spans = {s.cuda for s in units.kernels.values() if s.platform == platform and s.sources == now}
+    spans = {s.cuda for s in units.kernels.values()
+             if s.shares and s.platform == platform and s.sources == now}
     free = {f.cuda for f in units.python_free.values()
             if f.platform == platform and f.sources == now}
     return spans, free

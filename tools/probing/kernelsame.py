@@ -344,21 +344,28 @@ def combined_digest(kernels: SeriesKernels) -> str:
 
 
 def span_record(job: BuildJob, series: list[SeriesKernels], toolkit: str | None = None
-                ) -> dict | None:
-    """The ``kernels:`` entry of ``units.yaml`` for ``job``'s CUDA version: the series whose
-    units all preprocess like the newest one's (two at least), None when no other does.
+                ) -> dict:
+    """The ``kernels:`` entry of ``units.yaml`` for ``job``'s CUDA version: the largest set of
+    series whose units all preprocess alike (of two equal sets, the one with the newer
+    series), under ``torch``, and every series measured under ``measured`` where that is more.
+    When no two series preprocess alike, ``torch`` is the newest alone: the record then says
+    so, shares nothing, and keeps those series from being measured again. A new series that
+    differs from the rest so leaves their span as it was, rather than ending it.
     ``toolkit``: what preprocessed them, where it was not the cell's own CUDA version."""
-    newest = combined_digest(series[0])
-    same = [s for s in series if combined_digest(s) == newest]
-    if len(same) < 2:
-        return None
+    classes: dict[str, list[SeriesKernels]] = {}
+    for s in series:                                    # newest first, so each class is too
+        classes.setdefault(combined_digest(s), []).append(s)
+    # max keeps the first of equals: the class holding the newest series comes first
+    digest, same = max(classes.items(), key=lambda item: len(item[1]))
     record = {"platform": job.cell.platform,
               "torch": [torch_series(s.torch) for s in same],
-              "digest": newest, "sources": sources_digest(job.recipe),
+              "digest": digest, "sources": sources_digest(job.recipe),
               "units": len(series[0].units),
               "read_with": f"python -m tools.probe {job.id} --across-torch --write"
                            f"{' --toolkit-stand-in' if toolkit else ''} "
-                           f"(torch {', '.join(s.torch for s in same)})"}
+                           f"(torch {', '.join(s.torch for s in series)})"}
+    if len(same) < len(series):
+        record["measured"] = [torch_series(s.torch) for s in series]
     if toolkit:
         record["toolkit"] = toolkit
     return record
@@ -386,21 +393,29 @@ MEASURED_BLOCKS = ("kernels", "python_free")
 def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str = "kernels",
                platform: str = DEFAULT_PLATFORM) -> None:
     """Put ``record`` under ``<block>.<key>`` in ``units_path`` (or remove the entry when it
-    is None), the key ``cuda`` and ``platform``'s (``tools.plan.groups.record_key``: each
-    platform keeps its own); ``block`` is one of :data:`MEASURED_BLOCKS`. Only those blocks
-    are rewritten, at the end of the file: every other line, comments included, stays as it
-    was."""
+    is None): :func:`with_span` of the file's text, written whole or not at all."""
+    text = with_span(units_path.read_text(), cuda, record, block=block, platform=platform)
+    tmp = units_path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(units_path)
+
+
+def with_span(text: str, cuda: str, record: dict | None, *, block: str = "kernels",
+              platform: str = DEFAULT_PLATFORM) -> str:
+    """``units.yaml``'s ``text`` with ``record`` under ``<block>.<key>`` (or that entry
+    removed when it is None), the key ``cuda`` and ``platform``'s
+    (``tools.plan.groups.record_key``: each platform keeps its own); ``block`` is one of
+    :data:`MEASURED_BLOCKS`. Only those blocks are rewritten, at the end of the file: every
+    other line, comments included, stays as it was."""
     key = record_key(cuda, record["platform"] if record else platform)
-    text = units_path.read_text()
     data = yaml.safe_load(text) or {}
     blocks = {name: dict(data.get(name) or {}) for name in MEASURED_BLOCKS}
     if record is None:
         blocks[block].pop(key, None)
     else:
         blocks[block][key] = record
-    lines = text.splitlines(keepends=True)
     kept, inside = [], False
-    for line in lines:
+    for line in text.splitlines(keepends=True):
         if any(line.startswith(f"{name}:") for name in MEASURED_BLOCKS):
             inside = True
             continue
@@ -414,9 +429,7 @@ def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str =
     for name in MEASURED_BLOCKS:
         if blocks[name]:
             body += yaml.safe_dump({name: blocks[name]}, sort_keys=False, width=100)
-    tmp = units_path.with_suffix(".tmp")
-    tmp.write_text(body)
-    tmp.replace(units_path)
+    return body
 
 
 def format_table(cell: str, series: list[SeriesKernels], verdicts: list[UnitVerdict]) -> str:
@@ -506,5 +519,8 @@ def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO 
     span = record["span"]
     record["table"] = table + "\n\n" + (
         f"kernels shared by torch {', '.join(span['torch'])} (digest {span['digest'][:16]})"
-        if span else "no other series preprocesses like the newest: each compiles its kernels")
+        + (f"; measured apart: {', '.join(sorted(set(span['measured']) - set(span['torch'])))}"
+           if "measured" in span else "")
+        if len(span["torch"]) >= 2
+        else "no two series preprocess alike: each compiles its kernels")
     return record
