@@ -233,7 +233,7 @@ def test_a_span_measured_with_other_patches_is_ignored_until_measured_again(flas
 
 @pytest.mark.parametrize("entry,message", [
     ({"platform": "linux_x86_64", "torch": ["2.9"], "digest": "d" * 64, "sources": "e" * 64},
-     "kernels.12.6.torch: names fewer than two torch series: there is nothing to share"),
+     "kernels.12.6.torch: names fewer than two torch series measured: there is nothing to share"),
     ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "not a digest",
       "sources": "e" * 64}, "kernels.12.6.digest: must be a sha256 (64 lowercase hex digits)"),
     ({"platform": "linux-x86_64", "torch": ["2.9", "2.8"], "digest": "d" * 64,
@@ -242,6 +242,11 @@ def test_a_span_measured_with_other_patches_is_ignored_until_measured_again(flas
      "kernels.12.6.platform"),
     ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "digest": "d" * 64},
      "kernels.12.6.sources"),
+    ({"platform": "linux_x86_64", "torch": ["2.9", "2.8"], "measured": ["2.9", "2.7"],
+      "digest": "d" * 64, "sources": "e" * 64},
+     "kernels.12.6.measured: lacks 2.8: every series under torch was measured"),
+    ({"platform": "linux_x86_64", "torch": ["2.9"], "measured": ["2.9"], "digest": "d" * 64,
+      "sources": "e" * 64}, "kernels.12.6.torch: names fewer than two torch series measured"),
 ])
 def test_a_bad_kernels_block_is_refused(flashy, entry, message):
     _, recipe, _, write = flashy
@@ -252,6 +257,20 @@ def test_a_bad_kernels_block_is_refused(flashy, entry, message):
     # a wrong value asks for a new measurement; a missing key names the key to add
     assert ("python -m tools.probe <cell> --across-torch --write" in str(info.value)
             or "required key is missing" in str(info.value))
+
+
+def test_a_record_of_one_series_shares_nothing(flashy):
+    """A measurement in which no two series agree: read, and every series keeps its group."""
+    _, recipe, cells, write = flashy
+    cuda, series = _span(cells)
+    write({**UNITS, "kernels": {cuda: {"platform": "linux_x86_64", "torch": series[:1],
+                                       "measured": list(series), "digest": "d" * 64,
+                                       "sources": sources_digest(recipe)}}})
+    span, = read_units(recipe).kernels.values()
+    assert not span.shares and span.measured_series == tuple(series)
+    member = next(c for c in cells if c.cuda == cuda and c.torch == series[0])
+    assert kernel_span(member, recipe) is None
+    assert not cell_group(member, recipe).endswith("-kernels")
 
 
 def test_a_python_free_measurement_marks_the_groups_of_its_series(flashy):

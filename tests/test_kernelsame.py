@@ -334,3 +334,21 @@ def test_the_table_says_whether_the_pythons_of_a_series_share_the_units():
     free.units["b.cu"].python_headers = 111
     assert "1 of 2 CUDA units include Python's headers (`b.cu`): each Python compiles them" in \
         kernelsame.format_table("c", [free, free], verdicts)
+
+
+def test_a_measurement_that_adds_a_series_keeps_the_groups_digest():
+    """Measured elsewhere (another machine's system headers, another digest), a record whose
+    series include every series already recorded keeps the recorded digest, so the group's key
+    and the kernel store's entries stay; other sources or a series dropped take the new one."""
+    old = {"platform": "linux_x86_64", "torch": ["2.14", "2.13"], "digest": "a" * 64,
+           "sources": "s" * 64}
+    text = yaml.safe_dump({"schema": 1, "kernels": {"13.0": old}})
+    grown = {**old, "torch": ["2.15", "2.14", "2.13"], "digest": "b" * 64}
+    assert kernelsame.continued(text, "13.0", grown) == {**grown, "digest": "a" * 64}
+    assert kernelsame.continued(text, "13.0", {**grown, "sources": "t" * 64})["digest"] == "b" * 64
+    dropped = {**grown, "torch": ["2.15", "2.14"], "measured": ["2.15", "2.14", "2.13"]}
+    assert kernelsame.continued(text, "13.0", dropped)["digest"] == "b" * 64
+    aarch64 = {**grown, "platform": "linux_aarch64"}        # another platform's key: its own
+    assert kernelsame.continued(text, "13.0", aarch64)["digest"] == "b" * 64
+    alone = {**grown, "torch": ["2.15"], "measured": ["2.15", "2.14", "2.13"]}
+    assert kernelsame.continued(text, "13.0", alone)["digest"] == "b" * 64

@@ -392,7 +392,7 @@ def test_summary_of_a_directory_without_probes_is_a_named_error(tmp_path):
     assert "--work directory" in proc.stderr
     bare = subprocess.run([sys.executable, "-m", "tools.probe"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
-    assert bare.returncode == 2 and "name a cell to probe (or --summary WORK)" in bare.stderr
+    assert bare.returncode == 2 and "name a cell to probe (or --summary WORK, or --due)" in bare.stderr
 
 
 # ---- every recipe (slow) -------------------------------------------------------------------

@@ -201,3 +201,22 @@ def test_due_table_names_the_command_and_says_when_all_are_current(recipes):
             "measured; measured with `python -m tools.probe flash_attn-3.10-cu126 "
             "--across-torch --toolkit-stand-in`") in text
     assert records.due_table([], []) == "- every kernel record is current"
+
+
+def test_a_measurement_adding_a_series_keeps_the_recorded_digest_and_group_key(recipes,
+                                                                               tmp_path):
+    """The refresh's measurement of flash_attn CUDA 13.0 with one more series (here: the
+    record narrowed to three series first, then measured again with all four, on a machine
+    whose text hashes otherwise) keeps the group's key, so the kernel store's entries stay."""
+    table = load_table(recipes / "table.yaml")
+    recipe = next(r for r in load_all(recipes, table) if r.package == "flash_attn")
+    digest = read_units(recipe).kernels["13.0"].digest
+    _edit_units(recipes, "flash_attn", lambda d: d["kernels"]["13.0"]["torch"].remove("2.11"))
+    due = next(d for d in _due(recipes)[0] if (d.package, d.key) == ("flash_attn", "13.0"))
+    found = tmp_path / "artifacts"
+    _write(found, "k", {**_measurement(due.cell, recipes / "flash_attn", "linux_x86_64",
+                                       list(due.series), digest="e" * 64)})
+    applied = records.apply_records(found, recipes, table)
+    (path, text), = applied.new.items()
+    record = yaml.safe_load(text)["kernels"]["13.0"]
+    assert record["torch"] == ["2.14", "2.13", "2.12", "2.11"] and record["digest"] == digest

@@ -14,16 +14,12 @@ from datetime import date
 from pathlib import Path
 
 from tools import RECIPES_DIR
-from tools.core.errors import TableError, ToolchainError, cli
+from tools.core.errors import ToolchainError, cli
 from tools.core.progress import StepCounter
 from tools.upstream.follow import propose, summary, write_all
 from tools.upstream.images import propose_images
+from tools.upstream.kernelrecords import kernel_records
 from tools.upstream.registry import PYPI_JSON, TORCH_TEST, TORCH_VARIANTS, Registry
-from tools.plan.recipes.model import load_all
-from tools.plan.runners import load_runners
-from tools.plan.schema import load_yaml
-from tools.plan.table import parse_table
-from tools.probing.records import apply_records, due_records, due_table, record_matrix
 from tools.upstream.verdicts import probe_matrix
 
 
@@ -110,34 +106,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _kernel_records(args: argparse.Namespace) -> str:
-    """``--kernel-records`` (written with ``--write``, else printed as a diff) and
-    ``--kernel-plan``, of the recipes on disk; the summary's section on them."""
+    """``--kernel-records`` and ``--kernel-plan`` (``tools.upstream.kernelrecords``): the
+    summary's section, the records' diff printed without ``--write``."""
     if not (args.kernel_plan or args.kernel_records):
         return ""
-    # Read again, not load_table's cached copy: --write has just rewritten the file.
-    path = args.table or args.recipes / "table.yaml"
-    table = parse_table(load_yaml(path, TableError), path)
-    lines = ["", "### Kernel records", ""]
-    if args.kernel_records:
-        applied = apply_records(args.kernel_records, args.recipes, table)
-        if args.write:
-            write_all(applied.new, applied.old)
-        else:
-            sys.stdout.write("".join(
-                line for path, new in applied.new.items() for line in difflib.unified_diff(
-                    applied.old[path].splitlines(True), new.splitlines(True),
-                    f"a/{path.parent.name}/{path.name}", f"b/{path.parent.name}/{path.name}")))
-        lines += [f"- {line}" for line in applied.lines] or [
-            f"- no measurement in {args.kernel_records}"]
-    if args.kernel_plan:
-        recipes = load_all(args.recipes, table)
-        due, skipped = due_records(recipes, table)
-        runners = load_runners(args.runners or args.recipes / "runners.yaml",
-                               {r.package for r in recipes})
-        args.kernel_plan.write_text(json.dumps(record_matrix(due, runners)) + "\n",
-                                    encoding="utf-8")
-        lines += ["Due for measuring (`--kernel-plan`):", "", due_table(due, skipped)]
-    return "\n".join(lines) + "\n"
+    found = kernel_records(args.recipes, args.table, records=args.kernel_records,
+                           plan_file=args.kernel_plan, runners=args.runners, write=args.write)
+    sys.stdout.write(found.diff)
+    return found.section
 
 
 def _images(args: argparse.Namespace) -> int:

@@ -394,10 +394,28 @@ def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str =
                platform: str = DEFAULT_PLATFORM) -> None:
     """Put ``record`` under ``<block>.<key>`` in ``units_path`` (or remove the entry when it
     is None): :func:`with_span` of the file's text, written whole or not at all."""
-    text = with_span(units_path.read_text(), cuda, record, block=block, platform=platform)
+    text = units_path.read_text()
+    if record is not None and block == "kernels":
+        record = continued(text, cuda, record)
+    text = with_span(text, cuda, record, block=block, platform=platform)
     tmp = units_path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(units_path)
+
+
+def continued(text: str, cuda: str, record: dict) -> dict:
+    """``record`` (a ``kernels:`` span), with the digest of the record ``units.yaml``'s ``text``
+    already holds under its key when that one was measured with the same sources and every
+    series it shares is among ``record``'s: a measurement that adds a series (the refresh's, on
+    another machine, whose system headers give the text another digest) keeps the group's key,
+    and with it the kernel store's entries the earlier series' builds left."""
+    key = record_key(cuda, record["platform"])
+    old = ((yaml.safe_load(text) or {}).get("kernels") or {}).get(key)
+    if (isinstance(old, dict) and old.get("sources") == record.get("sources")
+            and len(old.get("torch") or ()) >= 2 and len(record.get("torch") or ()) >= 2
+            and set(old["torch"]) <= set(record["torch"]) and "digest" in old):
+        return {**record, "digest": old["digest"]}
+    return record
 
 
 def with_span(text: str, cuda: str, record: dict | None, *, block: str = "kernels",
