@@ -146,10 +146,6 @@ def read_units(recipe: Recipe) -> UnitList | None:
     """The recipe's unit list, None when it has none; PlanError naming the file, the field and
     the fix when it is malformed or written for another version of the package."""
     path = recipe.folder / UNITS_FILE
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
     if not path.is_file():
         return None
     return parse_units(path, recipe.package, recipe.source.version)
