@@ -441,3 +441,43 @@ def test_causal_conv1d_second_python_compiles_only_its_binding(tmp_path):
     assert (second["hits"], second["preprocessed_hits"], second["misses"]) == (3, 3, 1)
     print(f"compile: cp311 {first['compile_s']:.0f} s, cp312 {second['compile_s']:.0f} s "
           f"({second['compile_s'] / first['compile_s']:.0%})")
+
+
+# ---- one modification time for torch's headers ----------------------------------------------
+
+def _two_stubs(site: Path, seconds_apart: int) -> None:
+    """torch's pair of python_stub.h files (the same bytes under two names), written
+    ``seconds_apart`` seconds apart, and a header that includes both."""
+    include = site / "torch" / "include"
+    text = "#pragma once\nstruct _object;\nusing PyObject = _object;\n"
+    for k, rel in enumerate(("c10/util/python_stub.h", "torch/csrc/utils/python_stub.h")):
+        path = include / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.utime(path, (1_700_000_000 + k * seconds_apart,) * 2)
+    (include / "both.h").write_text('#include "torch/csrc/utils/python_stub.h"\n'
+                                    '#include "c10/util/python_stub.h"\n')
+
+
+def _preprocessed(site: Path) -> str:
+    return subprocess.run(["g++", "-E", "-P", "-x", "c++", "-I", str(site / "torch" / "include"),
+                           str(site / "torch" / "include" / "both.h")], capture_output=True,
+                          text=True, check=True, timeout=60).stdout
+
+
+def test_settled_headers_preprocess_alike_whenever_they_were_written(tmp_path):
+    """gcc's #pragma once takes two files of the same bytes and the same modification time for
+    one: the text of a unit that reaches both depended on the second in which each copy was
+    written (the cause of torch_scatter's kernels missing in a second Python's build). After
+    settle_headers, every install gives the same text."""
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    _two_stubs(apart, 1)
+    _two_stubs(together, 0)
+    assert _preprocessed(apart).count("using PyObject") == 2       # read twice
+    assert _preprocessed(together).count("using PyObject") == 1    # the second taken as read
+    nvidia = apart / "nvidia" / "cu13" / "include"
+    nvidia.mkdir(parents=True)
+    (nvidia / "cusparse.h").write_text("int x;\n")
+    assert ccache.settle_headers(apart) == 4 and ccache.settle_headers(together) == 3
+    assert _preprocessed(apart) == _preprocessed(together)
+    assert {p.stat().st_mtime for p in apart.rglob("*.h")} == {ccache.HEADER_MTIME}

@@ -220,3 +220,13 @@ def test_a_measurement_adding_a_series_keeps_the_recorded_digest_and_group_key(r
     (path, text), = applied.new.items()
     record = yaml.safe_load(text)["kernels"]["13.0"]
     assert record["torch"] == ["2.14", "2.13", "2.12", "2.11"] and record["digest"] == digest
+
+
+def test_the_probe_command_prints_what_is_due(recipes, capsys):
+    from tools import probe
+    assert probe.main(["--due", "--recipes", str(recipes), "--table",
+                       str(recipes / "table.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("- causal_conv1d CUDA 12.6 on linux_x86_64 (torch 2.14, 2.13, 2.12, "
+                          "2.11): never measured")
+    assert "flash_attn CUDA 13.0 on win_amd64: never measured; not measured" in out

@@ -189,3 +189,21 @@ def test_the_command_says_where_it_looked_for_a_missing_python(capsys):
     assert err.startswith("toolchain error: Python 3.2 is not installed on this machine; "
                           "looked in:\n  - PATH: ")
     assert "  - uv python install 3.2: not tried (" in err
+
+
+def test_a_cached_build_reaches_the_wheels_cuda_headers_through_its_fixed_torch_path(tmp_path):
+    """With the compiler cache, the build's PYTHONPATH is the fixed torch path (a link to the
+    venv's site-packages): CPATH names the headers through it, so a unit's line markers don't
+    name lib/python3.X and read the same for every Python."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "nvidia" / "cu13" / "include").mkdir(parents=True)
+    root = tmp_path / "work" / "torch-root"
+    root.parent.mkdir()
+    root.symlink_to(site, target_is_directory=True)
+    env = build_process_env(venv / "bin" / "python", {"PYTHONPATH": str(root)})
+    assert env["CPATH"].split(":")[-1] == str(root / "nvidia" / "cu13" / "include")
+    # a PYTHONPATH that is not this venv's site-packages leaves the real path
+    other = build_process_env(venv / "bin" / "python", {"PYTHONPATH": str(tmp_path)})
+    assert other["CPATH"].split(":")[-1] == str(site / "nvidia" / "cu13" / "include")

@@ -164,6 +164,7 @@ def ccache_setup(python: str, *, torch_dir: Path = Path(str(CONTAINER_TORCH)),
     cache = _container_cache()
     pth = ccache.site_packages(python) / TORCH_PTH
     pth.write_text(f"{torch_dir}\n")
+    ccache.settle_headers(torch_dir)
     ccache.link_compilers(work / ccache.BIN_DIR, cache.ccache)
     cache.stats_log.unlink(missing_ok=True)
     cache.directory.mkdir(parents=True, exist_ok=True)

@@ -201,8 +201,15 @@ def build_process_env(python: Path, env: dict[str, str], *,
     # torch's CUDA wheels bring the CUDA libraries' headers (site-packages/nvidia/cu13/include:
     # cusparse.h, cublas_v2.h, ...), which torch's ATen/cuda headers include; a toolkit made of
     # nvcc alone lacks them. CPATH is searched after every -I, so a full toolkit's copies win.
-    wheel_headers = sorted(str(d) for d in python.parent.parent.glob(
-        "lib/python3*/site-packages/nvidia/*/include"))
+    # A cached build reaches site-packages through the compiler cache's fixed torch path (the
+    # cell's PYTHONPATH, tools.pipeline.ccache): the headers are spelled through it too, or the
+    # line markers of a unit that includes them (any unit of torch's whole C++ API) name
+    # lib/python3.X and differ for every Python, and no other Python's build hits it.
+    alias = Path(env["PYTHONPATH"]) if env.get("PYTHONPATH") else None
+    wheel_headers = [
+        str(alias / d.relative_to(d.parents[2]))
+        if alias is not None and alias.resolve() == d.parents[2].resolve() else str(d)
+        for d in sorted(python.parent.parent.glob("lib/python3*/site-packages/nvidia/*/include"))]
     if wheel_headers:
         full_env["CPATH"] = os.pathsep.join(
             [*filter(None, [os.environ.get("CPATH")]), *wheel_headers])

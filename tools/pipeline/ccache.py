@@ -170,6 +170,7 @@ def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = 
     work = work.resolve()
     root = work / TORCH_ROOT
     _link(root, site)
+    settle_headers(site)
     bin_dir = link_compilers(work / BIN_DIR, ccache, names=host.compiler_links(WRAPPED))
     stats_log = work / STATS_LOG
     stats_log.unlink(missing_ok=True)
@@ -177,6 +178,38 @@ def prepare(work: Path, *, site: Path, cuda_home: str, directory: Path | None = 
                        nvcc=Path(cuda_home) / "bin" / host.exe_name("nvcc"), host=host),
            "PYTHONPATH": str(root)}
     return CompilerCache(ccache, version, directory, stats_log, env, (str(bin_dir),))
+
+
+#: The one modification time a cached build gives every header of torch's and of the CUDA
+#: wheels' (:func:`settle_headers`): any fixed time does; 2020-01-01 00:00 UTC.
+HEADER_MTIME = 1577836800
+
+
+def settle_headers(site: Path, mtime: int = HEADER_MTIME) -> int:
+    """Give every file under ``site``'s ``torch/include`` and ``nvidia/*/include`` the one
+    modification time ``mtime``; returns how many were set.
+
+    gcc's ``#pragma once`` takes two files with the same bytes and the same modification time
+    for one file, and reads the second as already included. torch ships such pairs
+    (``c10/util/python_stub.h`` and ``torch/csrc/utils/python_stub.h``), and pip and uv write a
+    wheel's files with the time they were written, so whether a unit that reaches both (any
+    unit of torch's whole C++ API) includes the second depended on whether the two were
+    written within one second: its preprocessed text, and so the compiler cache's key,
+    differed from one install to the next (measured: torch_scatter's CUDA units for Python 3.12
+    and 3.11, the same torch 2.14.1 headers, one pair 1 s apart in one venv and not in the
+    other). With one time for all, the text is the same in every install. Only times change:
+    a file shared with uv's cache by a hard link gets the same time there, which nothing
+    reads; a file that can't be changed (another user's) is left as it is."""
+    count = 0
+    for root in (site / "torch" / "include", *sorted(site.glob("nvidia/*/include"))):
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    os.utime(path, (mtime, mtime))
+                    count += 1
+                except OSError:
+                    pass
+    return count
 
 
 def cache_env(*, ccache: str, directory: Path | str, base_dir: Path | str,
