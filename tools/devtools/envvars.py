@@ -53,6 +53,8 @@ VARIABLES: dict[str, str] = {
     "CUDA_HOME": "the CUDA toolkit a host build uses (default /usr/local/cuda, else nvcc on PATH)",
     "CPATH": "include directories of the build; the PyPI toolkit's headers are added after "
              "them",
+    "PYTHONPATH": "the build's own: the compiler cache's fixed torch path, through which it "
+                  "reaches torch and the CUDA wheels' headers; the caller's never reaches the build",
     "MAX_JOBS": "the kernel shards' build: how many compiles run at once",
     "NVCC_THREADS": "the kernel shards' build: nvcc's threads per compile (recorded with a shard)",
     "SOURCE_DATE_EPOCH": "inside the builder image: the timestamp reproducible builds use",
