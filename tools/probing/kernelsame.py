@@ -492,8 +492,8 @@ def command_cell(verdict: UnitVerdict) -> str:
 def across_torch(job: BuildJob, inputs: Inputs, work_root: Path, stream: TextIO | None = None,
                  *, write: bool = False, stand_in: bool = False) -> dict:
     """Measure ``job``'s cell and its torch siblings; write and return the record. ``write``:
-    also record the series that share the kernels in the recipe's ``units.yaml`` (or remove
-    the CUDA version's entry when none do). ``stand_in``: preprocess with this machine's
+    also record the series that share the kernels in the recipe's ``units.yaml``
+    (:func:`span_record`: a record of one series when no two do). ``stand_in``: preprocess with this machine's
     toolkit standing in for the cell's CUDA version (``tools.probing.toolkitstandin``), and
     say so in the record."""
     toolkit = None
