@@ -268,7 +268,7 @@ def _read_spans(block: dict, p: Problems) -> dict[str, KernelSpan]:
             p.add(f"{where}.measured", f"lacks {', '.join(sorted(set(torch) - set(measured)))}"
                                        ": every series under torch was measured", fix)
             ok = False
-        if ok and (not torch or len(measured or torch) < 2):
+        if ok and len(measured or torch) < 2:
             p.add(f"{where}.torch", "names fewer than two torch series measured: there is "
                                     "nothing to share (a record of one series names the others "
                                     "measured under measured)", fix)

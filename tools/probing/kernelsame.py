@@ -394,10 +394,7 @@ def write_span(units_path: Path, cuda: str, record: dict | None, *, block: str =
                platform: str = DEFAULT_PLATFORM) -> None:
     """Put ``record`` under ``<block>.<key>`` in ``units_path`` (or remove the entry when it
     is None): :func:`with_span` of the file's text, written whole or not at all."""
-    text = units_path.read_text()
-    if record is not None and block == "kernels":
-        record = continued(text, cuda, record)
-    text = with_span(text, cuda, record, block=block, platform=platform)
+    text = with_span(units_path.read_text(), cuda, record, block=block, platform=platform)
     tmp = units_path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(units_path)
@@ -423,8 +420,11 @@ def with_span(text: str, cuda: str, record: dict | None, *, block: str = "kernel
     """``units.yaml``'s ``text`` with ``record`` under ``<block>.<key>`` (or that entry
     removed when it is None), the key ``cuda`` and ``platform``'s
     (``tools.plan.groups.record_key``: each platform keeps its own); ``block`` is one of
-    :data:`MEASURED_BLOCKS`. Only those blocks are rewritten, at the end of the file: every
-    other line, comments included, stays as it was."""
+    :data:`MEASURED_BLOCKS`; a ``kernels:`` record keeps the digest :func:`continued` says.
+    Only those blocks are rewritten, at the end of the file: every other line, comments
+    included, stays as it was."""
+    if record is not None and block == "kernels":
+        record = continued(text, cuda, record)
     key = record_key(cuda, record["platform"] if record else platform)
     data = yaml.safe_load(text) or {}
     blocks = {name: dict(data.get(name) or {}) for name in MEASURED_BLOCKS}

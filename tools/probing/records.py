@@ -42,7 +42,7 @@ from tools.plan.recipes.freethreaded import is_free_threaded
 from tools.plan.recipes.model import Recipe, load_all
 from tools.plan.runners import Runners
 from tools.plan.table import Table, version_key
-from .kernelsame import continued, with_span
+from .kernelsame import with_span
 
 #: Platforms the probe does not measure, and why (the refresh's summary says it).
 NOT_MEASURED = {"win_amd64": "the probe preprocesses through gcc's command lines and has never "
@@ -193,9 +193,7 @@ def apply_records(folder: Path, recipes_dir: Path, table: Table) -> Applied:
         units_path = recipe.folder / UNITS_FILE
         if units_path not in out.old:
             out.old[units_path] = units_path.read_text(encoding="utf-8")
-        before = out.new.get(units_path, out.old[units_path])
-        span = continued(before, cell.cuda, span)
-        text = with_span(before, cell.cuda, span)
+        text = with_span(out.new.get(units_path, out.old[units_path]), cell.cuda, span)
         try:
             _check(text, recipe)
         except CuwheelsError as exc:

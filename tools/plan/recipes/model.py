@@ -30,7 +30,7 @@ from .platforms import PlatformChoice, archs_on, parse_platforms
 from .torch import (CudaTarget, Exclusion, TorchRange, check_patch_scopes,
                            parse_torch_targets, why_not)
 from .shape import check_recipe_shape
-from .source import CONTROL_RE as _CONTROL_RE, Source, parse_source
+from .source import CONTROL_RE, Source, parse_source
 from ..schema import Problems, load_yaml
 from .todo import check_todos
 from ..table import Table, arch_key, load_table, version_key
@@ -362,7 +362,7 @@ def _requirement(p: Problems, text: str, where: str) -> bool:
     option (``--extra-index-url=...`` would be one to uv), no URL, not torch."""
     fix = ('a project name with an optional version, e.g. "ninja" or "setuptools>=70.1"; '
            "installer options are not requirements")
-    if _CONTROL_RE.search(text):
+    if CONTROL_RE.search(text):
         p.add(f"{where}.requirement", "contains a newline or another control character", fix)
         return False
     try:
